@@ -32,7 +32,6 @@ def parse_args() -> argparse.Namespace:
 
 def setup_django(data_root: Path) -> None:
     os.environ["TEMPER_DATA"] = str(data_root)
-    (data_root / "staticfiles").mkdir()  # WhiteNoise's root; it warns on every request without it
     os.environ["DJANGO_SETTINGS_MODULE"] = "webapp.settings"
     for name in ("DATABASE_URL", "TEMPER_MODELS_ROOT"):
         os.environ.pop(name, None)
@@ -43,6 +42,8 @@ def setup_django(data_root: Path) -> None:
     from django.core.management import call_command
 
     call_command("migrate", "--noinput", verbosity=0)
+    # The pages name their static files from collectstatic's manifest, and WhiteNoise serves STATIC_ROOT.
+    call_command("collectstatic", "--noinput", verbosity=0)
 
 
 def populate(*, dataset_count: int):

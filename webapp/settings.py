@@ -140,6 +140,14 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_ROOT / "staticfiles"
+# collectstatic names each file by a hash of its content and writes a gzipped copy beside it (WhiteNoise), so
+# pages ask for a name that WhiteNoise serves compressed and cached for good: a new file gets a new name. A page
+# rendered before collectstatic has run fails (the name is not in the manifest); scripts/up.sh and the compose
+# file run it at every start.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = REDIS_URL

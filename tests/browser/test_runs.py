@@ -258,7 +258,10 @@ def test_compare_draws_a_sweeps_hyperparameters_against_a_chosen_metric(page, as
     assert learning_rate["label"] == "optim.learning_rate (log)" and learning_rate["ticktext"] == ["0.0001", "0.001", "0.003"]
     assert learning_rate["values"] == pytest.approx([-4, -3, math.log10(3e-3)])
     assert schedule["label"] == "optim.schedule" and schedule["values"] == [1, 0, 1]
-    assert schedule["ticktext"] == ["&lt;b&gt;linear&lt;/b&gt;", "cosine"]  # plotly shows entities as text
+    assert schedule["ticktext"] == ["<b>linear</b>", "cosine"]  # a parcoords tick is plain text, never markup
+    ticks = page.evaluate("() => [...document.querySelectorAll('#hyperparameters-plot .y-axis .tick text')]"
+                          ".map(text => text.firstChild.textContent)")
+    assert "<b>linear</b>" in ticks and page.locator("#hyperparameters-plot .tick b").count() == 0
     assert loss == {"label": "loss", "values": [2.5, 1.5, 1.0], "ticktext": None}
     assert page.locator(".parcoords").count() == 1 and page.locator("#hp-missing").is_hidden()
     page.select_option("#hp-metric", "reward")
@@ -1438,6 +1441,65 @@ def test_a_hyperparameter_category_axis_names_only_the_values_of_runs_it_draws(p
     page.wait_for_function("() => document.getElementById('hyperparameters-plot').data[0].dimensions[1].label"
                            " === 'reward'")
     assert page.evaluate(schedule) == ["optim.schedule", ["constant", "cosine", "linear"], [1, 2, 0]]
+
+
+HYPERPARAMETER_TICKS = """() => [...document.querySelectorAll('#hyperparameters-plot .y-axis')].map(axis => ({
+    x: axis.querySelector('.domain').getBoundingClientRect().left,
+    ticks: [...axis.querySelectorAll('.tick text')].map(text => {
+        const box = text.getBoundingClientRect(), title = text.querySelector('title');
+        const reached = document.elementFromPoint(box.left + box.width / 2, box.top + box.height / 2);
+        return {text: text.firstChild.textContent, full: title && title.textContent, left: box.left, right: box.right,
+                hovered: reached === text || text.contains(reached), reached: reached && reached.outerHTML.slice(0, 80)};
+    })}))"""
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_long_hyperparameter_values_are_shortened_clear_of_the_next_axis_whole_in_the_hover(page, live_server,
+                                                                                             monkeypatch, width):
+    """QA: a sweep over base models and datasets of long names: each category axis wrote its values in full to its
+    left, over the axis before it and that axis's values, and the first axis's ran out of the chart. A value too
+    long for the room between two axes is now cut in its middle (a sweep's names differ at their ends), and the
+    whole value is its hover text."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    slug = f"longticks{width}"
+    team = make_team(slug=slug)
+    runs = []
+    for index, rate in enumerate((1e-4, 3e-4, 1e-3)):
+        model = make_base_model(team.project, name=f"qwen2.5-0.5b-instruct-customer-support-distilled-v{index}",
+                                path=f"/models/long-{index}")
+        data = make_ready_version(team.project, name=f"support-conversations-deduplicated-filtered-en-part-{index}")
+        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id},
+                "optim": {"learning_rate": rate, "schedule": "cosine"}, "train": {"max_steps": 5}}
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=f"long {index}")
+        run.spec["optim"]["schedule"] = f"cosine_with_hard_restarts_and_linear_warmup_<b>{index}</b>"
+        run.final_metrics = {"loss": {"last": 2.0 - index / 2, "min": 0.5, "max": 3.0}}
+        run.save(update_fields=["spec", "final_metrics"])
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=1, name="loss", value=2.0 - index / 2,
+                                                     wall_time=1.0, tokens=1)])
+        runs.append(run)
+    page.set_viewport_size({"width": width, "height": 900})
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/{slug}/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
+    page.wait_for_function("() => document.querySelectorAll('#hyperparameters-plot .y-axis .tick text title').length")
+    page.locator("#hyperparameters-plot").scroll_into_view_if_needed()  # in the window, where the pointer can reach
+    axes = page.evaluate(HYPERPARAMETER_TICKS)
+    chart = page.locator("#hyperparameters-plot").bounding_box()
+    assert len(axes) == 5  # data.train, model, optim.learning_rate, optim.schedule, loss
+    for before, axis in zip([None, *axes], axes):
+        for tick in axis["ticks"]:
+            assert tick["right"] <= axis["x"], tick  # written to the left of its axis
+            assert tick["left"] >= (before["x"] + 4 if before else chart["x"]), (tick, before and before["x"])
+    category_ticks = [tick for axis in axes for tick in axis["ticks"] if tick["full"]]
+    wholes = {tick["full"] for tick in category_ticks}
+    assert wholes >= {"qwen2.5-0.5b-instruct-customer-support-distilled-v0",
+                      "support-conversations-deduplicated-filtered-en-part-2 v1",
+                      "cosine_with_hard_restarts_and_linear_warmup_<b>1</b>"}  # the name as text, whole
+    shortened = [tick for tick in category_ticks if tick["text"] != tick["full"]]
+    assert shortened, category_ticks
+    for tick in shortened:  # cut in the middle: the ends that tell the values apart are kept
+        head, tail = tick["text"].split("…")
+        assert tick["full"].startswith(head) and tick["full"].endswith(tail) and tail, tick
+    assert all(tick["hovered"] for tick in category_ticks), [tick["reached"] for tick in category_ticks]  # the pointer reaches the text, and its title
 
 
 def test_steps_without_learning_signal_are_shaded_and_counted_live(page, asgi_server, redis_url, transactional_db,

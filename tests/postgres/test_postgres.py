@@ -335,7 +335,9 @@ def test_connections_are_pooled_across_requests_and_a_stream_holds_none(database
     """Under uvicorn each request's ORM work runs in a thread of its own: without a pool every request
     connected to PostgreSQL anew; and a stream (a token stream, run events, a download) held its request's
     connection until its last byte."""
-    migrate = "import django; django.setup(); from django.core.management import call_command; call_command('migrate', '--noinput', verbosity=0)"
+    # The chat page names its static files from the manifest collectstatic writes.
+    migrate = ("import django; django.setup(); from django.core.management import call_command; "
+               "call_command('migrate', '--noinput', verbosity=0); call_command('collectstatic', '--noinput', verbosity=0)")
     run_django(migrate, database_url, tmp_path)
     assert run_django(POOL_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
 
