@@ -20,6 +20,7 @@ history never holds a step twice.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import json
@@ -414,10 +415,16 @@ def sharded_steps(params, opt_state, rng_state, frozen):
     return train, evaluate
 
 
-# One jitted function per (function, jit options with their shardings, static arguments), kept for the process:
-# trainers of the same model under the same layout (the tests' runs; a run resumed in its process) share its
-# compiled programs, as unsharded ones share ``train_step``'s. A train worker's process runs one job.
-_SHARDED_JITS: dict[tuple, Callable] = {}
+# One jitted function per (function, jit options with their shardings, static arguments), the most recently used
+# ones kept: trainers of the same model under the same layout (the tests' runs; a run resumed in its process) share
+# its compiled programs, as unsharded ones share ``train_step``'s. A train worker's process runs one job, which needs
+# two (train and eval). Kept without a bound, a process that trained under many models and layouts (a test process)
+# held every program it had compiled, and the meshes and models their functions close over: XLA's CPU programs map
+# tens of memory regions each (code, constants), and at the kernel's limit on a process's maps (vm.max_map_count,
+# 65,530 by default) LLVM's next allocation failed and XLA segfaulted while compiling (bench/RESULTS.md, "The
+# compiler's segfault"). Dropping a jitted function frees its programs.
+_SHARDED_JITS_KEPT = 8
+_SHARDED_JITS: collections.OrderedDict[tuple, Callable] = collections.OrderedDict()
 
 
 def _jit_per_static(function, *, traced: tuple[str, ...] = (), **jit_options):
@@ -429,9 +436,14 @@ def _jit_per_static(function, *, traced: tuple[str, ...] = (), **jit_options):
     def call(*args, **static):
         args = (*args, *(static.pop(name) for name in traced))
         key = (function, options, tuple(sorted(static.items())))
-        if key not in _SHARDED_JITS:
-            _SHARDED_JITS[key] = jax.jit(functools.partial(function, **static), **jit_options)
-        return _SHARDED_JITS[key](*args)
+        jitted = _SHARDED_JITS.get(key)
+        if jitted is None:
+            jitted = _SHARDED_JITS[key] = jax.jit(functools.partial(function, **static), **jit_options)
+            while len(_SHARDED_JITS) > _SHARDED_JITS_KEPT:
+                _SHARDED_JITS.popitem(last=False)
+        else:
+            _SHARDED_JITS.move_to_end(key)
+        return jitted(*args)
 
     return call
 

@@ -24,10 +24,25 @@ import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _serve_workers_state_closed_after_each_module():
+def _compiled_programs_freed_after_each_module():
+    """XLA programs that a test file compiled are freed when it ends (``jax.clear_caches``: a few milliseconds when
+    the caches are empty); files that share a program compile it again. Kept, the programs of every model, layout and
+    shape a process's files met stayed compiled, each with memory regions of its own mapped for its code and
+    constants (on CPU from 3 for a small function to about 40 for a training step on 8 devices): once the process
+    reached the kernel's limit on maps (vm.max_map_count, 65,530 by default), LLVM's next allocation failed and XLA
+    segfaulted compiling whatever came next (bench/RESULTS.md, "The compiler's segfault")."""
+    yield
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        jax.clear_caches()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _serve_workers_state_closed_after_each_module(_compiled_programs_freed_after_each_module):
     """Tests that answer in this process (``worker.tasks.serve.generate``) leave its batching servers, their
     loaded models and the deleted-models watcher in the module's state: closed after each test file, so
-    that none of their threads idles on beside the rest of the run."""
+    that none of their threads idles on beside the rest of the run. Before the file's compiled programs are freed
+    (it asks for that fixture so that its own end comes first): a model's warm-up may still be compiling."""
     yield
     serve = sys.modules.get("worker.tasks.serve")
     if serve is not None:

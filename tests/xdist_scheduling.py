@@ -7,10 +7,11 @@ forever (pytest-dev/pytest-xdist#784, #1323, #1327, #1363; no release has the fi
 into its time limit instead of reporting the one failed test. Here the test the worker died in is
 run once more, first, by the replacement (``pytest_handlecrashitem``: the summary counts it as a rerun; a
 second crash of it is reported failed), the rest of its file goes to the replacement, and a worker whose
-batch is the last work there is is told so, so that it runs the batch's last test. The one retry is for the
-crashes of native code that come and go: XLA's CPU compiler segfaulted compiling a tiny model's gelu in one
-clean-clone CI of five (2026-12-06), in a test that passes alone and in its file; a test that kills its
-process every time still fails.
+batch is the last work there is is told so, so that it runs the batch's last test. The one retry is a safety net
+for crashes of native code that come and go; a test that kills its process every time still fails. XLA's CPU
+compiler segfaulted so in three clean-clone CIs (2026-12-06), in tests that pass alone and in their file: the
+process had kept every program it compiled and reached the kernel's limit on memory maps; tests/conftest.py now
+frees each file's programs (bench/RESULTS.md, "The compiler's segfault").
 
 It also hands out the longest files first (``LONGEST_FILES``). xdist queues files by their number of tests,
 most first, so a file of one long test (the PostgreSQL rerun of tests/webapp, 3-5 minutes in CI) came last

@@ -6,6 +6,7 @@ rules.
 Each run is 10 float32 steps; "the same" is within 1e-4 (reductions split over devices add in
 another order, nothing more may differ).
 """
+import gc
 import json
 
 import jax
@@ -107,6 +108,28 @@ def test_trainers_of_one_model_under_one_layout_share_its_compiled_steps(tmp_pat
     trained = [[(m["step"], m["loss"], m["grad_norm"]) for m in read_metrics(tmp_path / run / "metrics.jsonl")]
                for run in ("first", "second")]
     assert trained[0] == trained[1] and len(trained[0]) == 6
+
+
+def test_the_process_keeps_the_steps_of_its_latest_layouts_and_frees_the_older_ones():
+    """The jitted steps were kept for the process, each with its compiled programs: a process that trained under
+    many models and layouts (a test process) held them all, up to the kernel's limit on its memory maps, where
+    XLA's CPU compiler segfaulted (bench/RESULTS.md, "The compiler's segfault")."""
+    from jaxengine import trainer
+
+    def scaled(x, *, scale):
+        return x * scale
+
+    replicated = jax.sharding.NamedSharding(make_mesh(data=8), PartitionSpec())
+    step = trainer._jit_per_static(scaled, in_shardings=(replicated,), out_shardings=replicated)
+    x = jax.device_put(jnp.ones(8), replicated)
+    live = jax.devices()[0].client.live_executables
+    before = len(live())
+    for scale in range(trainer._SHARDED_JITS_KEPT + 4):  # a new static argument: a new jitted step
+        step(x, scale=scale)
+    gc.collect()
+    assert len(trainer._SHARDED_JITS) <= trainer._SHARDED_JITS_KEPT
+    assert len(live()) - before <= trainer._SHARDED_JITS_KEPT
+    assert float(step(x, scale=trainer._SHARDED_JITS_KEPT + 3)[0]) == trainer._SHARDED_JITS_KEPT + 3
 
 
 def test_qlora_and_lora_weights_are_sharded_and_train_like_one_device(tmp_path):
