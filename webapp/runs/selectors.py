@@ -282,6 +282,14 @@ def offered_as_starting_model(*, run: Run) -> bool:
             and Artifact.objects.filter(run=run, kind=ArtifactKind.MODEL).exists())
 
 
+def launch_task(*, run: Run) -> str:
+    """The task the launch form opens on from ``run``'s *Launch a run from it* (its page's, its checkpoints' and
+    final model's): the run's own, under that task's preset, so that a DPO run's checkpoint goes on with DPO; sft for
+    a run trained elsewhere (``external``, no task of Temper's). A reward run offers none: its model scores text and
+    is no policy to go on from (``offered_as_starting_model``). The form can still switch the task."""
+    return run.task if run.task in tasks() else "sft"
+
+
 def reward_model_choices(*, project: Project) -> list[tuple[str, str]]:
     """Reward models a PPO run can be scored by (``ppo.reward_model``): succeeded ``task: reward``
     runs of the project with an exported model, newest first; not archived runs' (put away, as in

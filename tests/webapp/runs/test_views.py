@@ -886,8 +886,8 @@ def test_each_checkpoint_offers_a_run_from_it_exporting_it_first_where_it_is_not
         return {step: partial.split(f'<li data-step="{step}"')[1].split("</li>")[0] for step in (3, 6, 9)}
 
     shown = items(client)
-    assert f'<a class="launch-from-checkpoint" href="/p/alpha/runs/new/?model={run.public_id}@3">Launch a run from it</a>' in shown[3]
-    assert f'<a class="launch-from-checkpoint" href="/p/alpha/runs/new/?model={run.public_id}">Launch a run from it</a>' in shown[9]
+    assert f'<a class="launch-from-checkpoint" href="/p/alpha/runs/new/?model={run.public_id}@3&amp;task=sft">Launch a run from it</a>' in shown[3]
+    assert f'<a class="launch-from-checkpoint" href="/p/alpha/runs/new/?model={run.public_id}&amp;task=sft">Launch a run from it</a>' in shown[9]
     assert '<button type="submit" name="then" value="launch">Launch a run from it</button>' in shown[6]
     assert "exports it first" in shown[6]
     form = client.get(f"/p/alpha/runs/new/?model={run.public_id}@3").content.decode()
@@ -901,9 +901,9 @@ def test_each_checkpoint_offers_a_run_from_it_exporting_it_first_where_it_is_not
     # From a page shown before: one exported since (or the final model) opens the form at once; one being exported is
     # waited for, not refused as being exported.
     assert client.post(url(run, "export/"), {"step": "3", "then": "launch"})["Location"] == (
-        f"/p/alpha/runs/new/?model={run.public_id}%403")
+        f"/p/alpha/runs/new/?model={run.public_id}%403&task=sft")
     assert client.post(url(run, "export/"), {"step": "9", "then": "launch"})["Location"] == (
-        f"/p/alpha/runs/new/?model={run.public_id}")
+        f"/p/alpha/runs/new/?model={run.public_id}&task=sft")
     assert client.post(url(run, "export/"), {"step": "6", "then": "launch"})["Location"] == url(run) + "?launch=6"
     assert "Checkpoint 6 is being exported already" in client.get(url(run)).content.decode()
     response = client.post(url(run, "export/"), {"step": "6"}, follow=True)  # plain Export: refused, as before
@@ -2036,7 +2036,7 @@ def test_a_succeeded_runs_page_offers_a_run_from_its_model(team, run, client_for
     the Runs page, the model found again among every base model, exported model and checkpoint; the page offered
     a chat with the model and a duplicate of the run, not a run from it. It links the launch form, its model
     chosen, as a base model's page does."""
-    launch_link = f'href="/p/alpha/runs/new/?model={run.public_id}" id="launch-from-run"'
+    launch_link = f'href="/p/alpha/runs/new/?model={run.public_id}&amp;task=sft" id="launch-from-run"'
     Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(run.output_dir / "export"))
     assert launch_link not in client_for(team.teammate).get(url(run)).content.decode()  # still queued
     run = succeeded_with_export(run)
