@@ -332,7 +332,7 @@ def test_the_cursor_moves_past_finished_items_and_resets_when_more_reviews_are_n
     assert services.queue_next_item(campaign=campaign, user=team.teammate).sequence == 4
     assert CampaignReviewer.objects.get(campaign=campaign, user=team.teammate).cursor == 3
     campaign = services.campaign_update(campaign=campaign, guidelines="", required_reviews=2,
-                                        reviewers=[team.teammate, carol])
+                                        reviewers=[team.teammate, carol]).campaign
     assert CampaignReviewer.objects.get(campaign=campaign, user=team.teammate).cursor == 0
     assert Item.objects.get(campaign=campaign, sequence=1).status == ItemStatus.IN_REVIEW
     assert services.queue_next_item(campaign=campaign, user=team.teammate).sequence == 1
