@@ -24,7 +24,6 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from jaxengine.words import counted
-from webapp.basemodels import selectors as basemodel_selectors
 from webapp.chat import selectors as chat_selectors
 from webapp.core.bidi import isolated
 from webapp.core.forms import errors_by_key
@@ -180,8 +179,7 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
         name, tags, errors, copy_notes = "", "", {}, []
         errors_heading = "Some of what the run used is gone"
         preset_name = request.GET.get("preset")
-        if preset_name is None and request.GET.get("model") and basemodel_selectors.demo_model(
-                project=project, public_id=request.GET["model"]):
+        if preset_name is None and selectors.starts_from_the_demo_model(project=project, model=request.GET.get("model")):
             preset_name = presets.demo_preset_name(task)  # a learning rate the demo model learns at in 200 steps
         spec = presets.preset_spec(task, preset_name)
         duplicate = request.GET.get("from")

@@ -2535,6 +2535,19 @@ def test_the_launch_form_opened_on_the_demo_model_shows_the_demo_preset(team, ca
     assert re.search(r'name="optim.learning_rate"[^>]*value="0.0002"', other)
     assert 'class="button active"' not in other
 
+    # A run trained from the demo model is as small: its Launch a run from it (its model, or a checkpoint's) opens
+    # the form on the demo preset too; the LoRA preset's 2e-4 went on at a fifth of the pace its first run had.
+    demo_run = Run.objects.create(project=team.project, name="first", task="sft", status=RunStatus.SUCCEEDED,
+                                  spec={"task": "sft", "model": demo.public_id}, resolved_spec={"output_dir": "/x"},
+                                  base_model=demo, created_by=team.owner)
+    demo_run.artifacts.create(kind="model", step=9, path="/x/export")
+    demo_run.artifacts.create(kind="checkpoint", step=3, path="/x/export-step-3")
+    for model in (demo_run.public_id, f"{demo_run.public_id}@3"):
+        page = client.get(f"/p/alpha/runs/new/?model={model}&task=sft").content.decode()
+        assert re.search(r'class="button active" aria-current="true" [^>]*data-preset="LoRA, demo model"', page), model
+        assert re.search(r'name="optim.learning_rate"[^>]*value="0.001"', page)
+        assert f'<option value="{model}" selected' in page
+
 
 def test_the_runs_table_and_the_overview_show_a_tiny_loss_as_a_figure_not_zero(team, client_for):
     """QA (second first-use pass): a GRPO run's loss of 1.043e-07 read "0.0000" in the Runs table and on the
