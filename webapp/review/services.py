@@ -1050,6 +1050,11 @@ def review_submit(
     _reviewer_row(campaign, user)
     if Review.objects.filter(item=item, reviewer=user).exists():
         raise ValidationError({"item": "you have already reviewed this item"})
+    if ConflictRead.objects.filter(item=item, reader=user).exists():
+        # The queue serves no one such an item; a page open from before could still send an answer.
+        raise ValidationError({"item": f"you read the answers to item {item.sequence} on the conflicts page, so your "
+                                       "answer would not be blind to them; it was not recorded, and the item goes to "
+                                       "other reviewers"})
     if item.status not in (ItemStatus.PENDING, ItemStatus.IN_REVIEW):
         # Others filled the item while this reviewer's page was open (their lease ran out, or the item was
         # shared while it had room): one answer more could turn a complete item into a conflict.
