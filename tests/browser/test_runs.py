@@ -733,6 +733,88 @@ def test_a_checkpoints_launch_a_run_from_it_exports_it_first_then_opens_the_laun
     assert page.input_value("#spec-model") == f"{run.public_id}@3"
 
 
+def test_a_dpo_runs_launch_a_run_from_it_opens_the_form_on_dpo(page, live_server, monkeypatch, tmp_path):
+    """First-use pass: every *Launch a run from it* opened the launch form on sft under sft's preset, whatever the
+    run had trained, so a DPO run's checkpoint went on as SFT unless the user saw the tab and switched. The run
+    page's, an exported checkpoint's, the final model's and a checkpoint's exported first open the form on the run's
+    own task under that task's preset, the model chosen; the task can still be switched, the model kept."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="launchondpo")
+    run = Run.objects.create(project=team.project, name="preferred", task="dpo", status=RunStatus.SUCCEEDED,
+                             spec={"task": "dpo"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=9, current_step=9)
+    for step in (3, 6, 9):
+        (tmp_path / "checkpoints" / str(step)).mkdir(parents=True)
+    (tmp_path / "export").mkdir()
+    run.artifacts.create(kind="model", step=9, path=str(tmp_path / "export"))
+    (tmp_path / "export-step-3").mkdir()
+    services.checkpoint_export_request(run=run, step=3, user=team.owner)
+    services.checkpoint_export_finish(run=run, step=3, export_dir=tmp_path / "export-step-3")
+    test_projects.log_in(page, live_server.url, team.teammate.username)
+    run_page = f"{live_server.url}/p/launchondpo/runs/{run.public_id}/"
+
+    def opened_on_dpo(model: str) -> None:
+        page.wait_for_url("**/runs/new/?*", timeout=20_000)
+        assert page.locator("nav.tabs a[aria-current=page]").inner_text() == "dpo"
+        assert float(page.input_value("#spec-optim-learning_rate")) == 5e-6  # DPO's preset, not sft's 2e-4
+        assert page.input_value("#spec-dpo-beta") == "0.1"
+        assert page.input_value("#spec-model") == model
+
+    page.goto(run_page)
+    page.locator("#launch-from-run").click()
+    opened_on_dpo(run.public_id)
+    for step, model in ((3, f"{run.public_id}@3"), (9, run.public_id)):
+        page.goto(run_page)
+        page.locator(f"#checkpoints li[data-step='{step}']").get_by_role("link", name="Launch a run from it").click()
+        opened_on_dpo(model)
+    page.goto(run_page)
+    page.locator("#checkpoints li[data-step='6']").get_by_role("button", name="Launch a run from it").click()
+    page.locator("#checkpoints li[data-step='6'][data-state='exporting']").wait_for()
+    (tmp_path / "export-step-6").mkdir()
+    services.checkpoint_export_finish(run=run, step=6, export_dir=tmp_path / "export-step-6")  # as the worker would
+    opened_on_dpo(f"{run.public_id}@6")
+
+    page.locator("nav.tabs a[data-task='sft']").click()
+    page.locator("#task-switched", has_text="Switched from dpo to sft").wait_for()
+    assert page.locator("nav.tabs a[aria-current=page]").inner_text() == "sft"
+    assert page.input_value("#spec-model") == f"{run.public_id}@6"
+
+
+def test_a_double_click_on_a_checkpoints_export_sends_it_once(page, live_server, monkeypatch, tmp_path):
+    """The checkpoint export form was the one POST form without data-submit-once: a double click sent it twice, and
+    the page the second sending brought back said the form was already sent instead of that the export had started.
+    It is sent once, also from the checkpoints list put in anew in place (an export's end reloads it), which
+    static/forms.js had bound nothing to."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # the 'worker' is this test
+    team = make_team(slug="exportonce")
+    run = Run.objects.create(project=team.project, name="exports", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=6, current_step=6)
+    for step in (3, 6):
+        (tmp_path / "checkpoints" / str(step)).mkdir(parents=True)
+    posts = []
+    page.on("request", lambda request: posts.append(request.url) if request.method == "POST" else None)
+    test_projects.log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/exportonce/runs/{run.public_id}/")
+
+    def double_click_export(step: int) -> None:
+        page.evaluate("""step => { const button = [...document.querySelectorAll(`#checkpoints li[data-step="${step}"] button`)]
+            .find(button => button.textContent === "Export as a starting model");
+            button.click(); setTimeout(() => button.click(), 80); }""", step)
+        page.locator(".messages", has_text=f"Exporting checkpoint {step};").wait_for()
+        page.wait_for_timeout(500)  # a second request, had one gone out, would have landed by now
+        assert "already sent" not in page.locator(".messages").inner_text()
+
+    double_click_export(3)
+    assert [url.rsplit("/", 2)[-2] for url in posts if "/login/" not in url] == ["export"]
+    (tmp_path / "export-step-3").mkdir()
+    services.checkpoint_export_finish(run=run, step=3, export_dir=tmp_path / "export-step-3")  # as the worker would
+    page.locator("#checkpoints li[data-step='3'][data-state='exported']").wait_for(timeout=20_000)
+    double_click_export(6)
+    assert [url.rsplit("/", 2)[-2] for url in posts if "/login/" not in url] == ["export", "export"]
+    assert sorted(run.checkpoint_exports.values_list("step", flat=True)) == [3, 6]
+
+
 def test_the_compare_legend_sits_clear_of_the_x_axis(page, live_server, monkeypatch):
     """The legend was drawn across the 'step' axis title and the step numbers: it was placed at a
     share of the plot's height below it, which is not where the axis title sits (that is in pixels)."""

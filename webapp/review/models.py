@@ -214,6 +214,21 @@ class Lease(models.Model):
         ]
 
 
+class ConflictRead(models.Model):
+    """An item whose reviews ``reader`` was shown on the conflicts page (its answers, comments and models): they are
+    no longer blind to it, so should it go back to review (the campaign asks for more reviews per item), it is not
+    served to them (``services.queue_next_item``), as an item they answered is not."""
+
+    item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="+")
+    reader = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    read_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["item", "reader"], name="conflictread_unique_item_reader"),
+        ]
+
+
 class Review(models.Model):
     item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="reviews")
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="reviews")

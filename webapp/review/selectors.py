@@ -26,8 +26,8 @@ from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.projects.models import Membership, Project, Role
 from webapp.review import agreement
 from webapp.review.models import (
-    Campaign, CampaignReviewer, CampaignStatus, Export, ExportStatus, Item, ItemSource, ItemStatus, Label, Lease,
-    Review,
+    Campaign, CampaignReviewer, CampaignStatus, ConflictRead, Export, ExportStatus, Item, ItemSource, ItemStatus, Label,
+    Lease, Review,
 )
 
 
@@ -210,6 +210,11 @@ def _reviewers_who_may_review(project: Project) -> QuerySet[CampaignReviewer]:
     return CampaignReviewer.objects.filter(user__in=possible_reviewers(project=project).values("pk"))
 
 
+def reviewers_who_may_review(*, campaign: Campaign) -> QuerySet[CampaignReviewer]:
+    """The reviewer rows of ``campaign`` whose users may still review (``reviewer_names``' people)."""
+    return _reviewers_who_may_review(campaign.project).filter(campaign=campaign)
+
+
 def too_few_reviewers(*, campaign: Campaign, reviewer_count: int) -> bool:
     """Whether fewer reviewers may review ``campaign`` (``reviewer_count``, as ``reviewer_names`` counts
     them) than each of its items needs: no item can then be complete. The campaign page, its Settings
@@ -219,18 +224,21 @@ def too_few_reviewers(*, campaign: Campaign, reviewer_count: int) -> bool:
 
 def items_out_of_reach(*, campaign: Campaign, reviewer_count: int) -> int:
     """How many open items can never be complete although the campaign has reviewers enough: their answers
-    and the reviewers who have not yet answered or skipped them (``reviewer_count`` may review, as
-    ``reviewer_names`` counts them) fall short of ``required_reviews``, since a skip is never served again.
-    Only a skip leaves an item so (answers of reviewers who left still count), so only items with one are
-    read. 0 while ``too_few_reviewers`` holds: every item is then short, and that is said instead."""
+    and the reviewers who have not yet answered or skipped them, nor read their reviews on the conflicts page
+    (``reviewer_count`` may review, as ``reviewer_names`` counts them), fall short of ``required_reviews``: a skip
+    is never served again, nor a conflict sent back to review to those who read it. Only a skip or such a reading
+    leaves an item so (answers of reviewers who left still count), so only items with one are read. 0 while
+    ``too_few_reviewers`` holds: every item is then short, and that is said instead."""
     if too_few_reviewers(campaign=campaign, reviewer_count=reviewer_count):
         return 0
-    reviewers = _reviewers_who_may_review(campaign.project).filter(campaign=campaign).values("user_id")
-    seen_by_reviewers = (Review.objects.filter(item=OuterRef("pk"), reviewer__in=reviewers).order_by()
-                         .values("item").annotate(count=Count("pk")).values("count"))
-    reachable = F("review_count") + reviewer_count - Coalesce(Subquery(seen_by_reviewers), 0)
+    reviewed = Review.objects.filter(item=OuterRef(OuterRef("pk")), reviewer=OuterRef("user_id"))
+    read = ConflictRead.objects.filter(item=OuterRef(OuterRef("pk")), reader=OuterRef("user_id"))
+    blocked_reviewers = (reviewers_who_may_review(campaign=campaign).filter(Exists(reviewed) | Exists(read))
+                         .order_by().values("campaign").annotate(count=Count("pk")).values("count"))
+    reachable = F("review_count") + reviewer_count - Coalesce(Subquery(blocked_reviewers), 0)
     return (Item.objects.filter(campaign=campaign, status__in=(ItemStatus.PENDING, ItemStatus.IN_REVIEW))
-            .filter(Exists(Review.objects.filter(item=OuterRef("pk"), label=Label.SKIP)))
+            .filter(Exists(Review.objects.filter(item=OuterRef("pk"), label=Label.SKIP))
+                    | Exists(ConflictRead.objects.filter(item=OuterRef("pk"))))
             .filter(LessThan(reachable, campaign.required_reviews)).count())
 
 
@@ -305,10 +313,11 @@ def items_held_by_others(*, campaign: Campaign, user: AbstractBaseUser) -> HeldI
     does not answer the item in time."""
     now = timezone.now()
     answered = Review.objects.filter(item=OuterRef("pk"), reviewer=user)
+    read = ConflictRead.objects.filter(item=OuterRef("pk"), reader=user)
     first_back = leases_of_others(user=user, now=now).order_by("until").values("until")[:1]
     held = (Item.objects.filter(campaign=campaign, status__in=(ItemStatus.PENDING, ItemStatus.IN_REVIEW))
             .filter(GreaterThanOrEqual(places_taken(user=user, now=now), campaign.required_reviews))
-            .exclude(Exists(answered))
+            .exclude(Exists(answered)).exclude(Exists(read))
             .annotate(back_at=Subquery(first_back))
             .aggregate(count=Count("pk"), first_back_at=Min("back_at")))
     return HeldItems(**held) if held["count"] else None

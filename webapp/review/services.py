@@ -13,6 +13,10 @@ it holds one of the item's places, so reviewers working at the same time are giv
 and share one only while it has room: an item is handed over only while its answers and the live
 leases of others are fewer than ``required_reviews``. That is decided under the item's row lock
 (``_lease``), so two reviewers asking at once cannot both take its last place.
+
+A conflict whose reviews an owner read on the conflicts page (``ConflictRead``) is served to them no more than one
+they answered: raising reviews per item sends conflicts back to review for another answer, and that answer must be
+blind to the others (the page shows them, their comments and the models).
 """
 from __future__ import annotations
 
@@ -52,8 +56,8 @@ from webapp.projects.models import Membership, Project, Role
 from webapp.projects.services import project_lock
 from webapp.review import agreement, selectors
 from webapp.review.models import (
-    MAX_REQUIRED_REVIEWS, Campaign, CampaignReviewer, CampaignStatus, Choice, Export, ExportStatus, Item, ItemSource,
-    ItemStatus, Label, Lease, Review,
+    MAX_REQUIRED_REVIEWS, Campaign, CampaignReviewer, CampaignStatus, Choice, ConflictRead, Export, ExportStatus, Item,
+    ItemSource, ItemStatus, Label, Lease, Review,
 )
 from webapp.runs.services import held_task_messages
 from webapp.workers.deliveries import LostWorker, task_deliveries
@@ -355,9 +359,21 @@ def _version_pairs(version: DatasetVersion, *, read: collections.Counter) -> Ite
                    source=ItemSource.DATASET, source_row=row, original_label="a")
 
 
+@dataclass(frozen=True, kw_only=True)
+class CampaignUpdate:
+    """What ``campaign_update`` changed beyond the campaign's own fields: the conflicts that more reviews per item
+    sent back to review (``reopened_conflicts``), and how many of them the campaign's reviewers cannot give the
+    reviews they now lack (``reopened_out_of_reach``: each goes only to reviewers who have neither answered it nor
+    read its reviews on the conflicts page)."""
+
+    campaign: Campaign
+    reopened_conflicts: int = 0
+    reopened_out_of_reach: int = 0
+
+
 @transaction.atomic
 def campaign_update(*, campaign: Campaign, guidelines: str, required_reviews: int,
-                    reviewers: Iterable[AbstractBaseUser]) -> Campaign:
+                    reviewers: Iterable[AbstractBaseUser]) -> CampaignUpdate:
     """Change a campaign's guidelines, reviews per item and reviewers. Reviews already given stay (an
     unticked reviewer's too); item statuses follow the new number of reviews."""
     _check_required(required_reviews)
@@ -376,28 +392,55 @@ def campaign_update(*, campaign: Campaign, guidelines: str, required_reviews: in
     present = set(CampaignReviewer.objects.filter(campaign=campaign).values_list("user_id", flat=True))
     CampaignReviewer.objects.bulk_create(
         CampaignReviewer(campaign=campaign, user=user) for user in reviewers if user.pk not in present)
-    if required_reviews != previous_required:
-        if required_reviews > previous_required:
-            # Items that were full are open again: the cursors' promise no longer holds.
-            CampaignReviewer.objects.filter(campaign=campaign).update(cursor=0)
-        _refresh_statuses(campaign)
-    return campaign
+    if required_reviews == previous_required:
+        return CampaignUpdate(campaign=campaign)
+    if required_reviews > previous_required:
+        # Items that were full are open again: the cursors' promise no longer holds.
+        CampaignReviewer.objects.filter(campaign=campaign).update(cursor=0)
+    reopened = [item for previous, item in _refresh_statuses(campaign)
+                if previous == ItemStatus.CONFLICT and item.status == ItemStatus.IN_REVIEW]
+    return CampaignUpdate(campaign=campaign, reopened_conflicts=len(reopened),
+                          reopened_out_of_reach=_out_of_reach(campaign, reopened))
 
 
-def _refresh_statuses(campaign: Campaign) -> None:
-    """Recompute the status of every reviewed item (after ``required_reviews`` changed)."""
+def _out_of_reach(campaign: Campaign, items: list[Item]) -> int:
+    """How many of ``items`` (in review) the campaign's reviewers cannot give the reviews they lack: each is served
+    only to reviewers who have neither answered it nor read its reviews on the conflicts page."""
+    if not items:
+        return 0
+    reviewers = set(selectors.reviewers_who_may_review(campaign=campaign).values_list("user_id", flat=True))
+    blocked = collections.defaultdict(set)
+    for item_id, user_id in itertools.chain(
+            Review.objects.filter(item__in=items).values_list("item_id", "reviewer_id"),
+            ConflictRead.objects.filter(item__in=items).values_list("item_id", "reader_id")):
+        blocked[item_id].add(user_id)
+    return sum(1 for item in items
+               if len(reviewers - blocked[item.pk]) < campaign.required_reviews - item.review_count)
+
+
+def conflicts_read(*, items: Iterable[Item], user: AbstractBaseUser) -> None:
+    """Record that ``user`` was shown the reviews of ``items`` (conflicts) on the conflicts page: should one go back
+    to review, it is not served to them (``_first_open_item``)."""
+    ConflictRead.objects.bulk_create([ConflictRead(item=item, reader=user) for item in items], ignore_conflicts=True)
+
+
+def _refresh_statuses(campaign: Campaign) -> list[tuple[str, Item]]:
+    """Recompute the status of every reviewed item (after ``required_reviews`` changed); ``(status before,
+    item)`` for each item whose status changed."""
     labels_by_item: dict[int, list[str]] = {}
     reviews = Review.objects.filter(campaign=campaign).exclude(label=Label.SKIP).values_list("item_id", "label")
     for item_id, label in reviews.iterator(chunk_size=ITEM_BATCH):
         labels_by_item.setdefault(item_id, []).append(label)
     changed = []
-    for item in Item.objects.filter(campaign=campaign, review_count__gt=0).only("pk", "status", "resolved_label"):
+    for item in Item.objects.filter(campaign=campaign, review_count__gt=0).only("pk", "status", "resolved_label",
+                                                                                 "review_count"):
         status = item_status(labels_by_item.get(item.pk, []), required=campaign.required_reviews,
                              resolved_label=item.resolved_label)
         if status != item.status:
+            changed.append((item.status, item))
             item.status = status
-            changed.append(item)
-    Item.objects.bulk_update(changed, ["status"], batch_size=ITEM_BATCH)
+    Item.objects.bulk_update([item for _previous, item in changed], ["status"], batch_size=ITEM_BATCH)
+    return changed
 
 
 # --- Items -----------------------------------------------------------------------------------------------
@@ -921,16 +964,17 @@ def _reviewer_row(campaign: Campaign, user: AbstractBaseUser) -> CampaignReviewe
 
 def _first_open_item(*, campaign: Campaign, user: AbstractBaseUser, after: int, extra: Any = None) -> Item | None:
     """The first item after sequence ``after`` that still needs reviews and that ``user`` has not
-    answered (and that matches ``extra``, a filter). Open items are exactly the pending and in-review
-    ones, so each status walks its own stretch of the (campaign, status, sequence) index and finished
-    items are never read."""
-    answered = Review.objects.filter(item=OuterRef("pk"), reviewer=user)
+    answered, nor read the reviews of on the conflicts page (and that matches ``extra``, a filter). Open items
+    are exactly the pending and in-review ones, so each status walks its own stretch of the (campaign, status,
+    sequence) index and finished items are never read."""
+    answered = Exists(Review.objects.filter(item=OuterRef("pk"), reviewer=user)) | Exists(
+        ConflictRead.objects.filter(item=OuterRef("pk"), reader=user))
     found = []
     for status in (ItemStatus.PENDING, ItemStatus.IN_REVIEW):
         query = Item.objects.filter(campaign=campaign, status=status, sequence__gt=after)
         if extra is not None:
             query = query.filter(extra)
-        item = query.exclude(Exists(answered)).order_by("sequence").first()
+        item = query.exclude(answered).order_by("sequence").first()
         if item is not None:
             found.append(item)
     return min(found, key=lambda item: item.sequence, default=None)
@@ -1006,6 +1050,11 @@ def review_submit(
     _reviewer_row(campaign, user)
     if Review.objects.filter(item=item, reviewer=user).exists():
         raise ValidationError({"item": "you have already reviewed this item"})
+    if ConflictRead.objects.filter(item=item, reader=user).exists():
+        # The queue serves no one such an item; a page open from before could still send an answer.
+        raise ValidationError({"item": f"you read the answers to item {item.sequence} on the conflicts page, so your "
+                                       "answer would not be blind to them; it was not recorded, and the item goes to "
+                                       "other reviewers"})
     if item.status not in (ItemStatus.PENDING, ItemStatus.IN_REVIEW):
         # Others filled the item while this reviewer's page was open (their lease ran out, or the item was
         # shared while it had room): one answer more could turn a complete item into a conflict.

@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods, require_POST
 
+from jaxengine.words import counted
 from webapp.accounts.selectors import preferences_for
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
@@ -158,13 +159,15 @@ def campaign_settings(request: HttpRequest, slug: str, public_id: str) -> HttpRe
     form = CampaignSettingsForm(request.POST or None, project=project, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
-            services.campaign_update(campaign=campaign, guidelines=form.cleaned_data["guidelines"],
-                                     required_reviews=form.cleaned_data["required_reviews"],
-                                     reviewers=form.cleaned_data["reviewers"])
+            saved = services.campaign_update(campaign=campaign, guidelines=form.cleaned_data["guidelines"],
+                                             required_reviews=form.cleaned_data["required_reviews"],
+                                             reviewers=form.cleaned_data["reviewers"])
         except ValidationError as error:
             add_service_errors(form, error)
         else:
             messages.success(request, "Campaign settings saved.")
+            if saved.reopened_conflicts:
+                messages.info(request, _reopened_conflicts_note(saved))
             return redirect("review:detail", project.slug, campaign.public_id)
     reviewers = selectors.reviewer_names(campaign=campaign)
     return render(request, "review/settings.html",
@@ -173,6 +176,18 @@ def campaign_settings(request: HttpRequest, slug: str, public_id: str) -> HttpRe
                    "too_few_reviewers": selectors.too_few_reviewers(campaign=campaign, reviewer_count=len(reviewers)),
                    "out_of_reach": selectors.items_out_of_reach(campaign=campaign, reviewer_count=len(reviewers))},
                   status=400 if request.method == "POST" else 200)
+
+
+def _reopened_conflicts_note(saved: services.CampaignUpdate) -> str:
+    reopened, required = saved.reopened_conflicts, saved.campaign.required_reviews
+    note = (f"{counted(reopened, 'conflict')} went back to review for a review more ({required} per item now): "
+            f"{'each goes' if reopened != 1 else 'it goes'} only to reviewers who have neither answered it nor read "
+            "its answers on the conflicts page.")
+    if short := saved.reopened_out_of_reach:
+        note += (f" {'It' if reopened == 1 else f'{short} of them'} cannot get the reviews "
+                 f"{'it lacks' if reopened == 1 else 'they lack'} from this campaign's reviewers: add reviewers, or "
+                 "lower reviews per item again.")
+    return note
 
 
 @login_required
@@ -366,9 +381,11 @@ def item_list(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
 def conflict_list(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
     campaign = selectors.campaign_get(project=project, public_id=public_id)
+    conflicts = selectors.conflict_entries(campaign=campaign, limit=ITEMS_PER_PAGE)
+    # Shown their answers, this owner reviews none of them blind any more, should they go back to review.
+    services.conflicts_read(items=[entry.item for entry in conflicts], user=request.user)
     return render(request, "review/conflicts.html", {
-        "project": project, "membership": membership, "campaign": campaign,
-        "conflicts": selectors.conflict_entries(campaign=campaign, limit=ITEMS_PER_PAGE),
+        "project": project, "membership": membership, "campaign": campaign, "conflicts": conflicts,
         "total": selectors.status_counts(campaign=campaign)[ItemStatus.CONFLICT],
     })
 

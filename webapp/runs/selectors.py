@@ -30,8 +30,10 @@ from jaxengine.memory import ModelFacts, byte_size, estimate_memory
 from jaxengine.spec import TASK_ONLY_KEYS, TASK_SECTIONS, SpecError, best_metric_for, parse_spec
 from jaxengine.words import counted
 from webapp.basemodels.models import BaseModel
+from webapp.basemodels.selectors import demo_model
 from webapp.core.bidi import isolated
 from webapp.core.keyset import KeysetPage, keyset_page
+from webapp.core.model_refs import spec_ref
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Membership, Project, Role
 from webapp.runs import channels
@@ -280,6 +282,28 @@ def offered_as_starting_model(*, run: Run) -> bool:
     archived, its model exported. A reward model scores text and writes none: no policy to go on from."""
     return (run.status == RunStatus.SUCCEEDED and not run.archived and run.task != "reward"
             and Artifact.objects.filter(run=run, kind=ArtifactKind.MODEL).exists())
+
+
+def starts_from_the_demo_model(*, project: Project, model: str | None) -> bool:
+    """Whether a launch form's ``?model=`` is the project's demo model, or a run's model (or checkpoint) trained from
+    it: the form then starts from the demo preset of its task (``presets.demo_preset_name``), the learning rate a model
+    that small learns at, as the run it goes on from did."""
+    demo = demo_model(project=project)
+    if demo is None or not model:
+        return False
+    reference = spec_ref(model)
+    if reference == demo.public_id:
+        return True
+    run_id = reference.partition("@")[0] if isinstance(reference, str) else ""
+    return run_id.startswith("run_") and Run.objects.filter(project=project, public_id=run_id, base_model=demo).exists()
+
+
+def launch_task(*, run: Run) -> str:
+    """The task the launch form opens on from ``run``'s *Launch a run from it* (its page's, its checkpoints' and
+    final model's): the run's own, under that task's preset, so that a DPO run's checkpoint goes on with DPO; sft for
+    a run trained elsewhere (``external``, no task of Temper's). A reward run offers none: its model scores text and
+    is no policy to go on from (``offered_as_starting_model``). The form can still switch the task."""
+    return run.task if run.task in tasks() else "sft"
 
 
 def reward_model_choices(*, project: Project) -> list[tuple[str, str]]:

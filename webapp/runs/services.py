@@ -325,6 +325,11 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
         resolved_data["columns"] = columns
     else:
         resolved_data.pop("columns", None)
+    # The variables a run's model trained with, from its Run row: the engine does not read them from its directory.
+    own_variables = data.get("chat_template_kwargs") or {}
+    model_variables = trained_template_kwargs(source_run) if source_run is not None else {}
+    if model_variables and isinstance(own_variables, dict):
+        resolved_data["chat_template_kwargs"] = {**model_variables, **own_variables}
     # Unresolved references stay as placeholders so that the schema still checks every other key.
     resolved = {**spec, "model": model_path or "unresolved", "output_dir": str(output_dir),
                 "data": {**resolved_data, "train": resolved_data.get("train") or "unresolved"}}
@@ -367,6 +372,10 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     written["data"]["train"] = data["train"]
     written["data"]["eval"] = data.get("eval") or None
     written["data"].pop("columns", None)  # derived from the dataset versions, not written
+    if model_variables:  # the resolved spec's alone: a copy of the run, started from another model, does not carry them
+        written["data"]["chat_template_kwargs"] = {name: value for name, value in
+                                                   written["data"]["chat_template_kwargs"].items()
+                                                   if name in own_variables or name not in model_variables}
     if ppo.get("reward_model") not in (None, ""):
         written["ppo"]["reward_model"] = ppo["reward_model"].strip()
     for (key, term), (_, given) in zip(_reward_model_terms(written), _reward_model_terms(spec)):
@@ -377,6 +386,16 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
                    source_run=source_run, dataset_versions=versions,
                    reward_base_model=reward_base_model(project=project, spec=written), tokenizer=tokenizer,
                    stamped_template_date=stamped_date)
+
+
+def trained_template_kwargs(run: Run) -> dict[str, Any]:
+    """The ``data.chat_template_kwargs`` ``run`` trained with, from its Run row (its resolved spec: a run logged from
+    elsewhere has none), which a run started from its model or a checkpoint of it renders with under its own spec's
+    (``plan_run``). An export keeps them in its ``chat_template_kwargs.json``; one made before exports kept them has
+    none, and the engine then read them from the source run directory's ``spec.yaml`` alone: a file moved, deleted or
+    written over changed what the new run trained with."""
+    variables = ((run.resolved_spec or {}).get("data") or {}).get("chat_template_kwargs")
+    return dict(variables) if isinstance(variables, dict) else {}
 
 
 def _model_tokenizer_settings(model_path: str) -> TokenizerSettings | None:

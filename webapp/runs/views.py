@@ -24,7 +24,6 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from jaxengine.words import counted
-from webapp.basemodels import selectors as basemodel_selectors
 from webapp.chat import selectors as chat_selectors
 from webapp.core.bidi import isolated
 from webapp.core.forms import errors_by_key
@@ -180,8 +179,7 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
         name, tags, errors, copy_notes = "", "", {}, []
         errors_heading = "Some of what the run used is gone"
         preset_name = request.GET.get("preset")
-        if preset_name is None and request.GET.get("model") and basemodel_selectors.demo_model(
-                project=project, public_id=request.GET["model"]):
+        if preset_name is None and selectors.starts_from_the_demo_model(project=project, model=request.GET.get("model")):
             preset_name = presets.demo_preset_name(task)  # a learning rate the demo model learns at in 200 steps
         spec = presets.preset_spec(task, preset_name)
         duplicate = request.GET.get("from")
@@ -492,8 +490,9 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         # The chat offers a succeeded run's final model to members, archived runs' aside (chat_selectors.model_choices).
         "can_chat": (membership.can(Role.MEMBER) and not run.archived
                      and chat_selectors.model_choice(project=project, ref=run.public_id) is not None),
-        # The next stage of a chain (SFT → DPO → …): the launch form with this run's model chosen.
+        # The next stage of a chain (SFT → DPO → …): the launch form with this run's model chosen, on its task.
         "can_launch_from": membership.can(Role.MEMBER) and selectors.offered_as_starting_model(run=run),
+        "launch_task": selectors.launch_task(run=run),
         "notes_html": render_markdown(run.notes), "notes_max_chars": LONG_TEXT_MAX_CHARS, "spec_yaml": services.spec_to_yaml(run.spec),
     }, status=status)
 
@@ -505,7 +504,7 @@ def run_checkpoints(request: HttpRequest, slug: str, run_id: str) -> HttpRespons
     project, membership, run = get_run_for_user(request.user, slug, run_id)
     return render(request, "runs/_checkpoints.html", {
         "project": project, "run": run, "can_act": membership.can(Role.MEMBER),
-        "checkpoints": selectors.checkpoint_list(run=run)})
+        "checkpoints": selectors.checkpoint_list(run=run), "launch_task": selectors.launch_task(run=run)})
 
 
 @login_required
@@ -706,7 +705,8 @@ def run_export_checkpoint(request: HttpRequest, slug: str, run_id: str) -> HttpR
         if then_launch:  # from a page that showed it not exported: exported since, or being exported, it is not again
             state, model = selectors.checkpoint_launch_state(run=run, step=step)
             if state == "model":
-                return f"{reverse('runs:new', args=[project.slug])}?{urlencode({'model': model})}"
+                query = urlencode({"model": model, "task": selectors.launch_task(run=run)})
+                return f"{reverse('runs:new', args=[project.slug])}?{query}"
             if state == "exporting":
                 messages.info(request, f"Checkpoint {step} is being exported already: the launch form opens with it "
                                        "once it is done, if this page is still open.")

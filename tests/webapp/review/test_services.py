@@ -332,7 +332,7 @@ def test_the_cursor_moves_past_finished_items_and_resets_when_more_reviews_are_n
     assert services.queue_next_item(campaign=campaign, user=team.teammate).sequence == 4
     assert CampaignReviewer.objects.get(campaign=campaign, user=team.teammate).cursor == 3
     campaign = services.campaign_update(campaign=campaign, guidelines="", required_reviews=2,
-                                        reviewers=[team.teammate, carol])
+                                        reviewers=[team.teammate, carol]).campaign
     assert CampaignReviewer.objects.get(campaign=campaign, user=team.teammate).cursor == 0
     assert Item.objects.get(campaign=campaign, sequence=1).status == ItemStatus.IN_REVIEW
     assert services.queue_next_item(campaign=campaign, user=team.teammate).sequence == 1
@@ -440,6 +440,26 @@ def test_a_resolution_stays_final_when_more_reviews_are_asked_for(campaign, team
     assert (resolved.status, resolved.resolved_label) == (ItemStatus.COMPLETE, "a")
     assert open_conflict.status == ItemStatus.IN_REVIEW  # a third review may settle it
     assert services.item_status(["a", "b"], required=3, resolved_label="a") == ItemStatus.COMPLETE
+
+
+def test_an_answer_to_a_conflict_read_on_the_conflicts_page_is_refused(campaign, team, carol):
+    """The queue serves no reviewer a conflict sent back to review whose answers they read on the conflicts page; an
+    answer sent all the same (a reviewing page open from before, a hand-made request) was recorded, the deciding
+    review of someone who had read the others. It is refused, nothing recorded."""
+    owner_reviewer = team.owner
+    services.campaign_update(campaign=campaign, guidelines="", required_reviews=2,
+                             reviewers=[team.teammate, carol, owner_reviewer])
+    item = Item.objects.get(campaign=campaign, sequence=2)
+    answer(item, team.teammate, "a")
+    answer(item, carol, "b")
+    services.conflicts_read(items=[item], user=owner_reviewer)
+    campaign = services.campaign_update(campaign=campaign, guidelines="", required_reviews=3,
+                                        reviewers=[team.teammate, carol, owner_reviewer]).campaign
+    item.refresh_from_db()
+    assert item.status == ItemStatus.IN_REVIEW
+    with pytest.raises(ValidationError, match="you read the answers to item 2 on the conflicts page"):
+        answer(item, owner_reviewer, "a")
+    assert not Review.objects.filter(item=item, reviewer=owner_reviewer).exists()
 
 
 def test_a_skip_is_not_counted_as_an_answer(campaign, team):

@@ -59,7 +59,8 @@ def test_a_viewer_cannot_review(campaign, team, client_for):
 
 
 def test_a_member_who_is_not_a_reviewer_cannot_review(campaign, team, client_for):
-    campaign = services.campaign_update(campaign=campaign, guidelines="", required_reviews=2, reviewers=[team.owner])
+    campaign = services.campaign_update(campaign=campaign, guidelines="", required_reviews=2,
+                                        reviewers=[team.owner]).campaign
     assert client_for(team.teammate).get(url("next", campaign)).status_code == 403
 
 
@@ -473,6 +474,52 @@ def test_the_owner_changes_the_settings(campaign, team, carol, client_for):
     response = owner.post(url("settings", campaign), {"guidelines": "", "required_reviews": 11,
                                                       "reviewers": [carol.pk]})
     assert response.status_code == 400 and b"less than or equal to 10" in response.content
+
+
+def test_more_reviews_per_item_send_a_conflict_back_only_to_reviewers_blind_to_it(campaign, team, carol, client_for):
+    """Raising reviews per item sends conflicts back to review for another answer, and the queue served them to any
+    reviewer who had not answered them: an owner reviewing too, who had read their answers, comments and models on
+    the conflicts page, gave the deciding review as if blind. A conflict goes back only to reviewers who have neither
+    answered it nor read it there, and the owner is told how many went back and how many no reviewer can take."""
+    from tests.webapp.factories import make_user
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Role
+    from webapp.review import selectors
+
+    conflicts = [Item.objects.get(campaign=campaign, sequence=sequence) for sequence in (2, 3)]
+    for item in conflicts:
+        answer(item, team.teammate, "a")
+        answer(item, carol, "b")
+    owner = client_for(team.owner)
+    page = owner.get(url("conflicts", campaign)).content.decode()
+    assert page.count('class="card conflict"') == 2 and 'id="conflicts-read-note"' in page
+
+    response = owner.post(url("settings", campaign), {"guidelines": "", "required_reviews": 3,
+                                                      "reviewers": [team.teammate.pk, carol.pk, team.owner.pk]},
+                          follow=True)
+    said = response.content.decode()
+    assert "2 conflicts went back to review for a review more (3 per item now): each goes only to reviewers who " \
+           "have neither answered it nor read its answers on the conflicts page." in said
+    assert "2 of them cannot get the reviews they lack from this campaign&#x27;s reviewers" in said
+    assert [item.status for item in Item.objects.filter(pk__in=[item.pk for item in conflicts])] == [
+        ItemStatus.IN_REVIEW] * 2
+    campaign.refresh_from_db()
+    assert selectors.items_out_of_reach(campaign=campaign, reviewer_count=3) == 2
+    served = []
+    while (item := services.queue_next_item(campaign=campaign, user=team.owner)) is not None:
+        served.append(item.sequence)
+        answer(item, team.owner, "a")
+    assert served == [1, 4]
+
+    dave = make_user("dave")
+    project_services.membership_add(project=team.project, user=dave, role=Role.MEMBER)
+    response = owner.post(url("settings", campaign), {"guidelines": "", "required_reviews": 3, "reviewers": [
+        team.teammate.pk, carol.pk, team.owner.pk, dave.pk]}, follow=True)
+    assert "went back to review" not in response.content.decode()  # reviews per item unchanged: nothing went back
+    assert selectors.items_out_of_reach(campaign=campaign, reviewer_count=4) == 0
+    assert services.queue_next_item(campaign=campaign, user=dave).sequence == 1
+    answer(Item.objects.get(campaign=campaign, sequence=1), dave, "a")
+    assert services.queue_next_item(campaign=campaign, user=dave).sequence == 2
 
 
 def test_the_items_page_filters_by_status(campaign, team, carol, client_for):

@@ -5,11 +5,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from tests.webapp.factories import make_ready_version
+from tests.webapp.factories import make_ready_version, thinking_model_dir
 from tests.webapp.runs.conftest import FakeRedis, make_pool_worker, sft_spec
 from webapp.core.templatetags.temper import when
 from webapp.runs import selectors, services
@@ -175,6 +176,55 @@ def test_a_succeeded_runs_export_is_a_starting_model(team, catalog, sent_tasks, 
     second = services.run_create(project=team.project, spec=spec, user=team.teammate)
     assert second.resolved_spec["model"] == str(tmp_path) and second.source_run == first
     assert second.spec["model"] == first.public_id
+
+
+def test_a_run_from_a_runs_model_renders_with_its_run_rows_variables_whatever_its_directory_holds(
+        team, catalog, sent_tasks, tmp_path):
+    """An export made before exports kept chat_template_kwargs.json has its run's template variables from the run
+    directory's spec.yaml alone, and the engine read them there for a run started from it: with that file moved or
+    deleted, the new run trained otherwise than its model had (a Qwen3 trained with thinking off went on with it on).
+    The launch takes them from the source's Run row into the resolved spec, under the spec's own; the spec as written
+    keeps the author's alone."""
+    from jaxengine.spec import parse_spec
+    from jaxengine.tokenizer import read_tokenizer_settings
+
+    variables = {"enable_thinking": False}
+    source_dir = tmp_path / "source"
+    source_dir.mkdir()
+    source = Run.objects.create(project=team.project, name="trained off", task="sft", status=RunStatus.SUCCEEDED,
+                                spec={"task": "sft", "data": {"chat_template_kwargs": variables}},
+                                resolved_spec={"output_dir": str(source_dir), "data": {"chat_template_kwargs": variables}},
+                                created_by=team.owner)
+    for name, kind, step in (("export", ArtifactKind.MODEL, 9), ("export-step-5", ArtifactKind.CHECKPOINT, 5)):
+        Artifact.objects.create(run=source, kind=kind, step=step, path=str(thinking_model_dir(source_dir / name)))
+    written_spec = source_dir / "spec.yaml"  # as the engine wrote it; no chat_template_kwargs.json in the exports
+    written_spec.write_text(yaml.safe_dump({"task": "sft", "data": {"chat_template_kwargs": variables}}))
+
+    def rendered_with(run: Run) -> dict:
+        """The variables the engine renders the run's chats with (jaxengine.job.build_job_model): its model's own,
+        then the job's data.chat_template_kwargs over them."""
+        job = parse_spec(run.resolved_spec)
+        return {**read_tokenizer_settings(job.model).template_kwargs, **job.data.chat_template_kwargs}
+
+    for model in (source.public_id, f"{source.public_id}@5"):
+        spec = {**sft_spec(catalog), "model": model}
+        beside = services.run_create(project=team.project, spec=spec, user=team.teammate)
+        assert beside.resolved_spec["data"]["chat_template_kwargs"] == variables
+        assert beside.spec["data"]["chat_template_kwargs"] == {}
+        assert rendered_with(beside) == variables
+        written_spec.rename(tmp_path / "spec.yaml")
+        moved = services.run_create(project=team.project, spec=spec, user=team.teammate)
+        assert moved.resolved_spec["data"] == beside.resolved_spec["data"]
+        assert rendered_with(moved) == variables, model
+        (tmp_path / "spec.yaml").rename(written_spec)
+
+    # The spec's own variables win over its model's.
+    own = services.run_create(project=team.project, user=team.teammate, spec={
+        **sft_spec(catalog), "model": source.public_id,
+        "data": {"train": catalog.sft.public_id, "chat_template_kwargs": {"enable_thinking": True}}})
+    assert own.resolved_spec["data"]["chat_template_kwargs"] == {"enable_thinking": True}
+    assert own.spec["data"]["chat_template_kwargs"] == {"enable_thinking": True}
+    assert rendered_with(own) == {"enable_thinking": True}
 
 
 def test_yaml_errors_name_their_line(team, catalog):

@@ -886,8 +886,8 @@ def test_each_checkpoint_offers_a_run_from_it_exporting_it_first_where_it_is_not
         return {step: partial.split(f'<li data-step="{step}"')[1].split("</li>")[0] for step in (3, 6, 9)}
 
     shown = items(client)
-    assert f'<a class="launch-from-checkpoint" href="/p/alpha/runs/new/?model={run.public_id}@3">Launch a run from it</a>' in shown[3]
-    assert f'<a class="launch-from-checkpoint" href="/p/alpha/runs/new/?model={run.public_id}">Launch a run from it</a>' in shown[9]
+    assert f'<a class="launch-from-checkpoint" href="/p/alpha/runs/new/?model={run.public_id}@3&amp;task=sft">Launch a run from it</a>' in shown[3]
+    assert f'<a class="launch-from-checkpoint" href="/p/alpha/runs/new/?model={run.public_id}&amp;task=sft">Launch a run from it</a>' in shown[9]
     assert '<button type="submit" name="then" value="launch">Launch a run from it</button>' in shown[6]
     assert "exports it first" in shown[6]
     form = client.get(f"/p/alpha/runs/new/?model={run.public_id}@3").content.decode()
@@ -901,9 +901,9 @@ def test_each_checkpoint_offers_a_run_from_it_exporting_it_first_where_it_is_not
     # From a page shown before: one exported since (or the final model) opens the form at once; one being exported is
     # waited for, not refused as being exported.
     assert client.post(url(run, "export/"), {"step": "3", "then": "launch"})["Location"] == (
-        f"/p/alpha/runs/new/?model={run.public_id}%403")
+        f"/p/alpha/runs/new/?model={run.public_id}%403&task=sft")
     assert client.post(url(run, "export/"), {"step": "9", "then": "launch"})["Location"] == (
-        f"/p/alpha/runs/new/?model={run.public_id}")
+        f"/p/alpha/runs/new/?model={run.public_id}&task=sft")
     assert client.post(url(run, "export/"), {"step": "6", "then": "launch"})["Location"] == url(run) + "?launch=6"
     assert "Checkpoint 6 is being exported already" in client.get(url(run)).content.decode()
     response = client.post(url(run, "export/"), {"step": "6"}, follow=True)  # plain Export: refused, as before
@@ -2036,7 +2036,7 @@ def test_a_succeeded_runs_page_offers_a_run_from_its_model(team, run, client_for
     the Runs page, the model found again among every base model, exported model and checkpoint; the page offered
     a chat with the model and a duplicate of the run, not a run from it. It links the launch form, its model
     chosen, as a base model's page does."""
-    launch_link = f'href="/p/alpha/runs/new/?model={run.public_id}" id="launch-from-run"'
+    launch_link = f'href="/p/alpha/runs/new/?model={run.public_id}&amp;task=sft" id="launch-from-run"'
     Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(run.output_dir / "export"))
     assert launch_link not in client_for(team.teammate).get(url(run)).content.decode()  # still queued
     run = succeeded_with_export(run)
@@ -2534,6 +2534,19 @@ def test_the_launch_form_opened_on_the_demo_model_shows_the_demo_preset(team, ca
     other = client.get(f"/p/alpha/runs/new/?model={catalog.base_model.public_id}").content.decode()
     assert re.search(r'name="optim.learning_rate"[^>]*value="0.0002"', other)
     assert 'class="button active"' not in other
+
+    # A run trained from the demo model is as small: its Launch a run from it (its model, or a checkpoint's) opens
+    # the form on the demo preset too; the LoRA preset's 2e-4 went on at a fifth of the pace its first run had.
+    demo_run = Run.objects.create(project=team.project, name="first", task="sft", status=RunStatus.SUCCEEDED,
+                                  spec={"task": "sft", "model": demo.public_id}, resolved_spec={"output_dir": "/x"},
+                                  base_model=demo, created_by=team.owner)
+    demo_run.artifacts.create(kind="model", step=9, path="/x/export")
+    demo_run.artifacts.create(kind="checkpoint", step=3, path="/x/export-step-3")
+    for model in (demo_run.public_id, f"{demo_run.public_id}@3"):
+        page = client.get(f"/p/alpha/runs/new/?model={model}&task=sft").content.decode()
+        assert re.search(r'class="button active" aria-current="true" [^>]*data-preset="LoRA, demo model"', page), model
+        assert re.search(r'name="optim.learning_rate"[^>]*value="0.001"', page)
+        assert f'<option value="{model}" selected' in page
 
 
 def test_the_runs_table_and_the_overview_show_a_tiny_loss_as_a_figure_not_zero(team, client_for):
