@@ -212,6 +212,7 @@ HOSTILE_CHAT_TEMPLATES = {
     "range too big": ("{% for i in range(10**9) %}x{% endfor %}", "Range too big"),
     "recursion": ("{% macro turn(n) %}{{ turn(n + 1) }}{% endmacro %}{{ turn(0) }}",
                   "maximum recursion depth exceeded"),
+    "nested too deep": ("{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}", "cannot be read: maximum recursion depth"),
     "huge text": ("{{ messages[0].content * 10**10 }}", "more than 16,000,000 characters"),
     "endless loop": ("{% set steps = range(100000) | list %}{% for i in steps %}{% for j in steps %}{% endfor %}"
                      "{% endfor %}", "renders for more than 2 seconds"),
