@@ -205,10 +205,11 @@ def _environment():
 
     def bounded_width(filter_function):
         @functools.wraps(filter_function)
-        def bounded(value, width=80, *args, **kwargs):
+        def bounded(value, *args, **kwargs):
+            width = args[0] if args else kwargs.get("width")
             if type(width) is int:
                 _check_size(width)
-            return filter_function(value, width, *args, **kwargs)
+            return filter_function(value, *args, **kwargs)
         return bounded
 
     environment = BoundedEnvironment(
@@ -255,8 +256,7 @@ def _described(error: BaseException) -> str:
     """An exception a template raised, in words: its own message, with the type where the message alone may not
     say what happened (``division by zero`` does; ``0`` from a KeyError does not)."""
     message = str(error) or type(error).__name__
-    return message if isinstance(error, Exception) and type(error).__module__.startswith("jinja2") else (
-        f"{message} ({type(error).__name__})")
+    return message if type(error).__module__.startswith("jinja2") else f"{message} ({type(error).__name__})"
 
 
 def _template_line(error: BaseException) -> int | None:

@@ -184,3 +184,5 @@ def test_the_bounds_leave_a_long_conversation_and_a_template_with_loops_as_they_
     rendered = render_chat_template(factories.CHATML_CHAT_TEMPLATE, messages, add_generation_prompt=True)
     assert rendered.count("<|im_start|>") == 42 and len(rendered) > 4_000_000
     assert render_chat_template("{{ 3 * 'ab' }}{{ 2 ** 10 }}{{ '%5s' % 'x' }}", messages) == "ababab1024    x"
+    assert render_chat_template("{{ 'a\nb' | indent }}|{{ 'a' | center(5) }}|{{ 'a'.ljust(3) }}.", messages) == (
+        "a\n    b|  a  |a  .")
