@@ -73,6 +73,11 @@ _render_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 _FORMAT_SIZE = re.compile(r"%[-+ #0]*(?:[0-9]{8,}|[0-9]*\.[0-9]{8,})")
 
 
+# How a ChatTemplateError for a template's own bug or a rendering past the bounds ends (a template's raise_exception
+# message is its own, often about the conversation): a caller adding advice of its own need not repeat it.
+BROKEN_TEMPLATE_ADVICE = "fix it or choose a model with another"
+
+
 class ChatTemplateError(ValueError):
     """A chat template cannot be read, compiled or rendered; the message says which and why."""
 
@@ -411,10 +416,10 @@ def render_chat_template(
         raise ChatTemplateError(f"chat template{_where(error)}: {error}") from None
     except _RenderLimitError as error:
         raise ChatTemplateError(f"chat template{_where(error)}: cannot be rendered: {error}; a real template renders "
-                                "a conversation in milliseconds, so fix it or choose a model with another") from None
+                                f"a conversation in milliseconds, so {BROKEN_TEMPLATE_ADVICE}") from None
     except Exception as error:  # a bug of the template's own: 1/0, a recursion without end, None + 'text'
         raise ChatTemplateError(f"chat template{_where(error)}: {_described(error)}; the template fails on this "
-                                "conversation: fix it or choose a model with another") from None
+                                f"conversation: {BROKEN_TEMPLATE_ADVICE}") from None
     finally:
         _generation_tracker.reset(tracker)
         _render_deadline.reset(deadline)

@@ -46,7 +46,11 @@ def test_a_launch_on_a_model_whose_template_fails_is_refused_naming_its_file_and
     [refusal] = answer.json()["errors"]["model"]
     assert refusal.startswith(f"{template_file}: chat template")
     assert message in refusal and "Traceback" not in refusal
-    assert refusal.endswith("fix the template in that file, or choose another model")
+    assert "It fails on a plain chat of a user turn and an assistant turn, as the run renders every row" in refusal
+    assert refusal.endswith(("fix the template in that file, or choose another model",
+                             "fix it or choose a model with another. It fails on a plain chat of a user turn and an "
+                             "assistant turn, as the run renders every row, so the run would stop at its start"))
+    assert refusal.count("fix ") == 1
     with pytest.raises(run_services.ValidationError):
         run_services.run_create(project=team.project, spec=spec, user=team.teammate)
 

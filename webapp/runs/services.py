@@ -560,9 +560,11 @@ def _check_chat_template(tokenizer: TokenizerSettings, model_path: str, errors, 
         render(PLAIN_CHAT, False)
         render(PLAIN_CHAT[:1], True)
     except chat_template.ChatTemplateError as error:
-        _add(errors, "model", f"{chat_template_file(model_path, tokenizer)}: {error} (rendering a plain chat of a user "
-                              "turn and an assistant turn, as the run renders every row: it would stop at its start); "
-                              "fix the template in that file, or choose another model")
+        advice = "" if str(error).endswith(chat_template.BROKEN_TEMPLATE_ADVICE) else (
+            ": fix the template in that file, or choose another model")
+        _add(errors, "model", f"{chat_template_file(model_path, tokenizer)}: {error}. It fails on a plain chat of a "
+                              "user turn and an assistant turn, as the run renders every row, so the run would stop at "
+                              f"its start{advice}")
         return False
     return True
 
