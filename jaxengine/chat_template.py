@@ -15,6 +15,13 @@ Where a template comes from: ``chat_template.jinja`` in the model directory, els
 ``tokenizer_config.json``'s ``chat_template`` (a string, or a list of ``{"name", "template"}`` of which
 ``default`` is used). A model with neither gets ``DEFAULT_CHAT_TEMPLATE`` (ChatML-like).
 
+A template is code its model's author wrote, run in the web process (launch checks, token counts), the serve
+worker and the trainer: whatever it raises (its own ``raise_exception``, a ``1/0``, a recursion without end)
+comes out as ``ChatTemplateError`` with the template's line and message, and a rendering is bounded: at most
+``MAX_RENDER_SECONDS`` (checked at each loop step, call and output chunk) and ``MAX_RENDERED_CHARS`` characters,
+with ``*``, ``**`` and ``%`` refused where their result would pass that size, so a loop of 10**10 steps or a
+``'x' * 10**10`` is a refusal rather than a hung request or a worker out of memory.
+
 This module does not import jax.
 """
 from __future__ import annotations
@@ -24,6 +31,7 @@ import functools
 import json
 import math
 import re
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -55,9 +63,38 @@ GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
 _generation_tracker: contextvars.ContextVar[tuple[list[str], list[tuple[int, int]]] | None] = contextvars.ContextVar(
     "generation_tracker", default=None)
 
+# Far past any real template's rendering (milliseconds; a context of 128k tokens is about half a million
+# characters), and short enough that a launch check probing a template a few times still answers.
+MAX_RENDER_SECONDS = 2.0
+MAX_RENDERED_CHARS = 16_000_000
+# While render_chat_template renders: the time.monotonic() past which it stops.
+_render_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("render_deadline", default=None)
+# Widths and precisions of a '%' format on text, and a text method's int arguments, past this size are refused.
+_FORMAT_SIZE = re.compile(r"%[-+ #0]*(?:[0-9]{8,}|[0-9]*\.[0-9]{8,})")
+
+
+# How a ChatTemplateError for a template's own bug or a rendering past the bounds ends (a template's raise_exception
+# message is its own, often about the conversation): a caller adding advice of its own need not repeat it.
+BROKEN_TEMPLATE_ADVICE = "fix it or choose a model with another"
+
 
 class ChatTemplateError(ValueError):
     """A chat template cannot be read, compiled or rendered; the message says which and why."""
+
+
+class _RenderLimitError(Exception):
+    """A rendering went past ``MAX_RENDER_SECONDS`` or ``MAX_RENDERED_CHARS``; the message says which."""
+
+
+def _check_deadline() -> None:
+    deadline = _render_deadline.get()
+    if deadline is not None and time.monotonic() > deadline:
+        raise _RenderLimitError(f"it renders for more than {MAX_RENDER_SECONDS:g} seconds (a loop without end?)")
+
+
+def _check_size(size: int) -> None:
+    if size > MAX_RENDERED_CHARS:
+        raise _RenderLimitError(f"it makes a text of more than {MAX_RENDERED_CHARS:,} characters")
 
 
 def read_chat_template(model_dir: str | Path, tokenizer_config: Mapping[str, Any]) -> str | None:
@@ -140,8 +177,51 @@ def _environment():
                 raise jinja2.exceptions.SecurityError(
                     f"Chat templates cannot store underscore-prefixed attributes on a namespace, but got {name!r}.")
 
-    environment = ImmutableSandboxedEnvironment(
+    class BoundedEnvironment(ImmutableSandboxedEnvironment):
+        # A call (a macro's too, so a recursion), each loop step (_compile has every loop iterate through
+        # bounded_steps) and each output chunk look at the clock; operators that can make a huge value at once
+        # are sized first.
+        intercepted_binops = frozenset({"*", "**", "%"})
+
+        def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - the sandbox's own signature
+            _check_deadline()
+            if isinstance(getattr(__obj, "__self__", None), (str, list, tuple)):  # 'x'.ljust(10**10)
+                for argument in (*args, *kwargs.values()):
+                    if type(argument) is int:
+                        _check_size(argument)
+            return super().call(__context, __obj, *args, **kwargs)
+
+        def call_binop(self, context, operator, left, right):
+            _check_deadline()
+            if operator == "*":
+                for sized, count in ((left, right), (right, left)):
+                    if isinstance(sized, (str, list, tuple)) and type(count) is int:
+                        _check_size(len(sized) * count)
+            elif operator == "**" and type(left) is int and type(right) is int and abs(left) > 1:
+                _check_size(int(right * math.log10(abs(left))))  # the digits of the result
+            elif operator == "%" and isinstance(left, str) and _FORMAT_SIZE.search(left):
+                raise _RenderLimitError(f"it formats with a width or precision of more than {MAX_RENDERED_CHARS:,}")
+            return super().call_binop(context, operator, left, right)
+
+    def bounded_steps(iterable):
+        for item in iterable:
+            _check_deadline()
+            yield item
+
+    def bounded_width(filter_function):
+        @functools.wraps(filter_function)
+        def bounded(value, *args, **kwargs):
+            width = args[0] if args else kwargs.get("width")
+            if type(width) is int:
+                _check_size(width)
+            return filter_function(value, *args, **kwargs)
+        return bounded
+
+    environment = BoundedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=[GenerationBlock, jinja2.ext.loopcontrols])
+    environment.filters[_BOUNDED_STEPS] = bounded_steps
+    for name in ("center", "indent"):
+        environment.filters[name] = bounded_width(environment.filters[name])
     environment.filters["tojson"] = tojson
     environment.globals["raise_exception"] = raise_exception
     environment.globals["strftime_now"] = strftime_now
@@ -150,14 +230,48 @@ def _environment():
     return environment
 
 
-@functools.lru_cache(maxsize=32)
-def _compile(template: str):
+_BOUNDED_STEPS = "temper_bounded_steps"
+
+
+def _parse(template: str):
     import jinja2
 
     try:
-        return _environment().from_string(template)
+        return _environment().parse(template)
     except jinja2.exceptions.TemplateSyntaxError as error:
         raise ChatTemplateError(f"chat template line {error.lineno}: {error.message}") from None
+    except Exception as error:  # a nesting too deep for the parser (RecursionError), ...
+        raise ChatTemplateError(f"chat template: cannot be read: {_described(error)}") from None
+
+
+@functools.lru_cache(maxsize=32)
+def _compile(template: str):
+    import jinja2.nodes
+
+    parsed = _parse(template)
+    for loop in parsed.find_all(jinja2.nodes.For):  # each step looks at the clock (BoundedEnvironment)
+        loop.iter = jinja2.nodes.Filter(loop.iter, _BOUNDED_STEPS, [], [], None, None, lineno=loop.lineno)
+    try:
+        return _environment().from_string(parsed)
+    except Exception as error:
+        raise ChatTemplateError(f"chat template: cannot be compiled: {_described(error)}") from None
+
+
+def _described(error: BaseException) -> str:
+    """An exception a template raised, in words: its own message, with the type where the message alone may not
+    say what happened (``division by zero`` does; ``0`` from a KeyError does not)."""
+    message = str(error) or type(error).__name__
+    return message if type(error).__module__.startswith("jinja2") else f"{message} ({type(error).__name__})"
+
+
+def _template_line(error: BaseException) -> int | None:
+    # jinja2 rewrites a rendering's traceback so that the template's frames carry its own line numbers.
+    line, traceback = None, error.__traceback__
+    while traceback is not None:
+        if traceback.tb_frame.f_code.co_filename == "<template>":
+            line = traceback.tb_lineno
+        traceback = traceback.tb_next
+    return line
 
 
 # Set by render_chat_template itself, never by a caller's template variables (generation_spans is its own
@@ -197,10 +311,7 @@ def template_variables(template: str) -> frozenset[str]:
     import jinja2.nodes
 
     environment = _environment()
-    try:
-        parsed = environment.parse(template)
-    except jinja2.exceptions.TemplateSyntaxError as error:
-        raise ChatTemplateError(f"chat template line {error.lineno}: {error.message}") from None
+    parsed = _parse(template)
     names = jinja2.meta.find_undeclared_variables(parsed)
     assigned = {node.name for node in parsed.find_all(jinja2.nodes.Name) if node.ctx in ("store", "param")}
     asked = {node.node.name for node in parsed.find_all(jinja2.nodes.Test)
@@ -224,7 +335,7 @@ def stamped_date(template: str) -> str | None:
 
     if DATE_VARIABLE not in template_variables(template):
         return None
-    calls = [node for node in _environment().parse(template).find_all(jinja2.nodes.Call)
+    calls = [node for node in _parse(template).find_all(jinja2.nodes.Call)
              if isinstance(node.node, jinja2.nodes.Name) and node.node.name == "strftime_now"]
     if not calls:
         return None
@@ -275,7 +386,9 @@ def render_chat_template(
     ``generation_spans``, a list, receives the character span [start, end) of each ``{% generation %}`` block's
     text in the rendering, in order (transformers' ``return_assistant_tokens_mask`` reads the same spans).
 
-    A template's own ``raise_exception(...)`` surfaces as ``ChatTemplateError`` with its message.
+    Whatever the template raises surfaces as ``ChatTemplateError`` with its message and the template's line (its
+    own ``raise_exception(...)``'s message as it gave it), and so does a rendering past ``MAX_RENDER_SECONDS`` or
+    ``MAX_RENDERED_CHARS`` (see the module note).
     """
     import jinja2
 
@@ -289,16 +402,30 @@ def render_chat_template(
         add_generation_prompt=add_generation_prompt,
         **template_kwargs,
     )
+    chunks: list[str] = []
+    size = 0
+    deadline = _render_deadline.set(time.monotonic() + MAX_RENDER_SECONDS)
+    tracker = _generation_tracker.set(None if generation_spans is None else (chunks, generation_spans))
     try:
-        if generation_spans is None:
-            return compiled.render(**context)
-        chunks: list[str] = []
-        token = _generation_tracker.set((chunks, generation_spans))
-        try:
-            for chunk in compiled.generate(**context):
-                chunks.append(chunk)
-        finally:
-            _generation_tracker.reset(token)
-        return "".join(chunks)
-    except jinja2.exceptions.TemplateError as error:
-        raise ChatTemplateError(f"chat template: {error}") from None
+        for chunk in compiled.generate(**context):
+            chunks.append(chunk)
+            size += len(chunk)
+            _check_size(size)
+            _check_deadline()
+    except jinja2.exceptions.TemplateError as error:  # raise_exception's, an undefined name, the sandbox's refusal
+        raise ChatTemplateError(f"chat template{_where(error)}: {error}") from None
+    except _RenderLimitError as error:
+        raise ChatTemplateError(f"chat template{_where(error)}: cannot be rendered: {error}; a real template renders "
+                                f"a conversation in milliseconds, so {BROKEN_TEMPLATE_ADVICE}") from None
+    except Exception as error:  # a bug of the template's own: 1/0, a recursion without end, None + 'text'
+        raise ChatTemplateError(f"chat template{_where(error)}: {_described(error)}; the template fails on this "
+                                f"conversation: {BROKEN_TEMPLATE_ADVICE}") from None
+    finally:
+        _generation_tracker.reset(tracker)
+        _render_deadline.reset(deadline)
+    return "".join(chunks)
+
+
+def _where(error: BaseException) -> str:
+    line = _template_line(error)
+    return f" line {line}" if line is not None else ""

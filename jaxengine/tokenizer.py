@@ -88,6 +88,15 @@ class TokenizerSettings:
     generation_pad_id: int | None
 
 
+def chat_template_file(model_dir: str | Path, settings: TokenizerSettings) -> Path | None:
+    """The file a model directory's own chat template was read from (``read_chat_template``'s precedence), for an
+    error to name; None when it has none and the default is used."""
+    if settings.chat_template is None:
+        return None
+    template_path = Path(model_dir) / chat_template_lib.CHAT_TEMPLATE_FILE
+    return template_path if template_path.is_file() else Path(model_dir) / TOKENIZER_CONFIG_FILE
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
@@ -277,10 +286,7 @@ class Tokenizer(abc.ABC):
     def chat_template_file(self) -> Path | None:
         """The file the model's own chat template was read from (``read_chat_template``'s precedence), or
         None when it has none and the default is used."""
-        if self.settings.chat_template is None:
-            return None
-        template_path = self.model_dir / chat_template_lib.CHAT_TEMPLATE_FILE
-        return template_path if template_path.is_file() else self.model_dir / TOKENIZER_CONFIG_FILE
+        return chat_template_file(self.model_dir, self.settings)
 
     def apply_chat_template(
         self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = False,

@@ -197,6 +197,27 @@ GEMMA_CHAT_TEMPLATE = """{{ bos_token }}
 {%- endif -%}
 """
 
+# Chat templates a model directory may hold that break or attack their renderer, each with what the error must say.
+# Every place that renders a model's template must answer each with that message (and the file holding it), in
+# seconds: never a traceback, a hung request or a dead worker. The last two meet the renderer's bounds
+# (chat_template.MAX_RENDERED_CHARS, MAX_RENDER_SECONDS).
+HOSTILE_CHAT_TEMPLATES = {
+    "syntax error": ("{% for message in messages %}{{ message.content }", "line 1: unexpected '}'"),
+    "raise_exception": ("{{ raise_exception('This template takes turns of user and assistant only') }}",
+                        "This template takes turns of user and assistant only"),
+    "division by zero": ("{{ messages | length / 0 }}", "division by zero (ZeroDivisionError)"),
+    "type error": ("{{ messages + 1 }}", "can only concatenate list"),
+    "undefined function": ("{{ format_turns(messages) }}", "'format_turns' is undefined"),
+    "sandbox escape": ("{{ ''.__class__.__mro__[1].__subclasses__() }}", "access to attribute '__class__'"),
+    "range too big": ("{% for i in range(10**9) %}x{% endfor %}", "Range too big"),
+    "recursion": ("{% macro turn(n) %}{{ turn(n + 1) }}{% endmacro %}{{ turn(0) }}",
+                  "maximum recursion depth exceeded"),
+    "nested too deep": ("{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}", "cannot be read: maximum recursion depth"),
+    "huge text": ("{{ messages[0].content * 10**10 }}", "more than 16,000,000 characters"),
+    "endless loop": ("{% set steps = range(100000) | list %}{% for i in steps %}{% for j in steps %}{% endfor %}"
+                     "{% endfor %}", "renders for more than 2 seconds"),
+}
+
 # The pre-tokenizer regex of Qwen 2 / 2.5 / 3 (identical to transformers' Qwen2Tokenizer).
 _QWEN_PRETOKENIZE_REGEX = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""

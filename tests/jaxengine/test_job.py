@@ -283,7 +283,7 @@ def test_cli_names_the_data_row_a_models_chat_template_refuses(demo_dir, tmp_pat
                                     "data": {"train": str(data)}, "train": {"max_steps": 1}}))
     assert main(["train", str(path), "--no-progress"]) == 2
     assert capsys.readouterr().err == (
-        f"{path}: {data}: row 2: {model / 'tokenizer_config.json'}: chat template: System role not supported; "
+        f"{path}: {data}: row 2: {model / 'tokenizer_config.json'}: chat template line 1: System role not supported; "
         "change the row or the model's chat template\n")
     assert not (tmp_path / "run").exists()
 

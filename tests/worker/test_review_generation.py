@@ -209,3 +209,33 @@ def test_an_answer_past_its_deadline_fails_the_campaign_saying_what_to_do(campai
     client.force_login(campaign.created_by)
     page = client.get(f"/p/{campaign.project.slug}/review/{campaign.public_id}/").content.decode()
     assert "<h2>The items could not be generated</h2>" in page and html.escape(reason) in page
+
+
+def test_a_prompt_a_models_chat_template_fails_on_fails_the_campaign_naming_the_model_row_and_file(
+        db, model_dirs, monkeypatch, tmp_path):
+    """A template's own error (here 1/0) failed the campaign as 'the generation failed: ...', naming neither the
+    model nor the row, as a prompt too long for the context does."""
+    import json
+    import shutil
+
+    monkeypatch.setattr(celery_app, "send_task", lambda *args, **kwargs: None)
+    hostile = tmp_path / "hostile"
+    shutil.copytree(model_dirs[0], hostile)
+    template, message = factories.HOSTILE_CHAT_TEMPLATES["division by zero"]
+    config = json.loads((hostile / "tokenizer_config.json").read_text())
+    (hostile / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": template}))
+    team = make_team()
+    models = [make_base_model(team.project, name=name, path=str(path))
+              for name, path in (("hostile", hostile), ("tiny-1", model_dirs[1]))]
+    version = make_ready_version(team.project, name="questions", kind="prompts", rows=PROMPTS, user=team.owner)
+    campaign = services.campaign_generate(
+        project=team.project, name="hostile vs tiny", guidelines="", required_reviews=1, reviewers=[team.teammate],
+        model_a=models[0].public_id, model_b=models[1].public_id, prompts_version=version, prompt_count=3,
+        sampling=services.GenerationSettings(max_new_tokens=2, temperature=0.0), user=team.owner)
+    review.generate_campaign_answers(campaign.pk)
+    campaign.refresh_from_db()
+    assert campaign.status == CampaignStatus.FAILED and not campaign.items.exists()
+    assert campaign.load_error.startswith(
+        f"Base model: hostile cannot answer row 1 of the prompts: {hostile / 'tokenizer_config.json'}: chat template "
+        "line 1: ")
+    assert message in campaign.load_error

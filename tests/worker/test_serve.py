@@ -575,3 +575,23 @@ def test_a_requests_template_variables_are_laid_over_the_models_own(model_dir, t
     assert not prompt(chat_template_kwargs={"enable_thinking": True}).endswith("no thinking")
     with pytest.raises(ValueError, match="chat_template_kwargs: 'messages' is set by the renderer"):
         serve.GenerateRequest.model_validate(request(thinking, "t", chat_template_kwargs={"messages": "x"}))
+
+
+@pytest.mark.parametrize("template,message", factories.HOSTILE_CHAT_TEMPLATES.values(),
+                         ids=factories.HOSTILE_CHAT_TEMPLATES.keys())
+def test_a_prompt_a_hostile_chat_template_fails_on_is_a_value_error_naming_its_file(tmp_path, template, message):
+    """The chat panel's, /v1's and a review campaign's prompts are rendered here: a template's 1/0 or RecursionError
+    was 'the model failed: division by zero' (no file), and an endless loop held the serve worker. generate answers a
+    ValueError with its message as the request's error."""
+    from jaxengine.chat_template import ChatTemplateError
+    from jaxengine.tokenizer import load_tokenizer
+
+    model_dir = factories.build_bpe_tokenizer_dir(tmp_path, chat_template=template)
+    parsed = serve.GenerateRequest.model_validate(request(model_dir, "hostile"))
+    started = time.monotonic()
+    with pytest.raises(ChatTemplateError) as raised:
+        serve.prompt_ids(parsed, load_tokenizer(model_dir))
+    assert time.monotonic() - started < 4
+    assert isinstance(raised.value, ValueError)
+    assert str(raised.value).startswith(f"{model_dir / 'tokenizer_config.json'}: chat template")
+    assert message in str(raised.value)

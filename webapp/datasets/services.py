@@ -331,7 +331,9 @@ def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetV
                 break
     # A chat template that raises on a row (Gemma's on a system turn) is the model's to fix, as a broken
     # tokenizer is; uncaught, it left the statistics 'computing'.
-    except (TokenizerError, ChatTemplateError, formats.DatasetFormatError, OSError) as error:
+    except ChatTemplateError as error:  # a template may fail on some rows only: say which
+        result.update(status="failed", error=f"{doing}: {error}" if doing.startswith("row") else str(error))
+    except (TokenizerError, formats.DatasetFormatError, OSError) as error:
         result.update(status="failed", error=str(error))
     # Anything else (a template's own bug, a tokenizer library's) is recorded too: uncaught, it ended the task
     # and left the statistics 'computing' for ever, with nothing on the page to say why.

@@ -360,7 +360,8 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
             _check_model_positions(job, model_path, errors)
         _check_eval_groups(job, evaluation, errors)
         _check_reference_columns(job, train, evaluation, errors)
-        if tokenizer is not None:
+        if tokenizer is not None and task != "pretrain" and _check_chat_template(
+                tokenizer, model_path, errors, template_kwargs=job.data.chat_template_kwargs):
             _check_chat_shapes(tokenizer, [("data.train", train), ("data.eval", evaluation)], errors,
                                template_kwargs=job.data.chat_template_kwargs)
     if errors:
@@ -556,6 +557,35 @@ def _check_chat_shapes(tokenizer: TokenizerSettings, versions: list[tuple[str, D
                           f"template refuses ({refusal}), so the run would stop at its start: put a system turn first "
                           "and user and assistant turns in turn in those chats, or choose a model whose template "
                           "takes them")
+
+
+# A chat every template takes (Gemma's, Llama's, Mistral's strict alternation): one that fails on it fails on
+# every row, prompt-and-completion texts too (rendered as these two turns).
+PLAIN_CHAT = [{"role": "user", "content": "user text"}, {"role": "assistant", "content": "assistant text"}]
+
+
+def _check_chat_template(tokenizer: TokenizerSettings, model_path: str, errors, *,
+                         template_kwargs: dict[str, Any]) -> bool:
+    """Whether the model's chat template renders ``PLAIN_CHAT`` as a run renders it (whole, and its prompt); where
+    it fails (its own raise_exception, a bug such as 1/0, a rendering past ``chat_template``'s bounds), the run
+    would stop at its start: said at ``model``, naming the file and the template's error."""
+    from jaxengine import chat_template
+    from jaxengine.tokenizer import chat_template_file
+
+    if tokenizer.chat_template is None:
+        return True  # DEFAULT_CHAT_TEMPLATE
+    _template, render = _chat_renderer(tokenizer, template_kwargs)
+    try:
+        render(PLAIN_CHAT, False)
+        render(PLAIN_CHAT[:1], True)
+    except chat_template.ChatTemplateError as error:
+        advice = "" if str(error).endswith(chat_template.BROKEN_TEMPLATE_ADVICE) else (
+            ": fix the template in that file, or choose another model")
+        _add(errors, "model", f"{chat_template_file(model_path, tokenizer)}: {error}. It fails on a plain chat of a "
+                              "user turn and an assistant turn, as the run renders every row, so the run would stop at "
+                              f"its start{advice}")
+        return False
+    return True
 
 
 def _chat_renderer(tokenizer: TokenizerSettings, template_kwargs: dict[str, Any]):

@@ -97,6 +97,7 @@ def model_answers(model: dict[str, Any], prompts: list[services.GenerationPrompt
     Run row's, ``webapp.chat.selectors.ModelChoice``) over the model's own template variables.
     Each answer has ``TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS`` from its slice's submission; one cut
     by it ends the generation (``GenerationError``, naming the model, the row and what to do)."""
+    from jaxengine.chat_template import ChatTemplateError
     from jaxengine.data.pipeline import DataError, encode_prompt
     from jaxengine.sampler import PromptError, SamplingParams
     from jaxengine.serving import ServeRequest
@@ -117,7 +118,7 @@ def model_answers(model: dict[str, Any], prompts: list[services.GenerationPrompt
                 params=SamplingParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
                                       top_p=settings.top_p, top_k=settings.top_k, seed=settings.seed + index))
             server.decoder.check(request)
-        except (PromptError, DataError) as error:
+        except (PromptError, DataError, ChatTemplateError) as error:  # the last names the template's file
             raise GenerationError(f"{model['label']} cannot answer row {prompt.row} of the prompts: {error}") from None
         requests.append(request)
     answers: list[str] = []

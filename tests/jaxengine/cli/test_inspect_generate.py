@@ -351,7 +351,7 @@ def test_inspect_refuses_what_registration_and_the_loader_refuse_in_the_same_wor
 
 @pytest.mark.parametrize("template_file", [False, True], ids=["in tokenizer_config.json", "chat_template.jinja"])
 @pytest.mark.parametrize("template, problem", [
-    ("{{ raise_exception('System role not supported') }}", "chat template: System role not supported"),
+    ("{{ raise_exception('System role not supported') }}", "chat template line 1: System role not supported"),
     ("{% for m in messages %}{{ m.content }", "chat template line 1: unexpected '}'"),
 ], ids=["raises", "invalid jinja"])
 def test_generate_names_the_file_of_a_chat_template_that_fails(tmp_path, model_dir, capsys, template_file,

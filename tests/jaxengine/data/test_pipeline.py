@@ -11,6 +11,7 @@ import pytest
 
 from jaxengine.data import pipeline
 from jaxengine.data.pipeline import DataPosition, Example, encode_rows
+from tests import factories
 
 
 class CharTokenizer:
@@ -258,3 +259,20 @@ def test_examples_drawn_are_the_ones_a_stream_reads(batches):
     drawn = pipeline.examples_drawn(len(examples), seed=7, draws=2 * batches)
     assert drawn.tolist() == sorted(read)
     assert len(drawn) == min(2 * batches, 10)  # from an epoch on, every example
+
+
+@pytest.mark.parametrize("template,message", factories.HOSTILE_CHAT_TEMPLATES.values(),
+                         ids=factories.HOSTILE_CHAT_TEMPLATES.keys())
+@pytest.mark.parametrize("task,row", [("sft", {"prompt": "q", "completion": "a"}),
+                                      ("dpo", {"prompt": "q", "chosen": "a", "rejected": "b"})])
+def test_a_row_a_hostile_chat_template_fails_on_stops_training_naming_the_row_and_file(tmp_path, template, message,
+                                                                                       task, row):
+    """Only jinja2's own errors were a ChatTemplateError: a template's 1/0 or RecursionError stopped the run with a
+    traceback naming no row, and an endless loop held the worker."""
+    from jaxengine.tokenizer import load_tokenizer
+
+    model_dir = factories.build_bpe_tokenizer_dir(tmp_path, chat_template=template)
+    with pytest.raises(pipeline.DataError) as raised:
+        encode_rows([row], task=task, tokenizer=load_tokenizer(model_dir), max_seq_len=64, source="train.jsonl")
+    assert str(raised.value).startswith(f"train.jsonl: row 1: {model_dir / 'tokenizer_config.json'}: chat template")
+    assert message in str(raised.value)

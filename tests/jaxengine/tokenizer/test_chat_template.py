@@ -1,9 +1,11 @@
 """Chat templates: rendered text and prompt ids identical to transformers' apply_chat_template."""
 import json
+import time
 
 import pytest
 import transformers
 
+from jaxengine import chat_template
 from jaxengine.chat_template import DEFAULT_CHAT_TEMPLATE, ChatTemplateError, render_chat_template
 from jaxengine.tokenizer import load_tokenizer
 from tests import factories
@@ -137,3 +139,50 @@ def test_generation_spans_say_where_each_marked_block_lies():
     # By hand: "<user>a<assistant>" is 18 characters, "bb" 18..20; "<user>c<assistant>" 20..38, "dd." 38..41.
     assert spans == [(18, 20), (38, 41)]
     assert [rendered[start:end] for start, end in spans] == ["bb", "dd."]
+
+
+@pytest.mark.parametrize("template,message", factories.HOSTILE_CHAT_TEMPLATES.values(),
+                         ids=factories.HOSTILE_CHAT_TEMPLATES.keys())
+def test_whatever_a_template_raises_is_a_chat_template_error_naming_its_file_and_line(tmp_path, template, message):
+    """ZeroDivisionError, TypeError, RecursionError and the sandbox's OverflowError escaped as themselves (a crashed
+    worker, a 500 page); an endless loop or a 'x' * 10**10 hung or ate the memory."""
+    model_dir = factories.build_bpe_tokenizer_dir(tmp_path, chat_template=template)
+    tokenizer = load_tokenizer(model_dir)
+    started = time.monotonic()
+    with pytest.raises(ChatTemplateError) as raised:
+        tokenizer.apply_chat_template([{"role": "user", "content": "Hello"}], add_generation_prompt=True)
+    assert str(raised.value).startswith(f"{model_dir / 'tokenizer_config.json'}: chat template")
+    assert message in str(raised.value)
+    assert "Traceback" not in str(raised.value)
+    assert time.monotonic() - started < chat_template.MAX_RENDER_SECONDS + 2
+
+
+def test_a_rendering_past_the_bound_on_its_length_is_refused_as_it_grows():
+    # Each chunk alone is small: only the running length catches it, before it holds the memory of 10**10.
+    template = "{% for i in range(100000) %}{% for j in range(100000) %}{{ messages[0].content }}{% endfor %}{% endfor %}"
+    with pytest.raises(ChatTemplateError, match="more than 16,000,000 characters; a real template renders"):
+        render_chat_template(template, [{"role": "user", "content": "0123456789" * 100}])
+
+
+@pytest.mark.parametrize("expression", ["'x'.ljust(10**10)", "'x' | center(10**10)", "'%10000000000s' % 'x'",
+                                        "[1] * 10**10", "9 ** 100000000"])
+def test_an_operation_whose_result_would_pass_the_bound_is_refused_before_it_runs(expression):
+    with pytest.raises(ChatTemplateError, match="16,000,000"):
+        render_chat_template("{{ " + expression + " }}", [{"role": "user", "content": "x"}])
+
+
+def test_a_template_too_deeply_nested_to_parse_is_a_chat_template_error():
+    template = "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}"
+    with pytest.raises(ChatTemplateError, match="cannot be read: maximum recursion depth exceeded"):
+        render_chat_template(template, [{"role": "user", "content": "x"}])
+    with pytest.raises(ChatTemplateError, match="cannot be read"):
+        chat_template.template_variables(template)
+
+
+def test_the_bounds_leave_a_long_conversation_and_a_template_with_loops_as_they_were():
+    messages = [{"role": "user" if index % 2 == 0 else "assistant", "content": "word " * 20000} for index in range(40)]
+    rendered = render_chat_template(factories.CHATML_CHAT_TEMPLATE, messages, add_generation_prompt=True)
+    assert rendered.count("<|im_start|>") == 42 and len(rendered) > 4_000_000
+    assert render_chat_template("{{ 3 * 'ab' }}{{ 2 ** 10 }}{{ '%5s' % 'x' }}", messages) == "ababab1024    x"
+    assert render_chat_template("{{ 'a\nb' | indent }}|{{ 'a' | center(5) }}|{{ 'a'.ljust(3) }}.", messages) == (
+        "a\n    b|  a  |a  .")

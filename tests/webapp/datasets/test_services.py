@@ -383,10 +383,13 @@ def test_token_statistics_record_an_unexpected_error_instead_of_computing_for_ev
     version = services.token_statistics_compute(version_id=version.pk, base_model_id=base_model.pk)
     version.refresh_from_db()
     assert version.token_statistics["status"] == "failed"
-    assert version.token_statistics["error"].startswith("row 2, field messages: ZeroDivisionError: ")
+    assert version.token_statistics["error"] == (
+        f"row 2, field messages: {model_dir / 'tokenizer_config.json'}: chat template line 1: integer division or "
+        "modulo by zero (ZeroDivisionError); the template fails on this conversation: fix it or choose a model with "
+        "another")
     client.force_login(team.owner)
     page = client.get(f"/p/{team.project.slug}/datasets/{version.dataset.public_id}/v/{version.number}/").content.decode()
-    assert "failed: row 2, field messages: ZeroDivisionError" in page and "Try again</button>" in page
+    assert "failed: row 2, field messages: " in page and "(ZeroDivisionError)" in page and "Try again</button>" in page
 
 
 def ready(team, *, name, kind, rows):
@@ -533,7 +536,7 @@ def test_chats_the_models_chat_template_refuses_are_counted_and_refused_at_launc
     spec = {"task": "sft", "model": strict.public_id, "data": {"train": version.public_id}, "train": {"max_steps": 2}}
     with pytest.raises(ValidationError) as refused:
         run_services.launch_check(project=team.project, spec=spec, axes=[])
-    refusal = ("which the model's chat template refuses (chat template: Conversation roles must alternate "
+    refusal = ("which the model's chat template refuses (chat template line 11: Conversation roles must alternate "
                "user/assistant/user/assistant/...), so the run would stop at its start: put a system turn first and "
                "user and assistant turns in turn in those chats, or choose a model whose template takes them")
     assert refused.value.message_dict == {"data.train": [
