@@ -94,36 +94,14 @@
   // margin and to the figure, under the room the axis needs.
   var AXIS_ROOM = 44; // pixels under the plot for the x axis's numbers and title
   var PLOT_CONFIG = { displayModeBar: false, responsive: true };
-  // A log axis cannot show 0 or less: a chart with no value above 0 (an epoch still 0, an exact match not
-  // yet scored) drawn on one was an empty axis from 100 to 10k, read as no data. It stays linear and says so.
-  function anyAboveZero(traces) {
-    return traces.some(function (each) { return Array.prototype.some.call(each.y || [], function (y) { return y > 0; }); });
-  }
-
-  // A log axis leaves out the points at 0 or below of a chart that also has some above; how many is said in
-  // its title, since a margin that went negative would otherwise vanish from the chart unnoticed.
-  function pointsAtOrBelowZero(traces) {
-    return traces.reduce(function (count, each) {
-      return count + Array.prototype.filter.call(each.y || [], function (y) { return y !== null && y <= 0; }).length;
-    }, 0);
-  }
-
-  // The chart's name, and under it a line for each thing a reader must know to read it: the metrics a
-  // shared chart draws, the points a log axis leaves out. On one line they ran past a phone's chart, cut
-  // off at its edges. Each part is text (literal), the line breaks plotly's.
   var NOTE_ROOM = 16;  // pixels of a line of the title
-  function titleOf(chart, traces, log) {
-    var title = literal(chart.key), notes = chart.shared ? [chart.metrics.join(" · ")] : [];
-    if (logY.checked && !log) title += literal(" (linear: no value above 0)");
-    var hidden = log ? pointsAtOrBelowZero(traces) : 0;
-    if (hidden) notes.push("log: " + hidden + (hidden === 1 ? " point" : " points") + " at 0 or below not drawn");
-    return { text: [title].concat(notes.map(literal)).join("<br>"), lines: 1 + notes.length };
-  }
+  var axes = window.TemperPlotAxis;  // static/plot_axis.js: the x axis, the log scale, the title's notes, as the run page's
 
   function layout(chart, allTraces, axis, legendHeight) {
     // The axes and notes are of the runs shown: a hidden run's values neither stretch nor pin them.
     var traces = allTraces.filter(function (each) { return each.visible !== "legendonly"; });
-    var log = logY.checked && anyAboveZero(traces), title = titleOf(chart, traces, log);
+    var log = axes.logApplies(traces, logY.checked);
+    var title = axes.title(chart.key, traces, logY.checked, chart.shared ? [chart.metrics.join(" · ")] : []);
     var titleRoom = (title.lines - 1) * NOTE_ROOM;
     return {
       height: (chart.grouped ? 300 : 260) + legendHeight + titleRoom,
@@ -131,11 +109,8 @@
       title: { text: title.text, font: { size: 13 } },
       // Curves are read across runs at one step (or tokens, or time): the hover lists every line there.
       hovermode: "x unified",
-      // Steps and tokens are whole numbers; seconds are not.
-      xaxis: Object.assign({ title: { text: axis === "time" ? "seconds" : axis } },
-                           axis === "time" ? {} : window.TemperPlotAxis.wholeXTicks(traces)),
-      yaxis: Object.assign({ type: log ? "log" : "linear", title: { text: window.TemperPlotAxis.unitOf(chart.key) } },
-                           window.TemperPlotAxis.yRange(traces, log)),
+      xaxis: axes.xAxis(axis, traces),
+      yaxis: axes.yAxis(chart.key, traces, log),
       legend: { orientation: "h", yref: "container", y: 0, yanchor: "bottom", font: { size: 10 } },
       // The whole name: plotly cuts it at 15 characters, and a sweep's runs differ only at their ends.
       hoverlabel: { namelength: -1 },
@@ -271,19 +246,16 @@
   // Every 30 s otherwise: a teammate may resume or retry one of the runs.
   function schedule() { setTimeout(refresh, anyActive() ? LIVE_MS : IDLE_MS); }
 
-  // The view's settings are kept in the address (x, ema, log, config, hide, charts), so that a link to the page opens
+  // The view's settings are kept in the address (x and log by static/plot_axis.js, ema, config, hide, charts), so that a link to the page opens
   // this view; a value no control offers is left at the control's default.
   var differencesOnly = document.getElementById("differences-only");
   function showDifferences() {
     document.getElementById("diff-table").classList.toggle("only-differences", differencesOnly.checked);
   }
   var asked = new URLSearchParams(window.location.search);
-  if (Array.prototype.some.call(xAxis.options, function (option) { return option.value === asked.get("x"); })) {
-    xAxis.value = asked.get("x");
-  }
+  axes.keepChoices(xAxis, logY, draw);
   var askedWeight = Number(asked.get("ema"));
   if (asked.get("ema") && askedWeight >= Number(ema.min) && askedWeight <= Number(ema.max)) ema.value = asked.get("ema");
-  logY.checked = asked.get("log") === "1";
   if (asked.get("config") === "all") differencesOnly.checked = false;
   chartFilter.value = asked.get("charts") || "";
   showDifferences();
@@ -292,16 +264,14 @@
   });
   showHidden();
 
-  function remember() {
-    window.TemperKeepInAddress("x", xAxis.value === "step" ? null : xAxis.value);
+  ema.addEventListener("input", function () {
     window.TemperKeepInAddress("ema", Number(ema.value) ? ema.value : null);
-    window.TemperKeepInAddress("log", logY.checked ? "1" : null);
-    window.TemperKeepInAddress("config", differencesOnly.checked ? null : "all");
-  }
-  [xAxis, ema, logY].forEach(function (control) {
-    control.addEventListener("input", function () { remember(); draw(); });
+    draw();
   });
-  differencesOnly.addEventListener("change", function () { remember(); showDifferences(); });
+  differencesOnly.addEventListener("change", function () {
+    window.TemperKeepInAddress("config", differencesOnly.checked ? null : "all");
+    showDifferences();
+  });
   chartFilter.addEventListener("input", function () {
     window.TemperKeepInAddress("charts", chartFilter.value.trim() ? chartFilter.value : null);
     draw();

@@ -832,6 +832,51 @@ def test_the_run_page_smooths_its_curves_as_points_come(page, asgi_server, redis
     assert page.evaluate(loss) == [[[4.0, 2.0], 1]] and "ema=" not in page.url  # the stored points (step 3 was only sent)
 
 
+def test_the_run_page_draws_by_tokens_or_time_and_on_a_log_scale_as_the_compare_page(
+        page, asgi_server, redis_url, transactional_db, settings):
+    """QA (a W&B user reading one run): the compare page drew by step, tokens or time and on a log scale, the run
+    page by step alone. The run page has the same controls (the same code draws both pages' axes), its live points
+    come on the chosen axis, a chart of no value above 0 stays linear and says so, and the view is kept in the link."""
+    from webapp.runs import reporting
+
+    settings.REDIS_URL = redis_url
+    team = make_team(slug="axisrun")
+    run = Run.objects.create(project=team.project, name="long", task="sft", status=RunStatus.RUNNING,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                             total_steps=400, current_step=2)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=name, value=value, wall_time=1000.0 + 10 * step,
+                                                 tokens=100 * step)
+                                     for step in (1, 2) for name, value in (("loss", 4.0 / step), ("epoch", 0.0))])
+    log_in(page, asgi_server, "axisrun-viewer")
+    page.goto(f"{asgi_server}/p/axisrun/runs/{run.public_id}/")
+    page.locator("#live-state", has_text="live").wait_for()
+    figure = ("name => { const p = document.querySelector(`.plot[data-metric='${name}']`); return {x: Array.from(p.data[0].x),"
+              " axis: p.layout.xaxis.title.text, scale: p.layout.yaxis.type || 'linear', title: p.layout.title.text}; }")
+    assert page.evaluate(figure, "loss") == {"x": [1, 2], "axis": "step", "scale": "linear", "title": "loss"}
+    page.select_option("#x-axis", "tokens")
+    page.check("#log-y")
+    page.wait_for_function("() => location.search.includes('x=tokens') && location.search.includes('log=1')")
+    assert page.evaluate(figure, "loss") == {"x": [100, 200], "axis": "tokens", "scale": "log", "title": "loss"}
+    epoch = page.evaluate(figure, "epoch")
+    assert epoch["scale"] == "linear" and epoch["title"] == "epoch (linear: no value above 0)"
+    reporting.publish_event(run.public_id, {"type": "metrics", "points": [
+        {"step": 3, "name": "loss", "value": 1.0, "tokens": 300, "wall_time": 1030.0}]})
+    page.wait_for_function("() => document.querySelector('.plot[data-metric=\"loss\"]').data[0].x.length === 3",
+                           timeout=10_000)
+    assert page.evaluate(figure, "loss")["x"] == [100, 200, 300]
+    # Time counts from the run's first point, the live point's too.
+    page.select_option("#x-axis", "time")
+    page.wait_for_function("() => location.search.includes('x=time')")
+    assert page.evaluate(figure, "loss") == {"x": [0, 10, 20], "axis": "seconds", "scale": "log", "title": "loss"}
+    # The chart still opens the samples of the step a point is of, whatever the x axis.
+    caption = page.locator('figure:has(.plot[data-metric="loss"]) figcaption').text_content()
+    assert caption.startswith("loss by step: 3 points, steps 1 to 3;")
+    page.reload()
+    page.wait_for_function("() => document.querySelector('.plot[data-metric=\"loss\"]')?.data?.[0]?.x?.length === 2")
+    assert page.input_value("#x-axis") == "time" and page.is_checked("#log-y")
+    assert page.evaluate(figure, "loss") == {"x": [0, 10], "axis": "seconds", "scale": "log", "title": "loss"}
+
+
 def test_a_metric_of_one_value_is_drawn_on_an_axis_around_that_value(page, live_server, monkeypatch):
     """A constant learning rate of 1e-4 was drawn on an axis from -1 to 1, its line on the zero: plotly
     pads a series of one value by 1 whatever its size, so the chart read as a learning rate of 0."""

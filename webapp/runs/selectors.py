@@ -663,6 +663,12 @@ def _start_time(run: Run) -> float | None:
     return MetricPoint.objects.filter(run=run).aggregate(start=Min("wall_time"))["start"]
 
 
+def series_start_time(*, run: Run) -> float | None:
+    """The wall time ``metric_series``' times count from (None before the run's first point): the run page counts
+    the time of the points that come live from it (their events carry wall times)."""
+    return _start_time(run)
+
+
 def runs_metric_series(*, runs: list[Run], max_points: int = MAX_POINTS) -> dict[int, dict[str, dict[str, list]]]:
     """Each run's whole ``metric_series``, by pk, read together, in as many queries for sixteen runs as
     for two (the compare page's): a finished run's from its ``series_cache`` at ``max_points``; the

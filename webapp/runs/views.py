@@ -472,6 +472,8 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         "edit_seen": {key: services.edit_digest(text) for key, text in services.shown_details(run).items()},
         "edit_refused": edit is not None,
         "series": _in_chart_order(selectors.metric_series(run=run)), "progress": _progress(run),
+        # What the x axis by time counts the live points' wall times from (static/runs.js); a repr, never localized.
+        "series_start_time": repr(start) if (start := selectors.series_start_time(run=run)) is not None else "",
         "metric_units": selectors.METRIC_UNITS_BY_PREFIX,
         # static/runs.js places the charts of metrics first logged later by the same rule.
         "leading_charts": json.dumps(selectors.LEADING_CHARTS),
@@ -548,8 +550,8 @@ def run_serving_copy(request: HttpRequest, slug: str, run_id: str) -> HttpRespon
 @login_required
 @require_GET
 def run_state(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
-    """Progress, new metric points (after ``after_step``), new log lines (after ``after_log``) and the
-    state of each checkpoint's export: what the run page needs to catch up, or to poll when
+    """Progress, new metric points (after ``after_step``), new log lines (after ``after_log``), the
+    state of each checkpoint's export and, with ``start_time=1``, what the series' times count from: what the run page needs to catch up, or to poll when
     server-sent events are unavailable. A poll with points (``after_step`` >= 0) never reads the run's
     series_cache, which only a whole run's series may use."""
     _project, _membership, run = get_run_for_user(request.user, slug, run_id, series_cache=False)
@@ -559,13 +561,17 @@ def run_state(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     if after_step is None or after_log is None:
         raise Http404("after_step and after_log are step and line numbers")
     after_steps = _after_steps(request.GET.get("after_steps"))
-    return JsonResponse({
+    state = {
         "progress": _progress(run),
         "series": selectors.metric_series(run=run, after_step=after_step, after_steps=after_steps),
         "log": [reporting.log_line_payload(line) for line in selectors.log_tail(run=run, after_id=after_log)],
         "sample_steps": selectors.sample_steps(run=run),
         "checkpoints": selectors.checkpoint_states(run=run),
-    })
+    }
+    # Asked by a page opened before the run's first point, to count the time of the points that come live from it.
+    if request.GET.get("start_time") == "1":
+        state["series_start_time"] = selectors.series_start_time(run=run)
+    return JsonResponse(state)
 
 
 def _after_steps(text: str | None) -> dict[str, int]:

@@ -586,6 +586,18 @@ def test_state_endpoint_returns_points_after_a_step(team, run, client_for):
     assert state["progress"]["status"] == "queued" and state["sample_steps"] == [5]
 
 
+def test_the_run_page_and_the_state_endpoint_say_what_the_series_times_count_from(team, run, client_for):
+    """The run page draws by time too: the live points carry wall times, counted from the run's first point, which
+    the page says (data-start-time) and a page opened before that point asks the state endpoint for (start_time=1)."""
+    client = client_for(team.viewer)
+    assert 'data-start-time="101.0"' in client.get(url(run)).content.decode()
+    assert client.get(url(run, "state.json") + "?after_step=5&start_time=1").json()["series_start_time"] == 101.0
+    assert "series_start_time" not in client.get(url(run, "state.json") + "?after_step=5").json()
+    MetricPoint.objects.filter(run=run).delete()
+    assert 'data-start-time=""' in client.get(url(run)).content.decode()
+    assert client.get(url(run, "state.json") + "?start_time=1").json()["series_start_time"] is None
+
+
 def test_a_poll_of_a_run_with_nothing_new_reads_neither_its_series_cache_nor_every_point(team, run, client_for):
     """Page speed: a run page polls ``state.json`` every 2 s when events do not get through, and every 30 s
     once its run is finished. Each poll read the run's series_cache (most of a megabyte for a finished run)
