@@ -7,6 +7,7 @@
    and group: a group's color, a run's dash, named "<group> · <run>". A click on a run's name in a legend
    hides that run in every chart (a double click shows it alone), as a redraw or a reading again keeps it.
    The charts can be filtered by metric name (a GRPO run logs 30 and more).
+   The generations side by side show each run at the step picked in its column (gen=).
    The view's settings are kept in the address, so that a link to the page opens the same view. */
 (function () {
   "use strict";
@@ -276,6 +277,19 @@
     window.TemperKeepInAddress("charts", chartFilter.value.trim() ? chartFilter.value : null);
     draw();
     showNoMatch();
+  });
+  // The generations side by side, each run at the step picked in its column (the server's, from gen=<run id>:<step>,
+  // comma-separated; a run at its last step is left out of it): read again at once, the address kept.
+  document.addEventListener("change", function (event) {
+    if (!event.target.matches("select.generation-step")) return;
+    var picked = Array.prototype.filter.call(document.querySelectorAll("select.generation-step"), function (select) {
+      return select.selectedIndex !== select.options.length - 1;
+    }).map(function (select) { return select.dataset.run + ":" + select.value; });
+    window.TemperKeepInAddress("gen", picked.length ? picked.join(",") : null);
+    window.TemperPageAgain().then(function (fresh) {
+      var current = document.getElementById("compare-generations"), replacement = fresh && fresh.getElementById("compare-generations");
+      if (current && replacement) current.replaceWith(document.importNode(replacement, true));
+    });
   });
   draw();
   showNoMatch();

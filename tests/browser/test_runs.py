@@ -223,6 +223,40 @@ def test_compare_two_runs(page, asgi_server, transactional_db, monkeypatch):
     assert page.evaluate("() => document.querySelector('.plot[data-metric=\"loss\"]').data[0].x[0]") == 100
 
 
+def test_the_generations_side_by_side_are_shown_at_the_step_picked_and_kept_in_the_link(page, live_server, monkeypatch):
+    """QA (a W&B user reading how a sweep's answers changed): each run's generations were those of its last evaluated
+    step alone. A column's step is picked in its header, read again in place, kept in the address; a run scoring
+    exact match marks which generations match the reference."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="genstep")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    runs = []
+    for name in ("first", "second"):
+        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 20}}
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        Run.objects.filter(pk=run.pk).update(final_metrics={"eval/exact_match": {"last": 1.0, "min": 0.0, "max": 1.0}})
+        Sample.objects.bulk_create([Sample(run=run, step=step, position=0, prompt="2+2?", text=text, answer="4")
+                                    for step, text in ((10, f"five, says {name}"), (20, "4"))])
+        runs.append(run)
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/genstep/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    first = f'select.generation-step[data-run="{runs[0].public_id}"]'
+    assert page.input_value(first) == "20"
+    page.select_option(first, "10")
+    page.wait_for_function(f"() => new URLSearchParams(location.search).get('gen') === '{runs[0].public_id}:10'")
+    page.locator("table.generations td.generation", has_text="five, says first").wait_for()
+    row = page.locator("table.generations tbody tr").first
+    assert "✗ not the reference" in row.locator("td.generation").nth(1).inner_text()
+    assert "✓ exact match" in row.locator("td.generation").nth(2).inner_text()  # the second run stays at its last step
+    page.reload()
+    assert page.input_value(first) == "10"
+    assert "five, says first" in page.locator("table.generations tbody tr").first.inner_text()
+    page.select_option(first, "20")  # the last step again: out of the address
+    page.wait_for_function("() => !location.search.includes('gen=')")
+    page.locator("table.generations tbody tr").first.locator("td.generation").nth(1).filter(has_text="✓ exact match").wait_for()
+
+
 def test_compare_draws_a_sweeps_hyperparameters_against_a_chosen_metric(page, asgi_server, transactional_db,
                                                                           monkeypatch):
     """Three runs or more whose configs differ get a parallel-coordinates chart: an axis per differing

@@ -26,6 +26,7 @@ from django.http import Http404
 from django.utils import timezone
 from django.db.models.functions import Cast
 
+from jaxengine.evaluate import answers_match
 from jaxengine.memory import ModelFacts, byte_size, estimate_memory
 from jaxengine.spec import TASK_ONLY_KEYS, TASK_SECTIONS, SpecError, best_metric_for, parse_spec
 from jaxengine.words import counted
@@ -1132,24 +1133,49 @@ def generations_across_steps(*, run: Run, limit: int = 5) -> dict[str, Any]:
                                      for key, prompt in prompts.items()]}
 
 
+def nearest_step(steps: list[int], asked: int | None) -> int | None:
+    """Of ``steps`` (ascending), ``asked`` or the nearest to it (the earlier of two as near); the last when nothing
+    is asked; None when there are none. A chart's click, or an address, may name any step."""
+    if not steps:
+        return None
+    if asked is None:
+        return steps[-1]
+    return min(steps, key=lambda candidate: (abs(candidate - asked), candidate))
+
+
+def eval_sample_steps(*, runs: list[Run]) -> dict[int, list[int]]:
+    """Each run's steps with generations for the eval prompts (rollouts left out), ascending, by pk: one query."""
+    steps: dict[int, list[int]] = {run.pk: [] for run in runs}
+    rows = _of_kind(Sample.objects.filter(run__in=runs), "eval").order_by("run", "step").values_list("run", "step")
+    for run_pk, step in rows.distinct():
+        steps[run_pk].append(step)
+    return steps
+
+
+# The metric a run logs when its evaluation scores exact match (jaxengine.job.make_sample_hook, for the eval rows
+# with an answer): its generations are marked matching or not by the same rule (evaluate.answers_match).
+EXACT_MATCH_METRIC = "eval/exact_match"
+
+
 def side_by_side(*, runs: list[Run], steps: dict[int, int | None] | None = None) -> dict[str, Any]:
     """Generations for the same eval prompts across runs: rows are prompts (in the first run's
-    order), columns are runs at their chosen step (default: each run's last evaluated step).
-    Rollouts are not generations for the eval prompts, so they are left out."""
-    # Two queries whatever the number of runs (the compare page takes up to MAX_COMPARE): each run's last
-    # evaluated step grouped in one, then the samples of every (run, step) chosen in another.
-    steps = dict(steps or {})
-    generations = _of_kind(Sample.objects.filter(run__in=runs), "eval")
-    unchosen = [run.pk for run in runs if steps.get(run.pk) is None]
-    if unchosen:
-        last_steps = generations.filter(run__in=unchosen).order_by().values("run").annotate(last=Max("step"))
-        steps.update({row["run"]: row["last"] for row in last_steps})
-    columns = [{"run": run, "step": steps.get(run.pk)} for run in runs]
-    chosen = [Q(run=run.pk, step=steps[run.pk]) for run in runs if steps.get(run.pk) is not None]
+    order), columns are runs at their chosen step (``steps``, by pk: that step, or the nearest the run evaluated;
+    default: each run's last evaluated step), each column with every step it could show (``steps``).
+    Rollouts are not generations for the eval prompts, so they are left out. The generations of a run that
+    scores exact match carry ``matches_answer`` (True or False; None where it is not scored)."""
+    # Two queries whatever the number of runs (the compare page takes up to MAX_COMPARE): each run's evaluated
+    # steps in one, then the samples of every (run, step) chosen in another.
+    asked = steps or {}
+    evaluated = eval_sample_steps(runs=runs)
+    chosen_steps = {run.pk: nearest_step(evaluated[run.pk], asked.get(run.pk)) for run in runs}
+    columns = [{"run": run, "step": chosen_steps[run.pk], "steps": evaluated[run.pk]} for run in runs]
+    chosen = [Q(run=run.pk, step=chosen_steps[run.pk]) for run in runs if chosen_steps[run.pk] is not None]
     samples_by_run: dict[int, list[Sample]] = {run.pk: [] for run in runs}
     if chosen:
-        for sample in generations.filter(_any_of(chosen)).order_by("position"):
+        for sample in _of_kind(Sample.objects.filter(_any_of(chosen)), "eval").order_by("position"):
             samples_by_run[sample.run_id].append(sample)
+    for run in runs:
+        _mark_exact_matches(run, samples_by_run[run.pk])
     prompts: dict[str, Any] = {}
     texts: dict[tuple[int, str], Sample] = {}
     for run in runs:  # rows in the first run's order of prompts, as before
@@ -1164,6 +1190,15 @@ def side_by_side(*, runs: list[Run], steps: dict[int, int | None] | None = None)
         reference = next((text for text in map(_reference_of, filter(None, cells)) if text), "")
         rows.append({"prompt": prompt, "cells": cells, "reference": reference})
     return {"columns": columns, "rows": rows, "has_reference": any(row["reference"] for row in rows)}
+
+
+def _mark_exact_matches(run: Run, samples: list[Sample]) -> None:
+    scored = [sample for sample in samples if sample.answer] if EXACT_MATCH_METRIC in run.final_metrics else []
+    matches = answers_match([sample.text for sample in scored], [{"answer": sample.answer} for sample in scored])
+    for sample in samples:
+        sample.matches_answer = None
+    for sample, match in zip(scored, matches, strict=True):
+        sample.matches_answer = match
 
 
 def _reference_of(sample: Sample) -> str:
