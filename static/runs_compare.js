@@ -7,7 +7,8 @@
    and group: a group's color, a run's dash, named "<group> · <run>". A click on a run's name in a legend
    hides that run in every chart (a double click shows it alone), as a redraw or a reading again keeps it.
    The charts can be filtered by metric name (a GRPO run logs 30 and more).
-   The generations side by side show each run at the step picked in its column (gen=).
+   The generations side by side show each run at the step picked in its column (gen=); the final metrics sort by a
+   column (finals=).
    The view's settings are kept in the address, so that a link to the page opens the same view. */
 (function () {
   "use strict";
@@ -236,6 +237,7 @@
           if (current && replacement) current.replaceWith(document.importNode(replacement, true));
         });
         window.TemperHyperparameters.draw();
+        sortFinals();
         document.getElementById("no-metrics").hidden = data.names.length > 0;
         draw();
         showNoMatch();
@@ -278,6 +280,49 @@
     draw();
     showNoMatch();
   });
+  // The final metrics sorted by a column (finals=<column>, -<column> the other way; #run: by the runs' names), again
+  // each time the page is read again. A column is sorted best first (data-best: lowest, highest), a second click the
+  // other way; runs without a value come last either way, ties in the page's order.
+  var finalsOrder = asked.get("finals") || "";
+  function sortFinals() {
+    var table = document.querySelector("#compare-finals .final-table");
+    if (!table) return;
+    var descending = finalsOrder.charAt(0) === "-", key = descending ? finalsOrder.slice(1) : finalsOrder;
+    var headers = Array.prototype.slice.call(table.tHead.rows[0].cells), body = table.tBodies[0];
+    var rows = Array.prototype.slice.call(body.rows);
+    rows.forEach(function (row, index) { if (row.dataset.position === undefined) row.dataset.position = index; });
+    var column = headers.findIndex(function (header) { return header.dataset.sort === key; });
+    headers.forEach(function (header, index) {
+      if (index === column) header.setAttribute("aria-sort", descending ? "descending" : "ascending");
+      else header.removeAttribute("aria-sort");
+    });
+    function valueOf(row) {
+      var cell = row.cells[column];
+      if (column === 0) return cell.querySelector("a").textContent;
+      return cell.dataset.value === "" ? null : Number(cell.dataset.value);
+    }
+    rows.sort(function (a, b) {
+      var position = Number(a.dataset.position) - Number(b.dataset.position);
+      if (column < 0) return position;
+      var x = valueOf(a), y = valueOf(b);
+      if (x === null || y === null) return x === y ? position : (x === null ? 1 : -1);
+      var order = column === 0 ? x.localeCompare(y) : x - y;
+      return (descending ? -order : order) || position;
+    });
+    rows.forEach(function (row) { body.appendChild(row); });
+  }
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("#compare-finals button.sort-final");
+    if (!button) return;
+    var header = button.closest("th"), key = header.dataset.sort;
+    var current = finalsOrder.charAt(0) === "-" ? finalsOrder.slice(1) : finalsOrder;
+    var descending = key === current ? finalsOrder.charAt(0) !== "-" : header.dataset.best === "highest";
+    finalsOrder = (descending ? "-" : "") + key;
+    window.TemperKeepInAddress("finals", finalsOrder);
+    sortFinals();
+  });
+  sortFinals();
+
   // The generations side by side, each run at the step picked in its column (the server's, from gen=<run id>:<step>,
   // comma-separated; a run at its last step is left out of it): read again at once, the address kept.
   document.addEventListener("change", function (event) {

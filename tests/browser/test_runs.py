@@ -257,6 +257,42 @@ def test_the_generations_side_by_side_are_shown_at_the_step_picked_and_kept_in_t
     page.locator("table.generations tbody tr").first.locator("td.generation").nth(1).filter(has_text="✓ exact match").wait_for()
 
 
+def test_the_compare_final_metrics_sort_by_a_column_and_mark_each_columns_best(page, live_server, monkeypatch):
+    """QA (a W&B user's sweep table): the final metrics came in the runs' order, the best of each read by eye. A
+    column's header sorts the rows by it (best first, again for the other way, kept in the link), and each column's
+    best value is marked: the lowest for a loss, the highest for a reward or an accuracy."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="finalsort")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    runs = []
+    for name, loss, accuracy in (("a", 0.5, 0.2), ("b", 0.25, 0.1), ("c", 0.75, 0.9)):
+        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, final_metrics={
+            "loss": {"last": loss, "min": loss, "max": 1.0}, "eval/accuracy": {"last": accuracy, "min": 0.0, "max": accuracy}})
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=5, name=metric, value=value, wall_time=5.0, tokens=5)
+                                         for metric, value in (("loss", loss), ("eval/accuracy", accuracy))])
+        runs.append(run)
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/finalsort/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
+    names = "() => [...document.querySelectorAll('#compare-finals tbody tr')].map(r => r.cells[0].querySelector('a').textContent)"
+    best = ("() => [...document.querySelectorAll('#compare-finals td.best')]"
+            ".map(c => [c.closest('tr').cells[0].querySelector('a').textContent, c.cellIndex])")
+    assert page.evaluate(names) == ["a", "b", "c"]
+    assert sorted(page.evaluate(best)) == [["b", 1], ["c", 2]]  # the lowest loss, the highest accuracy
+    page.get_by_role("button", name="eval/accuracy").click()
+    page.wait_for_function(f"() => ({names})().join() === 'c,a,b'")  # best first: the highest
+    assert page.locator("#compare-finals th[aria-sort]").get_attribute("aria-sort") == "descending"
+    page.get_by_role("button", name="loss").click()
+    page.wait_for_function(f"() => ({names})().join() === 'b,a,c'")  # best first: the lowest
+    page.get_by_role("button", name="loss").click()
+    page.wait_for_function(f"() => ({names})().join() === 'c,a,b'")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('finals') === '-loss'")
+    page.reload()
+    page.wait_for_function(f"() => ({names})().join() === 'c,a,b'")
+
+
 def test_compare_draws_a_sweeps_hyperparameters_against_a_chosen_metric(page, asgi_server, transactional_db,
                                                                           monkeypatch):
     """Three runs or more whose configs differ get a parallel-coordinates chart: an axis per differing

@@ -28,6 +28,7 @@ from django.db.models.functions import Cast
 
 from jaxengine.evaluate import answers_match
 from jaxengine.memory import ModelFacts, byte_size, estimate_memory
+from jaxengine.rewards import REWARDS
 from jaxengine.spec import TASK_ONLY_KEYS, TASK_SECTIONS, SpecError, best_metric_for, parse_spec
 from jaxengine.words import counted
 from webapp.basemodels.models import BaseModel
@@ -72,12 +73,33 @@ class SortOrder:
     descending: bool = False
 
 
+# Which way a metric is better, by the words of its name (eval/, a group's /<value> and rewards/ aside): losses lower,
+# rewards (every registered reward function's too: eval/<reward>, rewards/<reward>), accuracies, exact match and
+# preference margins higher; any other (a KL, a learning rate, a grad norm) neither.
+LOWER_IS_BETTER = frozenset({"loss", "perplexity"})
+HIGHER_IS_BETTER = frozenset({"reward", "accuracy", "accuracies", "exact_match", "margin", "margins", *REWARDS})
+
+
+def metric_higher_is_better(name: str) -> bool | None:
+    """True where a higher value of metric ``name`` is better, False where a lower one is, None where neither:
+    what the runs table's sorts go by (best first) and what the compare page's final table marks best."""
+    parts = set(re.split(r"[/ ]", name))  # a shared chart's label too: "preference accuracy", "reward margin"
+    if parts & LOWER_IS_BETTER:
+        return False
+    if parts & HIGHER_IS_BETTER:
+        return True
+    return None
+
+
+def _best_first(name: str) -> SortOrder:
+    return SortOrder(final_value(name), descending=bool(metric_higher_is_better(name)))
+
+
 SORTS = {
     "newest": SortOrder(F("created_at"), descending=True), "oldest": SortOrder(F("created_at")),
     "name": SortOrder(F("name")), "-name": SortOrder(F("name"), descending=True), "status": SortOrder(F("status")),
     "task": SortOrder(F("task")), "steps": SortOrder(F("current_step"), descending=True),
-    "loss": SortOrder(final_value("loss")), "eval_loss": SortOrder(final_value("eval/loss")),
-    "reward": SortOrder(final_value("reward"), descending=True),
+    "loss": _best_first("loss"), "eval_loss": _best_first("eval/loss"), "reward": _best_first("reward"),
     "duration": SortOrder(F("train_seconds"), descending=True),
 }
 # Every task a run can have: the engine's, and runs logged from elsewhere.
@@ -394,8 +416,9 @@ def metric_unit(name: str) -> str:
 
 
 def final_table(*, runs: list[Run], names: Iterable[str], shared: dict[str, dict[str, str]]) -> dict[str, list]:
-    """The compare page's final-metrics table: ``columns`` (``{"label", "unit", "metrics"}``) and ``rows`` (``{"run",
-    "values"}``: each column's summary from the run's ``final_metrics``, None where it has none). A column per
+    """The compare page's final-metrics table: ``columns`` (``{"label", "unit", "metrics", "higher_is_better"}``) and
+    ``rows`` (``{"run", "values"}``: each column's summary from the run's ``final_metrics``, a copy with ``best``
+    where the column has a better way (``metric_higher_is_better``), None where it has none). A column per
     metric of ``names`` that a run has a final value of, in ``final_order``, except that a quantity the runs log
     under names of their own (``shared``, from ``shared_charts``) is one column, where its first name comes,
     labelled as its chart is, its ``metrics`` the names it holds in the runs' order (one, for most columns)."""
@@ -405,15 +428,31 @@ def final_table(*, runs: list[Run], names: Iterable[str], shared: dict[str, dict
             if name in run.final_metrics:
                 label = shared.get(run.public_id, {}).get(name, name)
                 columns.setdefault(label, {"label": label, "by_run": {}})["by_run"][run.public_id] = name
-    rows = [{"run": run, "values": [run.final_metrics[column["by_run"][run.public_id]]
+    rows = [{"run": run, "values": [dict(run.final_metrics[column["by_run"][run.public_id]])
                                     if run.public_id in column["by_run"] else None for column in columns.values()]}
             for run in runs]
+    for index, column in enumerate(columns.values()):
+        column["higher_is_better"] = metric_higher_is_better(column["label"])
+        _mark_best([row["values"][index] for row in rows], higher_is_better=column["higher_is_better"])
     # A column's names in the runs' order, as its chart's title gives them.
     return {"columns": [{"label": column["label"], "unit": metric_unit(column["label"]),
+                         "higher_is_better": column["higher_is_better"],
                          "metrics": list(dict.fromkeys(column["by_run"][run.public_id] for run in runs
                                                        if run.public_id in column["by_run"]))}
                         for column in columns.values()],
             "rows": rows}
+
+
+def _mark_best(values: list[dict[str, Any] | None], *, higher_is_better: bool | None) -> None:
+    """``best`` True on the values whose last is the column's best (ties all), where there are two to compare and
+    the metric has a better way."""
+    lasts = [value["last"] for value in values if value is not None and value.get("last") is not None]
+    if higher_is_better is None or len(lasts) < 2:
+        return
+    best = max(lasts) if higher_is_better else min(lasts)
+    for value in values:
+        if value is not None:
+            value["best"] = value.get("last") == best
 
 
 def _series(rows, *, downsampled: bool, start_time: float | None) -> dict[str, dict[str, list]]:

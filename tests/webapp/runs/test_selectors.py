@@ -138,6 +138,18 @@ def test_side_by_side_shows_each_run_at_the_step_picked_and_marks_its_exact_matc
     assert '<option value="30" selected>step 30 (last)</option>' in html
 
 
+def test_a_metric_is_better_lower_for_losses_higher_for_rewards_and_accuracies_and_neither_otherwise():
+    better = {name: selectors.metric_higher_is_better(name) for name in (
+        "loss", "eval/loss/math", "reward", "rewards/format_regex", "eval/exact_match/arithmetic", "rewards/accuracies",
+        "preference accuracy", "reward margin", "reward_std", "kl", "learning_rate", "frac_reward_zero_std")}
+    assert better == {"loss": False, "eval/loss/math": False, "reward": True, "rewards/format_regex": True,
+                      "eval/exact_match/arithmetic": True, "rewards/accuracies": True, "preference accuracy": True,
+                      "reward margin": True, "reward_std": None, "kl": None, "learning_rate": None,
+                      "frac_reward_zero_std": None}
+    # The runs table's own sorts go best first by the same rule.
+    assert not selectors.SORTS["loss"].descending and selectors.SORTS["reward"].descending
+
+
 def test_a_finished_runs_series_are_read_from_its_cache(team, catalog, sent_tasks, monkeypatch):
     run = make_run(team, catalog)
     MetricPoint.objects.create(run=run, step=1, name="loss", value=2.0, wall_time=1.0, tokens=1)

@@ -1318,9 +1318,10 @@ def test_compare_final_metrics_show_the_range_in_readable_figures(team, run, cli
     page = client_for(team.viewer).get(f"/p/alpha/runs/compare/?runs={run.public_id}&runs={other.public_id}").content.decode()
     table = page.split('class="table final-table"')[1].split("</table>")[0]
     assert "last (best)" not in table and table.count("last<br>min – max") == 4  # loss, eval/exact_match, learning_rate, tokens
-    assert '<td class="num">0.5<br><small class="muted">0.25 – 0.75</small></td>' in table
-    assert '<td class="num">2e-05<br><small class="muted">2e-05 – 0.0002</small></td>' in table
-    assert '<td class="num">636<br><small class="muted">212 – 636</small></td>' in table
+    # (the runs' equal exact match is each one's best: a ★ before it)
+    assert '<span class="visually-hidden">best: </span>0.5<br><small class="muted">0.25 – 0.75</small></td>' in table
+    assert '<td class="num" data-value="2e-05">2e-05<br><small class="muted">2e-05 – 0.0002</small></td>' in table
+    assert '<td class="num" data-value="636.0">636<br><small class="muted">212 – 636</small></td>' in table
 
 
 def test_compare_final_metrics_put_a_quantity_two_kinds_log_under_their_own_names_in_one_column(
@@ -1343,11 +1344,13 @@ def test_compare_final_metrics_put_a_quantity_two_kinds_log_under_their_own_name
         target.save(update_fields=["final_metrics"])
     response = client_for(team.viewer).get(f"/p/alpha/runs/compare/?runs={run.public_id}&runs={dpo.public_id}")
     table = response.content.decode().split('class="table final-table"')[1].split("</table>")[0]
-    assert ('<th class="num literal">preference accuracy<br><small class="muted">accuracy · rewards/accuracies<br>'
+    assert ('<th class="num literal" data-sort="preference accuracy" data-best="highest"><button type="button" '
+            'class="sort-final">preference accuracy</button><br><small class="muted">accuracy · rewards/accuracies<br>'
             'last<br>min – max</small></th>') in table
     assert table.count("</th>") == 4 and table.count("—") == 1  # Run, loss and the two shared; the second run's loss
-    assert '<td class="num">0.75<br><small class="muted">0.5 – 0.75</small></td>' in table
-    assert '<td class="num">0.5<br><small class="muted">0.25 – 0.5</small></td>' in table
+    assert ('<td class="num best" data-value="0.75"><span aria-hidden="true">★ </span><span class="visually-hidden">best: '
+            '</span>0.75<br><small class="muted">0.5 – 0.75</small></td>') in table
+    assert '<td class="num" data-value="0.5">0.5<br><small class="muted">0.25 – 0.5</small></td>' in table
     assert [column["label"] for column in response.context["final"]["columns"]] == [
         "loss", "preference accuracy", "reward margin"]  # the run fixture's loss: the first run's alone
 
@@ -1416,7 +1419,7 @@ def test_compare_headers_that_are_names_are_set_as_written(team, run, client_for
     run.final_metrics = reporting.metric_summary(run)
     run.save(update_fields=["final_metrics"])
     page = client_for(team.viewer).get(f"/p/alpha/runs/compare/?runs={run.public_id}&runs={other.public_id}").content.decode()
-    assert '<th class="num literal">loss<br>' in page
+    assert '<th class="num literal" data-sort="loss" data-best="lowest"><button type="button" class="sort-final">loss</button><br>' in page
     assert page.count('<th class="literal">lr 1e-3</th>') == 1  # config
     assert page.count('<th class="literal">lr 1e-3<br>') == 1  # generations
 
