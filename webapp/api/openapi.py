@@ -160,7 +160,7 @@ def build_document() -> dict[str, Any]:
                                   **ERRORS}},
         },
         f"{base}/runs/": {
-            "get": _operation("List runs", [SLUG], query=[_query("q", "name or id"),
+            "get": _operation("List runs", [SLUG], query=[_query("q", "a part of the name, id, a tag or the notes (case aside)"),
                                                           _enum("status", "status (another value: 400)",
                                                                 RunStatus.values),
                                                           _enum("task", "task (another value: 400)", RUN_TASKS),

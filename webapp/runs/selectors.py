@@ -134,7 +134,7 @@ def metric_sorts(names: list[str]) -> list[tuple[str, str]]:
 
 @dataclass(frozen=True, kw_only=True)
 class RunFilters:
-    """The runs table's query: free-text ``search`` (name or id), ``status``, ``task``, ``tag``,
+    """The runs table's query: free-text ``search`` (a part of the name, id, a tag or the notes), ``status``, ``task``, ``tag``,
     archived runs shown or not, and a ``sort`` key of ``SORTS``; ``ignored`` says which values of the
     query were not understood and left out."""
 
@@ -202,8 +202,10 @@ def run_list(*, project: Project, filters: RunFilters = RunFilters()) -> QuerySe
     runs = Run.objects.filter(project=project, archived=filters.archived)
     if filters.search:
         # A run is found by any part of its name or of its id ("far6" finds run_far6r7yp…, as its page's
-        # address shows it), case aside.
-        runs = runs.filter(Q(name__icontains=filters.search) | Q(public_id__icontains=filters.search))
+        # address shows it), of a tag or of its notes, case aside.
+        runs = runs.filter(Q(name__icontains=filters.search) | Q(public_id__icontains=filters.search)
+                           | Q(notes__icontains=filters.search)
+                           | Q(pk__in=_with_a_tag_holding(project=project, text=filters.search)))
     if filters.status:
         runs = runs.filter(status=filters.status)
     if filters.task:
@@ -257,6 +259,14 @@ def table_tasks(*, project: Project, tasks: list[str]) -> list[str]:
     runs (they were listed but could not be picked out)."""
     external = Run.objects.filter(project=project, task=EXTERNAL_TASK).exists()
     return [*tasks, EXTERNAL_TASK] if external else list(tasks)
+
+
+def _with_a_tag_holding(*, project: Project, text: str) -> list[int]:
+    # The pks of the project's runs with a tag holding ``text``, case aside, read here rather than matched in the
+    # JSON text of the tags: there a comma or a quote matched every tagged run, and SQLite keeps "café" as "caf\u00e9".
+    wanted = text.casefold()
+    return [pk for pk, tags in Run.objects.filter(project=project).exclude(tags=[]).values_list("pk", "tags")
+            if any(wanted in tag.casefold() for tag in tags)]
 
 
 def _tagged(runs: QuerySet[Run], tag: str) -> QuerySet[Run]:

@@ -301,6 +301,21 @@ def test_runs_list_rejects_an_unknown_sort_naming_the_choices(world):
     assert apis["viewer"].call("GET", "/api/v1/projects/alpha/runs/?sort=oldest") == (200, {"runs": [], "next": None})
 
 
+def test_runs_list_q_finds_runs_by_a_part_of_a_tag_or_of_the_notes_as_the_table(world):
+    """The REST API's ``q`` searches as the Runs page's box: name, id, and now a part of a tag or of the notes."""
+    team, apis, _sent = world
+    runs = {name: Run.objects.create(project=team.project, name=name, task="external", spec={}, resolved_spec={},
+                                     tags=tags, notes=notes)
+            for name, tags, notes in (("plain", [], ""), ("tagged", ["ablation-lr"], ""), ("noted", [], "loss diverged"))}
+    for query, found in (("Ablation", "tagged"), ("DIVERGED", "noted"), ("plain", "plain")):
+        status, body = apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/?q={query}")
+        assert status == 200 and [run["id"] for run in body["runs"]] == [runs[found].public_id], query
+    status, document = apis["viewer"].call("GET", "/api/v1/openapi.json")
+    query = next(parameter for parameter in document["paths"]["/api/v1/projects/{slug}/runs/"]["get"]["parameters"]
+                 if parameter["name"] == "q")
+    assert query["description"] == "a part of the name, id, a tag or the notes (case aside)"
+
+
 def _listed(api, path: str) -> tuple[list[str], list[str]]:
     """Every run id of a list followed page by page through its ``next`` links, and those links."""
     ids, links = [], []

@@ -731,6 +731,24 @@ def test_members_cancel_and_retry(team, run, client_for, sent_tasks):
     assert response["Location"] == f"/p/alpha/runs/{retried.public_id}/"
 
 
+def test_runs_table_search_finds_runs_by_a_part_of_a_tag_or_of_the_notes(team, run, client_for, catalog, sent_tasks):
+    """QA (a W&B user's search box): a search matched a run's name and id alone, so a run read by its tag ("ablation")
+    or by what its notes say ("diverged") was not found. It matches a part of a tag or of the notes, case aside, on
+    the page as in the REST API; the JSON of the tags is not searched (a comma or a quote matches no run)."""
+    tagged = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="second",
+                                 tags="Ablation-LR, café")
+    noted = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="third")
+    Run.objects.filter(pk=noted.pk).update(notes="The loss **diverged** at step 40.")
+    client = client_for(team.viewer)
+    for query, found in (("ablation", tagged), ("CAFÉ", tagged), ("Diverged", noted)):
+        page = client.get("/p/alpha/runs/", {"q": query}).content.decode()
+        assert [other.public_id in page for other in (run, tagged, noted)] == [
+            other == found for other in (run, tagged, noted)], query
+    for query in (",", '"', "["):
+        page = client.get("/p/alpha/runs/", {"q": query}).content.decode()
+        assert tagged.public_id not in page and run.public_id not in page, query
+
+
 def test_runs_table_filters_and_archives(team, run, client_for, catalog, sent_tasks):
     other = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="second", tags="sweep")
     client = client_for(team.teammate)
