@@ -186,8 +186,9 @@ class RunFilters:
             errors["archived"] = (f"{archived!r} is not a value of archived; use 1 (archived runs only) or 0 "
                                   "(the others, as when left out)")
         sort = query.get("sort")
-        if sort is not None and sort not in SORTS:
-            errors["sort"] = f"{sort!r} is not one of {', '.join(SORTS)}"
+        if sort is not None and sort not in SORTS and not sort_metric(sort):
+            errors["sort"] = (f"{sort!r} is not one of {', '.join(SORTS)}, or {METRIC_SORT}<final metric> (lowest first; "
+                              f"-{METRIC_SORT}<final metric> highest first)")
         if errors:
             raise ValidationError(errors)
         return cls.from_query(query)
