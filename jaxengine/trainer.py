@@ -853,10 +853,14 @@ class Trainer:
                              for part in jax.tree.leaves(batches, is_leaf=_is_token_batch) if _is_token_batch(part))
                 self.tokens_seen += tokens
                 record = {"step": self.step, **metrics, "tokens_per_second": tokens / max(seconds, 1e-9),
-                          "tokens": self.tokens_seen, "epoch": self.data_position.epoch,
-                          **memory_metrics(jax.local_devices())}
+                          "tokens": self.tokens_seen, **memory_metrics(jax.local_devices())}
                 record.pop("loss_weight")
-                if stream is None:
+                if stream is not None:
+                    # Fractional: the rows read over the rows (steps × batch / rows, as W&B users read it). The
+                    # epochs completed alone were 0 at every step of a run that max_steps ends within its first.
+                    # Tasks that make their data each step (RL) read no stream: they log no epoch.
+                    record["epoch"] = self.data_position.epoch + self.data_position.cursor / len(stream.examples)
+                else:
                     # Tasks that make their data each step (RL) time making it themselves; this is the update.
                     record["time/update"] = seconds
                 at_end = self.step == config.total_steps

@@ -4,7 +4,10 @@
    on the zero, and read as 0. Such a chart gets an axis of half the value either side of it (1 either
    side of 0; half a decade either side on a log axis) instead; any other chart keeps plotly's own.
    An x axis of steps (or tokens) over fewer than ten of them: plotly ticks a short span in halves (1, 1.5,
-   2 …), and a step is a whole number, so it is ticked at each one instead. */
+   2 …), and a step is a whole number, so it is ticked at each one instead.
+   Both pages draw by step, tokens or time and linear or on a log scale, as their #x-axis and #log-y say
+   (templates/runs/_axis_controls.html): the axes, the log axis's notes in a chart's title, and the choice kept in
+   the address are made here, once for both. */
 window.TemperPlotAxis = (function () {
   "use strict";
 
@@ -37,7 +40,62 @@ window.TemperPlotAxis = (function () {
     return high >= low ? high - low : 0;
   }
 
+  // A log axis cannot show 0 or less: a chart with no value above 0 (an epoch still 0, an exact match not
+  // yet scored) drawn on one was an empty axis from 100 to 10k, read as no data. It stays linear and says so.
+  function anyAboveZero(traces) {
+    return traces.some(function (each) { return Array.prototype.some.call(each.y || [], function (y) { return y > 0; }); });
+  }
+
+  // A log axis leaves out the points at 0 or below of a chart that also has some above; how many is said in
+  // its title, since a margin that went negative would otherwise vanish from the chart unnoticed.
+  function pointsAtOrBelowZero(traces) {
+    return traces.reduce(function (count, each) {
+      return count + Array.prototype.filter.call(each.y || [], function (y) { return y !== null && y <= 0; }).length;
+    }, 0);
+  }
+
+  var X_TITLES = { step: "step", tokens: "tokens", time: "seconds" };
+
   return {
+    // Whether ``traces`` are drawn on a log axis when one is asked for: only with a value above 0.
+    logApplies: function (traces, logAsked) { return Boolean(logAsked) && anyAboveZero(traces); },
+    // The x axis by ``axis`` (step, tokens or time) of ``traces``, as layout properties: steps and tokens are whole
+    // numbers, seconds are not.
+    xAxis: function (axis, traces) {
+      return Object.assign({ title: { text: X_TITLES[axis] } },
+                           axis === "time" ? { tickmode: "auto" } : this.wholeXTicks(traces));
+    },
+    // The y axis of metric ``name``'s ``traces``, on a log scale or not (logApplies), as layout properties.
+    yAxis: function (name, traces, log) {
+      return Object.assign({ type: log ? "log" : "linear", title: { text: this.unitOf(name) } }, this.yRange(traces, log));
+    },
+    // A chart's title: its name (text, static/plot_text.js), and under it a line for each note a reader must know to
+    // read it (``notes``: a shared chart's metrics) and the points a log axis leaves out. On one line they ran past a
+    // phone's chart, cut off at its edges. { text, lines }: the lines make room above the plot.
+    title: function (name, traces, logAsked, notes) {
+      var literal = window.TemperPlotText.literal, log = this.logApplies(traces, logAsked);
+      var text = literal(name), all = (notes || []).slice();
+      if (logAsked && !log) text += literal(" (linear: no value above 0)");
+      var left = log ? pointsAtOrBelowZero(traces) : 0;
+      if (left) all.push("log: " + left + (left === 1 ? " point" : " points") + " at 0 or below not drawn");
+      return { text: [text].concat(all.map(literal)).join("<br>"), lines: 1 + all.length };
+    },
+    // The x axis and log scale controls (``xSelect``, ``logBox``) set from the address (x=, log=1; a value the select
+    // does not offer leaves it at step), kept in it as they change, ``changed`` called then.
+    keepChoices: function (xSelect, logBox, changed) {
+      var asked = new URLSearchParams(window.location.search);
+      if (Array.prototype.some.call(xSelect.options, function (option) { return option.value === asked.get("x"); })) {
+        xSelect.value = asked.get("x");
+      }
+      logBox.checked = asked.get("log") === "1";
+      [xSelect, logBox].forEach(function (control) {
+        control.addEventListener("input", function () {
+          window.TemperKeepInAddress("x", xSelect.value === "step" ? null : xSelect.value);
+          window.TemperKeepInAddress("log", logBox.checked ? "1" : null);
+          changed();
+        });
+      });
+    },
     // The x axis's ticks for ``traces`` whose x are whole numbers (steps, tokens), as layout properties.
     wholeXTicks: function (traces) {
       return xSpan(traces) < WHOLE_TICKS_UNDER ? { tickmode: "linear", tick0: 0, dtick: 1 } : { tickmode: "auto" };

@@ -8,7 +8,11 @@
    Steps that could not train (every group's rewards equal, or nothing in the loss) are shaded on the loss and
    reward charts and counted above them: the server's count (selectors.no_learning_signal) plus live steps.
    The smoothing slider draws each single-line chart's EMA (static/plot_smoothing.js) over its points, which stay,
-   faint, for the hover and the samples a click opens; it is kept in the address (ema=). */
+   faint, for the hover and the samples a click opens; it is kept in the address (ema=).
+   The charts are drawn by step, tokens or time, linear or on a log scale, as on the compare page and by the same
+   code (static/plot_axis.js, which keeps the choice in the address); each line keeps its points' steps, tokens and
+   times (`positions`), so that a new choice redraws it and a click opens its point's step whatever the x axis.
+   The no-signal shading marks steps, so it is drawn on the x axis by step alone. */
 (function () {
   "use strict";
 
@@ -28,6 +32,14 @@
   var source = null;
   // A metric's or a group's name as plotly shows it: as text, never as its tags (static/plot_text.js).
   var literal = window.TemperPlotText.literal;
+  var axes = window.TemperPlotAxis;
+  var xAxis = document.getElementById("x-axis"), logY = document.getElementById("log-y");
+  // plot element -> for each of its traces but the smoothed one (in their order), the steps, tokens and times of its
+  // points: what the x axis is drawn by, and the steps a click and the chart's words go by.
+  var positions = new Map();
+  // The wall time the points' times count from (selectors.series_start_time): the live points carry wall times.
+  var startTime = chartsElement.dataset.startTime === "" ? null : Number(chartsElement.dataset.startTime);
+  var NOTE_ROOM = 16;  // pixels of a line of a chart's title (the log axis's note)
 
   function layoutFor(name) {
     return {
@@ -96,16 +108,69 @@
     undrawn.delete(plot);
     if (nearScreen) nearScreen.unobserve(plot);
     plot.style.minHeight = "";
-    // As fitYAxis sets it on a drawn chart (autorange false with a range, so that it can tell the two apart).
-    var range = window.TemperPlotAxis.yRange(figure.traces, false);
-    figure.layout.yaxis = Object.assign(figure.layout.yaxis || {}, range.autorange ? range : { autorange: false, range: range.range });
-    Object.assign(figure.layout.xaxis, window.TemperPlotAxis.wholeXTicks(figure.traces));
-    window.Plotly.newPlot(plot, figure.traces, figure.layout, { displayModeBar: false, responsive: true });
+    var chosen = chosenLayout(plot, figure.traces);
+    plot.dataset.view = JSON.stringify(chosen);
+    window.Plotly.newPlot(plot, figure.traces, Object.assign(figure.layout, chosen), { displayModeBar: false, responsive: true });
     describeChart(plot);
     plot.on("plotly_click", function (event) {
-      if (event.points && event.points.length) loadSamples(Object.assign(sampleFilters(), { step: event.points[0].x }));
+      if (!event.points || !event.points.length) return;
+      var point = event.points[0];  // a smoothed point is its chart's point at the same index
+      var steps = positions.get(plot)[plot.dataset.single ? 0 : point.curveNumber].step;
+      loadSamples(Object.assign(sampleFilters(), { step: steps[point.pointIndex] }));
     });
   }
+
+  // The parts of a chart's layout that its points, the x axis and the log scale decide: its title (with the log
+  // axis's notes, as on the compare page), its axes, and the no-signal shading of the loss and reward charts.
+  function chosenLayout(plot, traces) {
+    var points = traces.filter(function (trace) { return trace.uid !== SMOOTHED; }), key = plot.dataset.metric;
+    var log = axes.logApplies(points, logY.checked), title = axes.title(key, points, logY.checked);
+    var range = axes.yRange(traces, log), titleRoom = (title.lines - 1) * NOTE_ROOM;
+    var chosen = {
+      height: Number(plot.dataset.height) + titleRoom, margin: { l: 56, r: 12, t: 28 + titleRoom, b: 36 },
+      title: { text: title.text, font: { size: 13 } },
+      xaxis: Object.assign({ zeroline: false }, axes.xAxis(xAxis.value, traces)),
+      // autorange false with a range, so that a redrawing keeps it rather than plotly's own
+      yaxis: Object.assign(axes.yAxis(key, traces, log), { zeroline: false }, range.autorange ? {} : { autorange: false }),
+    };
+    if (SHADED_CHARTS.indexOf(key) >= 0) chosen.shapes = xAxis.value === "step" ? noSignalShapes() : [];
+    return chosen;
+  }
+
+  // A drawn chart's layout made what its points and the choices now ask (chosenLayout), redrawn only where that
+  // changed (or ``again``: its traces' x were replaced), since live points come to 30 and more charts each step.
+  function fitView(plot, again) {
+    var figure = undrawn.get(plot), traces = figure ? figure.traces : plot.data, chosen = chosenLayout(plot, traces);
+    if (figure) { Object.assign(figure.layout, chosen); return; }
+    var view = JSON.stringify(chosen);
+    if (!again && view === plot.dataset.view) return;
+    plot.dataset.view = view;
+    window.Plotly.react(plot, plot.data.slice(), Object.assign({}, plot.layout, chosen));
+  }
+
+  var X_HOVER = { step: "step %{x}", tokens: "%{x} tokens", time: "%{x} s" };
+  function hoverOf(trace) {
+    return (trace.name ? trace.name + ", " : "") + X_HOVER[xAxis.value] + ": %{y:.5g}<extra></extra>";
+  }
+
+  // Each line's x by the axis chosen, from its points' positions (the smoothed line follows in smoothChart).
+  function placeTraces(plot) {
+    var figure = undrawn.get(plot), traces = figure ? figure.traces : plot.data, records = positions.get(plot);
+    traces.forEach(function (trace, index) {
+      if (trace.uid === SMOOTHED) return;
+      trace.x = records[index][xAxis.value].slice();
+      trace.hovertemplate = hoverOf(trace);
+    });
+  }
+
+  function showChoices() {
+    Object.keys(charts).forEach(function (key) {
+      placeTraces(charts[key]);
+      smoothChart(charts[key]);
+      fitView(charts[key], true);
+    });
+  }
+  axes.keepChoices(xAxis, logY, showChoices);
 
   // selectors.chart_order: training metrics, then eval/ ones, each led by LEADING_CHARTS, the rest by name.
   // A metric first logged after the page was drawn (a GRPO run's reward at its first step) takes its place.
@@ -138,6 +203,7 @@
     var plot = document.createElement("div");
     plot.className = "plot";
     plot.dataset.metric = key;
+    plot.dataset.height = layout.height;  // without the room of its title's notes (chosenLayout)
     plot.style.minHeight = layout.height + "px";  // its place in the page, kept until it is drawn
     plot.setAttribute("aria-hidden", "true");
     var caption = document.createElement("figcaption");
@@ -145,6 +211,7 @@
     figure.append(plot, caption);
     chartsElement.insertBefore(figure, firstChartAfter(key));
     charts[key] = plot;
+    positions.set(plot, traces.map(noPositions));
     undrawn.set(plot, { traces: traces, layout: layout });
     if (nearScreen) nearScreen.observe(plot); else drawChart(plot);
     describeChart(plot);
@@ -152,21 +219,25 @@
     return plot;
   }
 
+  function noPositions() { return { step: [], tokens: [], time: [] }; }
+
   // A chart's numbers in words, its figure's caption (and so its name) for screen readers: plotly's SVG of
   // ticks and paths reads as noise, so the plot itself is hidden from them. Not live: it changes each step.
   function describeChart(plot) {
     var figure = undrawn.get(plot);
     var traces = figure ? figure.traces : plot.data;
     var number = function (value) { return String(Number(value.toPrecision(5))); };
-    var lines = traces.filter(function (trace) { return trace.x.length && trace.uid !== SMOOTHED; }).map(function (trace) {
-      var last = trace.x.length - 1, lowest = Infinity, highest = -Infinity;
+    var records = positions.get(plot);
+    var lines = traces.map(function (trace, index) { return { trace: trace, steps: (records[index] || {}).step }; })
+      .filter(function (line) { return line.trace.uid !== SMOOTHED && line.steps.length; }).map(function (line) {
+      var trace = line.trace, steps = line.steps, last = steps.length - 1, lowest = Infinity, highest = -Infinity;
       Array.prototype.forEach.call(trace.y, function (value) {
         lowest = Math.min(lowest, value); highest = Math.max(highest, value);
       });
-      var points = trace.x.length === 1 ? "1 point, step " + trace.x[0]
-        : trace.x.length + " points, steps " + trace.x[0] + " to " + trace.x[last];
+      var points = steps.length === 1 ? "1 point, step " + steps[0]
+        : steps.length + " points, steps " + steps[0] + " to " + steps[last];
       return (trace.meta ? trace.meta + ": " : "") + points + "; latest " + number(trace.y[last]) + " at step " +
-        trace.x[last] + "; lowest " + number(lowest) + ", highest " + number(highest);
+        steps[last] + "; lowest " + number(lowest) + ", highest " + number(highest);
     });
     plot.parentNode.querySelector("figcaption").textContent =
       plot.dataset.metric + " by step: " + (lines.length ? lines.join(". ") : "no points yet") + ".";
@@ -179,12 +250,16 @@
 
   function addTrace(plot, trace) {
     var figure = undrawn.get(plot);
+    positions.get(plot).push(noPositions());
     if (figure) figure.traces.push(trace); else window.Plotly.addTraces(plot, trace);
     describeChart(plot);
   }
 
-  function extendTrace(plot, index, xs, ys) {
-    var figure = undrawn.get(plot);
+  // ``points``: {step, tokens, time, value} of the new points, in step order.
+  function extendTrace(plot, index, points) {
+    var figure = undrawn.get(plot), record = positions.get(plot)[index];
+    ["step", "tokens", "time"].forEach(function (key) { Array.prototype.push.apply(record[key], points[key]); });
+    var xs = points[xAxis.value], ys = points.value;
     if (figure) {
       Array.prototype.push.apply(figure.traces[index].x, xs);
       Array.prototype.push.apply(figure.traces[index].y, ys);
@@ -194,8 +269,7 @@
     }
     window.Plotly.extendTraces(plot, { x: [xs], y: [ys] }, [index]);
     smoothChart(plot);
-    fitYAxis(plot);
-    fitXTicks(plot);
+    fitView(plot);
     describeChart(plot);
   }
 
@@ -203,10 +277,9 @@
     if (charts[name]) return charts[name];
     lastStep[name] = -1;  // before step 0
     var layout = layoutFor(name);
-    if (SHADED_CHARTS.indexOf(name) >= 0) layout.shapes = noSignalShapes();
-    var plot = newChart(name, [{ x: [], y: [], type: "scatter", mode: "lines+markers", marker: { size: 3 },
-      line: { color: "#4f46e5", width: 1.5 }, hovertemplate: "step %{x}: %{y:.5g}<extra></extra>" }],
-      layout);
+    var points = { x: [], y: [], type: "scatter", mode: "lines+markers", marker: { size: 3 }, line: { color: "#4f46e5", width: 1.5 } };
+    points.hovertemplate = hoverOf(points);
+    var plot = newChart(name, [points], layout);
     plot.dataset.single = "1";
     return plot;
   }
@@ -259,9 +332,7 @@
     SHADED_CHARTS.forEach(function (name) {
       var plot = charts[name];
       if (!plot) return;
-      var figure = undrawn.get(plot);
-      if (figure) figure.layout.shapes = noSignalShapes();
-      else window.Plotly.relayout(plot, { shapes: noSignalShapes() });
+      fitView(plot);
     });
   }
 
@@ -273,57 +344,48 @@
     if (!(name in groupTrace)) {
       groupTrace[name] = traceCount(plot);
       lastStep[name] = -1;  // before step 0
-      var label = literal(group.label);
-      addTrace(plot, { x: [], y: [], name: label, meta: group.label, type: "scatter", mode: "lines+markers",
-        marker: { size: 3 }, line: { width: 1.5 }, hovertemplate: label + ", step %{x}: %{y:.5g}<extra></extra>" });
+      var line = { x: [], y: [], name: literal(group.label), meta: group.label, type: "scatter", mode: "lines+markers",
+        marker: { size: 3 }, line: { width: 1.5 } };
+      line.hovertemplate = hoverOf(line);
+      addTrace(plot, line);
     }
     return { plot: plot, index: groupTrace[name] };
   }
 
-  // Append points (sorted by step) newer than what a chart already shows.
-  function addPoints(name, steps, values) {
+  // Append points (``entry``: {step, value, tokens, time}, sorted by step) newer than what a chart already shows.
+  function addPoints(name, entry) {
     var group = window.TemperMetricGroups.groupOf(name, groupBy);
     var target = group ? groupTraceFor(name, group) : { plot: ensureChart(name), index: 0 };
-    var xs = [], ys = [], signalChanged = false;
-    for (var i = 0; i < steps.length; i++) {
-      if (steps[i] > lastStep[name]) {
-        xs.push(steps[i]); ys.push(values[i]); lastStep[name] = steps[i];
-        if (noteSignal(name, steps[i], values[i])) signalChanged = true;
+    var added = { step: [], value: [], tokens: [], time: [] }, signalChanged = false;
+    for (var i = 0; i < entry.step.length; i++) {
+      if (entry.step[i] > lastStep[name]) {
+        Object.keys(added).forEach(function (key) { added[key].push(entry[key][i]); });
+        lastStep[name] = entry.step[i];
+        if (noteSignal(name, entry.step[i], entry.value[i])) signalChanged = true;
       }
     }
-    if (!xs.length) return;
-    extendTrace(target.plot, target.index, xs, ys);
+    if (!added.step.length) return;
+    extendTrace(target.plot, target.index, added);
     if (signalChanged) showNoSignal();
-  }
-
-  // A chart whose points all have one value gets an axis around it (static/plot_axis.js); one that
-  // had and now varies goes back to plotly's range.
-  function fitYAxis(plot) {
-    var wanted = window.TemperPlotAxis.yRange(plot.data, false), current = plot.layout.yaxis;
-    if (wanted.autorange ? current.autorange !== false : String(current.range) === String(wanted.range)) return;
-    window.Plotly.relayout(plot, wanted.autorange ? { "yaxis.autorange": true } : { "yaxis.range": wanted.range });
-  }
-
-  // A tick per step while the run is short; plotly's own ticks once it has run ten steps.
-  function fitXTicks(plot) {
-    var wanted = window.TemperPlotAxis.wholeXTicks(plot.data);
-    if (plot.layout.xaxis.tickmode === wanted.tickmode) return;
-    window.Plotly.relayout(plot, { "xaxis.tickmode": wanted.tickmode, "xaxis.tick0": wanted.tick0 === undefined ? null : wanted.tick0,
-                                 "xaxis.dtick": wanted.dtick || null });
   }
 
   function addSeries(seriesByName) {
     Object.keys(seriesByName).forEach(function (name) {
-      addPoints(name, seriesByName[name].step, seriesByName[name].value);
+      addPoints(name, seriesByName[name]);
     });
   }
 
   function addEventPoints(points) {
     var grouped = {};
+    if (startTime === null && points.length) {  // the run's first points (a catch-up would have told the start)
+      startTime = Math.min.apply(null, points.map(function (point) { return point.wall_time; }));
+    }
     points.forEach(function (point) {
-      var entry = grouped[point.name] || (grouped[point.name] = { step: [], value: [] });
+      var entry = grouped[point.name] || (grouped[point.name] = { step: [], value: [], tokens: [], time: [] });
       entry.step.push(point.step);
       entry.value.push(point.value);
+      entry.tokens.push(point.tokens);
+      entry.time.push(Math.round((point.wall_time - startTime) * 1000) / 1000);  // as selectors._series rounds it
     });
     addSeries(grouped);
   }
@@ -557,9 +619,11 @@
     Object.keys(lastStep).forEach(function (name) { if (lastStep[name] > after) ahead[name] = lastStep[name]; });
     var afterSteps = JSON.stringify(ahead);
     if (afterSteps !== "{}" && afterSteps.length <= AFTER_STEPS_MAX_CHARS) query.set("after_steps", afterSteps);
+    if (startTime === null) query.set("start_time", "1");
     return fetch(config.dataset.stateUrl + "?" + query.toString(), { credentials: "same-origin" })
       .then(function (response) { return response.json(); })
       .then(function (state) {
+        if (startTime === null && state.series_start_time !== undefined) startTime = state.series_start_time;
         addSeries(state.series);
         // A live event may have shown a later step while this was asked: the stored progress lags it.
         if (state.progress.step >= progress.step) showProgress(state.progress);

@@ -7,6 +7,8 @@
    and group: a group's color, a run's dash, named "<group> · <run>". A click on a run's name in a legend
    hides that run in every chart (a double click shows it alone), as a redraw or a reading again keeps it.
    The charts can be filtered by metric name (a GRPO run logs 30 and more).
+   The generations side by side show each run at the step picked in its column (gen=); the final metrics sort by a
+   column (finals=).
    The view's settings are kept in the address, so that a link to the page opens the same view. */
 (function () {
   "use strict";
@@ -94,36 +96,14 @@
   // margin and to the figure, under the room the axis needs.
   var AXIS_ROOM = 44; // pixels under the plot for the x axis's numbers and title
   var PLOT_CONFIG = { displayModeBar: false, responsive: true };
-  // A log axis cannot show 0 or less: a chart with no value above 0 (an epoch still 0, an exact match not
-  // yet scored) drawn on one was an empty axis from 100 to 10k, read as no data. It stays linear and says so.
-  function anyAboveZero(traces) {
-    return traces.some(function (each) { return Array.prototype.some.call(each.y || [], function (y) { return y > 0; }); });
-  }
-
-  // A log axis leaves out the points at 0 or below of a chart that also has some above; how many is said in
-  // its title, since a margin that went negative would otherwise vanish from the chart unnoticed.
-  function pointsAtOrBelowZero(traces) {
-    return traces.reduce(function (count, each) {
-      return count + Array.prototype.filter.call(each.y || [], function (y) { return y !== null && y <= 0; }).length;
-    }, 0);
-  }
-
-  // The chart's name, and under it a line for each thing a reader must know to read it: the metrics a
-  // shared chart draws, the points a log axis leaves out. On one line they ran past a phone's chart, cut
-  // off at its edges. Each part is text (literal), the line breaks plotly's.
   var NOTE_ROOM = 16;  // pixels of a line of the title
-  function titleOf(chart, traces, log) {
-    var title = literal(chart.key), notes = chart.shared ? [chart.metrics.join(" · ")] : [];
-    if (logY.checked && !log) title += literal(" (linear: no value above 0)");
-    var hidden = log ? pointsAtOrBelowZero(traces) : 0;
-    if (hidden) notes.push("log: " + hidden + (hidden === 1 ? " point" : " points") + " at 0 or below not drawn");
-    return { text: [title].concat(notes.map(literal)).join("<br>"), lines: 1 + notes.length };
-  }
+  var axes = window.TemperPlotAxis;  // static/plot_axis.js: the x axis, the log scale, the title's notes, as the run page's
 
   function layout(chart, allTraces, axis, legendHeight) {
     // The axes and notes are of the runs shown: a hidden run's values neither stretch nor pin them.
     var traces = allTraces.filter(function (each) { return each.visible !== "legendonly"; });
-    var log = logY.checked && anyAboveZero(traces), title = titleOf(chart, traces, log);
+    var log = axes.logApplies(traces, logY.checked);
+    var title = axes.title(chart.key, traces, logY.checked, chart.shared ? [chart.metrics.join(" · ")] : []);
     var titleRoom = (title.lines - 1) * NOTE_ROOM;
     return {
       height: (chart.grouped ? 300 : 260) + legendHeight + titleRoom,
@@ -131,11 +111,8 @@
       title: { text: title.text, font: { size: 13 } },
       // Curves are read across runs at one step (or tokens, or time): the hover lists every line there.
       hovermode: "x unified",
-      // Steps and tokens are whole numbers; seconds are not.
-      xaxis: Object.assign({ title: { text: axis === "time" ? "seconds" : axis } },
-                           axis === "time" ? {} : window.TemperPlotAxis.wholeXTicks(traces)),
-      yaxis: Object.assign({ type: log ? "log" : "linear", title: { text: window.TemperPlotAxis.unitOf(chart.key) } },
-                           window.TemperPlotAxis.yRange(traces, log)),
+      xaxis: axes.xAxis(axis, traces),
+      yaxis: axes.yAxis(chart.key, traces, log),
       legend: { orientation: "h", yref: "container", y: 0, yanchor: "bottom", font: { size: 10 } },
       // The whole name: plotly cuts it at 15 characters, and a sweep's runs differ only at their ends.
       hoverlabel: { namelength: -1 },
@@ -260,6 +237,7 @@
           if (current && replacement) current.replaceWith(document.importNode(replacement, true));
         });
         window.TemperHyperparameters.draw();
+        sortFinals();
         document.getElementById("no-metrics").hidden = data.names.length > 0;
         draw();
         showNoMatch();
@@ -271,19 +249,16 @@
   // Every 30 s otherwise: a teammate may resume or retry one of the runs.
   function schedule() { setTimeout(refresh, anyActive() ? LIVE_MS : IDLE_MS); }
 
-  // The view's settings are kept in the address (x, ema, log, config, hide, charts), so that a link to the page opens
+  // The view's settings are kept in the address (x and log by static/plot_axis.js, ema, config, hide, charts), so that a link to the page opens
   // this view; a value no control offers is left at the control's default.
   var differencesOnly = document.getElementById("differences-only");
   function showDifferences() {
     document.getElementById("diff-table").classList.toggle("only-differences", differencesOnly.checked);
   }
   var asked = new URLSearchParams(window.location.search);
-  if (Array.prototype.some.call(xAxis.options, function (option) { return option.value === asked.get("x"); })) {
-    xAxis.value = asked.get("x");
-  }
+  axes.keepChoices(xAxis, logY, draw);
   var askedWeight = Number(asked.get("ema"));
   if (asked.get("ema") && askedWeight >= Number(ema.min) && askedWeight <= Number(ema.max)) ema.value = asked.get("ema");
-  logY.checked = asked.get("log") === "1";
   if (asked.get("config") === "all") differencesOnly.checked = false;
   chartFilter.value = asked.get("charts") || "";
   showDifferences();
@@ -292,20 +267,74 @@
   });
   showHidden();
 
-  function remember() {
-    window.TemperKeepInAddress("x", xAxis.value === "step" ? null : xAxis.value);
+  ema.addEventListener("input", function () {
     window.TemperKeepInAddress("ema", Number(ema.value) ? ema.value : null);
-    window.TemperKeepInAddress("log", logY.checked ? "1" : null);
-    window.TemperKeepInAddress("config", differencesOnly.checked ? null : "all");
-  }
-  [xAxis, ema, logY].forEach(function (control) {
-    control.addEventListener("input", function () { remember(); draw(); });
+    draw();
   });
-  differencesOnly.addEventListener("change", function () { remember(); showDifferences(); });
+  differencesOnly.addEventListener("change", function () {
+    window.TemperKeepInAddress("config", differencesOnly.checked ? null : "all");
+    showDifferences();
+  });
   chartFilter.addEventListener("input", function () {
     window.TemperKeepInAddress("charts", chartFilter.value.trim() ? chartFilter.value : null);
     draw();
     showNoMatch();
+  });
+  // The final metrics sorted by a column (finals=<column>, -<column> the other way; #run: by the runs' names), again
+  // each time the page is read again. A column is sorted best first (data-best: lowest, highest), a second click the
+  // other way; runs without a value come last either way, ties in the page's order.
+  var finalsOrder = asked.get("finals") || "";
+  function sortFinals() {
+    var table = document.querySelector("#compare-finals .final-table");
+    if (!table) return;
+    var descending = finalsOrder.charAt(0) === "-", key = descending ? finalsOrder.slice(1) : finalsOrder;
+    var headers = Array.prototype.slice.call(table.tHead.rows[0].cells), body = table.tBodies[0];
+    var rows = Array.prototype.slice.call(body.rows);
+    rows.forEach(function (row, index) { if (row.dataset.position === undefined) row.dataset.position = index; });
+    var column = headers.findIndex(function (header) { return header.dataset.sort === key; });
+    headers.forEach(function (header, index) {
+      if (index === column) header.setAttribute("aria-sort", descending ? "descending" : "ascending");
+      else header.removeAttribute("aria-sort");
+    });
+    function valueOf(row) {
+      var cell = row.cells[column];
+      if (column === 0) return cell.querySelector("a").textContent;
+      return cell.dataset.value === "" ? null : Number(cell.dataset.value);
+    }
+    rows.sort(function (a, b) {
+      var position = Number(a.dataset.position) - Number(b.dataset.position);
+      if (column < 0) return position;
+      var x = valueOf(a), y = valueOf(b);
+      if (x === null || y === null) return x === y ? position : (x === null ? 1 : -1);
+      var order = column === 0 ? x.localeCompare(y) : x - y;
+      return (descending ? -order : order) || position;
+    });
+    rows.forEach(function (row) { body.appendChild(row); });
+  }
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("#compare-finals button.sort-final");
+    if (!button) return;
+    var header = button.closest("th"), key = header.dataset.sort;
+    var current = finalsOrder.charAt(0) === "-" ? finalsOrder.slice(1) : finalsOrder;
+    var descending = key === current ? finalsOrder.charAt(0) !== "-" : header.dataset.best === "highest";
+    finalsOrder = (descending ? "-" : "") + key;
+    window.TemperKeepInAddress("finals", finalsOrder);
+    sortFinals();
+  });
+  sortFinals();
+
+  // The generations side by side, each run at the step picked in its column (the server's, from gen=<run id>:<step>,
+  // comma-separated; a run at its last step is left out of it): read again at once, the address kept.
+  document.addEventListener("change", function (event) {
+    if (!event.target.matches("select.generation-step")) return;
+    var picked = Array.prototype.filter.call(document.querySelectorAll("select.generation-step"), function (select) {
+      return select.selectedIndex !== select.options.length - 1;
+    }).map(function (select) { return select.dataset.run + ":" + select.value; });
+    window.TemperKeepInAddress("gen", picked.length ? picked.join(",") : null);
+    window.TemperPageAgain().then(function (fresh) {
+      var current = document.getElementById("compare-generations"), replacement = fresh && fresh.getElementById("compare-generations");
+      if (current && replacement) current.replaceWith(document.importNode(replacement, true));
+    });
   });
   draw();
   showNoMatch();

@@ -223,6 +223,76 @@ def test_compare_two_runs(page, asgi_server, transactional_db, monkeypatch):
     assert page.evaluate("() => document.querySelector('.plot[data-metric=\"loss\"]').data[0].x[0]") == 100
 
 
+def test_the_generations_side_by_side_are_shown_at_the_step_picked_and_kept_in_the_link(page, live_server, monkeypatch):
+    """QA (a W&B user reading how a sweep's answers changed): each run's generations were those of its last evaluated
+    step alone. A column's step is picked in its header, read again in place, kept in the address; a run scoring
+    exact match marks which generations match the reference."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="genstep")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    runs = []
+    for name in ("first", "second"):
+        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 20}}
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        Run.objects.filter(pk=run.pk).update(final_metrics={"eval/exact_match": {"last": 1.0, "min": 0.0, "max": 1.0}})
+        Sample.objects.bulk_create([Sample(run=run, step=step, position=0, prompt="2+2?", text=text, answer="4")
+                                    for step, text in ((10, f"five, says {name}"), (20, "4"))])
+        runs.append(run)
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/genstep/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    first = f'select.generation-step[data-run="{runs[0].public_id}"]'
+    assert page.input_value(first) == "20"
+    page.select_option(first, "10")
+    page.wait_for_function(f"() => new URLSearchParams(location.search).get('gen') === '{runs[0].public_id}:10'")
+    page.locator("table.generations td.generation", has_text="five, says first").wait_for()
+    row = page.locator("table.generations tbody tr").first
+    assert "✗ not the reference" in row.locator("td.generation").nth(1).inner_text()
+    assert "✓ exact match" in row.locator("td.generation").nth(2).inner_text()  # the second run stays at its last step
+    page.reload()
+    assert page.input_value(first) == "10"
+    assert "five, says first" in page.locator("table.generations tbody tr").first.inner_text()
+    page.select_option(first, "20")  # the last step again: out of the address
+    page.wait_for_function("() => !location.search.includes('gen=')")
+    page.locator("table.generations tbody tr").first.locator("td.generation").nth(1).filter(has_text="✓ exact match").wait_for()
+
+
+def test_the_compare_final_metrics_sort_by_a_column_and_mark_each_columns_best(page, live_server, monkeypatch):
+    """QA (a W&B user's sweep table): the final metrics came in the runs' order, the best of each read by eye. A
+    column's header sorts the rows by it (best first, again for the other way, kept in the link), and each column's
+    best value is marked: the lowest for a loss, the highest for a reward or an accuracy."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="finalsort")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    runs = []
+    for name, loss, accuracy in (("a", 0.5, 0.2), ("b", 0.25, 0.1), ("c", 0.75, 0.9)):
+        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, final_metrics={
+            "loss": {"last": loss, "min": loss, "max": 1.0}, "eval/accuracy": {"last": accuracy, "min": 0.0, "max": accuracy}})
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=5, name=metric, value=value, wall_time=5.0, tokens=5)
+                                         for metric, value in (("loss", loss), ("eval/accuracy", accuracy))])
+        runs.append(run)
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/finalsort/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
+    names = "() => [...document.querySelectorAll('#compare-finals tbody tr')].map(r => r.cells[0].querySelector('a').textContent)"
+    best = ("() => [...document.querySelectorAll('#compare-finals td.best')]"
+            ".map(c => [c.closest('tr').cells[0].querySelector('a').textContent, c.cellIndex])")
+    assert page.evaluate(names) == ["a", "b", "c"]
+    assert sorted(page.evaluate(best)) == [["b", 1], ["c", 2]]  # the lowest loss, the highest accuracy
+    page.get_by_role("button", name="eval/accuracy").click()
+    page.wait_for_function(f"() => ({names})().join() === 'c,a,b'")  # best first: the highest
+    assert page.locator("#compare-finals th[aria-sort]").get_attribute("aria-sort") == "descending"
+    page.get_by_role("button", name="loss").click()
+    page.wait_for_function(f"() => ({names})().join() === 'b,a,c'")  # best first: the lowest
+    page.get_by_role("button", name="loss").click()
+    page.wait_for_function(f"() => ({names})().join() === 'c,a,b'")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('finals') === '-loss'")
+    page.reload()
+    page.wait_for_function(f"() => ({names})().join() === 'c,a,b'")
+
+
 def test_compare_draws_a_sweeps_hyperparameters_against_a_chosen_metric(page, asgi_server, transactional_db,
                                                                           monkeypatch):
     """Three runs or more whose configs differ get a parallel-coordinates chart: an axis per differing
@@ -915,6 +985,51 @@ def test_the_run_page_smooths_its_curves_as_points_come(page, asgi_server, redis
     page.fill("#run-ema", "0")
     page.wait_for_function("() => document.querySelector('.plot[data-metric=\"loss\"]').data.length === 1")
     assert page.evaluate(loss) == [[[4.0, 2.0], 1]] and "ema=" not in page.url  # the stored points (step 3 was only sent)
+
+
+def test_the_run_page_draws_by_tokens_or_time_and_on_a_log_scale_as_the_compare_page(
+        page, asgi_server, redis_url, transactional_db, settings):
+    """QA (a W&B user reading one run): the compare page drew by step, tokens or time and on a log scale, the run
+    page by step alone. The run page has the same controls (the same code draws both pages' axes), its live points
+    come on the chosen axis, a chart of no value above 0 stays linear and says so, and the view is kept in the link."""
+    from webapp.runs import reporting
+
+    settings.REDIS_URL = redis_url
+    team = make_team(slug="axisrun")
+    run = Run.objects.create(project=team.project, name="long", task="sft", status=RunStatus.RUNNING,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                             total_steps=400, current_step=2)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=name, value=value, wall_time=1000.0 + 10 * step,
+                                                 tokens=100 * step)
+                                     for step in (1, 2) for name, value in (("loss", 4.0 / step), ("epoch", 0.0))])
+    log_in(page, asgi_server, "axisrun-viewer")
+    page.goto(f"{asgi_server}/p/axisrun/runs/{run.public_id}/")
+    page.locator("#live-state", has_text="live").wait_for()
+    figure = ("name => { const p = document.querySelector(`.plot[data-metric='${name}']`); return {x: Array.from(p.data[0].x),"
+              " axis: p.layout.xaxis.title.text, scale: p.layout.yaxis.type || 'linear', title: p.layout.title.text}; }")
+    assert page.evaluate(figure, "loss") == {"x": [1, 2], "axis": "step", "scale": "linear", "title": "loss"}
+    page.select_option("#x-axis", "tokens")
+    page.check("#log-y")
+    page.wait_for_function("() => location.search.includes('x=tokens') && location.search.includes('log=1')")
+    assert page.evaluate(figure, "loss") == {"x": [100, 200], "axis": "tokens", "scale": "log", "title": "loss"}
+    epoch = page.evaluate(figure, "epoch")
+    assert epoch["scale"] == "linear" and epoch["title"] == "epoch (linear: no value above 0)"
+    reporting.publish_event(run.public_id, {"type": "metrics", "points": [
+        {"step": 3, "name": "loss", "value": 1.0, "tokens": 300, "wall_time": 1030.0}]})
+    page.wait_for_function("() => document.querySelector('.plot[data-metric=\"loss\"]').data[0].x.length === 3",
+                           timeout=10_000)
+    assert page.evaluate(figure, "loss")["x"] == [100, 200, 300]
+    # Time counts from the run's first point, the live point's too.
+    page.select_option("#x-axis", "time")
+    page.wait_for_function("() => location.search.includes('x=time')")
+    assert page.evaluate(figure, "loss") == {"x": [0, 10, 20], "axis": "seconds", "scale": "log", "title": "loss"}
+    # The chart still opens the samples of the step a point is of, whatever the x axis.
+    caption = page.locator('figure:has(.plot[data-metric="loss"]) figcaption').text_content()
+    assert caption.startswith("loss by step: 3 points, steps 1 to 3;")
+    page.reload()
+    page.wait_for_function("() => document.querySelector('.plot[data-metric=\"loss\"]')?.data?.[0]?.x?.length === 2")
+    assert page.input_value("#x-axis") == "time" and page.is_checked("#log-y")
+    assert page.evaluate(figure, "loss") == {"x": [0, 10], "axis": "seconds", "scale": "log", "title": "loss"}
 
 
 def test_a_metric_of_one_value_is_drawn_on_an_axis_around_that_value(page, live_server, monkeypatch):

@@ -78,6 +78,14 @@ def test_a_short_run_lowers_the_loss_and_writes_the_run_directory(tmp_path):
     assert "memory/device_peak_gib" not in metrics[0]
 
 
+def test_epoch_is_the_fraction_of_the_training_rows_read(tmp_path):
+    """A run that max_steps ends before its first epoch does logged epoch 0 at every step (the epochs completed), an
+    all-zero chart: it is fractional, the rows read over the rows (steps × batch / rows, as W&B users read it)."""
+    make_trainer(tmp_path, total_steps=10, batch_size=4, examples=patterned_examples(count=32)).fit(progress_bar=False)
+    assert [m["epoch"] for m in read_metrics(tmp_path / "metrics.jsonl")] == pytest.approx(
+        [step * 4 / 32 for step in range(1, 11)])
+
+
 def test_runs_of_other_lengths_share_one_compiled_step(tmp_path):
     """The run's length is an argument of the jitted step, not a constant in it: a run that differs from an earlier
     one only in its length compiles nothing (each of the engine's tests compiled a step of its own), and its

@@ -12,7 +12,7 @@ from jaxengine.spec import JobSpec
 from webapp.api import paging, schemas
 from webapp.runs.pipelines import PipelineDocument
 from webapp.runs.models import RunStatus
-from webapp.runs.selectors import MAX_POINTS, METRICS_MAX_POINTS, RUN_TASKS, SORTS
+from webapp.runs.selectors import MAX_POINTS, METRIC_SORT, METRICS_MAX_POINTS, RUN_TASKS, SORTS
 
 REF = "#/components/schemas/{model}"
 SLUG = {"name": "slug", "in": "path", "required": True, "schema": {"type": "string"}, "description": "Project slug."}
@@ -98,6 +98,14 @@ def _enum(name: str, description: str, values) -> dict[str, Any]:
     return {**_query(name, description), "schema": {"type": "string", "enum": list(values)}}
 
 
+def _sort_query() -> dict[str, Any]:
+    """The runs list's ``sort``: a named order, or a final metric's as the Runs page sorts by it."""
+    return {**_query("sort", f"order; default newest; or by a final metric, {METRIC_SORT}<final metric> lowest first "
+                             f"and -{METRIC_SORT}<final metric> highest first (runs without it last either way)"),
+            "schema": {"anyOf": [{"type": "string", "enum": list(SORTS)},
+                                 {"type": "string", "pattern": f"^-?{METRIC_SORT}.+$"}]}}
+
+
 @cache
 def build_document() -> dict[str, Any]:
     components: dict[str, Any] = {}
@@ -160,14 +168,14 @@ def build_document() -> dict[str, Any]:
                                   **ERRORS}},
         },
         f"{base}/runs/": {
-            "get": _operation("List runs", [SLUG], query=[_query("q", "name or id"),
+            "get": _operation("List runs", [SLUG], query=[_query("q", "a part of the name, id, a tag or the notes (case aside)"),
                                                           _enum("status", "status (another value: 400)",
                                                                 RunStatus.values),
                                                           _enum("task", "task (another value: 400)", RUN_TASKS),
                                                           _query("tag", "tag"),
                                                           _enum("archived", "1: archived runs only; 0 (default): "
                                                                             "the others", ["0", "1"]),
-                                                          _enum("sort", "order; default newest", SORTS),
+                                                          _sort_query(),
                                                           *_page_query("runs")],
                               response="`{\"runs\": [...], \"next\": url}`: follow `next` (null on the last "
                                        "page) for the page after; it keeps the query", answer=schemas.RunPage),

@@ -26,7 +26,9 @@ from django.http import Http404
 from django.utils import timezone
 from django.db.models.functions import Cast
 
+from jaxengine.evaluate import answers_match
 from jaxengine.memory import ModelFacts, byte_size, estimate_memory
+from jaxengine.rewards import REWARDS
 from jaxengine.spec import TASK_ONLY_KEYS, TASK_SECTIONS, SpecError, best_metric_for, parse_spec
 from jaxengine.words import counted
 from webapp.basemodels.models import BaseModel
@@ -73,12 +75,33 @@ class SortOrder:
     descending: bool = False
 
 
+# Which way a metric is better, by the words of its name (eval/, a group's /<value> and rewards/ aside): losses lower,
+# rewards (every registered reward function's too: eval/<reward>, rewards/<reward>), accuracies, exact match and
+# preference margins higher; any other (a KL, a learning rate, a grad norm) neither.
+LOWER_IS_BETTER = frozenset({"loss", "perplexity"})
+HIGHER_IS_BETTER = frozenset({"reward", "accuracy", "accuracies", "exact_match", "margin", "margins", *REWARDS})
+
+
+def metric_higher_is_better(name: str) -> bool | None:
+    """True where a higher value of metric ``name`` is better, False where a lower one is, None where neither:
+    what the runs table's sorts go by (best first) and what the compare page's final table marks best."""
+    parts = set(re.split(r"[/ ]", name))  # a shared chart's label too: "preference accuracy", "reward margin"
+    if parts & LOWER_IS_BETTER:
+        return False
+    if parts & HIGHER_IS_BETTER:
+        return True
+    return None
+
+
+def _best_first(name: str) -> SortOrder:
+    return SortOrder(final_value(name), descending=bool(metric_higher_is_better(name)))
+
+
 SORTS = {
     "newest": SortOrder(F("created_at"), descending=True), "oldest": SortOrder(F("created_at")),
     "name": SortOrder(F("name")), "-name": SortOrder(F("name"), descending=True), "status": SortOrder(F("status")),
     "task": SortOrder(F("task")), "steps": SortOrder(F("current_step"), descending=True),
-    "loss": SortOrder(final_value("loss")), "eval_loss": SortOrder(final_value("eval/loss")),
-    "reward": SortOrder(final_value("reward"), descending=True),
+    "loss": _best_first("loss"), "eval_loss": _best_first("eval/loss"), "reward": _best_first("reward"),
     "duration": SortOrder(F("train_seconds"), descending=True),
 }
 # Every task a run can have: the engine's, and runs logged from elsewhere.
@@ -113,7 +136,7 @@ def metric_sorts(names: list[str]) -> list[tuple[str, str]]:
 
 @dataclass(frozen=True, kw_only=True)
 class RunFilters:
-    """The runs table's query: free-text ``search`` (name or id), ``status``, ``task``, ``tag``,
+    """The runs table's query: free-text ``search`` (a part of the name, id, a tag or the notes), ``status``, ``task``, ``tag``,
     archived runs shown or not, and a ``sort`` key of ``SORTS``; ``ignored`` says which values of the
     query were not understood and left out."""
 
@@ -165,8 +188,9 @@ class RunFilters:
             errors["archived"] = (f"{archived!r} is not a value of archived; use 1 (archived runs only) or 0 "
                                   "(the others, as when left out)")
         sort = query.get("sort")
-        if sort is not None and sort not in SORTS:
-            errors["sort"] = f"{sort!r} is not one of {', '.join(SORTS)}"
+        if sort is not None and sort not in SORTS and not sort_metric(sort):
+            errors["sort"] = (f"{sort!r} is not one of {', '.join(SORTS)}, or {METRIC_SORT}<final metric> (lowest first; "
+                              f"-{METRIC_SORT}<final metric> highest first)")
         if errors:
             raise ValidationError(errors)
         return cls.from_query(query)
@@ -181,8 +205,10 @@ def run_list(*, project: Project, filters: RunFilters = RunFilters()) -> QuerySe
     runs = Run.objects.filter(project=project, archived=filters.archived)
     if filters.search:
         # A run is found by any part of its name or of its id ("far6" finds run_far6r7yp…, as its page's
-        # address shows it), case aside.
-        runs = runs.filter(Q(name__icontains=filters.search) | Q(public_id__icontains=filters.search))
+        # address shows it), of a tag or of its notes, case aside.
+        runs = runs.filter(Q(name__icontains=filters.search) | Q(public_id__icontains=filters.search)
+                           | Q(notes__icontains=filters.search)
+                           | Q(pk__in=_with_a_tag_holding(project=project, text=filters.search)))
     if filters.status:
         runs = runs.filter(status=filters.status)
     if filters.task:
@@ -236,6 +262,14 @@ def table_tasks(*, project: Project, tasks: list[str]) -> list[str]:
     runs (they were listed but could not be picked out)."""
     external = Run.objects.filter(project=project, task=EXTERNAL_TASK).exists()
     return [*tasks, EXTERNAL_TASK] if external else list(tasks)
+
+
+def _with_a_tag_holding(*, project: Project, text: str) -> list[int]:
+    # The pks of the project's runs with a tag holding ``text``, case aside, read here rather than matched in the
+    # JSON text of the tags: there a comma or a quote matched every tagged run, and SQLite keeps "café" as "caf\u00e9".
+    wanted = text.casefold()
+    return [pk for pk, tags in Run.objects.filter(project=project).exclude(tags=[]).values_list("pk", "tags")
+            if any(wanted in tag.casefold() for tag in tags)]
 
 
 def _tagged(runs: QuerySet[Run], tag: str) -> QuerySet[Run]:
@@ -417,8 +451,9 @@ def metric_unit(name: str) -> str:
 
 
 def final_table(*, runs: list[Run], names: Iterable[str], shared: dict[str, dict[str, str]]) -> dict[str, list]:
-    """The compare page's final-metrics table: ``columns`` (``{"label", "unit", "metrics"}``) and ``rows`` (``{"run",
-    "values"}``: each column's summary from the run's ``final_metrics``, None where it has none). A column per
+    """The compare page's final-metrics table: ``columns`` (``{"label", "unit", "metrics", "higher_is_better"}``) and
+    ``rows`` (``{"run", "values"}``: each column's summary from the run's ``final_metrics``, a copy with ``best``
+    where the column has a better way (``metric_higher_is_better``), None where it has none). A column per
     metric of ``names`` that a run has a final value of, in ``final_order``, except that a quantity the runs log
     under names of their own (``shared``, from ``shared_charts``) is one column, where its first name comes,
     labelled as its chart is, its ``metrics`` the names it holds in the runs' order (one, for most columns)."""
@@ -428,15 +463,31 @@ def final_table(*, runs: list[Run], names: Iterable[str], shared: dict[str, dict
             if name in run.final_metrics:
                 label = shared.get(run.public_id, {}).get(name, name)
                 columns.setdefault(label, {"label": label, "by_run": {}})["by_run"][run.public_id] = name
-    rows = [{"run": run, "values": [run.final_metrics[column["by_run"][run.public_id]]
+    rows = [{"run": run, "values": [dict(run.final_metrics[column["by_run"][run.public_id]])
                                     if run.public_id in column["by_run"] else None for column in columns.values()]}
             for run in runs]
+    for index, column in enumerate(columns.values()):
+        column["higher_is_better"] = metric_higher_is_better(column["label"])
+        _mark_best([row["values"][index] for row in rows], higher_is_better=column["higher_is_better"])
     # A column's names in the runs' order, as its chart's title gives them.
     return {"columns": [{"label": column["label"], "unit": metric_unit(column["label"]),
+                         "higher_is_better": column["higher_is_better"],
                          "metrics": list(dict.fromkeys(column["by_run"][run.public_id] for run in runs
                                                        if run.public_id in column["by_run"]))}
                         for column in columns.values()],
             "rows": rows}
+
+
+def _mark_best(values: list[dict[str, Any] | None], *, higher_is_better: bool | None) -> None:
+    """``best`` True on the values whose last is the column's best (ties all), where there are two to compare and
+    the metric has a better way."""
+    lasts = [value["last"] for value in values if value is not None and value.get("last") is not None]
+    if higher_is_better is None or len(lasts) < 2:
+        return
+    best = max(lasts) if higher_is_better else min(lasts)
+    for value in values:
+        if value is not None:
+            value["best"] = value.get("last") == best
 
 
 def _series(rows, *, downsampled: bool, start_time: float | None) -> dict[str, dict[str, list]]:
@@ -685,6 +736,12 @@ def _start_time(run: Run) -> float | None:
     run in the (run, wall_time) index, read only by a poll that finds new points (a read of a whole run finds
     it among its own rows)."""
     return MetricPoint.objects.filter(run=run).aggregate(start=Min("wall_time"))["start"]
+
+
+def series_start_time(*, run: Run) -> float | None:
+    """The wall time ``metric_series``' times count from (None before the run's first point): the run page counts
+    the time of the points that come live from it (their events carry wall times)."""
+    return _start_time(run)
 
 
 def runs_metric_series(*, runs: list[Run], max_points: int = MAX_POINTS) -> dict[int, dict[str, dict[str, list]]]:
@@ -1150,24 +1207,49 @@ def generations_across_steps(*, run: Run, limit: int = 5) -> dict[str, Any]:
                                      for key, prompt in prompts.items()]}
 
 
+def nearest_step(steps: list[int], asked: int | None) -> int | None:
+    """Of ``steps`` (ascending), ``asked`` or the nearest to it (the earlier of two as near); the last when nothing
+    is asked; None when there are none. A chart's click, or an address, may name any step."""
+    if not steps:
+        return None
+    if asked is None:
+        return steps[-1]
+    return min(steps, key=lambda candidate: (abs(candidate - asked), candidate))
+
+
+def eval_sample_steps(*, runs: list[Run]) -> dict[int, list[int]]:
+    """Each run's steps with generations for the eval prompts (rollouts left out), ascending, by pk: one query."""
+    steps: dict[int, list[int]] = {run.pk: [] for run in runs}
+    rows = _of_kind(Sample.objects.filter(run__in=runs), "eval").order_by("run", "step").values_list("run", "step")
+    for run_pk, step in rows.distinct():
+        steps[run_pk].append(step)
+    return steps
+
+
+# The metric a run logs when its evaluation scores exact match (jaxengine.job.make_sample_hook, for the eval rows
+# with an answer): its generations are marked matching or not by the same rule (evaluate.answers_match).
+EXACT_MATCH_METRIC = "eval/exact_match"
+
+
 def side_by_side(*, runs: list[Run], steps: dict[int, int | None] | None = None) -> dict[str, Any]:
     """Generations for the same eval prompts across runs: rows are prompts (in the first run's
-    order), columns are runs at their chosen step (default: each run's last evaluated step).
-    Rollouts are not generations for the eval prompts, so they are left out."""
-    # Two queries whatever the number of runs (the compare page takes up to MAX_COMPARE): each run's last
-    # evaluated step grouped in one, then the samples of every (run, step) chosen in another.
-    steps = dict(steps or {})
-    generations = _of_kind(Sample.objects.filter(run__in=runs), "eval")
-    unchosen = [run.pk for run in runs if steps.get(run.pk) is None]
-    if unchosen:
-        last_steps = generations.filter(run__in=unchosen).order_by().values("run").annotate(last=Max("step"))
-        steps.update({row["run"]: row["last"] for row in last_steps})
-    columns = [{"run": run, "step": steps.get(run.pk)} for run in runs]
-    chosen = [Q(run=run.pk, step=steps[run.pk]) for run in runs if steps.get(run.pk) is not None]
+    order), columns are runs at their chosen step (``steps``, by pk: that step, or the nearest the run evaluated;
+    default: each run's last evaluated step), each column with every step it could show (``steps``).
+    Rollouts are not generations for the eval prompts, so they are left out. The generations of a run that
+    scores exact match carry ``matches_answer`` (True or False; None where it is not scored)."""
+    # Two queries whatever the number of runs (the compare page takes up to MAX_COMPARE): each run's evaluated
+    # steps in one, then the samples of every (run, step) chosen in another.
+    asked = steps or {}
+    evaluated = eval_sample_steps(runs=runs)
+    chosen_steps = {run.pk: nearest_step(evaluated[run.pk], asked.get(run.pk)) for run in runs}
+    columns = [{"run": run, "step": chosen_steps[run.pk], "steps": evaluated[run.pk]} for run in runs]
+    chosen = [Q(run=run.pk, step=chosen_steps[run.pk]) for run in runs if chosen_steps[run.pk] is not None]
     samples_by_run: dict[int, list[Sample]] = {run.pk: [] for run in runs}
     if chosen:
-        for sample in generations.filter(_any_of(chosen)).order_by("position"):
+        for sample in _of_kind(Sample.objects.filter(_any_of(chosen)), "eval").order_by("position"):
             samples_by_run[sample.run_id].append(sample)
+    for run in runs:
+        _mark_exact_matches(run, samples_by_run[run.pk])
     prompts: dict[str, Any] = {}
     texts: dict[tuple[int, str], Sample] = {}
     for run in runs:  # rows in the first run's order of prompts, as before
@@ -1182,6 +1264,15 @@ def side_by_side(*, runs: list[Run], steps: dict[int, int | None] | None = None)
         reference = next((text for text in map(_reference_of, filter(None, cells)) if text), "")
         rows.append({"prompt": prompt, "cells": cells, "reference": reference})
     return {"columns": columns, "rows": rows, "has_reference": any(row["reference"] for row in rows)}
+
+
+def _mark_exact_matches(run: Run, samples: list[Sample]) -> None:
+    scored = [sample for sample in samples if sample.answer] if EXACT_MATCH_METRIC in run.final_metrics else []
+    matches = answers_match([sample.text for sample in scored], [{"answer": sample.answer} for sample in scored])
+    for sample in samples:
+        sample.matches_answer = None
+    for sample, match in zip(scored, matches, strict=True):
+        sample.matches_answer = match
 
 
 def _reference_of(sample: Sample) -> str:

@@ -470,6 +470,8 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         "edit_seen": {key: services.edit_digest(text) for key, text in services.shown_details(run).items()},
         "edit_refused": edit is not None,
         "series": _in_chart_order(selectors.metric_series(run=run)), "progress": _progress(run),
+        # What the x axis by time counts the live points' wall times from (static/runs.js); a repr, never localized.
+        "series_start_time": repr(start) if (start := selectors.series_start_time(run=run)) is not None else "",
         "metric_units": selectors.METRIC_UNITS_BY_PREFIX,
         # static/runs.js places the charts of metrics first logged later by the same rule.
         "leading_charts": json.dumps(selectors.LEADING_CHARTS),
@@ -547,8 +549,8 @@ def run_serving_copy(request: HttpRequest, slug: str, run_id: str) -> HttpRespon
 @login_required
 @require_GET
 def run_state(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
-    """Progress, new metric points (after ``after_step``), new log lines (after ``after_log``) and the
-    state of each checkpoint's export: what the run page needs to catch up, or to poll when
+    """Progress, new metric points (after ``after_step``), new log lines (after ``after_log``), the
+    state of each checkpoint's export and, with ``start_time=1``, what the series' times count from: what the run page needs to catch up, or to poll when
     server-sent events are unavailable. A poll with points (``after_step`` >= 0) never reads the run's
     series_cache, which only a whole run's series may use."""
     _project, _membership, run = get_run_for_user(request.user, slug, run_id, series_cache=False)
@@ -558,13 +560,17 @@ def run_state(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     if after_step is None or after_log is None:
         raise Http404("after_step and after_log are step and line numbers")
     after_steps = _after_steps(request.GET.get("after_steps"))
-    return JsonResponse({
+    state = {
         "progress": _progress(run),
         "series": selectors.metric_series(run=run, after_step=after_step, after_steps=after_steps),
         "log": [reporting.log_line_payload(line) for line in selectors.log_tail(run=run, after_id=after_log)],
         "sample_steps": selectors.sample_steps(run=run),
         "checkpoints": selectors.checkpoint_states(run=run),
-    })
+    }
+    # Asked by a page opened before the run's first point, to count the time of the points that come live from it.
+    if request.GET.get("start_time") == "1":
+        state["series_start_time"] = selectors.series_start_time(run=run)
+    return JsonResponse(state)
 
 
 def _after_steps(text: str | None) -> dict[str, int]:
@@ -594,9 +600,8 @@ def _samples_context(run, query) -> dict[str, Any]:
     chart lands on any step, so the nearest step that has samples of the kind is shown."""
     kind = query.get("kind") if query.get("kind") in selectors.SAMPLE_KINDS else None
     steps = selectors.sample_steps(run=run, kind=kind)
-    step = whole_number(query["step"], maximum=None) if query.get("step") else (steps[-1] if steps else None)
-    if step is not None and steps and step not in steps:
-        step = min(steps, key=lambda candidate: (abs(candidate - step), candidate))
+    step = whole_number(query["step"], maximum=None) if query.get("step") else None
+    step = selectors.nearest_step(steps, step) if steps else step
     order = query.get("order") if query.get("order") in selectors.SAMPLE_ORDERS else "position"
     filters = {"kind": kind or "", "min_reward": query.get("min_reward", "").strip(),
                "max_reward": query.get("max_reward", "").strip(), "order": order}
@@ -801,6 +806,7 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
     diff = selectors.config_diff(runs=runs)
     # A reward model's accuracy and a DPO run's rewards/accuracies, say, on one chart, and in one final column.
     shared = selectors.shared_charts(runs=runs, series=series)
+    generation_steps, generation_steps_problem = _generation_steps(request.GET.get("gen", ""), runs)
     return render(request, "runs/compare.html", {
         "project": project, "membership": membership, "runs": runs,
         # group_by: the run's data.eval_group_by, whose eval/<metric>/<group> are drawn as one chart a metric.
@@ -811,10 +817,28 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
         "diff": diff, "config_differs": any(row["differs"] for row in diff),
         "hyperparameters": selectors.hyperparameter_axes(runs=runs, diff=diff, metric_names=final_names),
         "final": selectors.final_table(runs=runs, names=names, shared=shared),
-        "generations": selectors.side_by_side(runs=runs),
+        "generations": selectors.side_by_side(runs=runs, steps=generation_steps),
+        "generation_steps_problem": generation_steps_problem,
         "query": "&".join(f"runs={run.public_id}" for run in runs),
         "missing_runs": missing_runs,
     })
+
+
+def _generation_steps(text: str, runs) -> tuple[dict[int, int], str]:
+    """The steps the generations side by side show, by run pk, from the address's ``gen`` (``<run id>:<step>``,
+    comma-separated, as static/runs_compare.js writes it), and what in it was left out, said on the page."""
+    by_id = {run.public_id: run for run in runs}
+    steps, left_out = {}, []
+    for part in filter(None, (part.strip() for part in text.split(","))):
+        public_id, _, step = part.partition(":")
+        number = whole_number(step)
+        if public_id in by_id and number is not None:
+            steps[by_id[public_id].pk] = number
+        else:
+            left_out.append(part)
+    problem = (f"gen={','.join(left_out)} was left out: each is <run id>:<step> of a run compared here, so those runs "
+               "are shown at their last evaluated step" if left_out else "")
+    return steps, problem
 
 
 @login_required

@@ -297,8 +297,46 @@ def test_runs_list_rejects_an_unknown_sort_naming_the_choices(world):
     team, apis, _sent = world
     status, body = apis["viewer"].call("GET", "/api/v1/projects/alpha/runs/?sort=-created")
     assert status == 400
-    assert body == {"errors": {"sort": ["'-created' is not one of newest, oldest, name, -name, status, task, steps, loss, eval_loss, reward, duration"]}}
+    assert body == {"errors": {"sort": ["'-created' is not one of newest, oldest, name, -name, status, task, steps, loss, "
+                                        "eval_loss, reward, duration, or metric:<final metric> (lowest first; "
+                                        "-metric:<final metric> highest first)"]}}
     assert apis["viewer"].call("GET", "/api/v1/projects/alpha/runs/?sort=oldest") == (200, {"runs": [], "next": None})
+    assert apis["viewer"].call("GET", "/api/v1/projects/alpha/runs/?sort=metric:")[0] == 400  # no metric named
+
+
+def test_runs_list_sorts_by_any_final_metric_as_the_table(world):
+    """QA (a script ranking a sweep by eval/exact_match): the table sorted by any final metric (metric:<name>), the
+    REST API by loss and reward alone, refusing metric: as an unknown sort. It takes the same sorts, a page at a
+    time, runs without the metric last either way."""
+    team, apis, _sent = world
+    scores = [0.5, None, 0.25, 0.75, 0.5, None, 0.1]
+    runs = [Run.objects.create(project=team.project, name=f"run {index}", task="external", spec={}, resolved_spec={},
+                               final_metrics={} if score is None else {"eval/exact_match": {"last": score}})
+            for index, score in enumerate(scores)]
+    scored = [run for run, score in zip(runs, scores) if score is not None]
+    unscored = [run.public_id for run in reversed(runs) if run.final_metrics == {}]  # newest id first
+    for sort, sign in (("metric:eval/exact_match", 1), ("-metric:eval/exact_match", -1)):
+        # ties newest id first, in either direction
+        ordered = sorted(scored, key=lambda run: (sign * run.final_metrics["eval/exact_match"]["last"], -run.pk))
+        ids, _links = _listed(apis["viewer"], f"/api/v1/projects/alpha/runs/?sort={sort}&limit=2")
+        assert ids == [run.public_id for run in ordered] + unscored, sort
+
+
+
+
+def test_runs_list_q_finds_runs_by_a_part_of_a_tag_or_of_the_notes_as_the_table(world):
+    """The REST API's ``q`` searches as the Runs page's box: name, id, and now a part of a tag or of the notes."""
+    team, apis, _sent = world
+    runs = {name: Run.objects.create(project=team.project, name=name, task="external", spec={}, resolved_spec={},
+                                     tags=tags, notes=notes)
+            for name, tags, notes in (("plain", [], ""), ("tagged", ["ablation-lr"], ""), ("noted", [], "loss diverged"))}
+    for query, found in (("Ablation", "tagged"), ("DIVERGED", "noted"), ("plain", "plain")):
+        status, body = apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/?q={query}")
+        assert status == 200 and [run["id"] for run in body["runs"]] == [runs[found].public_id], query
+    status, document = apis["viewer"].call("GET", "/api/v1/openapi.json")
+    query = next(parameter for parameter in document["paths"]["/api/v1/projects/{slug}/runs/"]["get"]["parameters"]
+                 if parameter["name"] == "q")
+    assert query["description"] == "a part of the name, id, a tag or the notes (case aside)"
 
 
 def _listed(api, path: str) -> tuple[list[str], list[str]]:
@@ -671,8 +709,10 @@ def test_openapi_document_describes_every_endpoint(world):
     assert "tagged sweep-<id>" in schemas["RunCreate"]["properties"]["sweep"]["description"]
     assert "sweep" in paths["/api/v1/projects/{slug}/runs/"]["post"]["responses"]["201"]["description"]
     query = {parameter["name"]: parameter for parameter in paths["/api/v1/projects/{slug}/runs/"]["get"]["parameters"]}
-    assert query["sort"]["schema"]["enum"] == ["newest", "oldest", "name", "-name", "status", "task", "steps", "loss",
-                                               "eval_loss", "reward", "duration"]
+    named, by_metric = query["sort"]["schema"]["anyOf"]
+    assert named["enum"] == ["newest", "oldest", "name", "-name", "status", "task", "steps", "loss", "eval_loss",
+                             "reward", "duration"]
+    assert by_metric == {"type": "string", "pattern": "^-?metric:.+$"} and "metric:<final metric>" in query["sort"]["description"]
     assert query["status"]["schema"]["enum"] == ["queued", "running", "succeeded", "failed", "cancelled"]
     assert query["task"]["schema"]["enum"][-1] == "external" and query["archived"]["schema"]["enum"] == ["0", "1"]
     assert query["limit"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 500} and "cursor" in query

@@ -109,6 +109,47 @@ def test_side_by_side_gives_each_prompt_its_reference(team, catalog, sent_tasks,
     assert "<th>Reference</th>" in html and '<td class="generation reference">&lt;b&gt;hi&lt;/b&gt;</td>' in html
 
 
+def test_side_by_side_shows_each_run_at_the_step_picked_and_marks_its_exact_matches(team, catalog, sent_tasks,
+                                                                                  client_for):
+    """QA (a W&B user reading a sweep's generations): each run was shown at its last evaluated step, with no way to
+    read an earlier one, and which answer was right was left to the eye. A column is shown at the step picked
+    (``gen=<run id>:<step>``; a step not evaluated: the nearest), offers every step the run evaluated, and a run
+    that scores eval/exact_match marks each generation matching the reference by the engine's own rule."""
+    first, second = make_run(team, catalog), make_run(team, catalog)
+    Run.objects.filter(pk=first.pk).update(final_metrics={"eval/exact_match": {"last": 0.5, "min": 0.0, "max": 0.5}})
+    first.refresh_from_db()
+    for run in (first, second):
+        Sample.objects.bulk_create([Sample(run=run, step=step, position=0, prompt="How many?", text=text, answer="1000")
+                                    for step, text in ((10, "ten"), (20, " 1,000 "), (30, "1000!"))])
+    table = selectors.side_by_side(runs=[first, second], steps={first.pk: 21})
+    assert [(column["step"], column["steps"]) for column in table["columns"]] == [(20, [10, 20, 30]), (30, [10, 20, 30])]
+    first_cell, second_cell = table["rows"][0]["cells"]
+    assert (first_cell.text, first_cell.matches_answer) == (" 1,000 ", True)  # numbers and spaces as the engine reads
+    assert (second_cell.text, second_cell.matches_answer) == ("1000!", None)  # the second run scores no exact match
+    client = client_for(team.viewer)
+    compare = f"/p/alpha/runs/compare/?runs={first.public_id}&runs={second.public_id}"
+    html = client.get(compare + f"&gen={first.public_id}:10").content.decode()
+    assert '<option value="10" selected>step 10</option>' in html and 'class="exact-match miss"' in html
+    html = client.get(compare + f"&gen={first.public_id}:20").content.decode()
+    assert 'class="exact-match match"' in html
+    # What the address asks that is no run's step is said, and each run is shown at its last step.
+    html = client.get(compare + "&gen=nobody:ten").content.decode()
+    assert "gen=nobody:ten" in html and "each is &lt;run id&gt;:&lt;step&gt;" in html
+    assert '<option value="30" selected>step 30 (last)</option>' in html
+
+
+def test_a_metric_is_better_lower_for_losses_higher_for_rewards_and_accuracies_and_neither_otherwise():
+    better = {name: selectors.metric_higher_is_better(name) for name in (
+        "loss", "eval/loss/math", "reward", "rewards/format_regex", "eval/exact_match/arithmetic", "rewards/accuracies",
+        "preference accuracy", "reward margin", "reward_std", "kl", "learning_rate", "frac_reward_zero_std")}
+    assert better == {"loss": False, "eval/loss/math": False, "reward": True, "rewards/format_regex": True,
+                      "eval/exact_match/arithmetic": True, "rewards/accuracies": True, "preference accuracy": True,
+                      "reward margin": True, "reward_std": None, "kl": None, "learning_rate": None,
+                      "frac_reward_zero_std": None}
+    # The runs table's own sorts go best first by the same rule.
+    assert not selectors.SORTS["loss"].descending and selectors.SORTS["reward"].descending
+
+
 def test_a_finished_runs_series_are_read_from_its_cache(team, catalog, sent_tasks, monkeypatch):
     run = make_run(team, catalog)
     MetricPoint.objects.create(run=run, step=1, name="loss", value=2.0, wall_time=1.0, tokens=1)

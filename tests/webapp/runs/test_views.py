@@ -586,6 +586,18 @@ def test_state_endpoint_returns_points_after_a_step(team, run, client_for):
     assert state["progress"]["status"] == "queued" and state["sample_steps"] == [5]
 
 
+def test_the_run_page_and_the_state_endpoint_say_what_the_series_times_count_from(team, run, client_for):
+    """The run page draws by time too: the live points carry wall times, counted from the run's first point, which
+    the page says (data-start-time) and a page opened before that point asks the state endpoint for (start_time=1)."""
+    client = client_for(team.viewer)
+    assert 'data-start-time="101.0"' in client.get(url(run)).content.decode()
+    assert client.get(url(run, "state.json") + "?after_step=5&start_time=1").json()["series_start_time"] == 101.0
+    assert "series_start_time" not in client.get(url(run, "state.json") + "?after_step=5").json()
+    MetricPoint.objects.filter(run=run).delete()
+    assert 'data-start-time=""' in client.get(url(run)).content.decode()
+    assert client.get(url(run, "state.json") + "?start_time=1").json()["series_start_time"] is None
+
+
 def test_a_poll_of_a_run_with_nothing_new_reads_neither_its_series_cache_nor_every_point(team, run, client_for):
     """Page speed: a run page polls ``state.json`` every 2 s when events do not get through, and every 30 s
     once its run is finished. Each poll read the run's series_cache (most of a megabyte for a finished run)
@@ -717,6 +729,24 @@ def test_members_cancel_and_retry(team, run, client_for, sent_tasks):
     response = client.post(url(run, "retry/"))
     retried = Run.objects.exclude(pk=run.pk).get()
     assert response["Location"] == f"/p/alpha/runs/{retried.public_id}/"
+
+
+def test_runs_table_search_finds_runs_by_a_part_of_a_tag_or_of_the_notes(team, run, client_for, catalog, sent_tasks):
+    """QA (a W&B user's search box): a search matched a run's name and id alone, so a run read by its tag ("ablation")
+    or by what its notes say ("diverged") was not found. It matches a part of a tag or of the notes, case aside, on
+    the page as in the REST API; the JSON of the tags is not searched (a comma or a quote matches no run)."""
+    tagged = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="second",
+                                 tags="Ablation-LR, café")
+    noted = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="third")
+    Run.objects.filter(pk=noted.pk).update(notes="The loss **diverged** at step 40.")
+    client = client_for(team.viewer)
+    for query, found in (("ablation", tagged), ("CAFÉ", tagged), ("Diverged", noted)):
+        page = client.get("/p/alpha/runs/", {"q": query}).content.decode()
+        assert [other.public_id in page for other in (run, tagged, noted)] == [
+            other == found for other in (run, tagged, noted)], query
+    for query in (",", '"', "["):
+        page = client.get("/p/alpha/runs/", {"q": query}).content.decode()
+        assert tagged.public_id not in page and run.public_id not in page, query
 
 
 def test_runs_table_filters_and_archives(team, run, client_for, catalog, sent_tasks):
@@ -1306,9 +1336,10 @@ def test_compare_final_metrics_show_the_range_in_readable_figures(team, run, cli
     page = client_for(team.viewer).get(f"/p/alpha/runs/compare/?runs={run.public_id}&runs={other.public_id}").content.decode()
     table = page.split('class="table final-table"')[1].split("</table>")[0]
     assert "last (best)" not in table and table.count("last<br>min – max") == 4  # loss, eval/exact_match, learning_rate, tokens
-    assert '<td class="num">0.5<br><small class="muted">0.25 – 0.75</small></td>' in table
-    assert '<td class="num">2e-05<br><small class="muted">2e-05 – 0.0002</small></td>' in table
-    assert '<td class="num">636<br><small class="muted">212 – 636</small></td>' in table
+    # (the runs' equal exact match is each one's best: a ★ before it)
+    assert '<span class="visually-hidden">best: </span>0.5<br><small class="muted">0.25 – 0.75</small></td>' in table
+    assert '<td class="num" data-value="2e-05">2e-05<br><small class="muted">2e-05 – 0.0002</small></td>' in table
+    assert '<td class="num" data-value="636.0">636<br><small class="muted">212 – 636</small></td>' in table
 
 
 def test_compare_final_metrics_put_a_quantity_two_kinds_log_under_their_own_names_in_one_column(
@@ -1331,11 +1362,13 @@ def test_compare_final_metrics_put_a_quantity_two_kinds_log_under_their_own_name
         target.save(update_fields=["final_metrics"])
     response = client_for(team.viewer).get(f"/p/alpha/runs/compare/?runs={run.public_id}&runs={dpo.public_id}")
     table = response.content.decode().split('class="table final-table"')[1].split("</table>")[0]
-    assert ('<th class="num literal">preference accuracy<br><small class="muted">accuracy · rewards/accuracies<br>'
+    assert ('<th class="num literal" data-sort="preference accuracy" data-best="highest"><button type="button" '
+            'class="sort-final">preference accuracy</button><br><small class="muted">accuracy · rewards/accuracies<br>'
             'last<br>min – max</small></th>') in table
     assert table.count("</th>") == 4 and table.count("—") == 1  # Run, loss and the two shared; the second run's loss
-    assert '<td class="num">0.75<br><small class="muted">0.5 – 0.75</small></td>' in table
-    assert '<td class="num">0.5<br><small class="muted">0.25 – 0.5</small></td>' in table
+    assert ('<td class="num best" data-value="0.75"><span aria-hidden="true">★ </span><span class="visually-hidden">best: '
+            '</span>0.75<br><small class="muted">0.5 – 0.75</small></td>') in table
+    assert '<td class="num" data-value="0.5">0.5<br><small class="muted">0.25 – 0.5</small></td>' in table
     assert [column["label"] for column in response.context["final"]["columns"]] == [
         "loss", "preference accuracy", "reward margin"]  # the run fixture's loss: the first run's alone
 
@@ -1404,7 +1437,7 @@ def test_compare_headers_that_are_names_are_set_as_written(team, run, client_for
     run.final_metrics = reporting.metric_summary(run)
     run.save(update_fields=["final_metrics"])
     page = client_for(team.viewer).get(f"/p/alpha/runs/compare/?runs={run.public_id}&runs={other.public_id}").content.decode()
-    assert '<th class="num literal">loss<br>' in page
+    assert '<th class="num literal" data-sort="loss" data-best="lowest"><button type="button" class="sort-final">loss</button><br>' in page
     assert page.count('<th class="literal">lr 1e-3</th>') == 1  # config
     assert page.count('<th class="literal">lr 1e-3<br>') == 1  # generations
 
