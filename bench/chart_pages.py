@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.pages import setup_django  # noqa: E402
+from bench.pages import logged_in_server, setup_django  # noqa: E402
 
 OLD_PATH = "static/vendor/plotly.min.js"
 # Every chart of the page drawn: a line chart or histogram holds plotly's SVG, the parallel coordinates its axes.
@@ -114,8 +114,6 @@ def main() -> None:
         setup_django(Path(temporary))
         from django.conf import settings
         from django.templatetags.static import static
-        from django.test import Client
-        from django.test.testcases import LiveServerThread
         from playwright.sync_api import sync_playwright
 
         # Beside collectstatic's files, gzipped as it gzips them: WhiteNoise serves the .gz to a browser that takes it.
@@ -126,18 +124,8 @@ def main() -> None:
         ours = static("vendor/plotly-temper.min.js")
 
         owner, pages = populate()
-        client = Client()
-        client.force_login(owner)
-        session = client.cookies["sessionid"].value
-        server = LiveServerThread("127.0.0.1", lambda application: application, connections_override={}, port=0)
-        server.daemon = True
-        server.start()
-        server.is_ready.wait()
-        if server.error:
-            raise server.error
-        base = f"http://127.0.0.1:{server.port}"
         figures = {(page_name, bundle): {"drawn": [], "bytes": []} for page_name in pages for bundle in bundles}
-        with sync_playwright() as playwright:
+        with logged_in_server(owner) as (base, session), sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path="/usr/bin/chromium")
             for index in range(args.loads + 1):  # the first round warms the server
                 for page_name, (path, selector) in pages.items():
@@ -165,7 +153,6 @@ def main() -> None:
                             figures[(page_name, bundle)]["drawn"].append(drawn)
                             figures[(page_name, bundle)]["bytes"].append(wire)
             browser.close()
-        server.terminate()
     print(f"chart pages, {args.loads} loads each in a fresh context, CPU slowdown {args.cpu_slowdown:g}")
     print("| page | bundle | charts drawn, ms: median (min-max) | KB on the wire, median |")
     print("| --- | --- | --- | --- |")

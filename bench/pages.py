@@ -12,11 +12,13 @@ session, access check, queries, template) without the network. Prints the median
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +47,26 @@ def setup_django(data_root: Path) -> None:
     # The pages name their static files from collectstatic's manifest, and WhiteNoise serves STATIC_ROOT.
     call_command("collectstatic", "--noinput", verbosity=0)
 
+
+@contextlib.contextmanager
+def logged_in_server(user) -> Iterator[tuple[str, str]]:
+    """A live server thread on a free port serving the default setup (WhiteNoise over collectstatic's files) and a
+    session of ``user`` for a browser's cookie: ``(base URL, session id)``; the server stops on leaving."""
+    from django.test import Client
+    from django.test.testcases import LiveServerThread
+
+    client = Client()
+    client.force_login(user)
+    server = LiveServerThread("127.0.0.1", lambda application: application, connections_override={}, port=0)
+    server.daemon = True
+    server.start()
+    server.is_ready.wait()
+    if server.error:
+        raise server.error
+    try:
+        yield f"http://127.0.0.1:{server.port}", client.cookies["sessionid"].value
+    finally:
+        server.terminate()
 
 def populate(*, dataset_count: int):
     from django.apps import apps

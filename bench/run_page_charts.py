@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.pages import setup_django  # noqa: E402
+from bench.pages import logged_in_server, setup_django  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
@@ -64,26 +64,13 @@ def main() -> None:
                                  capture_output=True, text=True).stdout
     with tempfile.TemporaryDirectory() as temporary:
         setup_django(Path(temporary))
-        from django.test import Client
-        from django.test.testcases import LiveServerThread
         from playwright.sync_api import sync_playwright
 
         owner, run = populate(metric_count=args.metrics, steps=args.steps)
-        client = Client()
-        client.force_login(owner)
-        session = client.cookies["sessionid"].value
-        # Static files from collectstatic's output through WhiteNoise, as the default setup serves them.
-        server = LiveServerThread("127.0.0.1", lambda application: application, connections_override={}, port=0)
-        server.daemon = True
-        server.start()
-        server.is_ready.wait()
-        if server.error:
-            raise server.error
-        base = f"http://127.0.0.1:{server.port}"
-        url = f"{base}/p/bench/runs/{run.public_id}/"
         figures: dict[str, dict[str, list[float]]] = {"baseline": {"load": [], "charts": []},
                                                       "this tree": {"load": [], "charts": []}}
-        with sync_playwright() as playwright:
+        with logged_in_server(owner) as (base, session), sync_playwright() as playwright:
+            url = f"{base}/p/bench/runs/{run.public_id}/"
             browser = playwright.chromium.launch(executable_path="/usr/bin/chromium")
             context = browser.new_context(viewport={"width": 1280, "height": 900})
             context.add_cookies([{"name": "sessionid", "value": session, "url": base}])
@@ -102,7 +89,6 @@ def main() -> None:
                         figures[version]["load"].append(load)
                         figures[version]["charts"].append(drawn)
             browser.close()
-        server.terminate()
     print(f"run page, {args.metrics} metrics x {args.steps} steps, {args.loads} loads each (baseline {args.baseline})")
     print("| runs.js | load ms, median (min-max) | charts drawn at load |")
     print("| --- | --- | --- |")
