@@ -196,8 +196,8 @@ def prompt_indices(block: int, *, per_block: int, count: int, seed: int) -> list
 class BlockRollouts:
     """A trainer ``batch_source`` that makes rollouts once per block of ``num_iterations`` steps and
     reuses them within the block (policy updates on stored old log-probs, mu > 1). Subclasses set
-    ``num_iterations``, ``batch_type`` (their batch dataclass) and ``_cached = None`` and supply
-    ``_rollout(trainer, block)``.
+    ``num_iterations``, ``batch_type`` (their batch dataclass), ``rows`` (the prompts) and ``_cached = None``
+    and supply ``prompts_per_block`` and ``_rollout(trainer, block)``.
 
     A checkpoint saved inside a block carries that block's rollouts (``arrays_to_checkpoint``): the
     run resumed from it trains the block's remaining steps on them, as the run that stopped would
@@ -217,6 +217,13 @@ class BlockRollouts:
         batch = self._rollout(trainer, block)
         self._cached = (block, batch)
         return batch
+
+    def epoch_after(self, steps: int) -> float:
+        """The fractional epoch the trainer logs after ``steps`` steps: the prompts drawn so far over the prompt
+        count, as sft's is the rows read over the rows. A block's steps all train on the prompts its rollouts drew,
+        so they count from its first step."""
+        blocks = -(-steps // self.num_iterations)
+        return blocks * self.prompts_per_block / len(self.rows)
 
     def arrays_to_checkpoint(self, step: int) -> dict[str, np.ndarray]:
         """The current block's rollouts, as named arrays, when the step after ``step`` trains on them."""

@@ -184,12 +184,16 @@ class PpoRollouts(grpo.BlockRollouts):
         self.batch_type = PpoBatch
         self._cached: tuple[int, PpoBatch] | None = None
 
+    @property
+    def prompts_per_block(self) -> int:
+        """Prompts sampled per rollout block: one completion for each row of the batch."""
+        return self.batch_size * self.grad_accum
+
     def _rollout(self, trainer, block: int) -> PpoBatch:
         ppo = self.ppo
         started = time.perf_counter()
         model = trainer.current_model()
-        indices = grpo.prompt_indices(block, per_block=self.batch_size * self.grad_accum, count=len(self.rows),
-                                 seed=self.seed)
+        indices = grpo.prompt_indices(block, per_block=self.prompts_per_block, count=len(self.rows), seed=self.seed)
         prompt_ids = [self.prompt_ids[index] for index in indices]
         params = SamplingParams(max_new_tokens=ppo.max_new_tokens, temperature=ppo.temperature, top_p=ppo.top_p,
                                 seed=(self.seed * 1_000_003 + block) % 2**32)

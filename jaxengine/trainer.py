@@ -858,11 +858,13 @@ class Trainer:
                 if stream is not None:
                     # Fractional: the rows read over the rows (steps × batch / rows, as W&B users read it). The
                     # epochs completed alone were 0 at every step of a run that max_steps ends within its first.
-                    # Tasks that make their data each step (RL) read no stream: they log no epoch.
                     record["epoch"] = self.data_position.epoch + self.data_position.cursor / len(stream.examples)
                 else:
                     # Tasks that make their data each step (RL) time making it themselves; this is the update.
                     record["time/update"] = seconds
+                    # They read no stream: their source says how far through its prompts it has drawn.
+                    if hasattr(self.batch_source, "epoch_after"):
+                        record["epoch"] = self.batch_source.epoch_after(self.step)
                 at_end = self.step == config.total_steps
                 evaluates = self.eval_examples or self.eval_hook is not None
                 eval_score, new_best = None, False

@@ -7,7 +7,11 @@
    2 …), and a step is a whole number, so it is ticked at each one instead.
    Both pages draw by step, tokens or time and linear or on a log scale, as their #x-axis and #log-y say
    (templates/runs/_axis_controls.html): the axes, the log axis's notes in a chart's title, and the choice kept in
-   the address are made here, once for both. */
+   the address are made here, once for both.
+   A reader's zoom lasts while those choices do: both pages redraw a chart with Plotly.react as its points and layout
+   change (a live point, a one-value series that starts to vary, another tick mode), which drew the whole run again
+   and threw the zoom away. Plotly keeps what the reader changed by hand across a redraw whose layout.uirevision is
+   the one before (viewRevision); another x axis or scale changes it, and the chart is drawn whole on the new one. */
 window.TemperPlotAxis = (function () {
   "use strict";
 
@@ -80,6 +84,9 @@ window.TemperPlotAxis = (function () {
       if (left) all.push("log: " + left + (left === 1 ? " point" : " points") + " at 0 or below not drawn");
       return { text: [text].concat(all.map(literal)).join("<br>"), lines: 1 + all.length };
     },
+    // The layout.uirevision of a chart drawn by ``axis`` with the log scale ``logAsked`` or not: the same while the
+    // reader's choices are, so that plotly keeps their zoom across a redraw.
+    viewRevision: function (axis, logAsked) { return axis + (logAsked ? ",log" : ""); },
     // The x axis and log scale controls (``xSelect``, ``logBox``) set from the address (x=, log=1; a value the select
     // does not offer leaves it at step), kept in it as they change, ``changed`` called then.
     keepChoices: function (xSelect, logBox, changed) {

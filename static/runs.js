@@ -129,6 +129,7 @@
     var chosen = {
       height: Number(plot.dataset.height) + titleRoom, margin: { l: 56, r: 12, t: 28 + titleRoom, b: 36 },
       title: { text: title.text, font: { size: 13 } },
+      uirevision: axes.viewRevision(xAxis.value, logY.checked),  // the reader's zoom lasts across redraws
       xaxis: Object.assign({ zeroline: false }, axes.xAxis(xAxis.value, traces)),
       // autorange false with a range, so that a redrawing keeps it rather than plotly's own
       yaxis: Object.assign(axes.yAxis(key, traces, log), { zeroline: false }, range.autorange ? {} : { autorange: false }),

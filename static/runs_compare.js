@@ -109,6 +109,7 @@
       height: (chart.grouped ? 300 : 260) + legendHeight + titleRoom,
       margin: { l: 56, r: 12, t: 28 + titleRoom, b: AXIS_ROOM + legendHeight },
       title: { text: title.text, font: { size: 13 } },
+      uirevision: axes.viewRevision(axis, logY.checked),  // the reader's zoom lasts across the page's redraws
       // Curves are read across runs at one step (or tokens, or time): the hover lists every line there.
       hovermode: "x unified",
       xaxis: axes.xAxis(axis, traces),

@@ -1032,6 +1032,87 @@ def test_the_run_page_draws_by_tokens_or_time_and_on_a_log_scale_as_the_compare_
     assert page.evaluate(figure, "loss") == {"x": [0, 10], "axis": "seconds", "scale": "log", "title": "loss"}
 
 
+X_RANGE = "name => Array.from(document.querySelector(`.plot[data-metric='${name}']`)._fullLayout.xaxis.range)"
+
+
+def zoom_x(page, name: str) -> list[float]:
+    """Drag across the middle of chart ``name`` from left to right, as a reader zooms in on a part of it: the x range
+    then shown. A horizontal drag zooms the x axis alone."""
+    area = page.locator(f'.plot[data-metric="{name}"] .nsewdrag').first
+    area.scroll_into_view_if_needed()
+    box = area.bounding_box()
+    middle = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + box["width"] * 0.3, middle)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.5, middle, steps=5)
+    page.mouse.move(box["x"] + box["width"] * 0.6, middle, steps=5)
+    page.mouse.up()
+    page.wait_for_function(f"() => ({X_RANGE})({json.dumps(name)})[1] < 16")
+    return page.evaluate(X_RANGE, name)
+
+
+def test_a_zoomed_run_chart_keeps_its_zoom_when_live_points_redraw_it(page, asgi_server, redis_url, transactional_db,
+                                                                     settings):
+    """QA: a reader zoomed on a part of the learning rate's chart, and the next live point that redrew it (its one
+    value turned into two, another tick mode, a log axis's note) drew the whole run again. The zoom stays until the
+    reader picks another x axis or scale, which draws the whole run on it."""
+    from webapp.runs import reporting
+
+    settings.REDIS_URL = redis_url
+    team = make_team(slug="zoomrun")
+    run = Run.objects.create(project=team.project, name="zoomed", task="sft", status=RunStatus.RUNNING,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                             total_steps=400, current_step=20)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="learning_rate", value=3e-4,
+                                                 wall_time=float(step), tokens=10 * step) for step in range(1, 21)])
+    log_in(page, asgi_server, "zoomrun-viewer")
+    page.goto(f"{asgi_server}/p/zoomrun/runs/{run.public_id}/")
+    page.locator("#live-state", has_text="live").wait_for()
+    page.locator('.plot[data-metric="learning_rate"] .nsewdrag').first.wait_for()
+    zoomed = zoom_x(page, "learning_rate")
+    assert 2 < zoomed[0] < zoomed[1] < 16, zoomed
+    reporting.publish_event(run.public_id, {"type": "metrics", "points": [
+        {"step": 21, "name": "learning_rate", "value": 1e-4, "tokens": 210, "wall_time": 21.0}]})  # the decay begins
+    page.wait_for_function("() => document.querySelector(`.plot[data-metric='learning_rate']`)"
+                           ".layout.yaxis.autorange !== false", timeout=10_000)  # redrawn: its values differ now
+    assert page.evaluate(X_RANGE, "learning_rate") == pytest.approx(zoomed)
+    page.select_option("#x-axis", "tokens")  # the whole run again, by tokens
+    page.wait_for_function(f"() => ({X_RANGE})('learning_rate')[1] >= 210")
+    low, high = page.evaluate(X_RANGE, "learning_rate")
+    assert low <= 10 and high >= 210, (low, high)
+
+
+def test_a_zoomed_compare_chart_keeps_its_zoom_as_the_page_follows_a_running_run(page, live_server, monkeypatch):
+    """QA: the compare page of a running run reads its points again every 5 s and drew each chart afresh: a zoom on
+    a part of the loss lasted until then. It stays, and a log scale asked for draws the whole runs again."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="zoomcompare")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 30}}
+    runs = [services.run_create(project=team.project, spec=spec, user=team.owner, name=name) for name in ("done", "training")]
+    Run.objects.filter(pk=runs[0].pk).update(status=RunStatus.SUCCEEDED)
+    Run.objects.filter(pk=runs[1].pk).update(status=RunStatus.RUNNING)
+    for run, steps in ((runs[0], range(1, 21)), (runs[1], range(1, 11))):
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=5.0 / step,
+                                                     wall_time=float(step), tokens=step) for step in steps])
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/zoomcompare/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    points = "() => document.querySelector('.plot[data-metric=\"loss\"]').data.map(t => t.x.length).join()"
+    page.wait_for_function(f"() => {{ try {{ return ({points})() === '20,10'; }} catch (e) {{ return false; }} }}")
+    page.locator('.plot[data-metric="loss"] .nsewdrag').first.wait_for()
+    zoomed = zoom_x(page, "loss")
+    assert 2 < zoomed[0] < zoomed[1] < 16, zoomed
+    MetricPoint.objects.bulk_create([MetricPoint(run=runs[1], step=step, name="loss", value=5.0 / step,
+                                                 wall_time=float(step), tokens=step) for step in range(11, 16)])
+    page.wait_for_function(f"() => ({points})() === '20,15'", timeout=15_000)
+    assert page.evaluate(X_RANGE, "loss") == pytest.approx(zoomed)
+    page.check("#log-y")
+    page.wait_for_function(f"() => ({X_RANGE})('loss')[1] >= 20")
+    low, high = page.evaluate(X_RANGE, "loss")
+    assert low <= 1 and high >= 20, (low, high)
+
+
 def test_a_metric_of_one_value_is_drawn_on_an_axis_around_that_value(page, live_server, monkeypatch):
     """A constant learning rate of 1e-4 was drawn on an axis from -1 to 1, its line on the zero: plotly
     pads a series of one value by 1 whatever its size, so the chart read as a learning rate of 0."""

@@ -87,6 +87,23 @@ def test_lora_gspo_with_reference_dynamic_sampling_reused_rollouts_and_eval(demo
     assert all(group.max() > group.min() for group in groups)
 
 
+def few_prompts(demo_dir, path, count: int):
+    """The first ``count`` rows of the demo's prompts, written to ``path``: a prompt set a short run draws through."""
+    path.write_text("".join(line + "\n" for line in (demo_dir / "data/prompts.jsonl").read_text().splitlines()[:count]))
+    return str(path)
+
+
+def test_epoch_is_the_fraction_of_the_prompts_drawn(demo_dir, tmp_path):
+    """QA: a GRPO run logged no epoch (sft logs the rows read over the rows). It logs the prompts its rollouts
+    drew over the prompts: 4 of 6 per block of num_iterations 2 steps, each block's steps counting them."""
+    spec = grpo_spec(demo_dir, tmp_path / "run", grpo={"num_generations": 2, "num_iterations": 2},
+                     data={"train": few_prompts(demo_dir, tmp_path / "prompts.jsonl", 6), "max_seq_len": 64},
+                     train={"max_steps": 4, "batch_size": 4, "seed": 1})
+    assert run_job(spec, progress_bar=False)["status"] == "succeeded"
+    epochs = [m["epoch"] for m in read_jsonl(tmp_path / "run/metrics.jsonl")]
+    assert epochs == pytest.approx([4 / 6, 4 / 6, 8 / 6, 8 / 6], abs=1e-9)
+
+
 def test_rows_line_up_with_the_sampler_log_probs(demo_dir, tmp_path):
     spec = grpo_spec(demo_dir, tmp_path / "run", grpo={"num_iterations": 2, "max_new_tokens": 6},
                      train={"max_steps": 2, "batch_size": 2})

@@ -239,6 +239,17 @@ def test_ppo_raises_the_reward_and_logs_every_rollout(demo_dir, tmp_path, refere
     assert all((s["prompt"], s["answer"]) in answers for s in samples)  # the samples browser's Reference
 
 
+def test_epoch_is_the_fraction_of_the_prompts_drawn(demo_dir, tmp_path):
+    """QA: as for grpo, a PPO run logged no epoch: it logs the prompts its rollouts drew over the prompts."""
+    from tests.jaxengine.test_grpo import few_prompts
+
+    mapping = ppo_mapping(demo_dir, tmp_path / "run", train={"max_steps": 3, "batch_size": 4, "seed": 1},
+                          data={"train": few_prompts(demo_dir, tmp_path / "prompts.jsonl", 5), "max_seq_len": 64})
+    assert run_job(parse_spec(mapping), progress_bar=False)["status"] == "succeeded"
+    epochs = [m["epoch"] for m in read_jsonl(tmp_path / "run/metrics.jsonl")]
+    assert epochs == pytest.approx([4 / 5, 8 / 5, 12 / 5], abs=1e-9)
+
+
 def test_a_run_stopped_inside_a_block_of_reused_rollouts_resumes_to_the_same_metrics(demo_dir, tmp_path):
     """QA: as for grpo, a PPO run with num_iterations 2 stopped after step 3 sampled a new block on resume."""
     from tests.jaxengine.test_grpo import assert_same_metrics, stop_before_step

@@ -88,8 +88,12 @@ def demo_preset_name(task: str) -> str | None:
     return DEMO_PRESET if any(preset["name"] == DEMO_PRESET for preset in presets_for(task)) else None
 
 
+def preset_named(task: str, name: str | None) -> dict[str, Any]:
+    """Preset ``name`` of ``task``, or the task's first when ``name`` is None or unknown: the one a form holds."""
+    options = presets_for(task)
+    return next((preset for preset in options if preset["name"] == name), options[0])
+
+
 def preset_spec(task: str, name: str | None) -> dict[str, Any]:
     """The spec keys preset ``name`` of ``task`` sets (the first preset when ``name`` is unknown)."""
-    options = presets_for(task)
-    chosen = next((preset for preset in options if preset["name"] == name), options[0])
-    return {"task": task, **chosen["spec"]}
+    return {"task": task, **preset_named(task, name)["spec"]}

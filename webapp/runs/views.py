@@ -181,6 +181,8 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
         preset_name = request.GET.get("preset")
         if preset_name is None and selectors.starts_from_the_demo_model(project=project, model=request.GET.get("model")):
             preset_name = presets.demo_preset_name(task)  # a learning rate the demo model learns at in 200 steps
+        # The form holds the task's first preset when none (or one that is gone) is named: that one is marked.
+        preset_name = presets.preset_named(task, preset_name)["name"]
         spec = presets.preset_spec(task, preset_name)
         duplicate = request.GET.get("from")
         if duplicate:

@@ -2544,6 +2544,20 @@ def test_an_external_run_before_its_first_point_is_not_said_to_be_compiling(team
     assert 'id="progress-starting" hidden' in client.get(url(external)).content.decode()
 
 
+def test_the_launch_form_opened_without_a_preset_marks_the_one_whose_values_it_holds(team, client_for):
+    """QA: the launch form opened bare (the Runs page's Launch, a task tab) showed its task's first preset's values
+    with no preset marked, as if they were nobody's; one named that no longer exists did the same. The preset whose
+    values the form holds is marked, as when its link is clicked."""
+    from webapp.runs.presets import presets_for
+
+    client = client_for(team.teammate)
+    marked = r'class="button active" aria-current="true" [^>]*data-preset="([^"]*)"'
+    for task, query in (("sft", ""), ("dpo", "?task=dpo"), ("grpo", "?task=grpo&preset=gone")):
+        first = presets_for(task)[0]
+        page = client.get(f"/p/alpha/runs/new/{query}").content.decode()
+        assert re.findall(marked, page) == [first["name"]], task
+
+
 def test_the_launch_form_opened_on_the_demo_model_shows_the_demo_preset(team, catalog, client_for):
     """First run: the LoRA preset's learning rate, 2e-4 (right for models of 1 B parameters and more), moved the 2.6 M
     parameter demo model from a loss of 11.6 to only 9.5 in 30 steps. The form opened on the demo model (Getting
@@ -2566,7 +2580,7 @@ def test_the_launch_form_opened_on_the_demo_model_shows_the_demo_preset(team, ca
     assert f'<option value="{demo.public_id}" selected' in page
     other = client.get(f"/p/alpha/runs/new/?model={catalog.base_model.public_id}").content.decode()
     assert re.search(r'name="optim.learning_rate"[^>]*value="0.0002"', other)
-    assert 'class="button active"' not in other
+    assert re.findall(r'class="button active" aria-current="true" [^>]*data-preset="([^"]*)"', other) == ["LoRA"]
 
     # A run trained from the demo model is as small: its Launch a run from it (its model, or a checkpoint's) opens
     # the form on the demo preset too; the LoRA preset's 2e-4 went on at a fifth of the pace its first run had.
