@@ -1,5 +1,6 @@
 """The serve task over a real Redis (in this process): events in order, the answer the sampler gives,
 concurrent generations joining one batch, stop mid-answer, timeout, bad requests."""
+import gc
 import logging
 import threading
 import time
@@ -575,3 +576,28 @@ def test_a_requests_template_variables_are_laid_over_the_models_own(model_dir, t
     assert not prompt(chat_template_kwargs={"enable_thinking": True}).endswith("no thinking")
     with pytest.raises(ValueError, match="chat_template_kwargs: 'messages' is set by the renderer"):
         serve.GenerateRequest.model_validate(request(thinking, "t", chat_template_kwargs={"messages": "x"}))
+
+
+def live_programs() -> int:
+    import jax
+
+    return len(jax.devices()[0].client.live_executables())
+
+
+def test_models_served_in_turn_leave_no_programs_behind(client, tmp_path, settings):
+    """A serve worker kept the compiled programs of every model structure it had served (up to 16), each with memory
+    maps of its own: one serving many models for days could reach vm.max_map_count, where XLA's compiler segfaults
+    mid-chat (bench/RESULTS.md, "The serve worker's compiled programs"). An evicted model's programs go with it:
+    served one at a time, four models of four structures (contexts) leave as many live programs as the first."""
+    settings.TEMPER_SERVE_WARMUP = False
+    settings.TEMPER_SERVE_MEMORY_BYTES = 1  # one model at a time (a model over the budget is served alone)
+    serve.shutdown()
+    counts = []
+    for context in (64, 80, 96, 112):
+        model_dir = factories.build_tiny_model_dir(tmp_path / f"context-{context}", context=context)
+        done = serve.generate(request(model_dir, f"turn-{context}", model_key=f"turn-{context}", max_new_tokens=4))
+        assert done["completion_tokens"] == 4, done
+        gc.collect()  # the programs of an evicted model's server, once its thread has ended (a cycle through jit)
+        counts.append(live_programs())
+    assert counts[-1] <= counts[0], counts
+    serve.shutdown()
