@@ -452,6 +452,8 @@ def test_a_deleted_models_weights_and_server_are_dropped_and_its_answer_ends_say
     gone._thread.join(timeout=10)
     assert not gone._thread.is_alive()
     assert kept_key in serve._cache.keys and serve.server_for(kept_key, str(model_dir))[0] is kept
+    # The same model under two keys: the programs they share stay with the one still served.
+    assert kept.decoder.compiled is gone.decoder.compiled and kept.decoder.compiled in held_programs()
 
 
 def test_the_deleted_models_watcher_logs_a_redis_outage_once_and_its_end(redis_server, settings, monkeypatch, caplog):
@@ -600,4 +602,14 @@ def test_models_served_in_turn_leave_no_programs_behind(client, tmp_path, settin
         gc.collect()  # the programs of an evicted model's server, once its thread has ended (a cycle through jit)
         counts.append(live_programs())
     assert counts[-1] <= counts[0], counts
+    # The last one deleted: nothing holds its programs for a later decoder either.
+    last, _ = serve.server_for("turn-112", str(model_dir))
+    assert last.decoder.compiled in held_programs()
+    assert serve.drop_deleted_models({"turn-112"}) == ["turn-112"]
+    assert last.decoder.compiled not in held_programs()
     serve.shutdown()
+
+
+def held_programs() -> list:
+    """The compiled programs of each model structure that ``jaxengine.serving`` keeps for later decoders."""
+    return list(serving._programs._by_key.values())
