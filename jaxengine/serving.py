@@ -42,7 +42,10 @@ Design note.
   than on one, of an 80 MB model 0.67x as fast.
 * Compiles: the prefill per (group, prompt length) bucket and the decode call per (rows, slots) bucket
   and sampling mode, all powers of two, so a serving process compiles a bounded set of programs,
-  never one per request (``trace_count``).
+  never one per request (``trace_count``). Decoders of one model structure share them (``_programs``, the 16
+  structures most recently asked for); the serve worker forgets a structure's once the last model of it it serves
+  is evicted (``forget_programs``), as every program keeps memory maps and a process has a limited number
+  (``vm.max_map_count``, where XLA's compiler segfaults).
 * Sampling: row b draws with key ``fold_in(fold_in(key(seed_b), 0), step)``, the key ``Sampler`` gives a
   lone prompt, and the same Gumbel-max draw as ``jax.random.categorical``, so a request decodes the same
   whether it is batched, joins late or runs alone. The noise of a whole call is drawn before its steps
@@ -551,9 +554,47 @@ class _Compiled:
                              positions=constrain(cache.positions, ("batch", "length")), index=constrain(cache.index, ()))
 
 
-@functools.lru_cache(maxsize=16)
-def _compiled(graphdef, treedef, cache_dtype, kv_heads: int) -> _Compiled:
-    return _Compiled(graphdef, treedef, cache_dtype, kv_heads)
+class _ProgramsByStructure:
+    """The ``_Compiled`` of each model structure, shared by its decoders: a model loaded again, or another run of
+    the same base model, finds its programs compiled. The ``kept`` most recently asked for are held here; a
+    structure's programs are freed once neither this nor a decoder holds them (``forget``; each program keeps
+    3-40 memory maps, and a process may have only ``vm.max_map_count``: bench/RESULTS.md, "The serve worker's
+    compiled programs"). Thread-safe."""
+
+    def __init__(self, kept: int = 16):
+        self.kept = kept
+        self._by_key: collections.OrderedDict[tuple, _Compiled] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, graphdef, treedef, cache_dtype, kv_heads: int) -> _Compiled:
+        key = (graphdef, treedef, cache_dtype, kv_heads)
+        with self._lock:
+            if key not in self._by_key:
+                self._by_key[key] = _Compiled(graphdef, treedef, cache_dtype, kv_heads)
+            self._by_key.move_to_end(key)
+            while len(self._by_key) > self.kept:
+                self._by_key.popitem(last=False)
+            return self._by_key[key]
+
+    def forget(self, compiled: _Compiled) -> None:
+        """Hold ``compiled`` no longer: its programs go once the decoders using it are gone."""
+        with self._lock:
+            for key in [key for key, held in self._by_key.items() if held is compiled]:
+                del self._by_key[key]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._by_key.clear()
+
+
+_programs = _ProgramsByStructure()
+
+
+def forget_programs(decoder: BatchDecoder) -> None:
+    """Stop keeping ``decoder``'s compiled programs for later decoders of its model structure (the serve worker,
+    once the last model of that structure it serves is evicted or deleted): they are freed with the last decoder
+    using them, rather than kept for 16 structures, however many programs each has compiled."""
+    _programs.forget(decoder.compiled)
 
 
 OnTokens = Callable[[int, list[int], str], None]  # (request index, token ids read together, their text)
@@ -1043,7 +1084,7 @@ class BatchDecoder:
         # Split once: a served model's weights do not change, and splitting a model costs milliseconds.
         graphdef, state = nnx.split(self.model)
         self.leaves, treedef = jax.tree.flatten(state)
-        self.compiled = _compiled(graphdef, treedef, cache_dtype, model.config.num_kv_heads)
+        self.compiled = _programs.get(graphdef, treedef, cache_dtype, model.config.num_kv_heads)
         self.devices = tuple(devices or ())
         self.on_host = all(device.platform == "cpu" for device in self.leaves[0].devices())
         self._meshes: dict[int, Mesh] = {}

@@ -819,7 +819,7 @@ def decoder_with_programs_of_its_own(model, tokenizer, *, on_host: bool) -> Batc
     """A decoder on host devices or not, whose compiled programs no earlier test shares: a model's programs are
     shared by its decoders, so what an earlier test's batch missed (or compiled) would otherwise change what
     compiles when (a test's own missed program waiting behind leftovers, or one compiled already)."""
-    serving._compiled.cache_clear()
+    serving._programs.clear()
     decoder = BatchDecoder(model, tokenizer, min_bucket=8)
     decoder.on_host = on_host
     return decoder

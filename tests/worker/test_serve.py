@@ -1,5 +1,6 @@
 """The serve task over a real Redis (in this process): events in order, the answer the sampler gives,
 concurrent generations joining one batch, stop mid-answer, timeout, bad requests."""
+import gc
 import logging
 import threading
 import time
@@ -451,6 +452,8 @@ def test_a_deleted_models_weights_and_server_are_dropped_and_its_answer_ends_say
     gone._thread.join(timeout=10)
     assert not gone._thread.is_alive()
     assert kept_key in serve._cache.keys and serve.server_for(kept_key, str(model_dir))[0] is kept
+    # The same model under two keys: the programs they share stay with the one still served.
+    assert kept.decoder.compiled is gone.decoder.compiled and kept.decoder.compiled in held_programs()
 
 
 def test_the_deleted_models_watcher_logs_a_redis_outage_once_and_its_end(redis_server, settings, monkeypatch, caplog):
@@ -595,3 +598,38 @@ def test_a_prompt_a_hostile_chat_template_fails_on_is_a_value_error_naming_its_f
     assert isinstance(raised.value, ValueError)
     assert str(raised.value).startswith(f"{model_dir / 'tokenizer_config.json'}: chat template")
     assert message in str(raised.value)
+
+
+def live_programs() -> int:
+    import jax
+
+    return len(jax.devices()[0].client.live_executables())
+
+
+def test_models_served_in_turn_leave_no_programs_behind(client, tmp_path, settings):
+    """A serve worker kept the compiled programs of every model structure it had served (up to 16), each with memory
+    maps of its own: one serving many models for days could reach vm.max_map_count, where XLA's compiler segfaults
+    mid-chat (bench/RESULTS.md, "The serve worker's compiled programs"). An evicted model's programs go with it:
+    served one at a time, four models of four structures (contexts) leave as many live programs as the first."""
+    settings.TEMPER_SERVE_WARMUP = False
+    settings.TEMPER_SERVE_MEMORY_BYTES = 1  # one model at a time (a model over the budget is served alone)
+    serve.shutdown()
+    counts = []
+    for context in (64, 80, 96, 112):
+        model_dir = factories.build_tiny_model_dir(tmp_path / f"context-{context}", context=context)
+        done = serve.generate(request(model_dir, f"turn-{context}", model_key=f"turn-{context}", max_new_tokens=4))
+        assert done["completion_tokens"] == 4, done
+        gc.collect()  # the programs of an evicted model's server, once its thread has ended (a cycle through jit)
+        counts.append(live_programs())
+    assert counts[-1] <= counts[0], counts
+    # The last one deleted: nothing holds its programs for a later decoder either.
+    last, _ = serve.server_for("turn-112", str(model_dir))
+    assert last.decoder.compiled in held_programs()
+    assert serve.drop_deleted_models({"turn-112"}) == ["turn-112"]
+    assert last.decoder.compiled not in held_programs()
+    serve.shutdown()
+
+
+def held_programs() -> list:
+    """The compiled programs of each model structure that ``jaxengine.serving`` keeps for later decoders."""
+    return list(serving._programs._by_key.values())

@@ -163,8 +163,10 @@ def server_for(key: str, path: str):
         loaded = _cache.get(key, path)
         # Evicted, or loaded again (a resumed run exported anew at the same path): answers already decoding
         # end on the weights they began with, the next ones start on the new.
+        closed = []
         for stale in [stale for stale in _servers if _server_models[stale] is not _cache.peek(stale)]:
-            _servers.pop(stale).close(wait=False)
+            closed.append(_servers.pop(stale))
+            closed[-1].close(wait=False)
             del _server_models[stale]
         if key not in _servers:
             decoder = BatchDecoder(loaded.model, loaded.tokenizer, devices=devices_for_model(devices, loaded.nbytes))
@@ -172,7 +174,21 @@ def server_for(key: str, path: str):
             _server_models[key] = loaded
             if settings.TEMPER_SERVE_WARMUP:
                 _servers[key].warm([*decoder.warmup_requests(), *decoder.warmup_groups()])
+        _forget_programs_of(closed)  # after the new server: a model loaded again keeps its structure's programs
         return _servers[key], loaded.tokenizer
+
+
+def _forget_programs_of(closed: list) -> None:
+    """The compiled programs of the closed servers' model structures that no server left uses are kept no longer:
+    they go with the last answer decoding on them. Kept, every structure a long-lived worker served held its
+    programs, each with memory maps of its own, towards the process's limit (vm.max_map_count), where XLA's
+    compiler segfaults (bench/RESULTS.md, "The serve worker's compiled programs"). Called holding ``_lock``."""
+    from jaxengine.serving import forget_programs
+
+    in_use = {id(server.decoder.compiled) for server in _servers.values()}
+    for server in closed:
+        if id(server.decoder.compiled) not in in_use:
+            forget_programs(server.decoder)
 
 
 def programs_compiled(server) -> bool:
@@ -197,12 +213,15 @@ def drop_deleted_models(deleted: set[str] | None = None) -> list[str]:
         if _cache is None:
             return []
         dropped = sorted(key for key in {*_cache.keys, *_servers} if model_ref(key) in deleted)
+        closed = []
         for key in dropped:
             _cache.discard(key)
             if (server := _servers.pop(key, None)) is not None:
                 _deleted_servers.add(server)
                 server.close(wait=False)
+                closed.append(server)
                 del _server_models[key]
+        _forget_programs_of(closed)
     for key in dropped:
         logger.info("model %s was deleted: its weights and server are dropped", key)
     return dropped
@@ -259,9 +278,9 @@ def _start_watching_deleted_models() -> None:
 
 @worker_shutdown.connect
 def shutdown(sender=None, **kwargs) -> None:
-    """Close this process's batching servers, forget its cached models and stop the watching thread: a serve
-    worker shutting down (its pool of threads has finished its answers by then), or a test process done with
-    the module, whose servers' loops would otherwise idle on as threads beside every later test. The threads
+    """Close this process's batching servers, forget its cached models (and their compiled programs) and stop the
+    watching thread: a serve worker shutting down (its pool of threads has finished its answers by then), or a test
+    process done with the module, whose servers' loops would otherwise idle on as threads beside every later test. The threads
     end at their next turn (the watcher within ``DELETED_POLL_SECONDS``), not waited for here."""
     global _cache, _watcher
     with _lock:
@@ -271,6 +290,7 @@ def shutdown(sender=None, **kwargs) -> None:
         _cache = None
         _watcher = None
         _watcher_stopping.set()
+        _forget_programs_of(servers)
     for server in servers:
         server.close(wait=False)
 
