@@ -609,27 +609,32 @@ def live_programs() -> int:
 def test_models_served_in_turn_leave_no_programs_behind(client, tmp_path, settings):
     """A serve worker kept the compiled programs of every model structure it had served (up to 16), each with memory
     maps of its own: one serving many models for days could reach vm.max_map_count, where XLA's compiler segfaults
-    mid-chat (bench/RESULTS.md, "The serve worker's compiled programs"). An evicted model's programs go with it:
-    served one at a time, four models of four structures (contexts) leave as many live programs as the first."""
+    mid-chat (bench/RESULTS.md, "The serve worker's compiled programs"). An evicted model's programs are kept among
+    the last few retired, for a user going back to it, and go past them: served one at a time, five models of five
+    structures (contexts) leave no more live programs than the first three."""
     settings.TEMPER_SERVE_WARMUP = False
     settings.TEMPER_SERVE_MEMORY_BYTES = 1  # one model at a time (a model over the budget is served alone)
     serve.shutdown()
-    counts = []
-    for context in (64, 80, 96, 112):
+    counts, compiled = [], {}  # ids: holding the programs here would keep them
+    for context in (64, 80, 96, 112, 128):
         model_dir = factories.build_tiny_model_dir(tmp_path / f"context-{context}", context=context)
         done = serve.generate(request(model_dir, f"turn-{context}", model_key=f"turn-{context}", max_new_tokens=4))
         assert done["completion_tokens"] == 4, done
+        compiled[context] = id(serve.server_for(f"turn-{context}", str(model_dir))[0].decoder.compiled)
         gc.collect()  # the programs of an evicted model's server, once its thread has ended (a cycle through jit)
         counts.append(live_programs())
-    assert counts[-1] <= counts[0], counts
-    # The last one deleted: nothing holds its programs for a later decoder either.
-    last, _ = serve.server_for("turn-112", str(model_dir))
-    assert last.decoder.compiled in held_programs()
+    retired = serving._programs.retired_kept
+    assert counts[-1] <= counts[retired], counts
+    # The one served and the last `retired` evicted.
+    assert {id(held) for held in held_programs()} == {compiled[context] for context in (128, 112, 96)[:1 + retired]}
+    # Going back to a model just evicted finds its programs compiled.
+    assert id(serve.server_for("turn-112", str(tmp_path / "context-112"))[0].decoder.compiled) == compiled[112]
+    # A deleted one's are dropped at once: nothing holds them for a later decoder.
     assert serve.drop_deleted_models({"turn-112"}) == ["turn-112"]
-    assert last.decoder.compiled not in held_programs()
+    assert compiled[112] not in {id(held) for held in held_programs()}
     serve.shutdown()
 
 
 def held_programs() -> list:
     """The compiled programs of each model structure that ``jaxengine.serving`` keeps for later decoders."""
-    return list(serving._programs._by_key.values())
+    return serving._programs.held()

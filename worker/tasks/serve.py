@@ -178,17 +178,19 @@ def server_for(key: str, path: str):
         return _servers[key], loaded.tokenizer
 
 
-def _forget_programs_of(closed: list) -> None:
-    """The compiled programs of the closed servers' model structures that no server left uses are kept no longer:
-    they go with the last answer decoding on them. Kept, every structure a long-lived worker served held its
-    programs, each with memory maps of its own, towards the process's limit (vm.max_map_count), where XLA's
-    compiler segfaults (bench/RESULTS.md, "The serve worker's compiled programs"). Called holding ``_lock``."""
+def _forget_programs_of(closed: list, *, retire: bool = True) -> None:
+    """The compiled programs of the closed servers' model structures that no server left uses are kept no longer as
+    in use: among the last few retired (``retire``: an evicted model a user may come back to) or, for deleted
+    models, not at all; they go with the last answer decoding on them. Kept, every structure a long-lived worker
+    served held its programs, each with memory maps of its own, towards the process's limit (vm.max_map_count),
+    where XLA's compiler segfaults (bench/RESULTS.md, "The serve worker's compiled programs"). Called holding
+    ``_lock``."""
     from jaxengine.serving import forget_programs
 
     in_use = {id(server.decoder.compiled) for server in _servers.values()}
     for server in closed:
         if id(server.decoder.compiled) not in in_use:
-            forget_programs(server.decoder)
+            forget_programs(server.decoder, retire=retire)
 
 
 def programs_compiled(server) -> bool:
@@ -221,7 +223,7 @@ def drop_deleted_models(deleted: set[str] | None = None) -> list[str]:
                 server.close(wait=False)
                 closed.append(server)
                 del _server_models[key]
-        _forget_programs_of(closed)
+        _forget_programs_of(closed, retire=False)
     for key in dropped:
         logger.info("model %s was deleted: its weights and server are dropped", key)
     return dropped
@@ -290,7 +292,7 @@ def shutdown(sender=None, **kwargs) -> None:
         _cache = None
         _watcher = None
         _watcher_stopping.set()
-        _forget_programs_of(servers)
+        _forget_programs_of(servers, retire=False)
     for server in servers:
         server.close(wait=False)
 
