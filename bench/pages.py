@@ -74,6 +74,7 @@ def populate(*, dataset_count: int):
     from django.utils import timezone
 
     from webapp.basemodels.models import BaseModel
+    from webapp.core.name_case import name_key
     from webapp.projects.models import Membership, Role
     from webapp.projects.services import project_create
 
@@ -89,7 +90,8 @@ def populate(*, dataset_count: int):
     BaseModel.objects.bulk_create(
         [
             BaseModel(
-                project=project, name=f"model-{index:02d}", path=f"/models/m{index}", architecture="LlamaForCausalLM",
+                project=project, name=f"model-{index:02d}", name_key=name_key(f"model-{index:02d}"),
+                path=f"/models/m{index}", architecture="LlamaForCausalLM",
                 model_type="llama", parameter_count=1_235_814_400, context_length=131072, vocab_size=128256,
                 tokenizer_type="tokenizer.json", dtype="BF16", size_bytes=2_471_645_608, registered_by=owner,
             )
@@ -106,7 +108,8 @@ def populate(*, dataset_count: int):
         from webapp.datasets.models import Dataset, DatasetVersion
 
         datasets = Dataset.objects.bulk_create(
-            [Dataset(project=project, name=f"dataset-{index:04d}", kind="sft", created_by=owner) for index in range(dataset_count)]
+            [Dataset(project=project, name=f"dataset-{index:04d}", name_key=name_key(f"dataset-{index:04d}"), kind="sft",
+                     created_by=owner) for index in range(dataset_count)]
         )
         DatasetVersion.objects.bulk_create(
             [

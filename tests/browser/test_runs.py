@@ -1082,20 +1082,31 @@ def test_a_zoomed_run_chart_keeps_its_zoom_when_live_points_redraw_it(page, asgi
     assert low <= 10 and high >= 210, (low, high)
 
 
+def done_and_training_runs(monkeypatch, *, slug: str, max_steps: int, done_steps: int, training_steps: int):
+    """A team and two sft runs of its project, "done" (succeeded) and "training" (running), with a loss of 5 / step
+    at steps 1.. ``done_steps`` and 1.. ``training_steps`` (a step's tokens and time are the step), for the compare
+    page; nothing is sent to a worker."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug=slug)
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id},
+            "train": {"max_steps": max_steps}}
+    runs = [services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+            for name in ("done", "training")]
+    Run.objects.filter(pk=runs[0].pk).update(status=RunStatus.SUCCEEDED)
+    Run.objects.filter(pk=runs[1].pk).update(status=RunStatus.RUNNING)
+    for run, steps in ((runs[0], range(1, done_steps + 1)), (runs[1], range(1, training_steps + 1))):
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=5.0 / step,
+                                                     wall_time=float(step), tokens=step) for step in steps])
+    return team, runs
+
+
 def test_a_zoomed_compare_chart_keeps_its_zoom_as_the_page_follows_a_running_run(page, live_server, monkeypatch):
     """QA: the compare page of a running run reads its points again every 5 s and drew each chart afresh: a zoom on
     a part of the loss lasted until then. It stays, and a log scale asked for draws the whole runs again."""
-    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
-    team = make_team(slug="zoomcompare")
-    model = make_base_model(team.project)
-    data = make_ready_version(team.project)
-    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 30}}
-    runs = [services.run_create(project=team.project, spec=spec, user=team.owner, name=name) for name in ("done", "training")]
-    Run.objects.filter(pk=runs[0].pk).update(status=RunStatus.SUCCEEDED)
-    Run.objects.filter(pk=runs[1].pk).update(status=RunStatus.RUNNING)
-    for run, steps in ((runs[0], range(1, 21)), (runs[1], range(1, 11))):
-        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=5.0 / step,
-                                                     wall_time=float(step), tokens=step) for step in steps])
+    team, runs = done_and_training_runs(monkeypatch, slug="zoomcompare", max_steps=30, done_steps=20,
+                                        training_steps=10)
     test_projects.log_in(page, live_server.url, team.viewer.username)
     page.goto(f"{live_server.url}/p/zoomcompare/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
     points = "() => document.querySelector('.plot[data-metric=\"loss\"]').data.map(t => t.x.length).join()"
@@ -1220,17 +1231,9 @@ def test_the_runs_table_follows_a_run_to_its_end_without_a_reload(page, live_ser
 
 def test_the_compare_page_follows_a_running_run_without_a_reload(page, live_server, monkeypatch):
     """QA: the compare page was a snapshot: a run still training stopped at the point the page was opened."""
-    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
-    team = make_team(slug="livecompare")
-    model = make_base_model(team.project)
-    data = make_ready_version(team.project)
-    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 10}}
-    runs = [services.run_create(project=team.project, spec=spec, user=team.owner, name=name) for name in ("done", "training")]
-    Run.objects.filter(pk=runs[0].pk).update(status=RunStatus.SUCCEEDED, final_metrics={"loss": {"last": 0.5, "min": 0.5, "max": 2.0}})
-    Run.objects.filter(pk=runs[1].pk).update(status=RunStatus.RUNNING)
-    for run, steps in ((runs[0], range(1, 11)), (runs[1], range(1, 4))):
-        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=5.0 / step,
-                                                     wall_time=float(step), tokens=step) for step in steps])
+    team, runs = done_and_training_runs(monkeypatch, slug="livecompare", max_steps=10, done_steps=10,
+                                        training_steps=3)
+    Run.objects.filter(pk=runs[0].pk).update(final_metrics={"loss": {"last": 0.5, "min": 0.5, "max": 2.0}})
     test_projects.log_in(page, live_server.url, team.viewer.username)
     page.goto(f"{live_server.url}/p/livecompare/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
     points = "() => document.querySelector('.plot[data-metric=\"loss\"]').data.map(t => t.x.length)"
