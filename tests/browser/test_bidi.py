@@ -12,6 +12,7 @@ from webapp.projects.models import Project
 from webapp.review import services as review_services
 from webapp.review.models import Campaign
 from webapp.runs import pipelines
+from webapp.runs import services as run_services
 from webapp.runs.models import Pipeline, Run, RunStatus, Sample
 
 pytestmark = pytest.mark.browser
@@ -61,7 +62,8 @@ def test_bidi_controls_in_names_and_texts_reorder_nothing_around_them(page, live
     run = Run.objects.create(project=team.project, name=hostile("run"), task="sft", status=RunStatus.FAILED,
                              spec={"task": "sft", "model": base_model.public_id}, base_model=base_model,
                              resolved_spec={"output_dir": str(live_server.url)}, error_message=hostile("error"),
-                             created_by=team.owner, tags=[hostile("tag")], notes=hostile("notes"))
+                             created_by=team.owner, notes=hostile("notes"))
+    run_services.run_tags_write(run=run, tags=[hostile("tag")])  # the run's list and the table's tag menu
     version.original_filename = hostile("file")
     version.save(update_fields=["original_filename"])
     run.dataset_versions.set([version])

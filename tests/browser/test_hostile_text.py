@@ -33,7 +33,8 @@ def test_hostile_names_and_texts_neither_run_nor_widen_the_page(page, live_serve
     Message.objects.create(conversation=conversation, role=Role.ASSISTANT, content=MARKDOWN + UNBROKEN)
     run = Run.objects.create(project=team.project, name=MARKUP + UNBROKEN[:60], task="sft", status=RunStatus.FAILED,
                              spec={"task": "sft"}, resolved_spec={"output_dir": str(live_server.url)},
-                             error_message=MARKUP + UNBROKEN, created_by=team.owner, tags=[MARKUP])
+                             error_message=MARKUP + UNBROKEN, created_by=team.owner)
+    run_services.run_tags_write(run=run, tags=[MARKUP])  # the run's list and the table's tag menu
     campaign = review_services.campaign_create(project=team.project, name="c" + MARKUP, guidelines=MARKDOWN + UNBROKEN,
                                                required_reviews=1, reviewers=[team.owner], source_version=None,
                                                user=team.owner)

@@ -216,6 +216,46 @@ class Run(models.Model):
         return min(1.0, self.current_step / self.total_steps)
 
 
+class RunTag(models.Model):
+    """One tag of a run, beside the run's ``tags`` list (what the pages show, in its order): the runs table's search
+    and tag menu read these rows, an index range of the project, instead of every run's list. Written only with the
+    list, by ``services.run_tags_write``, so the two never disagree. ``tag_folded`` is the tag casefolded
+    (``fold_tag``), for a search that matches a part of a tag case aside, "CAFÉ" finding "café", in the database."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tag_rows")
+    # The run's project, kept here so that the search and the menu read one project's rows from an index.
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    # Text, not a bounded CharField: tags stored before parse_tags limited them to 40 characters are copied whole.
+    tag = models.TextField()
+    tag_folded = models.TextField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "tag"], name="runtag_unique_run_tag")]
+        indexes = [
+            models.Index(fields=["project", "tag"], name="runtag_project_tag"),
+            models.Index(fields=["project", "tag_folded"], name="runtag_project_folded"),
+        ]
+
+
+def fold_tag(text: str) -> str:
+    """A tag, or a search for a part of one, as ``RunTag.tag_folded`` holds it: casefolded."""
+    return text.casefold()
+
+
+class ProjectMetricName(models.Model):
+    """A final metric some run of the project logged: what the runs table's sort menu offers
+    (``selectors.project_metric_names``), read from these rows rather than from every run's ``final_metrics``.
+    Every writer of a run's ``final_metrics`` adds its names in its transaction (``services.metric_names_note``);
+    a run's deletion takes out the names no other run of the project holds (``services.run_delete``), while an
+    archived run's stay: the table lists archived runs too, and sorts them by those."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="metric_names")
+    name = models.CharField(max_length=100)  # MetricPoint.name's
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="projectmetricname_unique")]
+
+
 class PipelineStatus(models.TextChoices):
     RUNNING = "running", "Running"
     SUCCEEDED = "succeeded", "Succeeded"

@@ -71,7 +71,7 @@ from webapp.runs.selectors import MAX_POINTS, last_point_id, last_value, series_
 from webapp.runs.models import (
     Artifact, ArtifactKind, LogLevel, MetricPoint, Run, RunLogLine, RunStatus, Sample,
 )
-from webapp.runs.services import publish_status
+from webapp.runs.services import metric_names_note, publish_status
 
 logger = logging.getLogger(__name__)
 
@@ -472,6 +472,7 @@ class RunReporter:
                 train_seconds=train_seconds, last_heartbeat=timezone.now(), final_metrics=self._summary_metrics,
                 not_finite_metrics=self._not_finite,
             )
+            metric_names_note(project_id=self.run.project_id, names={point[2] for point in points})
             if store_buckets:
                 self._store_buckets()
                 self._buckets_stored_at = now
@@ -599,6 +600,7 @@ def run_finish(*, run: Run, summary: dict[str, Any]) -> Run:
     run.series_cache = series_cache_for(run)
     run.save(update_fields=["status", "error_message", "summary", "finished_at", "current_step", "final_metrics",
                             "last_heartbeat", "series_cache"])
+    metric_names_note(project_id=run.project_id, names=run.final_metrics)
     for kind, key in ((ArtifactKind.MODEL, "model"), (ArtifactKind.ADAPTER, "adapter")):
         path = (summary.get("export") or {}).get(key)
         if path and Path(path).is_dir():
@@ -698,6 +700,7 @@ def _failed(run: Run, *, message: str) -> Run:
     run.final_metrics = metric_summary(run)
     run.series_cache = series_cache_for(run)
     run.save(update_fields=["status", "error_message", "finished_at", "final_metrics", "series_cache"])
+    metric_names_note(project_id=run.project_id, names=run.final_metrics)
     RunLogLine.objects.create(run=run, message=f"failed: {run.error_message}", level=LogLevel.ERROR)
     publish_status(run)
     return run

@@ -41,7 +41,8 @@ from webapp.projects.models import Membership, Project, Role
 from webapp.runs import channels
 from webapp.runs.downsampling import SeriesBuckets, bucket_width
 from webapp.runs.models import (ACTIVE_STATUSES, Artifact, ArtifactKind, CheckpointExportStatus, LogLevel, MetricPoint,
-                                Pipeline, PipelineStatus, Run, RunLogLine, RunStatus, Sample, ServingCopyStatus)
+                                Pipeline, PipelineStatus, ProjectMetricName, Run, RunLogLine, RunStatus, RunTag, Sample,
+                                ServingCopyStatus, fold_tag)
 from webapp.runs.placement import DEFAULT_POOL, pool_queue, run_pool
 from webapp.runs.services import EXTERNAL_TASK, checkpoint_steps, final_model_step, reward_run_ids, run_output_dir
 from webapp.runs.serving_copies import (checkpoint_serving_copies, copy_figures, export_copy_dir, final_model_copyable,
@@ -242,19 +243,14 @@ def run_page(*, project: Project, filters: RunFilters, after: tuple[Any, int] | 
 
 
 def project_tags(*, project: Project) -> list[str]:
-    """Every tag used in the project, sorted."""
-    tags: set[str] = set()
-    for tag_list in Run.objects.filter(project=project).values_list("tags", flat=True):
-        tags.update(tag_list)
-    return sorted(tags)
+    """Every tag used in the project, sorted (from its ``RunTag`` rows: not every run's list)."""
+    return sorted(RunTag.objects.filter(project=project).values_list("tag", flat=True).distinct())
 
 
 def project_metric_names(*, project: Project) -> list[str]:
-    """Every final metric a run of the project logged, sorted: what the runs table can sort by."""
-    names: set[str] = set()
-    for final_metrics in Run.objects.filter(project=project).values_list("final_metrics", flat=True):
-        names.update(final_metrics or {})
-    return sorted(names)
+    """Every final metric a run of the project logged, sorted: what the runs table can sort by. Read from the
+    project's ``ProjectMetricName`` rows, which the writers of ``final_metrics`` keep, not from every run."""
+    return sorted(ProjectMetricName.objects.filter(project=project).values_list("name", flat=True))
 
 
 def table_tasks(*, project: Project, tasks: list[str]) -> list[str]:
@@ -264,12 +260,11 @@ def table_tasks(*, project: Project, tasks: list[str]) -> list[str]:
     return [*tasks, EXTERNAL_TASK] if external else list(tasks)
 
 
-def _with_a_tag_holding(*, project: Project, text: str) -> list[int]:
-    # The pks of the project's runs with a tag holding ``text``, case aside, read here rather than matched in the
-    # JSON text of the tags: there a comma or a quote matched every tagged run, and SQLite keeps "café" as "caf\u00e9".
-    wanted = text.casefold()
-    return [pk for pk, tags in Run.objects.filter(project=project).exclude(tags=[]).values_list("pk", "tags")
-            if any(wanted in tag.casefold() for tag in tags)]
+def _with_a_tag_holding(*, project: Project, text: str) -> QuerySet[RunTag]:
+    # The ids of the project's runs with a tag holding ``text``, case aside, as a subquery of the run list: the
+    # RunTag rows' folded text, not the JSON text of the tags (there a comma or a quote matched every tagged run, and
+    # SQLite keeps "café" as "caf\u00e9"), nor each tagged run's list read here.
+    return RunTag.objects.filter(project=project, tag_folded__contains=fold_tag(text)).values("run_id")
 
 
 def _tagged(runs: QuerySet[Run], tag: str) -> QuerySet[Run]:

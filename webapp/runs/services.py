@@ -22,6 +22,7 @@ import logging
 import re
 import secrets
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -53,7 +54,7 @@ from webapp.projects.models import Project
 from webapp.projects.services import project_lock
 from webapp.runs import channels, sweeps
 from webapp.runs.models import (ACTIVE_STATUSES, ArtifactKind, CheckpointExport, CheckpointExportStatus, LogLevel,
-                                Run, RunLogLine, RunStatus, new_run_id)
+                                ProjectMetricName, Run, RunLogLine, RunStatus, RunTag, fold_tag, new_run_id)
 from webapp.runs.specform import SET_BY_TEMPER, tasks
 from webapp.workers.deliveries import KOMBU_PRIORITY_SEP, KOMBU_UNACKED_KEY, LostWorker, abandoned_tags
 from webapp.workers.models import Worker
@@ -758,6 +759,36 @@ def parse_tags(text: str | list[str]) -> list[str]:
 
 
 @transaction.atomic
+def run_tags_write(*, run: Run, tags: list[str]) -> None:
+    """Set ``run``'s tags (as ``parse_tags`` gives them): its ``tags`` list, which the pages show, and its ``RunTag``
+    rows, which the runs table's search and tag menu read. The one writer of both, in one transaction, so that
+    the two never disagree."""
+    run.tags = tags
+    Run.objects.filter(pk=run.pk).update(tags=tags)
+    RunTag.objects.filter(run=run).exclude(tag__in=tags).delete()
+    RunTag.objects.bulk_create([RunTag(run=run, project_id=run.project_id, tag=tag, tag_folded=fold_tag(tag))
+                                for tag in tags], ignore_conflicts=True)
+
+
+def metric_names_note(*, project_id: int, names: Iterable[str]) -> None:
+    """Add ``names`` to the final metrics the project's runs logged (the runs table's sort menu), leaving those it
+    has. Every writer of a run's ``final_metrics`` calls it in its transaction with the names it wrote, so that the
+    menu offers a metric once a run logs it. Inserted in order: two writers at once take the rows' locks in the
+    same order, and neither waits on the other for ever."""
+    rows = [ProjectMetricName(project_id=project_id, name=name) for name in sorted(set(names))]
+    if rows:
+        ProjectMetricName.objects.bulk_create(rows, ignore_conflicts=True)
+
+
+def _metric_names_forget(*, project_id: int, names: Iterable[str]) -> None:
+    # The names of a run being deleted that no other run of its project holds leave the sort menu: sorting by one
+    # would order nothing. Archived runs still hold theirs (the table lists them).
+    gone = [name for name in sorted(set(names))
+            if not Run.objects.filter(project_id=project_id, final_metrics__has_key=name).exists()]
+    ProjectMetricName.objects.filter(project_id=project_id, name__in=gone).delete()
+
+
+@transaction.atomic
 def run_create(*, project: Project, spec: Any, user: AbstractBaseUser | None, name: str = "",
                tags: str | list[str] = "") -> Run:
     """Validate ``spec`` (ids, not paths; see the module notes), save the run and enqueue it on the
@@ -881,11 +912,12 @@ def _save_planned(*, public_id: str, project: Project, plan: RunPlan, user: Abst
     _lock_what_it_reads(project=project, plan=plan)
     run = Run.objects.create(
         public_id=public_id, project=project, name=name,
-        task=plan.task, spec=plan.spec, resolved_spec=plan.resolved, created_by=user, tags=tags,
+        task=plan.task, spec=plan.spec, resolved_spec=plan.resolved, created_by=user,
         base_model=plan.base_model, source_run=plan.source_run,
         total_steps=plan.resolved["train"].get("max_steps"), hosts=plan.resolved.get("hosts", 1),
         stamped_template_date=plan.stamped_template_date or "",
     )
+    run_tags_write(run=run, tags=tags)
     run.dataset_versions.set(plan.dataset_versions)
     log_line(run, f"queued by {user.get_username() if user else 'the system'}")
     for warning in plan_warnings(plan):
@@ -1487,12 +1519,11 @@ def run_update_details(*, run: Run, name: str | None = None, tags: str | list[st
     if name is not None:
         run.name = _checked_name(name, required=True)
         fields.append("name")
-    if tags is not None:
-        run.tags = parse_tags(tags)
-        fields.append("tags")
     if notes is not None:
         run.notes = checked_text(notes, field="notes", max_length=LONG_TEXT_MAX_CHARS)
         fields.append("notes")
+    if tags is not None:
+        run_tags_write(run=run, tags=parse_tags(tags))
     run.save(update_fields=fields)
     return run
 
@@ -1532,6 +1563,7 @@ def run_delete(*, run: Run) -> None:
     directory = run_output_dir(run.public_id)
     public_id, name = run.public_id, run.name
     run.delete()
+    _metric_names_forget(project_id=run.project_id, names=run.final_metrics or {})
     transaction.on_commit(lambda: shutil.rmtree(directory, ignore_errors=True))
     chat_services.models_deleted(refs=[public_id])
     logger.info("run %s (%s) deleted", public_id, name)
@@ -1769,8 +1801,9 @@ def run_create_external(*, project: Project, name: str, config: dict[str, Any] |
     run = Run.objects.create(
         public_id=public_id, project=project, name=name, task=EXTERNAL_TASK,
         spec=config or {}, resolved_spec={"output_dir": str(run_output_dir(public_id))}, status=RunStatus.RUNNING,
-        started_at=now, last_heartbeat=now, worker_name="external", created_by=user, tags=parse_tags(tags),
+        started_at=now, last_heartbeat=now, worker_name="external", created_by=user,
     )
+    run_tags_write(run=run, tags=parse_tags(tags))
     log_line(run, f"external run opened by {user.get_username() if user else 'the system'}")
     return run
 
@@ -1841,6 +1874,7 @@ def metrics_log(*, run: Run, points: list[dict[str, Any]]) -> MetricsLogged:
         run.train_seconds = (run.last_heartbeat - run.started_at).total_seconds()
     run.save(update_fields=["current_step", "tokens_seen", "final_metrics", "not_finite_metrics", "last_heartbeat",
                             "train_seconds"])
+    metric_names_note(project_id=run.project_id, names={row.name for row in rows})
     public_id = run.public_id
     if payload:
         transaction.on_commit(lambda: publish_event(public_id, {"type": "metrics", "points": payload}))
@@ -1918,6 +1952,7 @@ def run_finish_external(*, run: Run, status: str, message: str = "") -> Run:
     run.final_metrics = metric_summary(run)
     run.series_cache = series_cache_for(run)
     run.save(update_fields=["status", "error_message", "finished_at", "final_metrics", "series_cache"])
+    metric_names_note(project_id=run.project_id, names=run.final_metrics)
     log_line(run, f"external run closed: {status}" + (f" ({message})" if message else ""))
     publish_status(run)
     return run

@@ -326,13 +326,22 @@ def test_runs_list_sorts_by_any_final_metric_as_the_table(world):
 
 def test_runs_list_q_finds_runs_by_a_part_of_a_tag_or_of_the_notes_as_the_table(world):
     """The REST API's ``q`` searches as the Runs page's box: name, id, and now a part of a tag or of the notes."""
-    team, apis, _sent = world
-    runs = {name: Run.objects.create(project=team.project, name=name, task="external", spec={}, resolved_spec={},
-                                     tags=tags, notes=notes)
-            for name, tags, notes in (("plain", [], ""), ("tagged", ["ablation-lr"], ""), ("noted", [], "loss diverged"))}
+    _team, apis, _sent = world
+    runs = {}
+    for name, tags, notes in (("plain", [], ""), ("tagged", ["ablation-lr"], ""), ("noted", [], "loss diverged")):
+        status, runs[name] = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/",
+                                                   {"external": True, "name": name, "tags": tags})
+        assert status == 201
+        assert apis["teammate"].call("PATCH", f"/api/v1/projects/alpha/runs/{runs[name]['id']}/", {"notes": notes})[0] == 200
     for query, found in (("Ablation", "tagged"), ("DIVERGED", "noted"), ("plain", "plain")):
         status, body = apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/?q={query}")
-        assert status == 200 and [run["id"] for run in body["runs"]] == [runs[found].public_id], query
+        assert status == 200 and [run["id"] for run in body["runs"]] == [runs[found]["id"]], query
+    # Tags changed through the API are what the search finds from then on.
+    assert apis["teammate"].call("PATCH", f"/api/v1/projects/alpha/runs/{runs['tagged']['id']}/",
+                                 {"tags": ["Dropout-Sweep"]})[0] == 200
+    for query, found in (("ablation", []), ("dropout-s", [runs["tagged"]["id"]])):
+        status, body = apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/?q={query}")
+        assert status == 200 and [run["id"] for run in body["runs"]] == found, query
     status, document = apis["viewer"].call("GET", "/api/v1/openapi.json")
     query = next(parameter for parameter in document["paths"]["/api/v1/projects/{slug}/runs/"]["get"]["parameters"]
                  if parameter["name"] == "q")

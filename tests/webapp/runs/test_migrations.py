@@ -140,3 +140,31 @@ def points_indexes() -> dict[str, list[str]]:
     with connection.cursor() as cursor:
         constraints = connection.introspection.get_constraints(cursor, "runs_metricpoint")
     return {name: found["columns"] for name, found in constraints.items() if found["index"]}
+
+
+def test_run_tags_and_final_metric_names_stored_before_their_indexes_are_filled_into_them():
+    """The runs table's search, tag menu and sort menu read ``RunTag`` and ``ProjectMetricName``: the runs there were
+    before them get a row per tag (folded for the search) and their projects a row per final-metric name any of
+    their runs logged, an archived run's too, each project its own."""
+    with migrated_back_to(("runs", "0020_run_stamped_template_date")) as apps:
+        Project = apps.get_model("projects", "Project")
+        Run = apps.get_model("runs", "Run")
+        alpha = Project.objects.create(name="alpha", slug="alpha")
+        beta = Project.objects.create(name="beta", slug="beta")
+        for public_id, project, tags, final_metrics, archived in (
+                ("run_a", alpha, ["Ablation-LR", "café"], {"loss": {"last": 1.0}, "eval/bleu": {"last": 0.5}}, False),
+                ("run_b", alpha, [], {"loss": {"last": 2.0}, "grad_norm": {"last": 0.5}}, True),
+                ("run_c", beta, ['"quoted", tag'], {}, False)):
+            Run.objects.create(public_id=public_id, project=project, name="r", task="sft", spec={}, resolved_spec={},
+                               tags=tags, final_metrics=final_metrics, archived=archived)
+    from webapp.projects.models import Project as CurrentProject
+    from webapp.runs.models import ProjectMetricName, RunTag
+    from webapp.runs.selectors import RunFilters, run_list
+
+    assert sorted(RunTag.objects.values_list("run__public_id", "project__slug", "tag", "tag_folded")) == [
+        ("run_a", "alpha", "Ablation-LR", "ablation-lr"), ("run_a", "alpha", "café", "café"),
+        ("run_c", "beta", '"quoted", tag', '"quoted", tag')]
+    assert sorted(ProjectMetricName.objects.values_list("project__slug", "name")) == [
+        ("alpha", "eval/bleu"), ("alpha", "grad_norm"), ("alpha", "loss")]
+    beta = CurrentProject.objects.get(slug="beta")
+    assert [run.public_id for run in run_list(project=beta, filters=RunFilters(search='"QUOTED", '))] == ["run_c"]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.webapp.factories import make_base_model, make_ready_version, make_team
-from webapp.runs import reporting, services
+from webapp.runs import reporting, selectors, services
 from webapp.runs.models import Artifact, ArtifactKind, LogLevel, MetricPoint, Run, RunStatus, Sample
 
 
@@ -71,6 +71,15 @@ def test_it_writes_points_progress_and_summary(running_run):
     running_run.refresh_from_db()
     assert (running_run.current_step, running_run.tokens_seen, running_run.train_seconds) == (5, 500, 2.5)
     assert running_run.final_metrics["loss"] == {"last": 2.0, "min": 2.0, "max": 10.0, "step": 5}
+
+
+def test_the_runs_table_sort_menu_offers_each_metric_once_the_worker_writes_it(running_run):
+    """The reporter adds the names it writes to the project's (``ProjectMetricName``) with the points, while the run
+    trains: a metric first logged at a later step (an evaluation's) is offered from then on; one only ever logged
+    NaN, which ``final_metrics`` leaves out, is not."""
+    report(running_run, [record(1, bad=math.nan), record(2, **{"eval/loss": 1.5})])
+    assert selectors.project_metric_names(project=running_run.project) == sorted(
+        Run.objects.get(pk=running_run.pk).final_metrics) == ["epoch", "eval/loss", "learning_rate", "loss", "tokens"]
 
 
 def test_progress_events_carry_the_latest_tokens_per_second(running_run):

@@ -6,7 +6,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from tests.webapp.runs.conftest import sft_spec
-from webapp.runs import services, sweeps
+from webapp.runs import selectors, services, sweeps
 from webapp.runs.models import Run, RunLogLine
 
 LR_AND_RANK = "optim.learning_rate: 1e-4, 3e-4, 1e-3\npeft.rank: 8, 16\n"
@@ -45,6 +45,10 @@ def test_it_launches_the_product_in_order_named_tagged_and_queued(team, catalog,
     assert {run.spec["train"]["max_steps"] for run in runs} == {10}
     assert all(run.resolved_spec["output_dir"].endswith(run.public_id) for run in runs)
     assert set(Run.objects.filter(tags__icontains=launched.tag)) == set(runs)
+    # The table's search finds them by a part of their sweep's tag, case aside, as by their other tags.
+    for text in (launched.tag.upper(), launched.tag[-5:], "B"):
+        found = selectors.run_list(project=team.project, filters=selectors.RunFilters(search=text))
+        assert set(found) == set(runs), text
 
 
 def test_a_blank_name_takes_the_default_and_a_long_one_is_cut_to_fit(team, catalog, sent_tasks):

@@ -11,6 +11,8 @@ import shutil
 import tarfile
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from tests.webapp.factories import make_base_model
@@ -744,9 +746,67 @@ def test_runs_table_search_finds_runs_by_a_part_of_a_tag_or_of_the_notes(team, r
         page = client.get("/p/alpha/runs/", {"q": query}).content.decode()
         assert [other.public_id in page for other in (run, tagged, noted)] == [
             other == found for other in (run, tagged, noted)], query
-    for query in (",", '"', "["):
+    for query in (",", '"', "[", "%"):
         page = client.get("/p/alpha/runs/", {"q": query}).content.decode()
         assert tagged.public_id not in page and run.public_id not in page, query
+
+
+def test_the_search_and_the_tag_menu_follow_a_runs_tags_as_they_are_edited(team, run, client_for, catalog, sent_tasks):
+    """The table's search and tag menu read the runs' tags from rows of their own (``RunTag``), written with the run's
+    list: after an edit they find the tags the run now has, and none it had."""
+    tagged = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="second",
+                                 tags="Ablation-LR, café")
+    client = client_for(team.teammate)
+
+    def found(query: str) -> list[bool]:
+        page = client.get("/p/alpha/runs/", {"q": query}).content.decode()
+        return [other.public_id in page for other in (run, tagged)]
+
+    def tag_menu() -> list[str]:
+        page = client.get("/p/alpha/runs/").content.decode()
+        return re.findall(r"<option >([^<]*)</option>", page.split('<select name="tag"')[1].split("</select>")[0])
+
+    assert found("lr") == [False, True] and tag_menu() == ["Ablation-LR", "café"]
+    response = client.post(url(tagged, "edit/"), {"name": "second", "tags": 'Dropout 50%, "quoted" tag', "notes": ""})
+    assert response.status_code == 302
+    for query, hits in (("ablation", [False, False]), ("CAFÉ", [False, False]), ("dropout 5", [False, True]),
+                        ("50%", [False, True]), ('"QUOTED"', [False, True]), ("0%", [False, True]),
+                        ("%", [False, True])):
+        assert found(query) == hits, query
+    assert tag_menu() == ["&quot;quoted&quot; tag", "Dropout 50%"]
+    assert client.post(url(tagged, "edit/"), {"name": "second", "tags": "", "notes": ""}).status_code == 302
+    assert found("dropout") == [False, False] and tag_menu() == []
+
+
+def test_the_sort_menu_offers_a_final_metric_once_a_run_logs_it_until_no_run_left_holds_it(
+        team, catalog, client_for, sent_tasks, django_capture_on_commit_callbacks):
+    """The sort menu's final metrics are kept as runs log them (``ProjectMetricName``), not read from every run on
+    each page: a metric an external run logs through the API is offered at once, while it runs, and one a Temper
+    run's worker logs when it reports it; an archived run's stay offered (the table lists archived runs and sorts
+    them by those), a deleted run's go once no run of the project holds them."""
+    client = client_for(team.viewer)
+
+    def sort_menu() -> list[str]:
+        page = client.get("/p/alpha/runs/").content.decode()
+        return re.findall(r'<option value="metric:([^"]+)"', page.split('<select name="sort"')[1].split("</select>")[0])
+
+    assert sort_menu() == []
+    external = services.run_create_external(project=team.project, name="laptop", config={}, user=team.owner)
+    services.metrics_log(run=external, points=[{"step": 1, "metrics": {"eval/bleu": 0.25, "loss": 2.0}},
+                                               {"step": 2, "metrics": {"loss": float("nan")}}])
+    assert sort_menu() == ["eval/bleu", "loss"]
+    trained = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="trained")
+    finished_with_points(trained, {"loss": [2.0, 1.0], "grad_norm": [0.5, 0.25]})
+    assert sort_menu() == ["eval/bleu", "grad_norm", "loss"]
+    services.run_finish_external(run=external, status=RunStatus.SUCCEEDED)
+    assert client_for(team.owner).post("/p/alpha/runs/archive/", {"runs": [external.public_id], "archived": "1"}
+                                       ).status_code == 302
+    assert sort_menu() == ["eval/bleu", "grad_norm", "loss"]
+    page = client.get("/p/alpha/runs/", {"archived": "1", "sort": "-metric:eval/bleu"}).content.decode()
+    assert external.public_id in page and "Ignored" not in page
+    with django_capture_on_commit_callbacks(execute=True):
+        services.run_delete(run=external)
+    assert sort_menu() == ["grad_norm", "loss"]  # loss: the trained run logged it too
 
 
 def test_runs_table_filters_and_archives(team, run, client_for, catalog, sent_tasks):
@@ -1509,16 +1569,60 @@ def test_the_sort_select_says_what_each_order_is(team, run, client_for):
 
 
 
+def finished_with_points(run: Run, points: dict[str, list[float]]) -> Run:
+    """``run`` started, its ``points`` ({metric: values at steps 10, 20, ...}) stored as its worker stores them, and
+    finished as its worker finishes it: final metrics and the sort menu's names from those points."""
+    started = reporting.run_start(run_pk=run.pk, attempt=run.attempt, worker_name="train@test")
+    reporting.insert_metric_rows([(run.pk, step, name, value, float(step), 0) for name, values in points.items()
+                                  for step, value in zip(range(10, 10 * len(values) + 1, 10), values)])
+    return reporting.run_finish(run=started, summary={"status": RunStatus.SUCCEEDED, "step": 10 * max(map(len, points.values()))})
+
+
+def test_the_runs_table_reads_a_page_of_runs_however_many_the_project_has(team, catalog, client_for, sent_tasks):
+    """A project of thousands of runs: each load of the table read every run's final metrics for its sort menu and
+    every tagged run's tags for a search, so both grew with the project. The menus and the search read the
+    project's own indexes (``ProjectMetricName``, ``RunTag``): the page makes as many queries for 70 runs as for 10,
+    and no query of it reads those columns of more runs than the page shows."""
+    template = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="template")
+    client = client_for(team.viewer)
+    table = {"q": "sweep", "sort": "-metric:loss"}
+
+    def add_runs(count: int) -> None:
+        start = Run.objects.count()
+        runs = Run.objects.bulk_create(
+            Run(project=team.project, name=f"run {index}", task="sft", spec=template.spec,
+                resolved_spec=template.resolved_spec, status=RunStatus.SUCCEEDED,
+                final_metrics={"loss": {"last": 1.0 / (index + 1), "min": 0.1, "max": 3.0, "step": 10}})
+            for index in range(start, start + count))
+        for index, run in enumerate(runs):
+            services.run_tags_write(run=run, tags=[f"sweep-{index % 3}"])
+        services.metric_names_note(project_id=team.project.pk, names=["loss"])
+
+    def page_queries(*, rows: int) -> list[str]:
+        with CaptureQueriesContext(connection) as captured:
+            page = client.get("/p/alpha/runs/", table).content.decode()
+        assert '<option value="metric:loss" >' in page and page.count('class="badge tag"') == rows
+        return [query["sql"] for query in captured.captured_queries]
+
+    add_runs(10)
+    few = page_queries(rows=10)
+    add_runs(60)
+    many = page_queries(rows=views.RUNS_PER_PAGE)
+    assert len(many) == len(few)
+    wide = [sql for sql in many if re.search(r'"runs_run"\."(final_metrics|tags)"', sql)
+            and "LIMIT" not in sql and not sql.startswith("SELECT COUNT(")]
+    assert wide == []
+
+
 def test_the_runs_table_sorts_by_any_final_metric_and_shows_its_column(team, catalog, client_for, sent_tasks):
     """QA (a W&B user on a sweep): the table sorted by loss, eval loss and reward only, and showed no other metric,
     so the sweep's best run by eval/exact_match (an SFT run's score) took opening every run. The sort offers every
     final metric the project's runs logged, both ways, and a sort by one adds its column."""
-    finals = {"low": {"eval/exact_match": {"last": 0.25, "min": 0.0, "max": 0.5, "step": 30}},
-              "high": {"eval/exact_match": {"last": 0.75, "min": 0.0, "max": 0.75, "step": 30}},
-              "none": {"loss": {"last": 1.0, "min": 1.0, "max": 2.0, "step": 30}}}
-    for name, final_metrics in finals.items():
+    logged = {"low": {"eval/exact_match": [0.0, 0.5, 0.25]}, "high": {"eval/exact_match": [0.0, 0.5, 0.75]},
+              "none": {"loss": [2.0, 1.5, 1.0]}}
+    for name, points in logged.items():
         run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name=name)
-        Run.objects.filter(pk=run.pk).update(final_metrics=final_metrics)
+        finished_with_points(run, points)
     client = client_for(team.viewer)
 
     def table(sort: str) -> tuple[list[str], str]:
