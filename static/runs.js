@@ -125,14 +125,13 @@
   function chosenLayout(plot, traces) {
     var points = traces.filter(function (trace) { return trace.uid !== SMOOTHED; }), key = plot.dataset.metric;
     var log = axes.logApplies(points, logY.checked), title = axes.title(key, points, logY.checked);
-    var range = axes.yRange(traces, log), titleRoom = (title.lines - 1) * NOTE_ROOM;
+    var titleRoom = (title.lines - 1) * NOTE_ROOM;
     var chosen = {
       height: Number(plot.dataset.height) + titleRoom, margin: { l: 56, r: 12, t: 28 + titleRoom, b: 36 },
       title: { text: title.text, font: { size: 13 } },
       uirevision: axes.viewRevision(xAxis.value, logY.checked),  // the reader's zoom lasts across redraws
       xaxis: Object.assign({ zeroline: false }, axes.xAxis(xAxis.value, traces)),
-      // autorange false with a range, so that a redrawing keeps it rather than plotly's own
-      yaxis: Object.assign(axes.yAxis(key, traces, log), { zeroline: false }, range.autorange ? {} : { autorange: false }),
+      yaxis: Object.assign(axes.yAxis(key, traces, log), { zeroline: false }),
     };
     if (SHADED_CHARTS.indexOf(key) >= 0) chosen.shapes = xAxis.value === "step" ? noSignalShapes() : [];
     return chosen;
