@@ -1914,6 +1914,34 @@ def test_steps_without_learning_signal_are_shaded_and_counted_live(page, asgi_se
     assert page.evaluate(shapes, "loss") == [[1.5, 3.5], [4.5, 5.5]]
 
 
+def test_steps_without_learning_signal_are_shaded_on_the_tokens_and_time_axes_too(page, live_server, tmp_path):
+    """QA (a W&B user reading a GRPO run by tokens): the no-signal bands were drawn on the step axis alone and vanished
+    on the tokens and time axes. A band spans from halfway between its first step and the one before to halfway between
+    its last and the one after, on each axis as the chart's own points place those steps (tokens grow unevenly)."""
+    team = make_team(slug="shadedaxes")
+    run = Run.objects.create(project=team.project, name="flat rewards", task="grpo", status=RunStatus.SUCCEEDED,
+                             spec={"task": "grpo"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=5, current_step=5)
+    tokens = {1: 100, 2: 250, 3: 300, 4: 500, 5: 540}
+    logged = {1: 0.4, 2: 0.0, 3: 0.0, 4: 0.3, 5: 0.0}  # step: grad_norm (0: nothing in the loss)
+    MetricPoint.objects.bulk_create([
+        MetricPoint(run=run, step=step, name=name, value=value, wall_time=1000.0 + 10 * step, tokens=tokens[step])
+        for step, grad_norm in logged.items() for name, value in (("loss", 0.1 * step), ("grad_norm", grad_norm))])
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/shadedaxes/runs/{run.public_id}/")
+    page.locator('.plot[data-metric="loss"] .main-svg').first.wait_for()
+    shapes = "() => document.querySelector(`.plot[data-metric='loss']`).layout.shapes.map(s => [s.x0, s.x1])"
+    drawn = "() => document.querySelectorAll(`.plot[data-metric='loss'] .shapelayer path`).length"
+    assert page.evaluate(shapes) == [[1.5, 3.5], [4.5, 5.5]]
+    page.select_option("#x-axis", "tokens")
+    page.wait_for_function("() => location.search.includes('x=tokens')")
+    # The last band's end: past step 5 as far as step 4 lies before it.
+    assert page.evaluate(shapes) == [[175, 400], [520, 560]] and page.evaluate(drawn) == 2
+    page.select_option("#x-axis", "time")
+    page.wait_for_function("() => location.search.includes('x=time')")
+    assert page.evaluate(shapes) == [[5, 25], [35, 45]] and page.evaluate(drawn) == 2
+
+
 def test_step_axes_are_labelled_in_whole_steps(page, live_server, monkeypatch):
     """QA: a short run's compare page labelled its step axis 1, 1.5, 2, 2.5 …: a step is a whole number."""
     monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
