@@ -1623,6 +1623,54 @@ def test_a_run_hidden_from_the_legend_stays_hidden_in_every_chart(page, live_ser
     assert "hide=" not in other.url
 
 
+def test_a_group_hidden_from_a_legend_is_hidden_in_every_group_chart(page, live_server, monkeypatch):
+    """QA (a W&B user reading an eval by task): a click on a group in a chart by group hid it in that chart alone, and
+    the next drawing showed it again. It hides the group's lines, of every run, in every chart by group, for as long
+    as the view lasts and in its link; a double click shows that group alone (once more, every group)."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="hidegroup")
+    spec = eval_grouped_by_task_spec(team.project)
+    runs = []
+    for name in ("first", "second"):
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        MetricPoint.objects.bulk_create([
+            MetricPoint(run=run, step=step, name=f"eval/{metric}/{group}", value=value * step, wall_time=float(step),
+                        tokens=step) for step in (10, 20) for metric in ("exact_match", "loss")
+            for group, value in (("sum", 0.5), ("difference", 0.25))])
+        runs.append(run)
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/hidegroup/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    visibility = ("() => [...document.querySelectorAll('#compare-charts .plot')]"
+                  ".map(p => [p.dataset.metric, (p.data || []).map(t => [t.name, t.visible])])")
+    page.wait_for_function(f"() => ({visibility})().length === 2 && ({visibility})().every(([, lines]) => lines.length === 4)")
+
+    def shown(*groups: str) -> list:
+        lines = [[f"{group} · {run}", True if group in groups else "legendonly"]
+                 for group in ("difference", "sum") for run in ("first", "second")]
+        return [["eval/exact_match by task", lines], ["eval/loss by task", lines]]
+
+    assert page.evaluate(visibility) == shown("difference", "sum")
+    page.locator('.plot[data-metric="eval/exact_match by task"] .legend .traces', has_text="sum · first").click()
+    page.wait_for_function("() => location.search.includes('hidegroups=sum')")
+    assert page.evaluate(visibility) == shown("difference")
+    assert page.get_by_role("button", name="Show the 1 hidden group").is_visible()
+    page.check("#log-y")  # a drawing again
+    assert page.evaluate(visibility) == shown("difference")
+    other = page.context.new_page()
+    other.goto(page.url)
+    other.wait_for_function(f"() => ({visibility})().length === 2 && ({visibility})().every(([, lines]) => lines.length === 4)")
+    assert other.evaluate(visibility) == shown("difference")
+    # A double click on a group in the other chart shows it alone, in both; once more, every group.
+    other.locator('.plot[data-metric="eval/loss by task"] .legend .traces', has_text="sum · second").dblclick()
+    other.wait_for_function("() => location.search.includes('hidegroups=difference')")
+    assert other.evaluate(visibility) == shown("sum")
+    other.locator('.plot[data-metric="eval/loss by task"] .legend .traces', has_text="sum · second").dblclick()
+    other.wait_for_function("() => !location.search.includes('hidegroups=')")
+    assert other.evaluate(visibility) == shown("difference", "sum")
+    page.get_by_role("button", name="Show the 1 hidden group").click()
+    assert page.evaluate(visibility) == shown("difference", "sum") and "hidegroups=" not in page.url
+
+
 def test_the_compare_charts_filter_by_metric_name(page, live_server, monkeypatch):
     """QA (a W&B user on a GRPO sweep of 30 and more metrics): the compare page drew every metric, with no way
     to keep the few being read, and a link could not point at them. A filter keeps the charts whose metric holds
