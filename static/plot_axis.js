@@ -11,7 +11,13 @@
    A reader's zoom lasts while those choices do: both pages redraw a chart with Plotly.react as its points and layout
    change (a live point, a one-value series that starts to vary, another tick mode), which drew the whole run again
    and threw the zoom away. Plotly keeps what the reader changed by hand across a redraw whose layout.uirevision is
-   the one before (viewRevision); another x axis or scale changes it, and the chart is drawn whole on the new one. */
+   the one before (viewRevision); another x axis or scale changes it, and the chart is drawn whole on the new one.
+   It keeps a zoomed axis only while the range the page asks for is the one asked before the zoom, though: a one-value
+   chart's axis was an explicit range, and the live point that made the values differ (or changed the one value)
+   asked another, which threw the y zoom away. So a linear y axis is always autoranged, a one-value chart's held to
+   its range by autorangeoptions, and what the page asks of the range never changes; a double click autoranges anew.
+   A log axis of one value keeps its explicit range: plotly applies autorangeoptions' bounds to a log axis's exponents
+   as values (minallowed, include), so there a zoom still gives way when the value changes. */
 window.TemperPlotAxis = (function () {
   "use strict";
 
@@ -114,13 +120,14 @@ window.TemperPlotAxis = (function () {
       var prefix = Object.keys(units).filter(function (each) { return name.indexOf(each) === 0; })[0];
       return prefix === undefined ? "" : units[prefix];
     },
-    // The y axis's range for ``traces`` as layout properties: { range: [low, high] } or { autorange: true }.
+    // The y axis's range for ``traces`` as layout properties: autorange (held to the range around a one-value
+    // chart's value on a linear axis), or a one-value log axis's range.
     yRange: function (traces, logScale) {
       var value = onlyValue(traces);
       if (value === null || (logScale && value <= 0)) return { autorange: true };
-      if (logScale) return { range: [Math.log10(value) - 0.5, Math.log10(value) + 0.5] };
+      if (logScale) return { autorange: false, range: [Math.log10(value) - 0.5, Math.log10(value) + 0.5] };
       var half = value === 0 ? 1 : Math.abs(value) / 2;
-      return { range: [value - half, value + half] };
+      return { autorange: true, autorangeoptions: { minallowed: value - half, maxallowed: value + half } };
     },
   };
 })();

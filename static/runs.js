@@ -12,7 +12,7 @@
    The charts are drawn by step, tokens or time, linear or on a log scale, as on the compare page and by the same
    code (static/plot_axis.js, which keeps the choice in the address); each line keeps its points' steps, tokens and
    times (`positions`), so that a new choice redraws it and a click opens its point's step whatever the x axis.
-   The no-signal shading marks steps, so it is drawn on the x axis by step alone. */
+   The no-signal shading marks steps: on the tokens and time axes its bands are placed by the chart's own points. */
 (function () {
   "use strict";
 
@@ -125,16 +125,15 @@
   function chosenLayout(plot, traces) {
     var points = traces.filter(function (trace) { return trace.uid !== SMOOTHED; }), key = plot.dataset.metric;
     var log = axes.logApplies(points, logY.checked), title = axes.title(key, points, logY.checked);
-    var range = axes.yRange(traces, log), titleRoom = (title.lines - 1) * NOTE_ROOM;
+    var titleRoom = (title.lines - 1) * NOTE_ROOM;
     var chosen = {
       height: Number(plot.dataset.height) + titleRoom, margin: { l: 56, r: 12, t: 28 + titleRoom, b: 36 },
       title: { text: title.text, font: { size: 13 } },
       uirevision: axes.viewRevision(xAxis.value, logY.checked),  // the reader's zoom lasts across redraws
       xaxis: Object.assign({ zeroline: false }, axes.xAxis(xAxis.value, traces)),
-      // autorange false with a range, so that a redrawing keeps it rather than plotly's own
-      yaxis: Object.assign(axes.yAxis(key, traces, log), { zeroline: false }, range.autorange ? {} : { autorange: false }),
+      yaxis: Object.assign(axes.yAxis(key, traces, log), { zeroline: false }),
     };
-    if (SHADED_CHARTS.indexOf(key) >= 0) chosen.shapes = xAxis.value === "step" ? noSignalShapes() : [];
+    if (SHADED_CHARTS.indexOf(key) >= 0) chosen.shapes = noSignalShapes(positions.get(plot)[0]);
     return chosen;
   }
 
@@ -292,11 +291,33 @@
   var noSignal = JSON.parse(document.getElementById("run-no-signal").textContent);
   var flaggedLive = {};  // step -> true, for steps after noSignal.through
 
-  function noSignalShapes() {
+  // The bands of the no-signal steps on the x axis chosen, of a chart whose line's points are at ``record``'s steps,
+  // tokens and times. A band spans its steps and half a step either side; on the tokens and time axes those ends are
+  // placed as the chart's points place steps (xOfStep), so that it covers the same points on every axis.
+  function noSignalShapes(record) {
+    var axis = xAxis.value;
     return noSignal.ranges.map(function (range) {
-      return { type: "rect", xref: "x", yref: "paper", x0: range[0] - 0.5, x1: range[1] + 0.5, y0: 0, y1: 1,
-        fillcolor: "rgba(217, 45, 32, 0.16)", line: { width: 0 }, layer: "below" };
-    });
+      return { type: "rect", xref: "x", yref: "paper", x0: xOfStep(record, axis, range[0] - 0.5),
+        x1: xOfStep(record, axis, range[1] + 0.5), y0: 0, y1: 1, fillcolor: "rgba(217, 45, 32, 0.16)",
+        line: { width: 0 }, layer: "below" };
+    }).filter(function (shape) { return shape.x0 !== null; });
+  }
+
+  // Where ``step`` (a whole step or half-way between two) lies on ``axis`` (step, tokens or time) by the points of
+  // ``record``: between the two points around it in proportion, past the first or last point as the nearest two go
+  // on; null by tokens or time with no point to place it by (one point: its own place, a band of no width).
+  function xOfStep(record, axis, step) {
+    var steps = record.step, xs = record[axis];
+    if (axis === "step") return step;
+    if (!steps.length) return null;
+    if (steps.length === 1) return xs[0];
+    var low = 0, high = steps.length - 2;  // the segment [steps[low], steps[low + 1]] that ``step`` falls in or nearest
+    while (low < high) {
+      var middle = (low + high + 1) >> 1;
+      if (steps[middle] <= step) low = middle; else high = middle - 1;
+    }
+    var span = steps[low + 1] - steps[low];
+    return span ? xs[low] + (xs[low + 1] - xs[low]) * (step - steps[low]) / span : xs[low];
   }
 
   function flagStep(step) {

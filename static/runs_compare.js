@@ -5,7 +5,8 @@
    with data.eval_group_by logs eval/<metric>/<group>: as on the run page (static/metric_groups.js)
    the groups of a metric are the lines of one chart, "<metric> by <column>", here one line per run
    and group: a group's color, a run's dash, named "<group> · <run>". A click on a run's name in a legend
-   hides that run in every chart (a double click shows it alone), as a redraw or a reading again keeps it.
+   hides that run in every chart (a double click shows it alone), as a redraw or a reading again keeps it; a click on
+   a group in a chart by group's legend hides that group's lines in every chart by group, the same way.
    The charts can be filtered by metric name (a GRPO run logs 30 and more).
    The generations side by side show each run at the step picked in its column (gen=); the final metrics sort by a
    column (finals=).
@@ -25,7 +26,10 @@
   // The ids of the runs hidden from every chart. Plotly's own legend click hid a run in that chart alone,
   // and the next drawing (another x axis, the smoothing, the page read again every 5 s) showed it again.
   var hidden = new Set();
-  var showAll = document.getElementById("show-all-runs");
+  // The group labels hidden from every chart by group (plotly's own click hid a group in one chart until it was drawn
+  // again): a group is one column value, "sum" in eval/exact_match by task as in eval/loss by task.
+  var hiddenGroups = new Set();
+  var showAll = document.getElementById("show-all-runs"), showAllGroups = document.getElementById("show-all-groups");
   var chartFilter = document.getElementById("chart-filter"), noMatch = document.getElementById("no-chart-matches");
 
   // Each chart in the order of the metric names: its key (its title), whether it holds groups, whether
@@ -63,7 +67,7 @@
   function trace(chart, line, axis, weight) {
     var entry = data.series[line.run.id][line.metric];
     var common = { x: entry[axis], y: smooth(entry.value, weight), type: "scatter", mode: "lines",
-                   visible: hidden.has(line.run.id) ? "legendonly" : true };
+                   visible: hidden.has(line.run.id) || hiddenGroups.has(line.label) ? "legendonly" : true };
     if (!chart.grouped) {
       return Object.assign(common, { name: literal(chart.shared ? line.run.name + " · " + line.metric : line.run.name),
         line: { color: colors[line.runIndex % colors.length], width: 1.5 } });
@@ -173,40 +177,54 @@
       if (wasHidden && !previous.hidden) window.Plotly.Plots.resize(plot);
       if (created) {
         plot.on("plotly_afterplot", function () { fitLegend(plot); });
-        plot.on("plotly_legendclick", function (event) { return hideRunOf(plot, event, toggleRun); });
-        plot.on("plotly_legenddoubleclick", function (event) { return hideRunOf(plot, event, showRunAlone); });
+        plot.on("plotly_legendclick", function (event) { return hideFromLegend(plot, event, toggle); });
+        plot.on("plotly_legenddoubleclick", function (event) { return hideFromLegend(plot, event, showAlone); });
       }
       fitLegend(plot);
     });
   }
 
-  // A legend's click on a plain chart acts on its run, in every chart; a group chart's legend keeps plotly's
-  // own (its entries are a group and a run: a click hides the group there). Plotly tells a double click's two
-  // clicks as clicks too, before the double click: a click acts once the double click's wait is over, as
+  // A legend's click on a plain chart acts on its run, in every chart; on a chart by group, on its entry's group (its
+  // entries are a group and a run, plotly's legendgroup the group), in every chart by group. Plotly tells a double
+  // click's two clicks as clicks too, before the double click: a click acts once the double click's wait is over, as
   // plotly's own does, and a double click drops the clicks waiting (each acted at once, the legend was drawn
   // again between a double click's two clicks, which then missed it).
   var waitingClick = null;
-  function hideRunOf(plot, event, action) {
+  function hideFromLegend(plot, event, action) {
     var chart = charts.filter(function (each) { return each.key === plot.dataset.metric; })[0];
-    if (!chart || chart.grouped) return true;
-    var id = chart.lines[event.curveNumber].run.id;
+    if (!chart) return true;
+    var line = chart.lines[event.curveNumber];
+    var set = chart.grouped ? hiddenGroups : hidden, key = chart.grouped ? line.label : line.run.id;
+    var all = chart.grouped ? groupLabels() : data.runs.map(function (run) { return run.id; });
     clearTimeout(waitingClick);
-    function act() { action(id); showHidden(); draw(); }
-    if (action === toggleRun) waitingClick = setTimeout(act, plot._context.doubleClickDelay); else act();
+    function act() { action(set, key, all); showHidden(); draw(); }
+    if (action === toggle) waitingClick = setTimeout(act, plot._context.doubleClickDelay); else act();
     return false;
   }
-  function toggleRun(id) { if (hidden.has(id)) hidden.delete(id); else hidden.add(id); }
-  function showRunAlone(id) {
-    var others = data.runs.filter(function (run) { return run.id !== id; });
-    var alone = !hidden.has(id) && others.every(function (run) { return hidden.has(run.id); });
-    hidden = new Set(alone ? [] : others.map(function (run) { return run.id; }));
+  function toggle(set, key) { if (set.has(key)) set.delete(key); else set.add(key); }
+  // ``key`` (a run's id, a group's label) alone shown of ``all``; when it already is, every one.
+  function showAlone(set, key, all) {
+    var others = all.filter(function (each) { return each !== key; });
+    var alone = !set.has(key) && others.every(function (each) { return set.has(each); });
+    set.clear();
+    if (!alone) others.forEach(function (each) { set.add(each); });
+  }
+  // The labels of the groups drawn, in every chart by group.
+  function groupLabels() {
+    return charts.reduce(function (labels, chart) {
+      return labels.concat(chart.labels.filter(function (label) { return labels.indexOf(label) < 0; }));
+    }, []);
   }
   function showHidden() {
     showAll.hidden = hidden.size === 0;
     showAll.textContent = "Show the " + hidden.size + (hidden.size === 1 ? " hidden run" : " hidden runs");
     window.TemperKeepInAddress("hide", hidden.size ? Array.from(hidden).join(",") : null);
+    showAllGroups.hidden = hiddenGroups.size === 0;
+    showAllGroups.textContent = "Show the " + hiddenGroups.size + (hiddenGroups.size === 1 ? " hidden group" : " hidden groups");
+    window.TemperKeepInAddress("hidegroups", hiddenGroups.size ? Array.from(hiddenGroups).join(",") : null);
   }
   showAll.addEventListener("click", function () { hidden.clear(); showHidden(); draw(); });
+  showAllGroups.addEventListener("click", function () { hiddenGroups.clear(); showHidden(); draw(); });
 
   // A chart is shown when its name, or a metric it draws, holds the filter's text (case aside): "eval/" keeps
   // the evaluation charts, "reward" every reward's.
@@ -250,7 +268,8 @@
   // Every 30 s otherwise: a teammate may resume or retry one of the runs.
   function schedule() { setTimeout(refresh, anyActive() ? LIVE_MS : IDLE_MS); }
 
-  // The view's settings are kept in the address (x and log by static/plot_axis.js, ema, config, hide, charts), so that a link to the page opens
+  // The view's settings are kept in the address (x and log by static/plot_axis.js, ema, config, hide, hidegroups (group
+  // labels have no comma: static/metric_groups.js), charts), so that a link to the page opens
   // this view; a value no control offers is left at the control's default.
   var differencesOnly = document.getElementById("differences-only");
   function showDifferences() {
@@ -265,6 +284,9 @@
   showDifferences();
   (asked.get("hide") || "").split(",").forEach(function (id) {
     if (data.runs.some(function (run) { return run.id === id; })) hidden.add(id);
+  });
+  (asked.get("hidegroups") || "").split(",").forEach(function (label) {
+    if (groupLabels().indexOf(label) >= 0) hiddenGroups.add(label);
   });
   showHidden();
 

@@ -1074,12 +1074,80 @@ def test_a_zoomed_run_chart_keeps_its_zoom_when_live_points_redraw_it(page, asgi
     reporting.publish_event(run.public_id, {"type": "metrics", "points": [
         {"step": 21, "name": "learning_rate", "value": 1e-4, "tokens": 210, "wall_time": 21.0}]})  # the decay begins
     page.wait_for_function("() => document.querySelector(`.plot[data-metric='learning_rate']`)"
-                           ".layout.yaxis.autorange !== false", timeout=10_000)  # redrawn: its values differ now
+                           ".layout.yaxis.autorangeoptions === undefined", timeout=10_000)  # redrawn: its values differ now
     assert page.evaluate(X_RANGE, "learning_rate") == pytest.approx(zoomed)
     page.select_option("#x-axis", "tokens")  # the whole run again, by tokens
     page.wait_for_function(f"() => ({X_RANGE})('learning_rate')[1] >= 210")
     low, high = page.evaluate(X_RANGE, "learning_rate")
     assert low <= 10 and high >= 210, (low, high)
+
+
+X_AND_Y_RANGES = ("name => { const layout = document.querySelector(`.plot[data-metric='${name}']`)._fullLayout;"
+                  " return Array.from(layout.xaxis.range).concat(Array.from(layout.yaxis.range)); }")
+
+
+def zoom_box(page, name: str) -> list[float]:
+    """Drag chart ``name`` from a third of its way across and down to three fifths, as a reader zooms in on a box of
+    it: the x range then shown, followed by the y range."""
+    area = page.locator(f'.plot[data-metric="{name}"] .nsewdrag').first
+    area.scroll_into_view_if_needed()
+    box = area.bounding_box()
+    before = page.evaluate(X_AND_Y_RANGES, name)
+    page.mouse.move(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.3)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5, steps=5)
+    page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] * 0.6, steps=5)
+    page.mouse.up()
+    page.wait_for_function(f"before => ({X_AND_Y_RANGES})({json.dumps(name)}).every((end, index) => end !== before[index])",
+                           arg=before)
+    return page.evaluate(X_AND_Y_RANGES, name)
+
+
+def unzoom(page, name: str) -> None:
+    """Double-click the middle of chart ``name``, as a reader goes back to the whole of it."""
+    area = page.locator(f'.plot[data-metric="{name}"] .nsewdrag').first
+    box = area.bounding_box()
+    page.mouse.dblclick(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+
+
+def test_a_zoomed_run_chart_keeps_its_y_zoom_when_a_live_point_changes_its_values(page, asgi_server, redis_url,
+                                                                                   transactional_db, settings):
+    """QA (a W&B user zooming on the warmup's end): a box zoom on the learning rate's chart lost its y range to the
+    next live point that changed the chart's values (its one value turned into two: the axis around that value gave
+    way to plotly's own), the x range staying. Both stay until a double click, which shows the whole run again and
+    then follows the live points as a chart never zoomed does."""
+    from webapp.runs import reporting
+
+    settings.REDIS_URL = redis_url
+    team = make_team(slug="yzoomrun")
+    run = Run.objects.create(project=team.project, name="zoomed", task="sft", status=RunStatus.RUNNING,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                             total_steps=400, current_step=20)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="learning_rate", value=3e-4,
+                                                 wall_time=float(step), tokens=10 * step) for step in range(1, 21)])
+    log_in(page, asgi_server, team.viewer.username)
+    page.goto(f"{asgi_server}/p/yzoomrun/runs/{run.public_id}/")
+    page.locator("#live-state", has_text="live").wait_for()
+    page.locator('.plot[data-metric="learning_rate"] .nsewdrag').first.wait_for()
+    zoomed = zoom_box(page, "learning_rate")
+    assert 2 < zoomed[0] < zoomed[1] < 16 and 1.5e-4 < zoomed[2] < zoomed[3] < 4.5e-4, zoomed
+
+    def send(step: int, value: float) -> None:
+        reporting.publish_event(run.public_id, {"type": "metrics", "points": [
+            {"step": step, "name": "learning_rate", "value": value, "tokens": 10 * step, "wall_time": float(step)}]})
+        page.wait_for_function(f"() => document.querySelector(`.plot[data-metric='learning_rate']`).data[0].x.length"
+                               f" === {step}", timeout=10_000)
+        page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+
+    send(21, 1e-4)  # the decay begins: the chart is redrawn with plotly's own y axis
+    assert page.evaluate(X_AND_Y_RANGES, "learning_rate") == pytest.approx(zoomed)
+    unzoom(page, "learning_rate")
+    page.wait_for_function(f"() => ({X_AND_Y_RANGES})('learning_rate')[1] >= 21")
+    low_step, high_step, low, high = page.evaluate(X_AND_Y_RANGES, "learning_rate")
+    assert low_step <= 1 and high_step >= 21 and low <= 1e-4 and high >= 3e-4, (low_step, high_step, low, high)
+    send(22, 9e-4)  # a point above the whole run's axis: the axis grows to it
+    low_step, high_step, low, high = page.evaluate(X_AND_Y_RANGES, "learning_rate")
+    assert high_step >= 22 and low <= 1e-4 and high >= 9e-4, (low_step, high_step, low, high)
 
 
 def done_and_training_runs(monkeypatch, *, slug: str, max_steps: int, done_steps: int, training_steps: int):
@@ -1122,6 +1190,32 @@ def test_a_zoomed_compare_chart_keeps_its_zoom_as_the_page_follows_a_running_run
     page.wait_for_function(f"() => ({X_RANGE})('loss')[1] >= 20")
     low, high = page.evaluate(X_RANGE, "loss")
     assert low <= 1 and high >= 20, (low, high)
+
+
+def test_a_zoomed_compare_chart_keeps_its_y_zoom_as_a_running_runs_values_change(page, live_server, monkeypatch):
+    """QA: as on the run page, the compare page's box zoom on a chart of one value (the learning rate during warmup) lost
+    its y range when the page, read again, found a running run's value changed; a double click shows the whole runs."""
+    team, runs = done_and_training_runs(monkeypatch, slug="yzoomcompare", max_steps=30, done_steps=20,
+                                        training_steps=10)
+    for run, steps in ((runs[0], range(1, 21)), (runs[1], range(1, 11))):
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="learning_rate", value=3e-4,
+                                                     wall_time=float(step), tokens=step) for step in steps])
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/yzoomcompare/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    points = "() => document.querySelector('.plot[data-metric=\"learning_rate\"]').data.map(t => t.x.length).join()"
+    page.wait_for_function(f"() => {{ try {{ return ({points})() === '20,10'; }} catch (e) {{ return false; }} }}")
+    page.locator('.plot[data-metric="learning_rate"] .nsewdrag').first.wait_for()
+    zoomed = zoom_box(page, "learning_rate")
+    assert 2 < zoomed[0] < zoomed[1] < 16 and 1.5e-4 < zoomed[2] < zoomed[3] < 4.5e-4, zoomed
+    MetricPoint.objects.bulk_create([MetricPoint(run=runs[1], step=step, name="learning_rate", value=1e-4,
+                                                 wall_time=float(step), tokens=step) for step in range(11, 16)])
+    page.wait_for_function(f"() => ({points})() === '20,15'", timeout=15_000)
+    page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+    assert page.evaluate(X_AND_Y_RANGES, "learning_rate") == pytest.approx(zoomed)
+    unzoom(page, "learning_rate")
+    page.wait_for_function(f"() => ({X_AND_Y_RANGES})('learning_rate')[1] >= 20")
+    low_step, high_step, low, high = page.evaluate(X_AND_Y_RANGES, "learning_rate")
+    assert low_step <= 1 and high_step >= 20 and low <= 1e-4 and high >= 3e-4, (low_step, high_step, low, high)
 
 
 def test_a_metric_of_one_value_is_drawn_on_an_axis_around_that_value(page, live_server, monkeypatch):
@@ -1529,6 +1623,54 @@ def test_a_run_hidden_from_the_legend_stays_hidden_in_every_chart(page, live_ser
     assert "hide=" not in other.url
 
 
+def test_a_group_hidden_from_a_legend_is_hidden_in_every_group_chart(page, live_server, monkeypatch):
+    """QA (a W&B user reading an eval by task): a click on a group in a chart by group hid it in that chart alone, and
+    the next drawing showed it again. It hides the group's lines, of every run, in every chart by group, for as long
+    as the view lasts and in its link; a double click shows that group alone (once more, every group)."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="hidegroup")
+    spec = eval_grouped_by_task_spec(team.project)
+    runs = []
+    for name in ("first", "second"):
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        MetricPoint.objects.bulk_create([
+            MetricPoint(run=run, step=step, name=f"eval/{metric}/{group}", value=value * step, wall_time=float(step),
+                        tokens=step) for step in (10, 20) for metric in ("exact_match", "loss")
+            for group, value in (("sum", 0.5), ("difference", 0.25))])
+        runs.append(run)
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/hidegroup/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    visibility = ("() => [...document.querySelectorAll('#compare-charts .plot')]"
+                  ".map(p => [p.dataset.metric, (p.data || []).map(t => [t.name, t.visible])])")
+    page.wait_for_function(f"() => ({visibility})().length === 2 && ({visibility})().every(([, lines]) => lines.length === 4)")
+
+    def shown(*groups: str) -> list:
+        lines = [[f"{group} · {run}", True if group in groups else "legendonly"]
+                 for group in ("difference", "sum") for run in ("first", "second")]
+        return [["eval/exact_match by task", lines], ["eval/loss by task", lines]]
+
+    assert page.evaluate(visibility) == shown("difference", "sum")
+    page.locator('.plot[data-metric="eval/exact_match by task"] .legend .traces', has_text="sum · first").click()
+    page.wait_for_function("() => location.search.includes('hidegroups=sum')")
+    assert page.evaluate(visibility) == shown("difference")
+    assert page.get_by_role("button", name="Show the 1 hidden group").is_visible()
+    page.check("#log-y")  # a drawing again
+    assert page.evaluate(visibility) == shown("difference")
+    other = page.context.new_page()
+    other.goto(page.url)
+    other.wait_for_function(f"() => ({visibility})().length === 2 && ({visibility})().every(([, lines]) => lines.length === 4)")
+    assert other.evaluate(visibility) == shown("difference")
+    # A double click on a group in the other chart shows it alone, in both; once more, every group.
+    other.locator('.plot[data-metric="eval/loss by task"] .legend .traces', has_text="sum · second").dblclick()
+    other.wait_for_function("() => location.search.includes('hidegroups=difference')")
+    assert other.evaluate(visibility) == shown("sum")
+    other.locator('.plot[data-metric="eval/loss by task"] .legend .traces', has_text="sum · second").dblclick()
+    other.wait_for_function("() => !location.search.includes('hidegroups=')")
+    assert other.evaluate(visibility) == shown("difference", "sum")
+    page.get_by_role("button", name="Show the 1 hidden group").click()
+    assert page.evaluate(visibility) == shown("difference", "sum") and "hidegroups=" not in page.url
+
+
 def test_the_compare_charts_filter_by_metric_name(page, live_server, monkeypatch):
     """QA (a W&B user on a GRPO sweep of 30 and more metrics): the compare page drew every metric, with no way
     to keep the few being read, and a link could not point at them. A filter keeps the charts whose metric holds
@@ -1818,6 +1960,34 @@ def test_steps_without_learning_signal_are_shaded_and_counted_live(page, asgi_se
     page.wait_for_function("() => document.getElementById('no-signal-count').textContent === '3'", timeout=10_000)
     assert page.locator("#no-signal-steps").inner_text() == "5"
     assert page.evaluate(shapes, "loss") == [[1.5, 3.5], [4.5, 5.5]]
+
+
+def test_steps_without_learning_signal_are_shaded_on_the_tokens_and_time_axes_too(page, live_server, tmp_path):
+    """QA (a W&B user reading a GRPO run by tokens): the no-signal bands were drawn on the step axis alone and vanished
+    on the tokens and time axes. A band spans from halfway between its first step and the one before to halfway between
+    its last and the one after, on each axis as the chart's own points place those steps (tokens grow unevenly)."""
+    team = make_team(slug="shadedaxes")
+    run = Run.objects.create(project=team.project, name="flat rewards", task="grpo", status=RunStatus.SUCCEEDED,
+                             spec={"task": "grpo"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=5, current_step=5)
+    tokens = {1: 100, 2: 250, 3: 300, 4: 500, 5: 540}
+    logged = {1: 0.4, 2: 0.0, 3: 0.0, 4: 0.3, 5: 0.0}  # step: grad_norm (0: nothing in the loss)
+    MetricPoint.objects.bulk_create([
+        MetricPoint(run=run, step=step, name=name, value=value, wall_time=1000.0 + 10 * step, tokens=tokens[step])
+        for step, grad_norm in logged.items() for name, value in (("loss", 0.1 * step), ("grad_norm", grad_norm))])
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/shadedaxes/runs/{run.public_id}/")
+    page.locator('.plot[data-metric="loss"] .main-svg').first.wait_for()
+    shapes = "() => document.querySelector(`.plot[data-metric='loss']`).layout.shapes.map(s => [s.x0, s.x1])"
+    drawn = "() => document.querySelectorAll(`.plot[data-metric='loss'] .shapelayer path`).length"
+    assert page.evaluate(shapes) == [[1.5, 3.5], [4.5, 5.5]]
+    page.select_option("#x-axis", "tokens")
+    page.wait_for_function("() => location.search.includes('x=tokens')")
+    # The last band's end: past step 5 as far as step 4 lies before it.
+    assert page.evaluate(shapes) == [[175, 400], [520, 560]] and page.evaluate(drawn) == 2
+    page.select_option("#x-axis", "time")
+    page.wait_for_function("() => location.search.includes('x=time')")
+    assert page.evaluate(shapes) == [[5, 25], [35, 45]] and page.evaluate(drawn) == 2
 
 
 def test_step_axes_are_labelled_in_whole_steps(page, live_server, monkeypatch):
