@@ -35,8 +35,9 @@ def thinking_choice(value: str) -> bool | None:
 # A chat template variable's field is ``var_<name>``; a boolean's is a select, unset meaning the template's own default.
 VARIABLE_PREFIX = "var_"
 VARIABLE_BOOLEAN_CHOICES = [("", "Not sent (the model's default)"), ("true", "true"), ("false", "false")]
-VARIABLE_HELP = ("A variable the model's chat template reads, sent with every turn; filled in with the model's own "
-                 "value where it has one. Empty: not sent (sent empty where the model sets it).")
+VARIABLE_HELP = ("Read by the model's chat template, sent with every turn; filled in with the model's own value where it "
+                 "has one. Empty: not sent (sent empty where the model sets it).")
+VARIABLE_BOOLEAN_HELP = "Read by the model's chat template as a switch, sent with every turn."
 
 
 def as_typed_text(value) -> str:
@@ -218,8 +219,8 @@ class ConversationForm(forms.Form):
                 field = forms.ChoiceField(choices=VARIABLE_BOOLEAN_CHOICES, required=False)
             else:
                 field = forms.CharField(required=False, strip=False, max_length=TEMPLATE_VARIABLE_MAX_CHARS)
-            field.label = name
-            field.help_text = VARIABLE_HELP
+            field.label = f"{name} (chat template variable)"
+            field.help_text = VARIABLE_BOOLEAN_HELP if boolean else VARIABLE_HELP
             field.widget.attrs["data-template-variable"] = json.dumps(
                 {ref: _as_typed(variable) for ref, variable in readers.items()})
             field.initially_hidden = picked not in readers

@@ -87,6 +87,14 @@ def test_the_form_offers_the_variables_the_picked_models_template_reads_with_the
     assert 'value="true" selected' in page.split('name="var_terse"', 1)[1].split("</select>", 1)[0]
 
 
+def test_enable_thinking_stays_the_thinking_switch(team, client_for, tmp_path):
+    from tests.webapp.factories import thinking_model_dir
+
+    make_base_model(team.project, name="thinker", path=str(thinking_model_dir(tmp_path / "thinker")))
+    page = client_for(team.teammate).get(reverse("chat:list", args=[team.project.slug])).content.decode()
+    assert 'name="thinking"' in page and 'name="var_enable_thinking"' not in page
+
+
 def test_the_conversation_keeps_its_variables_and_every_turn_renders_them(
         team, client_for, persona_model, sent, django_capture_on_commit_callbacks):
     client = client_for(team.teammate)
@@ -198,6 +206,13 @@ def test_compare_mode_sends_each_side_the_variables_its_template_reads(team, cli
     assert battle.side_b.template_variables == {}  # plain's template reads neither
     battle_page = client.get(reverse("chat:battle", args=[team.project.slug, battle.public_id])).content.decode()
     assert 'persona = <bdi>&quot;a poet&quot;</bdi>' in battle_page and battle_page.count("persona = ") == 1
+    for side in (battle.side_a, battle.side_b):  # voted: "Another battle with this prompt" sends them again
+        services.message_finish(message_id=arena.battle_answer(side).public_id, text="Hi.", finish_reason="stop")
+    arena.battle_vote(battle=battle, outcome="a")
+    battle_page = client.get(reverse("chat:battle", args=[team.project.slug, battle.public_id])).content.decode()
+    again = battle_page.split('class="arena-vote arena-next"', 1)[1].split("</form>", 1)[0]
+    assert '<input type="hidden" name="var_persona" value="a poet">' in again
+    assert '<input type="hidden" name="var_terse" value="true">' in again
 
     for fields, message in (({"var_colour": "red"}, "colour: neither model's chat template reads it"),
                             ({"var_style": "jazz"}, "style must be plain or rhyme, not jazz")):
