@@ -320,6 +320,7 @@ def template_variables(template: str) -> frozenset[str]:
     return frozenset(names - own - {"messages", "add_generation_prompt"} - set(environment.globals))
 
 
+
 # Llama 3.1-3.2's templates write "Today Date: <date_string>" into every system turn, and Llama 3.2's stamps the
 # day it renders (strftime_now) when date_string is unset: a run's prompts would change from day to day, a resumed
 # attempt's from the first's, and its chat's from its training. A launch fixes it (``date_to_fix``).
@@ -357,6 +358,65 @@ def date_to_fix(template: str | None, *, variables: Mapping[str, Any], model_var
         return stamped_date(template or DEFAULT_CHAT_TEMPLATE)
     except ChatTemplateError:
         return None
+
+
+# The special tokens a tokenizer names (``tokenizer.NAMED_SPECIAL_TOKENS``): every rendering passes those the model sets
+# as template variables, as transformers' ``apply_chat_template`` does.
+SPECIAL_TOKEN_VARIABLES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+# What a chat's rendering fills in itself, so no person sets it in a chat: the renderer's own arguments, the special
+# tokens, the environment's globals (``raise_exception``, ``strftime_now``, which ``template_variables`` leaves out),
+# and ``date_string``, which a run fixes at its launch (``date_to_fix``) and a base model's template stamps itself.
+CHAT_PASSED_VARIABLES = RESERVED_TEMPLATE_VARIABLES | frozenset(SPECIAL_TOKEN_VARIABLES) | {DATE_VARIABLE}
+# Tests that ask a value whether it is a boolean (``x is false``); ``defined``/``none`` ask nothing of its kind.
+_BOOLEAN_TESTS = frozenset({"true", "false", "boolean", "sameas"})
+_KIND_BLIND_TESTS = frozenset({"defined", "undefined", "none"})
+
+
+def chat_variables(template: str) -> dict[str, str]:
+    """The variables of ``template`` a person may set in a chat (``template_variables`` less
+    ``CHAT_PASSED_VARIABLES``), in name order, each with its kind: ``"boolean"`` where the template only asks
+    whether it holds (``{% if verbose %}``, ``enable_thinking is false``, ``x == true``) and asks that at least
+    once, ``"text"`` where it reads its value (``{{ persona }}``, ``reasoning_effort == "high"``). Raises
+    ``ChatTemplateError`` for a template that cannot be read."""
+    import jinja2.nodes
+
+    settable = template_variables(template) - CHAT_PASSED_VARIABLES
+    parsed = _parse(template)
+    as_condition: set[int] = set()  # the Name nodes read as a truth value (ids)
+    kind_blind: set[int] = set()  # those only asked whether they are defined
+
+    def conditions(node) -> None:  # a truth value: the Names in it are switches
+        if isinstance(node, jinja2.nodes.Name):
+            as_condition.add(id(node))
+        elif isinstance(node, jinja2.nodes.Not):
+            conditions(node.node)
+        elif isinstance(node, (jinja2.nodes.And, jinja2.nodes.Or)):
+            conditions(node.left)
+            conditions(node.right)
+
+    for node in parsed.find_all((jinja2.nodes.If, jinja2.nodes.CondExpr)):
+        conditions(node.test)
+    for node in parsed.find_all((jinja2.nodes.Not, jinja2.nodes.And, jinja2.nodes.Or)):
+        conditions(node)
+    for node in parsed.find_all(jinja2.nodes.Test):
+        if isinstance(node.node, jinja2.nodes.Name):
+            if node.name in _BOOLEAN_TESTS:
+                as_condition.add(id(node.node))
+            elif node.name in _KIND_BLIND_TESTS:
+                kind_blind.add(id(node.node))
+    for node in parsed.find_all(jinja2.nodes.Compare):
+        operands = [node.expr, *(operand.expr for operand in node.ops)]
+        if len(operands) == 2 and all(operand.op in ("eq", "ne") for operand in node.ops):
+            constants = [operand for operand in operands if isinstance(operand, jinja2.nodes.Const)]
+            if constants and isinstance(constants[0].value, bool):
+                as_condition.update(id(operand) for operand in operands if isinstance(operand, jinja2.nodes.Name))
+    kinds = {}
+    for name in sorted(settable):
+        reads = [node for node in parsed.find_all(jinja2.nodes.Name) if node.name == name and node.ctx == "load"]
+        telling = [node for node in reads if id(node) not in kind_blind]
+        boolean = bool(telling) and all(id(node) in as_condition for node in telling)
+        kinds[name] = "boolean" if boolean else "text"
+    return kinds
 
 
 def _prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -46,7 +46,7 @@ TOKENIZER_JSON_FILE = "tokenizer.json"
 SENTENCEPIECE_FILE = "tokenizer.model"
 
 # The named special-token attributes of transformers, in its order; all of them reach chat templates.
-NAMED_SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+NAMED_SPECIAL_TOKENS = chat_template_lib.SPECIAL_TOKEN_VARIABLES
 
 _BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 _SPACE_MARK = "\u2581"  # SentencePiece's "▁", which stands for a space inside pieces

@@ -108,3 +108,23 @@
     if (reads) box.checked = defaults[select.value];
   });
 })();
+
+/* The new conversation's chat template variables (webapp/chat/forms.py ConversationForm._add_variables): each field
+   lists in data-template-variable the models whose template reads it, with each one's own value. As the model select
+   changes, a field is shown, enabled and set to the picked model's value where that model reads it, else hidden and
+   disabled, so that the form sends only the picked model's variables. */
+(function () {
+  "use strict";
+  var boxes = document.querySelectorAll("[data-template-variable]");
+  var select = boxes.length && boxes[0].form ? boxes[0].form.querySelector("select[name=model]") : null;
+  if (!select) return;
+  select.addEventListener("change", function () {
+    Array.prototype.forEach.call(boxes, function (box) {
+      var readers = JSON.parse(box.dataset.templateVariable);
+      var reads = Object.prototype.hasOwnProperty.call(readers, select.value);
+      box.closest(".field").hidden = !reads;
+      box.disabled = !reads;
+      if (reads) box.value = readers[select.value];
+    });
+  });
+})();

@@ -438,3 +438,44 @@ def test_the_chat_list_lays_out_its_two_columns(page, asgi_server, transactional
     assert new_conversation["left"] > conversations["right"] - 1 and new_conversation["top"] == conversations["top"]
     assert page.locator(".chat-conversations small").first.evaluate(
         "element => getComputedStyle(element).display") == "block"
+
+
+def test_a_template_variable_set_for_a_conversation_reaches_the_prompt_and_the_model(
+        page, asgi_server, celery_workers, transactional_db, settings):  # noqa: F811
+    """The new conversation form shows the picked model's chat template variables (none for a model whose template
+    reads none), refuses a value the template fails on with its line, and keeps the one given: the conversation's
+    prompt holds it and the real serve worker answers with it."""
+    from tests.webapp.chat.test_template_variables import PERSONA_TEMPLATE
+
+    celery_workers.ensure("serve")
+    team = make_team()
+    model_dir = build_tiny_model_dir(settings.MODELS_ROOT / "tiny-persona")
+    (model_dir / "chat_template.jinja").write_text(PERSONA_TEMPLATE)
+    persona = make_base_model(team.project, name="tiny-persona", path=str(model_dir))
+    make_base_model(team.project, name="a-plain")  # listed first: its template (none here) reads no variable
+    log_in(page, asgi_server, team.teammate.username)
+    page.goto(f"{asgi_server}/p/{team.project.slug}/chat/")
+    box = page.locator("#id_var_persona")
+    assert not box.is_visible() and box.is_disabled()
+    page.select_option("#id_model", persona.public_id)
+    assert box.is_visible() and box.is_enabled() and box.input_value() == ""
+    page.fill("#id_temperature", "0")
+    page.fill("#id_max_tokens", "8")
+    box.fill("a pirate <b>captain</b>")
+    page.fill("#id_var_style", "jazz")
+    page.get_by_role("button", name="Start").click()
+    assert "style must be plain or rhyme, not jazz" in page.locator(".errors").inner_text()
+    assert "chat template line 5" in page.locator(".errors").inner_text()
+    page.fill("#id_var_style", "rhyme")
+    page.get_by_role("button", name="Start").click()
+    page.wait_for_selector("#chat-form")
+    page.wait_for_load_state("load")
+    assert 'persona = "a pirate <b>captain</b>"' in page.locator(".chat-settings").inner_text()
+    page.fill("#chat-form textarea", "Hello")
+    page.get_by_role("button", name="Send").click()
+    page.wait_for_selector(".chat-assistant.status-complete", timeout=90_000)
+    page.reload()
+    page.locator("#chat-prompt summary").click()
+    shown = page.locator("#chat-prompt pre").inner_text()
+    assert shown.startswith("<|im_start|>system\nYou are a pirate <b>captain</b>.<|im_end|>\n<|im_start|>user\nHello")
+    assert page.locator("#chat-prompt b").count() == 0  # the value is text, not markup

@@ -24,7 +24,7 @@ from django.utils import timezone
 from webapp.chat import services
 from webapp.chat.leaderboard import Rating, Vote, leaderboard, win_rates
 from webapp.chat.models import Battle, BattleOutcome, Conversation, Message, MessageStatus, Role
-from webapp.chat.selectors import ModelChoice, distinct_labels, thinking_defaults
+from webapp.chat.selectors import ModelChoice, chat_template_variables, distinct_labels, thinking_defaults
 from webapp.core.bidi import isolated
 from webapp.core.text import checked_name
 from webapp.projects.models import Project
@@ -38,12 +38,18 @@ DECISIVE = (BattleOutcome.A, BattleOutcome.B)
 
 @transaction.atomic
 def battle_create(*, project: Project, user, prompt: str, choices: list[ModelChoice],
-                  compare: tuple[ModelChoice, ModelChoice] | None = None, enable_thinking: bool | None = None) -> Battle:
+                  compare: tuple[ModelChoice, ModelChoice] | None = None, enable_thinking: bool | None = None,
+                  template_variables: dict[str, str] | None = None) -> Battle:
     """Send the prompt to two different models: drawn at random (a blind battle), or the two given
     (compare mode, names shown). ``enable_thinking``: the chat's Thinking switch for both (None: each model's own
     default), kept by each side whose model's chat template reads it, as a chat conversation keeps it, and sent with
-    its answer's request."""
+    its answer's request. ``template_variables`` (compare mode only): values as typed of chat template variables, each
+    kept by the side whose template reads it, as that model's own value is typed (``side_template_variables``)."""
     services.check_turn_text(prompt, field="prompt", what="prompt")
+    template_variables = {name: value for name, value in (template_variables or {}).items() if value != ""}
+    if template_variables and compare is None:
+        raise ValidationError({"template_variables": "template variables are for compare mode, where you pick both "
+                                                     "models; leave them empty for a blind battle"})
     if compare is not None:
         if compare[0].ref == compare[1].ref:
             raise services.ChatError("pick two different models to compare")
@@ -58,16 +64,41 @@ def battle_create(*, project: Project, user, prompt: str, choices: list[ModelCho
     for model in (model_a, model_b):
         services.chat_model_lock(project=project, model=model, doing="as the battle was being started")
     reads_thinking = thinking_defaults([model_a, model_b])
+    side_variables = side_template_variables(template_variables, (model_a, model_b))
     sides = []
-    for model in (model_a, model_b):
+    for model, variables in zip((model_a, model_b), side_variables):
         conversation = services.conversation_create(
             project=project, user=user, model=model,
-            enable_thinking=enable_thinking if model.ref in reads_thinking else None)
+            enable_thinking=enable_thinking if model.ref in reads_thinking else None, template_variables=variables)
         Conversation.objects.filter(pk=conversation.pk).update(in_arena=True)
         services.message_send(conversation=conversation, model=model, content=prompt)
         sides.append(conversation)
     return Battle.objects.create(project=project, user=user, prompt=prompt, side_a=sides[0], side_b=sides[1],
                                  blind=compare is None)
+
+
+def side_template_variables(values: dict[str, str], models: tuple[ModelChoice, ModelChoice]
+                            ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Compare mode's ``values`` (as typed) for each of ``models``: the variables its chat template reads, each as
+    the chat's form types it for that model (``forms.typed_template_value``). A name neither template reads, or a
+    value one cannot take, is a ``ValidationError`` keyed ``template_variables`` naming it."""
+    from webapp.chat.forms import typed_template_value  # the forms import this module's services
+
+    reads = [chat_template_variables(model) for model in models]
+    problems, sides = [], ({}, {})
+    for name, text in values.items():
+        if not any(name in variables for variables in reads):
+            problems.append(f"{isolated(name)}: neither model's chat template reads it; leave it empty")
+            continue
+        for variables, side in zip(reads, sides):
+            if name in variables:
+                try:
+                    side[name] = typed_template_value(text, variables[name])
+                except ValueError as error:
+                    problems.append(f"{name}: {error}")
+    if problems:
+        raise ValidationError({"template_variables": problems})
+    return sides
 
 
 def battle_thinking(battle: Battle) -> bool | None:

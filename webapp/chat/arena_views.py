@@ -16,7 +16,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.chat import arena, selectors, services
 from webapp.chat.access import chat_access
-from webapp.chat.forms import THINKING_CHOICES, THINKING_HELP, ArenaExportForm, thinking_choice
+from webapp.chat.forms import (THINKING_CHOICES, THINKING_HELP, VARIABLE_PREFIX, ArenaExportForm, as_typed_text,
+                               thinking_choice)
 from webapp.chat.leaderboard import MIN_VOTES_FOR_INTERVAL
 from webapp.chat.models import Battle, BattleOutcome, MessageStatus
 from webapp.chat.services import ChatError
@@ -62,21 +63,26 @@ def arena_home(request: HttpRequest, slug: str) -> HttpResponse:
             if any(request.POST.get(field) for field in ("model_a", "model_b")) and None in picked:
                 raise ChatError("compare mode needs two models of this project; leave both empty for a blind battle")
             enable_thinking = thinking_choice(request.POST.get("thinking", ""))
+            variables = {key[len(VARIABLE_PREFIX):]: typed_text(value) for key, value in request.POST.items()
+                         if key.startswith(VARIABLE_PREFIX)}
 
             def start() -> str:
                 battle = arena.battle_create(project=project, user=request.user,
                                              prompt=typed_text(request.POST.get("prompt", "")),
                                              choices=choices, compare=None if None in picked else tuple(picked),
-                                             enable_thinking=enable_thinking)
+                                             enable_thinking=enable_thinking, template_variables=variables)
                 return reverse("chat:battle", kwargs={"slug": project.slug, "battle_id": battle.public_id})
 
             return redirect(form_send_once(request, create=start))
-        except ValidationError as problem:  # the prompt (blank, a NUL, too long), the Thinking choice
+        except ValidationError as problem:  # the prompt (blank, a NUL, too long), the Thinking choice, a variable
             error = " ".join(problem.messages)
         except ChatError as problem:
             error = str(problem)
     # A refused battle shows its form again as it was sent, so the prompt need not be typed again.
     sent = {field: request.POST.get(field, "") for field in ("prompt", "model_a", "model_b", "thinking")} if error else {}
+    if error:
+        sent["variables"] = {key[len(VARIABLE_PREFIX):]: value for key, value in request.POST.items()
+                             if key.startswith(VARIABLE_PREFIX)}
     return _arena_page(request, project, membership, choices=choices, error=error, sent=sent,
                        status=400 if error else 200)
 
@@ -94,9 +100,21 @@ def _arena_page(request: HttpRequest, project: Project, membership: Membership, 
         "thinking_choices": THINKING_CHOICES if thinking_offered else None,
         # The table's Thinking column, where a battle could have had it (or had it, from a model since removed).
         "thinking_column": thinking_offered or any(row["thinking"] is not None for row in rows),
-        "thinking_help": THINKING_HELP,
+        "thinking_help": THINKING_HELP, "template_variables": _compare_variables(choices, (sent or {}).get("variables", {})),
         "pairs": arena.decisive_battles(project=project).count(), "prompt_max_chars": services.MESSAGE_MAX_CHARS,
+        "variable_max_chars": services.TEMPLATE_VARIABLE_MAX_CHARS,
         "export_form": export_form or ArenaExportForm(), **_review_context(project, membership)}, status=status)
+
+
+def _compare_variables(choices, sent: dict[str, str]) -> list[dict]:
+    """Compare mode's chat template variables: each that some model's template reads, with those models' labels and
+    the value sent (a refused battle's form comes back as it was)."""
+    readers: dict[str, list[str]] = {}
+    for choice in choices:
+        for name in selectors.chat_template_variables(choice):
+            readers.setdefault(name, []).append(choice.label)
+    return [{"name": name, "field": f"{VARIABLE_PREFIX}{name}", "models": labels, "value": sent.get(name, "")}
+            for name, labels in sorted(readers.items())]
 
 
 @login_required
@@ -110,10 +128,14 @@ def arena_battle(request: HttpRequest, slug: str, battle_id: str) -> HttpRespons
             answer.refresh_from_db()
         kwargs = {"slug": project.slug, "conversation_id": conversation.public_id, "message_id": answer.public_id}
         sides.append({"name": name, "answer": answer, "model": conversation.model_label if battle.outcome or not battle.blind else None,
+                      "variables": conversation.template_variables,
                       "events": reverse("chat:events", kwargs=kwargs), "html": reverse("chat:message", kwargs=kwargs)})
     return render(request, "chat/battle.html", {
         "project": project, "membership": membership, "battle": battle, "sides": sides,
         "thinking": arena.battle_thinking(battle),
+        # Compare mode's template variables as its form takes them, for another battle with the same settings.
+        "variables_sent": {f"{VARIABLE_PREFIX}{name}": as_typed_text(value) for name, value in
+                           {**battle.side_b.template_variables, **battle.side_a.template_variables}.items()},
         "outcomes": BattleOutcome.choices,
         # The vote opens once both answers are done (battle_vote refuses it before); the page enables it.
         "answering": any(side["answer"].status == MessageStatus.STREAMING for side in sides),

@@ -6,8 +6,8 @@ import re
 from django import forms
 from django.core.exceptions import ValidationError
 
-from webapp.chat.selectors import ModelChoice
-from webapp.chat.services import MESSAGE_MAX_CHARS
+from webapp.chat.selectors import ModelChoice, TemplateVariable
+from webapp.chat.services import MESSAGE_MAX_CHARS, TEMPLATE_VARIABLE_MAX_CHARS, checked_template_variables
 from webapp.chat.openai_api import MAX_STOP_SEQUENCES
 from webapp.core.model_refs import chat_ref
 from webapp.core.text import checked_text, typed_text
@@ -30,6 +30,47 @@ def thinking_choice(value: str) -> bool | None:
         raise ValidationError({"thinking": f"Thinking: {value!r} is not a choice; choose on, off, or each model's "
                                            "default (empty)"})
     return THINKING_VALUES[value]
+
+
+# A chat template variable's field is ``var_<name>``; a boolean's is a select, unset meaning the template's own default.
+VARIABLE_PREFIX = "var_"
+VARIABLE_BOOLEAN_CHOICES = [("", "Not sent (the model's default)"), ("true", "true"), ("false", "false")]
+VARIABLE_HELP = ("Read by the model's chat template, sent with every turn; filled in with the model's own value where it "
+                 "has one. Empty: not sent (sent empty where the model sets it).")
+VARIABLE_BOOLEAN_HELP = "Read by the model's chat template as a switch, sent with every turn."
+
+
+def as_typed_text(value) -> str:
+    """A template variable's value as its field shows it: true/false as the boolean select's values, None as empty."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+def _as_typed(variable: TemplateVariable) -> str:
+    return as_typed_text(variable.default) if variable.has_default else ""
+
+
+def typed_template_value(text: str, variable: TemplateVariable):
+    """``text`` as a value of ``variable``: true/false for a boolean (or a model default that is one), a number where
+    the model's own value is one, else the text; ``ValueError`` saying what to give."""
+    if variable.kind == "boolean" or isinstance(variable.default, bool):
+        if text.strip().lower() not in ("true", "false"):
+            raise ValueError(f"{text!r} is not true or false; give one of them")
+        return text.strip().lower() == "true"
+    if isinstance(variable.default, int):
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a whole number, as the model's own value {variable.default} is; "
+                             "give one") from None
+    if isinstance(variable.default, float):
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a number, as the model's own value {variable.default} is; give one"
+                             ) from None
+    return text
 
 
 class TypedTextField(forms.CharField):
@@ -134,13 +175,19 @@ class ConversationForm(forms.Form):
         help_text="The model reasons in a think block before it answers. Off: its chat template closes an empty one "
                   "(enable_thinking false), as Qwen3's does.")
 
-    def __init__(self, *args, choices: list[ModelChoice], thinking: dict[str, bool] | None = None, **kwargs):
+    def __init__(self, *args, choices: list[ModelChoice], thinking: dict[str, bool] | None = None,
+                 variables: dict[str, dict[str, TemplateVariable]] | None = None, **kwargs):
         """``thinking``: ``selectors.thinking_defaults`` of ``choices``: the Thinking switch is there only for those
-        models (forms.js's ``data-thinking-defaults`` shows it as the model select changes), set to each one's default."""
+        models (forms.js's ``data-thinking-defaults`` shows it as the model select changes), set to each one's default.
+        ``variables``: each model's ``selectors.chat_template_variables`` by ref, offered alike (``_add_variables``)."""
         super().__init__(*args, **kwargs)
         if "model" in self.initial:
             self.initial["model"] = chat_ref(self.initial["model"])  # a run page's ?model=run_…@N
         self.fields["model"].choices = [(choice.ref, choice.option_label) for choice in choices]
+        self.choices = {choice.ref: choice for choice in choices}
+        self.labels = {choice.ref: choice.label for choice in choices}
+        self.variables = variables or {}
+        self._add_variables(choices)
         self.thinking_defaults = thinking or {}
         if not self.thinking_defaults:
             del self.fields["thinking"]
@@ -151,6 +198,84 @@ class ConversationForm(forms.Form):
         field.initially_hidden = model not in self.thinking_defaults
         if not self.is_bound and "thinking" not in self.initial and model in self.thinking_defaults:
             self.initial["thinking"] = self.thinking_defaults[model]
+
+    def _picked_model(self, choices: list[ModelChoice]) -> str | None:
+        return self.data.get("model") if self.is_bound else self.initial.get("model") or (choices[0].ref if choices else None)
+
+    def _add_variables(self, choices: list[ModelChoice]) -> None:
+        """A field ``var_<name>`` for each chat template variable some model reads, after the sampling settings: a
+        select of true/false (or unset: the template's default) for a boolean, a text box otherwise. Each carries
+        ``data-template-variable``, the models that read it with their defaults, by which forms.js shows it, enabled
+        and set to the picked model's default, as the model select changes; the others are hidden and disabled, so the
+        form sends only the picked model's."""
+        by_name: dict[str, dict[str, TemplateVariable]] = {}
+        for ref, variables in self.variables.items():
+            for name, variable in variables.items():
+                by_name.setdefault(name, {})[ref] = variable
+        picked = chat_ref(self._picked_model(choices) or "")
+        for name, readers in sorted(by_name.items()):
+            boolean = all(variable.kind == "boolean" for variable in readers.values())
+            if boolean:
+                field = forms.ChoiceField(choices=VARIABLE_BOOLEAN_CHOICES, required=False)
+            else:
+                field = forms.CharField(required=False, strip=False, max_length=TEMPLATE_VARIABLE_MAX_CHARS)
+            field.label = f"{name} (chat template variable)"
+            field.help_text = VARIABLE_BOOLEAN_HELP if boolean else VARIABLE_HELP
+            field.widget.attrs["data-template-variable"] = json.dumps(
+                {ref: _as_typed(variable) for ref, variable in readers.items()})
+            field.initially_hidden = picked not in readers
+            if field.initially_hidden:
+                field.widget.attrs["disabled"] = True
+            elif not self.is_bound and f"{VARIABLE_PREFIX}{name}" not in self.initial:
+                self.initial[f"{VARIABLE_PREFIX}{name}"] = _as_typed(readers[picked])
+            self.fields[f"{VARIABLE_PREFIX}{name}"] = field
+
+    def template_variables(self) -> dict:
+        """The picked model's chat template variables as the conversation keeps them: each value as the type of the
+        model's own (text otherwise); an empty box is left out, unless the model sets that variable (then it is
+        the empty text that overrides it)."""
+        return self.cleaned_data.get("template_variables", {})
+
+    def _clean_variables(self, model: str) -> None:
+        reads = self.variables.get(model, {})
+        values = {}
+        for key in self.data:
+            if not key.startswith(VARIABLE_PREFIX):
+                continue
+            name, typed = key[len(VARIABLE_PREFIX):], self.data.get(key, "")
+            if name not in reads:
+                if typed:  # a value for a variable the picked model's template does not read: refused, not dropped
+                    shown = ", ".join(reads) or "none that a chat sets"
+                    self.add_error(None, f"Template variable {name}: the chat template of "
+                                         f"{self.labels.get(model, model)} does not read it (it reads {shown}); "
+                                         "leave it empty")
+                continue
+            field_name = f"{VARIABLE_PREFIX}{name}"
+            if field_name not in self.cleaned_data:
+                continue  # the field's own error (too long) is already said
+            variable = reads[name]
+            text = self.cleaned_data[field_name]
+            if text == "" and (variable.kind == "boolean" or not variable.has_default):
+                continue
+            try:
+                values[name] = typed_template_value(text, variable)
+            except ValueError as error:
+                self.add_error(field_name, f"{name}: {error}")
+        self.cleaned_data["template_variables"] = values
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("model") in self.choices:
+            self._clean_variables(cleaned["model"])
+        if values := cleaned.get("template_variables"):  # bounded, and a first turn rendered with them
+            try:
+                cleaned["template_variables"] = checked_template_variables(
+                    model=self.choices[cleaned["model"]], variables=values, enable_thinking=self.enable_thinking(),
+                    system_prompt=cleaned.get("system_prompt", ""))
+            except ValidationError as error:
+                for message in error.message_dict["template_variables"]:
+                    self.add_error(None, f"Template variables: {message}")
+        return cleaned
 
     def enable_thinking(self) -> bool | None:
         """The switch as the conversation keeps it: None for a model whose template does not read it."""
@@ -165,7 +290,8 @@ class ConversationForm(forms.Form):
         return {"model": conversation.model_ref, "system_prompt": conversation.system_prompt,
                 **{name: getattr(conversation, name) for name in ("temperature", "top_p", "top_k", "max_tokens",
                                                                   "presence_penalty", "frequency_penalty", "stop")},
-                **({"thinking": conversation.enable_thinking} if conversation.enable_thinking is not None else {})}
+                **({"thinking": conversation.enable_thinking} if conversation.enable_thinking is not None else {}),
+                **{f"{VARIABLE_PREFIX}{name}": as_typed_text(value) for name, value in conversation.template_variables.items()}}
 
     def clean_presence_penalty(self) -> float:
         return self.cleaned_data["presence_penalty"] or 0.0

@@ -41,6 +41,9 @@ class Conversation(models.Model):
     # The Thinking switch, for a model whose chat template reads enable_thinking (Qwen3's): sent as that template
     # variable. Null: the model's template does not read it, and nothing is sent.
     enable_thinking = models.BooleanField(null=True, default=None)
+    # The other variables of the model's chat template set for this conversation ({"persona": "a pirate"}), sent over
+    # the model's own with each turn: only names the template reads, JSON scalars (services.checked_template_variables).
+    template_variables = models.JSONField(default=dict, blank=True)
     # One side of an arena battle: hidden from the conversation list and page (its model is secret).
     in_arena = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)

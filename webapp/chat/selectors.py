@@ -172,6 +172,73 @@ def _thinking_default(path: str, _stamp: tuple) -> bool | None:
     return settings.template_kwargs.get("enable_thinking") is not False
 
 
+# The Thinking switch's variable (``thinking_defaults``): the chat offers it as that switch, not among the others.
+THINKING_VARIABLE = "enable_thinking"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TemplateVariable:
+    """A variable of a model's chat template that a person may set for a conversation
+    (``jaxengine.chat_template.chat_variables``, less the Thinking switch's): ``kind`` "boolean" (the template only
+    asks whether it holds) or "text", and the model's own value, ``default`` (its run's over its
+    ``chat_template_kwargs.json``, as a turn sends them), where ``has_default``."""
+
+    name: str
+    kind: str
+    default: Any = None
+    has_default: bool = False
+
+
+def chat_template_variables(choice: ModelChoice) -> dict[str, TemplateVariable]:
+    """The variables of ``choice``'s chat template a conversation may set, by name in name order; none where its
+    tokenizer files or template cannot be read (a chat with it says what is wrong with them)."""
+    found = _chat_variables(choice.path, _template_files_stamp(choice.path))
+    if found is None:
+        return {}
+    kinds, own_variables = found
+    defaults = {**own_variables, **choice.template_kwargs}
+    return {name: TemplateVariable(name=name, kind=kind, default=defaults.get(name), has_default=name in defaults)
+            for name, kind in kinds.items() if name != THINKING_VARIABLE}
+
+
+@functools.lru_cache(maxsize=256)
+def _chat_variables(path: str, _stamp: tuple) -> tuple[dict[str, str], dict[str, Any]] | None:
+    from jaxengine.chat_template import DEFAULT_CHAT_TEMPLATE, ChatTemplateError, chat_variables
+
+    if (settings := _tokenizer_settings(path, _stamp)) is None:
+        return None
+    try:
+        return chat_variables(settings.chat_template or DEFAULT_CHAT_TEMPLATE), dict(settings.template_kwargs)
+    except ChatTemplateError:
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def _tokenizer_settings(path: str, _stamp: tuple):
+    from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
+
+    if not Path(path).is_dir():  # gone (the serve worker says so), where reading it would find the defaults
+        return None
+    try:
+        return read_tokenizer_settings(path)
+    except (TokenizerError, OSError):
+        return None
+
+
+def rendered_prompt(*, model: ModelChoice, messages: list[dict[str, str]], variables: dict[str, Any]) -> str | None:
+    """The text the serve worker renders for ``messages`` as a prompt asking for the next answer (``encode_prompt``,
+    before its tokens): the model's chat template with its special tokens, its own variables and ``variables`` (a
+    turn's ``chat_template_kwargs``) over them. None where the model's tokenizer files cannot be read or there are no
+    messages; ``ChatTemplateError`` (file line and message) where the template fails on them."""
+    from jaxengine.chat_template import DEFAULT_CHAT_TEMPLATE, render_chat_template
+
+    settings = _tokenizer_settings(model.path, _template_files_stamp(model.path))
+    if settings is None or not messages:
+        return None
+    return render_chat_template(settings.chat_template or DEFAULT_CHAT_TEMPLATE, messages, add_generation_prompt=True,
+                                **{**settings.named_tokens, **settings.template_kwargs, **variables})
+
+
 def model_choices(*, project: Project, archived: bool = False) -> list[ModelChoice]:
     """The models the project offers to chat with, in ``_project_models``' order: not archived runs'
     (someone put them away; the arena would still draw them) unless ``archived``. ``model_choice``

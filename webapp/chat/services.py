@@ -8,9 +8,11 @@ page follows ``webapp.chat.channels`` events of that id.
 """
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 from datetime import datetime, timedelta
+from typing import Any
 
 import redis
 from kombu.exceptions import OperationalError
@@ -20,14 +22,15 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from jaxengine.chat_template import ChatTemplateError, template_variable_problem
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.chat import channels
 from webapp.chat.models import ApiGeneration, Conversation, Message, MessageStatus, ProjectToken, Role
-from webapp.chat.selectors import ModelChoice, conversation_readers
+from webapp.chat.selectors import ModelChoice, chat_template_variables, conversation_readers, rendered_prompt
 from webapp.core.bidi import isolated
 from webapp.core.templatetags.temper import when
-from webapp.core.text import NUL, storable_model_text
+from webapp.core.text import NUL, checked_text, storable_model_text
 from webapp.projects.models import Project
 from webapp.projects.services import project_lock
 from webapp.runs.channels import redis_client
@@ -41,6 +44,10 @@ TITLE_CHARS = 80
 # The longest user turn or arena prompt, in characters (the chat's form says so too). Far past any context
 # the served models have; the bound keeps a pasted file out of the database.
 MESSAGE_MAX_CHARS = 100_000
+# A conversation's chat template variables (Conversation.template_variables): how many, and the longest text value
+# (a persona, a style guide). The serve request takes 32 variables, the model's own included.
+TEMPLATE_VARIABLES_MAX = 16
+TEMPLATE_VARIABLE_MAX_CHARS = 4_000
 # Time a request may wait in the serve queue, on top of its generation's own timeout (see answer_is_lost).
 LOST_ANSWER_GRACE_SECONDS = 120
 # Time a generation may wait, once its serve worker has the model loaded, for its programs to compile and for a free
@@ -63,17 +70,86 @@ EMPTY_CONVERSATION_KEPT = timedelta(days=1)
 def conversation_create(*, project: Project, user, model: ModelChoice, system_prompt: str = "",
                         temperature: float = 0.7, top_p: float = 1.0, top_k: int = 0,
                         max_tokens: int = 256, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
-                        stop: list[str] | None = None, enable_thinking: bool | None = None) -> Conversation:
-    """A new conversation (its page opens at once, and prepares the model while the person types). The
-    author's conversations in the project that were started over ``EMPTY_CONVERSATION_KEPT`` ago and never
-    got a message are deleted: the list does not show them, and nothing else refers to them."""
+                        stop: list[str] | None = None, enable_thinking: bool | None = None,
+                        template_variables: dict[str, Any] | None = None) -> Conversation:
+    """A new conversation (its page opens at once, and prepares the model while the person types).
+    ``template_variables``: values of the model's chat template variables, checked (``checked_template_variables``:
+    a ``ValidationError`` keyed ``template_variables``, nothing saved). The author's conversations in the project
+    that were started over ``EMPTY_CONVERSATION_KEPT`` ago and never got a message are deleted: the list does not
+    show them, and nothing else refers to them."""
+    template_variables = checked_template_variables(model=model, variables=template_variables or {},
+                                                    system_prompt=system_prompt, enable_thinking=enable_thinking)
     (Conversation.objects.filter(project=project, user=user, in_arena=False,
                                  created_at__lt=timezone.now() - EMPTY_CONVERSATION_KEPT)
      .exclude(Exists(Message.objects.filter(conversation=OuterRef("pk")))).delete())
     return Conversation.objects.create(
         project=project, user=user, model_ref=model.ref, model_label=model.label, system_prompt=system_prompt,
         temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, presence_penalty=presence_penalty,
-        frequency_penalty=frequency_penalty, stop=list(stop or []), enable_thinking=enable_thinking)
+        frequency_penalty=frequency_penalty, stop=list(stop or []), enable_thinking=enable_thinking,
+        template_variables=template_variables)
+
+
+def checked_template_variables(*, model: ModelChoice, variables: dict[str, Any], system_prompt: str = "",
+                               enable_thinking: bool | None = None) -> dict[str, Any]:
+    """``variables`` for a conversation with ``model``, once each is a name its chat template reads
+    (``selectors.chat_template_variables``) and a JSON scalar of at most ``TEMPLATE_VARIABLE_MAX_CHARS``, at most
+    ``TEMPLATE_VARIABLES_MAX`` of them, and the template renders a first turn with them; else a ``ValidationError``
+    keyed ``template_variables`` naming the variable (or the template's line) and what to do."""
+    if not variables:
+        return {}
+    readable = chat_template_variables(model)
+    problems = []
+    if len(variables) > TEMPLATE_VARIABLES_MAX:
+        problems.append(f"{len(variables)} template variables given; set at most {TEMPLATE_VARIABLES_MAX}")
+    for name, value in variables.items():
+        if name not in readable:
+            reads = ", ".join(readable) or "none that a chat sets"
+            problems.append(f"{isolated(str(name))}: the chat template of {isolated(model.label)} does not read it "
+                            f"(it reads {reads}); leave it out")
+        elif problem := template_variable_problem(name, value):
+            problems.append(f"{name}: {problem}")
+        elif isinstance(value, str) and (problem := _text_problem(value)):
+            problems.append(f"{name}: {problem}")
+    if problems:
+        raise ValidationError({"template_variables": problems})
+    turns = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    variables = dict(variables)
+    _check_renders(model=model, variables=variables, enable_thinking=enable_thinking,
+                   messages=[*turns, {"role": "user", "content": "Hello"}])
+    return variables
+
+
+def _text_problem(value: str) -> str | None:
+    try:
+        checked_text(value, field="value", max_length=TEMPLATE_VARIABLE_MAX_CHARS)
+    except ValidationError as error:
+        return error.message_dict["value"][0]
+    return None
+
+
+def template_kwargs_of(conversation: Conversation, model: ModelChoice) -> dict[str, Any]:
+    """The chat template variables a turn of ``conversation`` sends (``chat_template_kwargs``), over the model's own
+    file's: a run's model's as its Run row has them (``ModelChoice.template_kwargs``), then the Thinking switch, then
+    the conversation's own variables."""
+    variables = dict(model.template_kwargs)
+    if conversation.enable_thinking is not None:
+        variables["enable_thinking"] = conversation.enable_thinking
+    return {**variables, **conversation.template_variables}
+
+
+def _check_renders(*, model: ModelChoice, variables: dict[str, Any], enable_thinking: bool | None,
+                   messages: list[dict[str, str]]) -> None:
+    """Refuse (``ValidationError`` keyed ``template_variables``) ``variables`` that ``model``'s chat template fails
+    on for ``messages``, before anything is sent: the serve worker would only fail the answer."""
+    probe = Conversation(template_variables=variables, enable_thinking=enable_thinking)
+    try:
+        rendered_prompt(model=model, messages=messages, variables=template_kwargs_of(probe, model))
+    except ChatTemplateError as error:
+        shown = ", ".join(f"{name} = {isolated(json.dumps(value, ensure_ascii=False)[:80])}"
+                          for name, value in variables.items())
+        raise ValidationError({"template_variables": (
+            f"the chat template of {isolated(model.label)} fails with the template variables {shown}: {error}. "
+            "Nothing was sent; give other values (a new conversation with these settings keeps the rest)")}) from None
 
 
 @transaction.atomic
@@ -123,7 +199,7 @@ def _usable_answer(message: Message | None) -> bool:
             and message.status in (MessageStatus.COMPLETE, MessageStatus.STOPPED, MessageStatus.TIMEOUT))
 
 
-def _history(conversation: Conversation) -> list[dict[str, str]]:
+def history(conversation: Conversation) -> list[dict[str, str]]:
     """The turns the model reads: the system prompt, each earlier user turn with its answer, and the newest
     user turn. A turn whose answer failed or came out empty is left out with its answer, so that user and
     assistant turns alternate, as many chat templates demand (Gemma's, Llama 2's and Mistral's raise
@@ -156,18 +232,13 @@ def check_turn_text(text: str, *, field: str, what: str) -> None:
 def _enqueue_answer(conversation: Conversation, model: ModelChoice) -> Message:
     answer = Message.objects.create(conversation=conversation, role=Role.ASSISTANT, status=MessageStatus.STREAMING)
     request = {"id": answer.public_id, "message": answer.public_id, "model_key": model.cache_key,
-               "model_path": model.path, "messages": _history(conversation), "max_new_tokens": conversation.max_tokens,
+               "model_path": model.path, "messages": history(conversation), "max_new_tokens": conversation.max_tokens,
                "temperature": conversation.temperature, "top_p": conversation.top_p, "top_k": conversation.top_k,
                "presence_penalty": conversation.presence_penalty, "frequency_penalty": conversation.frequency_penalty,
                "stop": conversation.stop,
                "seed": secrets.randbelow(2**31),  # a regenerated answer draws anew
                "fit_context": True}  # a long conversation leaves out its oldest turns instead of failing
-    # A run's model's variables as its Run row has them (ModelChoice.template_kwargs), then the Thinking switch, over
-    # the model's own.
-    variables = dict(model.template_kwargs)
-    if conversation.enable_thinking is not None:
-        variables["enable_thinking"] = conversation.enable_thinking
-    if variables:
+    if variables := template_kwargs_of(conversation, model):
         request["chat_template_kwargs"] = variables
     transaction.on_commit(lambda: celery_app.send_task(GENERATE_TASK, args=[request], queue="serve",
                                                        expires=generation_expiry_seconds()))
@@ -226,6 +297,9 @@ def message_send(*, conversation: Conversation, model: ModelChoice, content: str
     if conversation.messages.filter(status=MessageStatus.STREAMING).exists():
         raise ChatError("an answer is still being written; stop it or wait for it to finish")
     Message.objects.create(conversation=conversation, role=Role.USER, content=content)
+    if conversation.template_variables:  # a value the template fails on with this conversation: refused, nothing saved
+        _check_renders(model=model, variables=conversation.template_variables,
+                       enable_thinking=conversation.enable_thinking, messages=history(conversation))
     if not conversation.title:
         conversation.title = content.strip().splitlines()[0][:TITLE_CHARS]
     conversation.save()
@@ -243,6 +317,9 @@ def message_regenerate(*, conversation: Conversation, model: ModelChoice) -> Mes
     if last.status == MessageStatus.STREAMING:
         raise ChatError("an answer is still being written; stop it or wait for it to finish")
     last.delete()
+    if conversation.template_variables:
+        _check_renders(model=model, variables=conversation.template_variables,
+                       enable_thinking=conversation.enable_thinking, messages=history(conversation))
     conversation.save()
     return _enqueue_answer(conversation, model)
 

@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
+from jaxengine.chat_template import ChatTemplateError
 from webapp.chat import selectors, services
 from webapp.chat.forms import ConversationForm, MessageForm
 from webapp.chat.models import Message, ProjectToken
@@ -70,7 +71,7 @@ def chat_list(request: HttpRequest, slug: str) -> HttpResponse:
             messages.warning(request, f"{isolated(original.model_label)}, the model of that conversation, is no longer "
                                       "available: choose another.")
     form = ConversationForm(request.POST or None, choices=choices, initial=initial,
-                            thinking=selectors.thinking_defaults(choices))
+                            thinking=selectors.thinking_defaults(choices), variables=_variables(choices))
     if request.method == "POST" and form.is_valid():
         model = next(choice for choice in choices if choice.ref == form.cleaned_data["model"])
 
@@ -81,11 +82,16 @@ def chat_list(request: HttpRequest, slug: str) -> HttpResponse:
                 top_k=form.cleaned_data["top_k"], max_tokens=form.cleaned_data["max_tokens"],
                 presence_penalty=form.cleaned_data["presence_penalty"],
                 frequency_penalty=form.cleaned_data["frequency_penalty"], stop=form.cleaned_data["stop"],
-                enable_thinking=form.enable_thinking())
+                enable_thinking=form.enable_thinking(), template_variables=form.template_variables())
             return reverse("chat:detail", kwargs={"slug": project.slug, "conversation_id": conversation.public_id})
 
         return redirect(form_send_once(request, create=start))
     return _list_page(request, project, membership, form, status=400 if request.method == "POST" else 200)
+
+
+def _variables(choices) -> dict:
+    """Each model's chat template variables a conversation may set (``selectors.chat_template_variables``), by ref."""
+    return {choice.ref: variables for choice in choices if (variables := selectors.chat_template_variables(choice))}
 
 
 @login_required
@@ -111,7 +117,7 @@ def chat_token_create(request: HttpRequest, slug: str) -> HttpResponse:
         note_secret_already_shown(request, tokens=ProjectToken.objects.filter(project=project, user=request.user),
                                   token_id=token_id)
     choices = selectors.model_choices(project=project)
-    form = ConversationForm(choices=choices, thinking=selectors.thinking_defaults(choices))
+    form = ConversationForm(choices=choices, thinking=selectors.thinking_defaults(choices), variables=_variables(choices))
     return _list_page(request, project, membership, form, new_secret=secret)
 
 
@@ -141,8 +147,21 @@ def chat_detail(request: HttpRequest, slug: str, conversation_id: str) -> HttpRe
         services.model_prepare(model=model)
     return render(request, "chat/detail.html", {
         "project": project, "membership": membership, "conversation": conversation,
+        **_prompt(conversation, model),
         "chat_messages": list(conversation.messages.all()), "form": MessageForm(), "model_available": model is not None,
         "unavailable": "" if model is not None else selectors.unavailable_reason(project=project, conversation=conversation)})
+
+
+def _prompt(conversation, model) -> dict:
+    """The conversation so far as the model's chat template renders it for the next answer, with the conversation's
+    template variables (``prompt``), or why it cannot be rendered (``prompt_error``): what the variables do."""
+    if model is None:
+        return {}
+    try:
+        return {"prompt": selectors.rendered_prompt(model=model, messages=services.history(conversation),
+                                                    variables=services.template_kwargs_of(conversation, model))}
+    except ChatTemplateError as error:
+        return {"prompt_error": str(error)}
 
 
 @login_required
@@ -215,6 +234,8 @@ def chat_regenerate(request: HttpRequest, slug: str, conversation_id: str) -> Ht
     project, _membership, conversation = _chat_conversation(request, slug, conversation_id)
     try:
         answer = services.message_regenerate(conversation=conversation, model=_model_or_error(project, conversation))
+    except ValidationError as error:  # the conversation's template variables fail on it
+        return _invalid(error.message_dict)
     except services.ChatError as error:
         return JsonResponse({"error": str(error)}, status=409)
     return _answer_json(request, project, conversation, answer, sent=False)

@@ -186,3 +186,27 @@ def test_the_bounds_leave_a_long_conversation_and_a_template_with_loops_as_they_
     assert render_chat_template("{{ 3 * 'ab' }}{{ 2 ** 10 }}{{ '%5s' % 'x' }}", messages) == "ababab1024    x"
     assert render_chat_template("{{ 'a\nb' | indent }}|{{ 'a' | center(5) }}|{{ 'a'.ljust(3) }}.", messages) == (
         "a\n    b|  a  |a  .")
+
+
+def test_chat_variables_are_what_a_person_may_set_each_with_its_kind():
+    """The chat panel offers these: the template's own free variables, not what every rendering passes it (the
+    conversation, the special tokens, tools and documents, the environment's functions, the date a run fixes)."""
+    passed = ("{{ bos_token }}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}{% if tools %}"
+              "{{ documents }}{% endif %}{{ raise_exception('no') if pad_token is none }}{{ strftime_now('%Y') }}"
+              "{{ date_string }}{% if add_generation_prompt %}A:{% endif %}")
+    thinking = passed + "{% if enable_thinking is defined and enable_thinking is false %}<think></think>{% endif %}"
+    custom = passed + ("{% if persona %}You are {{ persona }}.{% endif %}{% if terse %}Be brief.{% endif %}"
+                       "{% if not reasoning_effort is defined %}{% set reasoning_effort = 'low' %}{% endif %}"
+                       "{% if reasoning_effort == 'high' %}Think hard.{% endif %}{% if strict == true %}!{% endif %}")
+    assert chat_template.chat_variables(passed) == {}
+    assert chat_template.chat_variables(DEFAULT_CHAT_TEMPLATE) == {}
+    assert chat_template.chat_variables(thinking) == {"enable_thinking": "boolean"}
+    assert chat_template.chat_variables(custom) == {"persona": "text", "reasoning_effort": "text", "strict": "boolean",
+                                                    "terse": "boolean"}
+    assert chat_template.CHAT_PASSED_VARIABLES >= {"messages", "add_generation_prompt", "tools", "documents",
+                                                   "bos_token", "eos_token", "date_string"}
+    # the names the tokenizer passes as special tokens are this one list
+    from jaxengine.tokenizer import NAMED_SPECIAL_TOKENS
+    assert set(NAMED_SPECIAL_TOKENS) <= chat_template.CHAT_PASSED_VARIABLES
+    with pytest.raises(ChatTemplateError, match="line 1"):
+        chat_template.chat_variables("{% if persona %}")

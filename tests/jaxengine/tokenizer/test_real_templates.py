@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 import transformers
 
-from jaxengine.chat_template import ChatTemplateError, render_chat_template, stamped_date, template_variables
+from jaxengine.chat_template import (ChatTemplateError, chat_variables, render_chat_template, stamped_date,
+                                     template_variables)
 from jaxengine.tokenizer import load_tokenizer
 from tests import factories
 
@@ -104,6 +105,16 @@ def test_template_variables_lists_what_a_template_reads(template_name, reads):
     # The names a caller can set: not messages or add_generation_prompt, nor the environment's functions
     # (raise_exception, strftime_now), nor what the template sets itself without asking if it is defined.
     assert template_variables((TEMPLATES_DIR / template_name).read_text(encoding="utf-8")) == reads
+
+
+@pytest.mark.parametrize(("template_name", "offered"), [
+    ("qwen3.jinja", {"enable_thinking": "boolean"}),
+    ("llama3_2.jinja", {"custom_tools": "text", "tools_in_user_message": "boolean"}),  # not bos_token, date_string
+    ("gemma2.jinja", {}),
+    ("phi3_5.jinja", {}),
+])
+def test_chat_variables_of_real_templates_leave_out_what_each_rendering_passes(template_name, offered):
+    assert chat_variables((TEMPLATES_DIR / template_name).read_text(encoding="utf-8")) == offered
 
 
 @pytest.mark.parametrize(("template_name", "stamps"), [("llama3_2.jinja", True), ("llama3_3.jinja", False),

@@ -1,3 +1,5 @@
+import json
+
 from django import template
 from django.conf import settings
 from django.utils.safestring import SafeString
@@ -20,6 +22,13 @@ def model_markdown(text: str) -> SafeString:
 def stop_sequence_as_typed(sequence: str) -> str:
     """A stop sequence as the form takes it: a line break in it shows as \\n, where the page would show a space."""
     return forms.stop_sequence_as_typed(sequence)
+
+
+@register.filter
+def template_value(value) -> str:
+    """A chat template variable's value as JSON writes it ("a pirate", true, 3): a text is told from a number or a
+    switch. Plain text: the page escapes it."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 @register.simple_tag
