@@ -42,6 +42,8 @@ CHAT_TEMPLATE_FILE = "chat_template.jinja"
 # chats with them, so loading the model renders with them too. Other tools do not read this file; its name
 # says what to pass them (vLLM's and SGLang's request field, transformers' apply_chat_template keywords).
 CHAT_TEMPLATE_KWARGS_FILE = "chat_template_kwargs.json"
+# How many template variables a spec (data.chat_template_kwargs) or one /v1 request may set.
+TEMPLATE_VARIABLES_MAX = 32
 
 # Used when a model ships no template: each message is "<|im_start|>{role}\n{content}<|im_end|>\n", and
 # the generation prompt is "<|im_start|>assistant\n". For a tokenizer without these special tokens they

@@ -25,7 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
-from jaxengine.chat_template import RESERVED_TEMPLATE_VARIABLES, template_variable_problem
+from jaxengine.chat_template import RESERVED_TEMPLATE_VARIABLES, TEMPLATE_VARIABLES_MAX, template_variable_problem
 from jaxengine.data import formats
 from jaxengine.words import counted
 
@@ -113,7 +113,7 @@ class DataSpec(_Section):
                     "value, as eval/<metric>/<value> (at most 32 values).",
     )
     chat_template_kwargs: dict[str, Any] = Field(
-        default_factory=dict, max_length=32,
+        default_factory=dict, max_length=TEMPLATE_VARIABLES_MAX,
         description="Variables the model's chat template reads, e.g. {enable_thinking: false} for Qwen3: used "
                     "wherever the run renders a chat (training rows, eval, RL prompts, samples) and kept with "
                     "the exported model, so chat renders the same. Values are strings, numbers, true/false or null.",

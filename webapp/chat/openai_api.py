@@ -47,6 +47,7 @@ from django.views.decorators.csrf import csrf_exempt
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from jaxengine.chat_template import TEMPLATE_VARIABLES_MAX
 from webapp.celery import app as celery_app
 from webapp.chat import channels, selectors
 from webapp.chat.events import MAX_STREAM_SECONDS, relay
@@ -290,7 +291,7 @@ class ChatBody(_Body):
     # vLLM's and SGLang's field: variables for the model's chat template ({"enable_thinking": false} for Qwen3), over
     # the model's own (a Temper run's export keeps its data.chat_template_kwargs).
     chat_template_kwargs: dict[str, TemplateValue] | None = Field(
-        default=None, max_length=32,
+        default=None, max_length=TEMPLATE_VARIABLES_MAX,
         description='a JSON object of chat template variables, e.g. {"enable_thinking": false}')
     logprobs: StrictBool = Field(default=False, description=NO_LOGPROBS_FALSE)
     top_logprobs: StrictInt = Field(default=0, description=NO_TOP_LOGPROBS)

@@ -25,6 +25,7 @@ from celery.signals import celeryd_init, worker_shutdown
 from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from jaxengine.chat_template import TEMPLATE_VARIABLES_MAX
 from webapp.celery import app
 from webapp.chat import channels
 from webapp.chat import services as chat_services
@@ -75,7 +76,9 @@ class GenerateRequest(BaseModel):
     messages: list[Message] | None = None
     # Variables for the model's chat template over the model's own (chat_template_kwargs.json): a /v1 request's
     # chat_template_kwargs, a conversation's Thinking switch. Checked by jaxengine.chat_template.template_variable_problem.
-    chat_template_kwargs: dict[str, str | int | float | bool | None] = Field(default_factory=dict, max_length=32)
+    # A run's model sends its Run row's (a spec's, at most TEMPLATE_VARIABLES_MAX) under the request's own (as many).
+    chat_template_kwargs: dict[str, str | int | float | bool | None] = Field(
+        default_factory=dict, max_length=2 * TEMPLATE_VARIABLES_MAX)
     prompt: str | None = None
     # None (an API request without max_tokens): up to DEFAULT_MAX_NEW_TOKENS, fewer where the prompt leaves less
     # room in the context, as OpenAI's and vLLM's servers fill the context rather than refuse.

@@ -9,11 +9,13 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.test import AsyncClient, Client
 
+from jaxengine.chat_template import TEMPLATE_VARIABLES_MAX
 from tests.webapp.factories import make_base_model
 from webapp.chat import channels, openai_api
 from webapp.chat.tokens import project_token_create
 from webapp.core import sse
 from webapp.runs.channels import redis_client
+from worker.tasks.serve import GenerateRequest
 
 
 @pytest.fixture
@@ -953,6 +955,26 @@ def test_a_runs_model_is_sent_its_run_rows_variables_under_the_requests(api, wor
     assert requests[0]["chat_template_kwargs"] == variables
     assert requests[1]["chat_template_kwargs"] == {"enable_thinking": True, "date_string": "01 Jan 2030"}
     assert "chat_template_kwargs" not in requests[2]
+
+
+def test_a_runs_variables_and_a_requests_own_reach_the_serve_worker_together(api, worker, team, tmp_path):
+    """A run with as many template variables as a spec may hold, chatted with a request setting as many others: the
+    serve worker takes the request (it refused more than 32 variables in all)."""
+    from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
+
+    _model, headers = api
+    scripts, requests = worker
+    scripts += [ANSWER]
+    own = {f"own{index:02}": "x" for index in range(TEMPLATE_VARIABLES_MAX)}
+    asked = {f"asked{index:02}": "y" for index in range(TEMPLATE_VARIABLES_MAX)}
+    run = Run.objects.create(project=team.project, name="many variables", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, created_by=team.owner,
+                             resolved_spec={"output_dir": str(tmp_path), "data": {"chat_template_kwargs": own}})
+    (tmp_path / "export").mkdir()
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(tmp_path / "export"))
+    assert post("/v1/chat/completions", {**CHAT, "model": run.public_id, "chat_template_kwargs": asked},
+                headers).status_code == 200
+    assert GenerateRequest.model_validate(requests[0]).chat_template_kwargs == {**own, **asked}
 
 
 @pytest.mark.parametrize("variables,message", [
