@@ -12,6 +12,14 @@ before the containment check, so a link pointing outside the root is refused too
 ``read_model_facts`` checks every file it reads the same way (a config.json linked to
 a file outside the root was read, and shown on the model's page).
 
+The root is shared by every project, so it is also split between them: a directory under
+``projects/<slug>/`` is project ``<slug>``'s alone, and everything else (``shared/``, and any other
+top-level directory, as installs laid the root out before projects had folders: the demo at
+``demo/``) is every project's. Another project's folder is judged at every component of the
+path, as it resolves (a link in a shared directory into it, or a link in it to a shared model,
+is refused alike), and refused with the very message a missing directory gets, so that no
+project learns what another's folder holds.
+
 The files are untrusted too: every value read from them is checked for its type and
 range before use, so a malformed one is a ``ModelDirError`` naming the file and the
 field (``"architectures": 5`` was a 500 page).
@@ -36,6 +44,10 @@ MAX_COUNT = 2**53
 SHARD_INDEX = "model.safetensors.index.json"
 # Keys under which Hugging Face configs of the common families state the context length.
 CONTEXT_LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+# The models root's folders: projects/<slug>/ is that project's own; shared/ (and any other top-level directory) is
+# every project's.
+PROJECTS_FOLDER = "projects"
+SHARED_FOLDER = "shared"
 
 
 class ModelDirError(ValueError):
@@ -59,9 +71,40 @@ class ModelFacts:
     config: dict
 
 
-def resolve_model_dir(raw_path: str, *, models_root: Path) -> Path:
+def project_folder(*, models_root: Path, project_slug: str) -> Path:
+    """The folder of the models root whose models only project ``project_slug`` sees."""
+    return models_root / PROJECTS_FOLDER / project_slug
+
+
+def in_another_projects_folder(relative: PurePath, *, project_slug: str) -> bool:
+    """Whether ``relative`` (a path under the models root) lies in the folder of a project other than
+    ``project_slug`` (``projects/<other>/...``): hidden from ``project_slug``'s members."""
+    parts = relative.parts
+    return len(parts) >= 2 and parts[0] == PROJECTS_FOLDER and parts[1] != project_slug
+
+
+def _missing(candidate: Path, root: Path, project_slug: str) -> ModelDirError:
+    # The one message for a missing directory and for one in another project's folder.
+    return ModelDirError(f"{candidate} does not exist; copy the model under {root / SHARED_FOLDER} (every project's) "
+                         f"or {project_folder(models_root=root, project_slug=project_slug)} (this project's alone) "
+                         "first")
+
+
+def hidden_from_project(path: Path, *, root: Path, project_slug: str) -> bool:
+    """Whether ``path`` (absolute) or any directory on its way to it resolves into the folder of a project other
+    than ``project_slug`` under ``root`` (resolved)."""
+    for prefix in (*reversed(path.parents), path):
+        resolved = prefix.resolve()
+        if resolved.is_relative_to(root) and in_another_projects_folder(resolved.relative_to(root),
+                                                                         project_slug=project_slug):
+            return True
+    return False
+
+
+def resolve_model_dir(raw_path: str, *, models_root: Path, project_slug: str) -> Path:
     """Resolve ``raw_path`` (absolute, or relative to ``models_root``) to a real
-    directory inside ``models_root``, or raise ``ModelDirError``."""
+    directory inside ``models_root`` that project ``project_slug`` may read (not in another
+    project's folder), or raise ``ModelDirError``."""
     raw_path = raw_path.strip()
     if not raw_path:
         raise ModelDirError(f"give a directory under {models_root}")
@@ -73,16 +116,21 @@ def resolve_model_dir(raw_path: str, *, models_root: Path) -> Path:
         candidate = root / candidate
     # Judged before existence, on the path as it would resolve (a missing path is judged as if it existed),
     # and with one message that shows only what was given: the form must not say whether a path outside
-    # the root exists, nor where a link points.
+    # the root, or in another project's folder, exists, nor where a link points. Another project's folder
+    # first: a link of its own out of the root would otherwise be told apart from a missing directory.
+    if hidden_from_project(candidate, root=root, project_slug=project_slug):
+        raise _missing(candidate, root, project_slug)
     outside = ModelDirError(f"{candidate}: not a directory under the models root {root}; copy or move the model "
                             "under the root (symlinks there may not point outside it)")
     if not candidate.resolve().is_relative_to(root):
         raise outside
     if not candidate.exists():
-        raise ModelDirError(f"{candidate} does not exist; models must be copied under {root} first")
+        raise _missing(candidate, root, project_slug)
     resolved = candidate.resolve(strict=True)
     if not resolved.is_relative_to(root):  # a link changed since the check above
         raise outside
+    if in_another_projects_folder(resolved.relative_to(root), project_slug=project_slug):  # likewise
+        raise _missing(candidate, root, project_slug)
     if not resolved.is_dir():
         raise ModelDirError(f"{resolved} is a file; give the model's directory (the one holding config.json)")
     return resolved
@@ -95,20 +143,27 @@ def read_safetensors_header(path: Path) -> dict:
     return safetensors_header.read_safetensors_header(path, error=ModelDirError)
 
 
-def _inside_root(path: Path, models_root: Path) -> Path:
-    """``path`` when it resolves inside ``models_root``; a file linked to one outside is refused."""
+def _inside_root(path: Path, models_root: Path, project_slug: str) -> Path:
+    """``path`` when it resolves inside ``models_root``, out of other projects' folders; a file linked to one
+    outside is refused (where it points is not told when that is another project's folder)."""
+    root = models_root.resolve()
     resolved = path.resolve()
-    if not resolved.is_relative_to(models_root.resolve()):
-        raise ModelDirError(f"{path} links to {resolved}, outside the models root {models_root.resolve()}; "
+    if not resolved.is_relative_to(root):
+        raise ModelDirError(f"{path} links to {resolved}, outside the models root {root}; "
                             "copy the file into the model's directory")
+    if in_another_projects_folder(resolved.relative_to(root), project_slug=project_slug):
+        raise ModelDirError(f"{path} links out of the folders this project may read ({root / SHARED_FOLDER}, "
+                            f"{project_folder(models_root=root, project_slug=project_slug)}); copy the file into the "
+                            "model's directory")
     return path
 
 
-def _weight_files(model_dir: Path, models_root: Path) -> list[Path]:
+def _weight_files(model_dir: Path, models_root: Path, project_slug: str) -> list[Path]:
     index_path = model_dir / SHARD_INDEX
     if index_path.exists():
         try:
-            weight_map = json.loads(_inside_root(index_path, models_root).read_text(encoding="utf-8"))["weight_map"]
+            index_text = _inside_root(index_path, models_root, project_slug).read_text(encoding="utf-8")
+            weight_map = json.loads(index_text)["weight_map"]
         except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
             raise ModelDirError(f"{index_path}: not a shard index with a 'weight_map' ({exc})") from exc
         if not isinstance(weight_map, dict) or not all(isinstance(name, str) for name in weight_map.values()):
@@ -121,7 +176,7 @@ def _weight_files(model_dir: Path, models_root: Path) -> list[Path]:
             if not file.is_file():
                 raise ModelDirError(f"{index_path}: shard {name!r} is listed but missing")
         return files
-    files = [_inside_root(file, models_root) for file in sorted(model_dir.glob("*.safetensors"))]
+    files = [_inside_root(file, models_root, project_slug) for file in sorted(model_dir.glob("*.safetensors"))]
     if not files:
         raise ModelDirError(
             f"{model_dir}: no safetensors weights (model.safetensors or {SHARD_INDEX}); "
@@ -205,12 +260,13 @@ def _vocab_size(config: dict, family: str, config_path: Path) -> int | None:
     return _first_int(config, ("vocab_size",), source=config_path)
 
 
-def read_model_facts(model_dir: Path, *, models_root: Path) -> ModelFacts:
-    """Inspect a resolved model directory (see ``resolve_model_dir``) under ``models_root``."""
+def read_model_facts(model_dir: Path, *, models_root: Path, project_slug: str) -> ModelFacts:
+    """Inspect a resolved model directory (see ``resolve_model_dir``) under ``models_root``, for project
+    ``project_slug``: none of the files read may lie in another project's folder."""
     config_path = model_dir / "config.json"
     if not config_path.is_file():
         raise ModelDirError(f"{model_dir}: no config.json; is this a Hugging Face-format model directory?")
-    _inside_root(config_path, models_root)
+    _inside_root(config_path, models_root, project_slug)
     if config_path.stat().st_size > MAX_CONFIG_BYTES:
         raise ModelDirError(f"{config_path}: {config_path.stat().st_size} bytes; a config.json is a few KB (at most "
                             f"{MAX_CONFIG_BYTES} here): is it the right file?")
@@ -235,7 +291,7 @@ def read_model_facts(model_dir: Path, *, models_root: Path) -> ModelFacts:
     except UnsupportedArchitectureError as error:
         raise ModelDirError(f"{error}; register a model of one of these families") from None
     _check_config(config, family, config_path)
-    files = _weight_files(model_dir, models_root)
+    files = _weight_files(model_dir, models_root, project_slug)
     parameter_count, dtype, vocabulary_rows = _count_parameters(files)
     vocab_size = _vocab_size(config, family, config_path)
     for tensor, file, rows in vocabulary_rows:
@@ -243,7 +299,7 @@ def read_model_facts(model_dir: Path, *, models_root: Path) -> ModelFacts:
             raise ModelDirError(vocab_size_mismatch(config_path, vocab_size, tensor, file, rows, remedy="register"))
     for name in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"):
         if (model_dir / name).exists():
-            _inside_root(model_dir / name, models_root)
+            _inside_root(model_dir / name, models_root, project_slug)
     return ModelFacts(
         architecture=architecture,
         model_type=model_type,

@@ -10,6 +10,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404
 
+from webapp.basemodels.inspection import PROJECTS_FOLDER, hidden_from_project, project_folder
 from webapp.basemodels.models import BaseModel
 from webapp.core.name_case import name_key
 from webapp.core.bidi import isolated
@@ -96,21 +97,29 @@ def base_model_readers(*, base_model: BaseModel) -> list[str]:
     return readers
 
 
-def candidate_model_dirs(*, models_root: Path) -> list[str]:
-    """Directories under ``models_root`` (relative paths) that hold a config.json,
-    to suggest on the register page. One reached through a link out of the root is left out: registering
-    it is refused, and listing it would tell what lies where the link points."""
+def candidate_model_dirs(*, models_root: Path, project_slug: str) -> list[str]:
+    """Directories that project ``project_slug`` may register (relative paths under ``models_root``) that hold a
+    config.json, to suggest on the register page: its own folder's (``projects/<slug>/``) first, then those every
+    project sees; none in another project's folder. One reached through a link out of the root, or into another
+    project's folder, is left out: registering it is refused, and listing it would tell what lies where the link
+    points."""
     root = models_root.resolve()
     if not root.is_dir():
         return []
+    own = project_folder(models_root=root, project_slug=project_slug)
     found: list[str] = []
-    for depth in range(1, CANDIDATE_DEPTH + 1):
-        for config in sorted(root.glob("/".join(["*"] * depth) + "/config.json")):
-            if not config.parent.resolve().is_relative_to(root):
-                continue
-            found.append(str(config.parent.relative_to(root)))
-            if len(found) >= CANDIDATE_LIMIT:
-                return found
+    for base in (own, root):
+        for depth in range(0 if base == own else 1, CANDIDATE_DEPTH + 1):
+            for config in sorted(base.glob("/".join(["*"] * depth + ["config.json"]))):
+                relative = config.parent.relative_to(root)
+                if base == root and relative.parts[0] == PROJECTS_FOLDER:
+                    continue  # the project folders, its own listed above
+                if (not config.parent.resolve().is_relative_to(root)
+                        or hidden_from_project(config.parent, root=root, project_slug=project_slug)):
+                    continue
+                found.append(str(relative))
+                if len(found) >= CANDIDATE_LIMIT:
+                    return found
     return found
 
 
@@ -125,4 +134,4 @@ def register_candidates(*, project: Project, models_root: Path) -> list[Candidat
     root = models_root.resolve()
     registered = dict(BaseModel.objects.filter(project=project).values_list("path", "name"))
     return [Candidate(path=path, registered_as=registered.get(str((root / path).resolve())))
-            for path in candidate_model_dirs(models_root=models_root)]
+            for path in candidate_model_dirs(models_root=models_root, project_slug=project.slug)]

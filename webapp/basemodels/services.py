@@ -32,8 +32,9 @@ def basemodel_register(
     ``settings.MODELS_ROOT``) in ``project`` under ``name``.
 
     Raises ``ValidationError`` naming the field (``name`` or ``path``) when the name
-    is taken (in any letter case), the path leaves the models root, or the directory is
-    not a readable Hugging Face-format model.
+    is taken (in any letter case), the path leaves the models root or lies in another
+    project's folder (``inspection.resolve_model_dir``), or the directory is not a readable
+    Hugging Face-format model.
     """
     name = checked_name(name, field="name", max_length=BASE_MODEL_NAME_MAX)
     checked_text(path, field="path")
@@ -42,8 +43,8 @@ def basemodel_register(
     if (taken := basemodel_named(project=project, name=name)) is not None:
         raise ValidationError({"name": _name_taken(project, taken.name)})
     try:
-        model_dir = resolve_model_dir(path, models_root=settings.MODELS_ROOT)
-        facts = read_model_facts(model_dir, models_root=settings.MODELS_ROOT)
+        model_dir = resolve_model_dir(path, models_root=settings.MODELS_ROOT, project_slug=project.slug)
+        facts = read_model_facts(model_dir, models_root=settings.MODELS_ROOT, project_slug=project.slug)
     except ModelDirError as error:
         raise ValidationError({"path": str(error)}) from error
     existing = BaseModel.objects.filter(project=project, path=str(model_dir)).first()

@@ -10,7 +10,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from webapp.basemodels import selectors, services
+from webapp.basemodels import inspection, selectors, services
 from webapp.basemodels.forms import BaseModelRegisterForm
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
@@ -63,6 +63,8 @@ def basemodel_register(request: HttpRequest, slug: str) -> HttpResponse:
             "membership": membership,
             "form": form,
             "models_root": settings.MODELS_ROOT,
+            "own_folder": inspection.project_folder(models_root=settings.MODELS_ROOT.resolve(), project_slug=project.slug),
+            "shared_folder": settings.MODELS_ROOT.resolve() / inspection.SHARED_FOLDER,
             "candidates": selectors.register_candidates(project=project, models_root=settings.MODELS_ROOT),
         },
         status=400 if form.errors else 200,

@@ -22,3 +22,9 @@ class ProjectAdmin(admin.ModelAdmin):
     list_display = ["name", "slug", "created_at"]
     search_fields = ["name", "slug"]
     inlines = [MembershipInline]
+
+    def get_readonly_fields(self, request, obj=None):
+        # A slug is fixed once the project exists: it names the project's folder of the models root
+        # (projects/<slug>/), where its registered models' stored paths point. Renamed, the folder would keep the
+        # old name, and the next project given that slug would see the models in it.
+        return ["slug"] if obj is not None else []

@@ -215,7 +215,7 @@ def run_list(*, project: Project, filters: RunFilters = RunFilters()) -> QuerySe
     if filters.task:
         runs = runs.filter(task=filters.task)
     if filters.tag:
-        runs = _tagged(runs, filters.tag)
+        runs = _tagged(runs, project=project, tag=filters.tag)
     order = sort_order(filters.sort)
     sort_value = F("sort_value").desc(nulls_last=True) if order.descending else F("sort_value").asc(nulls_last=True)
     # A run's series_cache (its downsampled buckets and series, about a megabyte for a finished run of ten
@@ -267,15 +267,17 @@ def _with_a_tag_holding(*, project: Project, text: str) -> QuerySet[RunTag]:
     return RunTag.objects.filter(project=project, tag_folded__contains=fold_tag(text)).values("run_id")
 
 
-def _tagged(runs: QuerySet[Run], tag: str) -> QuerySet[Run]:
-    # Tags are a JSON list; a quoted match is exact on SQLite and PostgreSQL alike.
-    return runs.filter(tags__icontains=json.dumps(tag))
+def _tagged(runs: QuerySet[Run], *, project: Project, tag: str) -> QuerySet[Run]:
+    # The runs with exactly ``tag``, letter case included, as a subquery on RunTag's (project, tag) index: a LIKE over
+    # the JSON text of every run's tags read each run's list, and matched "Sweep-1" for "sweep-1".
+    return runs.filter(pk__in=RunTag.objects.filter(project=project, tag=tag).values("run_id"))
 
 
 def sweep_runs(*, project: Project, tag: str) -> list[Run]:
     """The runs of ``project``'s sweep ``tag`` (``services.sweep_create``), archived too, in the order
     they were queued."""
-    return list(_tagged(Run.objects.filter(project=project), tag).order_by("id").select_related("base_model", "created_by"))
+    return list(_tagged(Run.objects.filter(project=project), project=project, tag=tag)
+                .order_by("id").select_related("base_model", "created_by"))
 
 
 def runs_by_ids(*, project: Project, public_ids: list[str]) -> list[Run]:

@@ -16,7 +16,7 @@ def root(tmp_path):
 
 def test_it_reads_a_single_file_model(root):
     model_dir = write_model_dir(root / "tiny")
-    facts = read_model_facts(resolve_model_dir("tiny", models_root=root), models_root=root)
+    facts = read_model_facts(resolve_model_dir("tiny", models_root=root, project_slug="alpha"), models_root=root, project_slug="alpha")
     # 64*8 + 8*8 + 8 = 584 parameters, all float32.
     assert facts.parameter_count == 584
     assert (facts.architecture, facts.model_type, facts.dtype) == ("LlamaForCausalLM", "llama", "F32")
@@ -28,7 +28,7 @@ def test_it_reads_a_single_file_model(root):
 def test_it_reads_how_many_ids_the_tokenizer_has_beside_the_embedding_rows(root):
     """config.json's vocab_size is the embedding's rows, often padded past the tokenizer's ids."""
     write_model_dir(root / "padded", tokenizer_ids=50)
-    facts = read_model_facts(resolve_model_dir("padded", models_root=root), models_root=root)
+    facts = read_model_facts(resolve_model_dir("padded", models_root=root, project_slug="alpha"), models_root=root, project_slug="alpha")
     assert (facts.vocab_size, facts.tokenizer_vocab_size) == (64, 50)
 
 
@@ -39,7 +39,7 @@ def test_a_vocab_size_the_embedding_does_not_have_is_refused_naming_both(root, n
     run or chat on it failed at load."""
     write_model_dir(root / "tiny", shapes={name: (60, 8), "norm.weight": (8,)})
     with pytest.raises(ModelDirError) as error:
-        read_model_facts(resolve_model_dir("tiny", models_root=root), models_root=root)
+        read_model_facts(resolve_model_dir("tiny", models_root=root, project_slug="alpha"), models_root=root, project_slug="alpha")
     assert str(error.value) == (
         f"{root / 'tiny' / 'config.json'}: vocab_size is 64, but {name!r} in {root / 'tiny' / 'model.safetensors'} "
         "has 60 rows (one per token id); set vocab_size to 60, or register the weights this config.json was "
@@ -48,12 +48,12 @@ def test_a_vocab_size_the_embedding_does_not_have_is_refused_naming_both(root, n
 
 def test_a_tokenizer_it_cannot_read_leaves_its_vocabulary_unknown(root):
     write_model_dir(root / "tiny")  # tokenizer.json holds "{}"
-    assert read_model_facts(resolve_model_dir("tiny", models_root=root), models_root=root).tokenizer_vocab_size is None
+    assert read_model_facts(resolve_model_dir("tiny", models_root=root, project_slug="alpha"), models_root=root, project_slug="alpha").tokenizer_vocab_size is None
 
 
 def test_it_sums_a_sharded_model_via_its_index(root):
     write_model_dir(root / "sharded", shards=3, tokenizer="tokenizer.model")
-    facts = read_model_facts(resolve_model_dir(str(root / "sharded"), models_root=root), models_root=root)
+    facts = read_model_facts(resolve_model_dir(str(root / "sharded"), models_root=root, project_slug="alpha"), models_root=root, project_slug="alpha")
     assert facts.parameter_count == 584
     assert len(facts.weight_files) == 3
     assert facts.tokenizer_type == "sentencepiece"
@@ -70,7 +70,7 @@ def test_parameter_count_matches_transformers(root):
     model = transformers.LlamaForCausalLM(config)
     model.save_pretrained(root / "llama", max_shard_size="20KB")
     (root / "llama" / "tokenizer.json").write_text("{}")
-    facts = read_model_facts(resolve_model_dir("llama", models_root=root), models_root=root)
+    facts = read_model_facts(resolve_model_dir("llama", models_root=root, project_slug="alpha"), models_root=root, project_slug="alpha")
     assert len(facts.weight_files) > 1, "the tiny model should be sharded by max_shard_size"
     assert facts.parameter_count == sum(p.numel() for p in model.parameters())
     assert (facts.context_length, facts.vocab_size, facts.architecture) == (512, 128, "LlamaForCausalLM")
@@ -79,15 +79,15 @@ def test_parameter_count_matches_transformers(root):
 def test_it_rejects_dot_dot(root):
     write_model_dir(root / "tiny")
     with pytest.raises(ModelDirError, match=r"contains '\.\.'"):
-        resolve_model_dir("tiny/../tiny", models_root=root)
+        resolve_model_dir("tiny/../tiny", models_root=root, project_slug="alpha")
     with pytest.raises(ModelDirError, match=r"contains '\.\.'"):
-        resolve_model_dir(str(root / ".." / "models" / "tiny"), models_root=root)
+        resolve_model_dir(str(root / ".." / "models" / "tiny"), models_root=root, project_slug="alpha")
 
 
 def test_it_rejects_paths_outside_the_root(root, tmp_path):
     outside = write_model_dir(tmp_path / "outside")
     with pytest.raises(ModelDirError, match="not a directory under the models root"):
-        resolve_model_dir(str(outside), models_root=root)
+        resolve_model_dir(str(outside), models_root=root, project_slug="alpha")
 
 
 def test_a_path_outside_the_root_gets_one_message_whether_or_not_it_exists(root, tmp_path):
@@ -103,7 +103,7 @@ def test_a_path_outside_the_root_gets_one_message_whether_or_not_it_exists(root,
     messages = set()
     for raw in given:
         with pytest.raises(ModelDirError) as error:
-            resolve_model_dir(raw, models_root=root)
+            resolve_model_dir(raw, models_root=root, project_slug="alpha")
         shown = raw if raw.startswith("/") else str(root.resolve() / raw)
         assert str(error.value).startswith(f"{shown}: ")
         messages.add(str(error.value).removeprefix(f"{shown}: "))
@@ -116,52 +116,52 @@ def test_it_rejects_symlink_escapes(root, tmp_path):
     outside = write_model_dir(tmp_path / "outside")
     (root / "link").symlink_to(outside, target_is_directory=True)
     with pytest.raises(ModelDirError, match="symlinks there may not point outside"):
-        resolve_model_dir("link", models_root=root)
+        resolve_model_dir("link", models_root=root, project_slug="alpha")
 
 
 def test_it_follows_symlinks_that_stay_inside(root):
     real = write_model_dir(root / "real")
     (root / "alias").symlink_to(real, target_is_directory=True)
-    assert resolve_model_dir("alias", models_root=root) == real.resolve()
+    assert resolve_model_dir("alias", models_root=root, project_slug="alpha") == real.resolve()
 
 
 @pytest.mark.parametrize("raw", ["", "missing"])
 def test_it_rejects_missing_directories(root, raw):
     with pytest.raises(ModelDirError):
-        resolve_model_dir(raw, models_root=root)
+        resolve_model_dir(raw, models_root=root, project_slug="alpha")
 
 
 def test_it_rejects_a_file(root):
     write_model_dir(root / "tiny")
     with pytest.raises(ModelDirError, match="is a file"):
-        resolve_model_dir("tiny/config.json", models_root=root)
+        resolve_model_dir("tiny/config.json", models_root=root, project_slug="alpha")
 
 
 def test_it_rejects_directories_without_config_weights_or_tokenizer(root):
     (root / "empty").mkdir()
     with pytest.raises(ModelDirError, match="no config.json"):
-        read_model_facts(root / "empty", models_root=root)
+        read_model_facts(root / "empty", models_root=root, project_slug="alpha")
     model_dir = write_model_dir(root / "noweights")
     (model_dir / "model.safetensors").unlink()
     with pytest.raises(ModelDirError, match="no safetensors weights"):
-        read_model_facts(model_dir, models_root=root)
+        read_model_facts(model_dir, models_root=root, project_slug="alpha")
     model_dir = write_model_dir(root / "notok")
     (model_dir / "tokenizer.json").unlink()
     with pytest.raises(ModelDirError, match="no tokenizer"):
-        read_model_facts(model_dir, models_root=root)
+        read_model_facts(model_dir, models_root=root, project_slug="alpha")
 
 
 def test_it_rejects_corrupt_headers(root):
     model_dir = write_model_dir(root / "corrupt")
     (model_dir / "model.safetensors").write_bytes(struct.pack("<Q", 10**12) + b"{}")
     with pytest.raises(ModelDirError, match="implausible"):
-        read_model_facts(model_dir, models_root=root)
+        read_model_facts(model_dir, models_root=root, project_slug="alpha")
     (model_dir / "model.safetensors").write_bytes(struct.pack("<Q", 5) + b"{no")
     with pytest.raises(ModelDirError, match="truncated"):
-        read_model_facts(model_dir, models_root=root)
+        read_model_facts(model_dir, models_root=root, project_slug="alpha")
     (model_dir / "model.safetensors").write_bytes(struct.pack("<Q", 3) + b"{no")
     with pytest.raises(ModelDirError, match="not valid JSON"):
-        read_model_facts(model_dir, models_root=root)
+        read_model_facts(model_dir, models_root=root, project_slug="alpha")
 
 
 def test_it_rejects_shards_outside_the_directory(root):
@@ -169,10 +169,10 @@ def test_it_rejects_shards_outside_the_directory(root):
     index = model_dir / "model.safetensors.index.json"
     index.write_text(json.dumps({"weight_map": {"a": "../other.safetensors"}}))
     with pytest.raises(ModelDirError, match="outside the model directory"):
-        read_model_facts(model_dir, models_root=root)
+        read_model_facts(model_dir, models_root=root, project_slug="alpha")
     index.write_text(json.dumps({"weight_map": {"a": "missing.safetensors"}}))
     with pytest.raises(ModelDirError, match="listed but missing"):
-        read_model_facts(model_dir, models_root=root)
+        read_model_facts(model_dir, models_root=root, project_slug="alpha")
 
 
 def test_it_never_imports_jax():
@@ -187,7 +187,7 @@ def test_it_refuses_an_architecture_no_family_loads_naming_the_supported_ones(ro
     model_dir = write_model_dir(root / "bert")
     (model_dir / "config.json").write_text(json.dumps({"architectures": ["BertForMaskedLM"], "model_type": "bert"}))
     with pytest.raises(ModelDirError) as refused:
-        read_model_facts(resolve_model_dir("bert", models_root=root), models_root=root)
+        read_model_facts(resolve_model_dir("bert", models_root=root, project_slug="alpha"), models_root=root, project_slug="alpha")
     message = str(refused.value)
     assert "BertForMaskedLM" in message and "config.json" in message
     assert all(name in message for name in ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Gemma3ForCausalLM"))
@@ -195,7 +195,7 @@ def test_it_refuses_an_architecture_no_family_loads_naming_the_supported_ones(ro
     (model_dir / "config.json").write_text(json.dumps({"model_type": "qwen2", "vocab_size": 64, "hidden_size": 8,
                                                         "intermediate_size": 16, "num_hidden_layers": 1,
                                                         "num_attention_heads": 2}))
-    assert read_model_facts(resolve_model_dir("bert", models_root=root), models_root=root).architecture == "qwen2"
+    assert read_model_facts(resolve_model_dir("bert", models_root=root, project_slug="alpha"), models_root=root, project_slug="alpha").architecture == "qwen2"
 
 
 def _with_config(model_dir, **changes):
@@ -220,7 +220,7 @@ def test_a_malformed_config_is_named_not_a_500(root, changes, message):
     model_dir = write_model_dir(root / "bad")
     _with_config(model_dir, **changes)
     with pytest.raises(ModelDirError, match="config.json: " + __import__("re").escape(message)):
-        read_model_facts(model_dir, models_root=root)
+        read_model_facts(model_dir, models_root=root, project_slug="alpha")
 
 
 @pytest.mark.parametrize("entry, message", [
@@ -235,7 +235,7 @@ def test_a_malformed_weights_header_is_named(root, entry, message):
     header = json.dumps({"t": entry}).encode()
     (model_dir / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 4)
     with pytest.raises(ModelDirError, match=message):
-        read_model_facts(model_dir, models_root=root)
+        read_model_facts(model_dir, models_root=root, project_slug="alpha")
 
 
 @pytest.mark.parametrize("weight_map", [[1, 2], {"a": 5}])
@@ -243,7 +243,7 @@ def test_a_malformed_shard_index_is_named(root, weight_map):
     model_dir = write_model_dir(root / "bad", shards=2)
     (model_dir / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     with pytest.raises(ModelDirError, match="'weight_map' must map each tensor name to its file name"):
-        read_model_facts(model_dir, models_root=root)
+        read_model_facts(model_dir, models_root=root, project_slug="alpha")
 
 
 @pytest.mark.parametrize("name", ["config.json", "model.safetensors", "tokenizer.json"])
@@ -257,14 +257,14 @@ def test_a_file_linked_outside_the_root_is_refused(root, tmp_path, name):
     (model_dir / name).unlink()
     (model_dir / name).symlink_to(outside / name)
     with pytest.raises(ModelDirError, match=f"{name} links to .*outside the models root"):
-        read_model_facts(resolve_model_dir("linked", models_root=root), models_root=root)
+        read_model_facts(resolve_model_dir("linked", models_root=root, project_slug="alpha"), models_root=root, project_slug="alpha")
 
 
 def test_a_config_too_large_to_be_one_is_refused(root):
     model_dir = write_model_dir(root / "big")
     _with_config(model_dir, padding="x" * (1024 * 1024))
     with pytest.raises(ModelDirError, match="a config.json is a few KB"):
-        read_model_facts(model_dir, models_root=root)
+        read_model_facts(model_dir, models_root=root, project_slug="alpha")
 
 
 def test_a_truncated_weights_file_is_refused(root):
@@ -276,10 +276,10 @@ def test_a_truncated_weights_file_is_refused(root):
     weights.write_bytes(whole[:-100])
     with pytest.raises(ModelDirError, match=r"model.safetensors: the header places tensor data up to byte \d+ .* "
                                             "the file is truncated"):
-        read_model_facts(model_dir, models_root=root)
+        read_model_facts(model_dir, models_root=root, project_slug="alpha")
     weights.write_bytes(whole + b"\0" * 16)
     with pytest.raises(ModelDirError, match="16 bytes after the last tensor's data"):
-        read_model_facts(model_dir, models_root=root)
+        read_model_facts(model_dir, models_root=root, project_slug="alpha")
 
 
 @pytest.mark.parametrize("offsets", [None, [4], [8, 4], ["0", "4"], [-4, 0]])
@@ -288,4 +288,4 @@ def test_malformed_data_offsets_are_named(root, offsets):
     header = json.dumps({"t": {"dtype": "F32", "shape": [1], "data_offsets": offsets}}).encode()
     (model_dir / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 4)
     with pytest.raises(ModelDirError, match="tensor 't' has no valid data_offsets"):
-        read_model_facts(model_dir, models_root=root)
+        read_model_facts(model_dir, models_root=root, project_slug="alpha")

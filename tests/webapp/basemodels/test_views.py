@@ -92,7 +92,7 @@ class TestRegister:
         page = client.get(self.url)
         assert page.status_code == 200
         assert b"<code>tiny</code>" in page.content, "candidate directories are suggested"
-        assert ("only the config, the safetensors headers and the tokenizer (for its number of ids) are read, "
+        assert ("Only the config, the safetensors headers and the tokenizer (for its number of ids) are read, "
                 "never the weights.") in page.content.decode()
         response = client.post(self.url, {"name": "tiny", "path": "tiny"})
         assert response.status_code == 302
