@@ -8,11 +8,13 @@ import re
 import shutil
 from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils.text import slugify
 
+from webapp.basemodels.inspection import project_folder
 from webapp.core.bidi import isolated
 from webapp.core.text import checked_name
 from webapp.projects.models import Membership, Project, Role
@@ -56,6 +58,7 @@ def project_create(*, name: str, slug: str, owner: AbstractBaseUser) -> Project:
     taken = ValidationError({"slug": f"a project with slug {slug!r} already exists; choose another"})
     if Project.objects.filter(slug=slug).exists():
         raise taken
+    _refuse_a_left_over_models_folder(slug)
     try:
         # A savepoint: two people may claim the same slug at the same moment.
         with transaction.atomic():
@@ -64,6 +67,18 @@ def project_create(*, name: str, slug: str, owner: AbstractBaseUser) -> Project:
         raise taken from error
     Membership.objects.create(project=project, user=owner, role=Role.OWNER)
     return project
+
+
+def _refuse_a_left_over_models_folder(slug: str) -> None:
+    # projects/<slug>/ under the models root is the project of that slug's alone (webapp.basemodels.inspection): a
+    # deleted project's folder stays there (the files are the user's, the root may be read-only to Temper), and a
+    # new project given its slug would see that team's private models as its own.
+    folder = project_folder(models_root=Path(settings.MODELS_ROOT), project_slug=slug)
+    if folder.exists():
+        raise ValidationError({"slug": (
+            f"the models root already has a folder for slug {slug!r} ({folder}), left by a deleted project or made "
+            "ahead of this one: its models would be this project's; choose another slug, or ask an administrator "
+            "to move that folder away first")})
 
 
 @transaction.atomic

@@ -89,3 +89,18 @@ def test_project_create_turns_a_lost_slug_race_into_a_validation_error(team, mon
     monkeypatch.undo()
     assert Project.objects.filter(slug="alpha").count() == 1
     assert not Membership.objects.filter(project__slug="alpha", user=team.outsider).exists()
+
+
+def test_project_create_refuses_a_slug_whose_models_folder_is_left_over(db, settings, tmp_path):
+    """A deleted project's folder under the models root (projects/<slug>/) stays: a new project given its slug would
+    see the deleted team's private models as its own."""
+    settings.MODELS_ROOT = tmp_path / "models"
+    (tmp_path / "models" / "projects" / "heron" / "private-ft").mkdir(parents=True)
+    with pytest.raises(ValidationError) as excinfo:
+        services.project_create(name="Heron", slug="", owner=make_user("ada"))
+    assert excinfo.value.message_dict["slug"] == [
+        f"the models root already has a folder for slug 'heron' ({tmp_path}/models/projects/heron), left by a "
+        "deleted project or made ahead of this one: its models would be this project's; choose another slug, or "
+        "ask an administrator to move that folder away first"]
+    assert not Project.objects.filter(slug="heron").exists()
+    assert services.project_create(name="Heron", slug="heron-2", owner=make_user("bob")).slug == "heron-2"
