@@ -291,7 +291,8 @@ def with_fixed_template_date(spec: JobSpec) -> tuple[JobSpec, str | None]:
     if spec.task == "pretrain":
         return spec, None
     try:
-        settings = read_tokenizer_settings(resolve_model_dir(spec.model))
+        settings = read_tokenizer_settings(resolve_model_dir(spec.model),
+                                           run_spec_variables=spec.data.run_spec_template_kwargs)
     except (JobError, TokenizerError, ChatTemplateError, OSError):
         return spec, None
     variables = spec.data.chat_template_kwargs
@@ -451,7 +452,7 @@ def build_job_model(spec: JobSpec, *, mesh=None) -> JobModel:
     model_dir = resolve_model_dir(spec.model)
     param_dtype, compute_dtype = resolve_dtypes(spec)
     try:  # the model's own files: a broken one is named, not a traceback (`jaxengine generate` does the same)
-        tokenizer = load_tokenizer(model_dir)
+        tokenizer = load_tokenizer(model_dir, run_spec_variables=spec.data.run_spec_template_kwargs)
         model, config = load_hf_model(model_dir, param_dtype=param_dtype, compute_dtype=compute_dtype, mesh=mesh)
     except (ValueError, TypeError, KeyError, OSError, TokenizerError, SafetensorError) as error:
         raise JobError(f"model: {model_dir}: {error}") from None

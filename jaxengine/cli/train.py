@@ -59,7 +59,9 @@ def _model_chat_template(spec) -> str | None:
     from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
 
     try:
-        return read_tokenizer_settings(resolve_model_dir(spec.model)).chat_template or DEFAULT_CHAT_TEMPLATE
+        settings = read_tokenizer_settings(resolve_model_dir(spec.model),
+                                           run_spec_variables=spec.data.run_spec_template_kwargs)
+        return settings.chat_template or DEFAULT_CHAT_TEMPLATE
     except (JobError, TokenizerError, ChatTemplateError, OSError):
         return None
 

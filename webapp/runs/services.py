@@ -325,11 +325,17 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
         resolved_data["columns"] = columns
     else:
         resolved_data.pop("columns", None)
-    # The variables a run's model trained with, from its Run row: the engine does not read them from its directory.
+    # The variables a run's model trained with, from its Run row alone: the engine and this launch's checks read none
+    # from its directory's spec.yaml (an export made before exports kept chat_template_kwargs.json had them there).
     own_variables = data.get("chat_template_kwargs") or {}
     model_variables = trained_template_kwargs(source_run) if source_run is not None else {}
     if model_variables and isinstance(own_variables, dict):
         resolved_data["chat_template_kwargs"] = {**model_variables, **own_variables}
+    if data.get("run_spec_template_kwargs") is not None:
+        _add(errors, "data.run_spec_template_kwargs", SET_BY_TEMPER["data.run_spec_template_kwargs"])
+    resolved_data.pop("run_spec_template_kwargs", None)
+    if source_run is not None:
+        resolved_data["run_spec_template_kwargs"] = False
     # Unresolved references stay as placeholders so that the schema still checks every other key.
     resolved = {**spec, "model": model_path or "unresolved", "output_dir": str(output_dir),
                 "data": {**resolved_data, "train": resolved_data.get("train") or "unresolved"}}
@@ -341,7 +347,7 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     resolved = copy.deepcopy(resolved)
     for key, term in _reward_model_terms(resolved):
         term["args"]["model"] = _resolve_reward_run(project, term["args"].get("model"), errors, key=key) or "unresolved"
-    tokenizer = _model_tokenizer_settings(model_path) if model_path else None
+    tokenizer = _model_tokenizer_settings(model_path, run_spec_variables=source_run is None) if model_path else None
     stamped_date = None
     if tokenizer is not None and task in tasks() and task != "pretrain":
         stamped_date = _fix_template_date(tokenizer, resolved)
@@ -373,6 +379,7 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     written["data"]["train"] = data["train"]
     written["data"]["eval"] = data.get("eval") or None
     written["data"].pop("columns", None)  # derived from the dataset versions, not written
+    written["data"].pop("run_spec_template_kwargs", None)  # from the model's reference, not written
     if model_variables:  # the resolved spec's alone: a copy of the run, started from another model, does not carry them
         written["data"]["chat_template_kwargs"] = {name: value for name, value in
                                                    written["data"]["chat_template_kwargs"].items()
@@ -399,14 +406,16 @@ def trained_template_kwargs(run: Run) -> dict[str, Any]:
     return dict(variables) if isinstance(variables, dict) else {}
 
 
-def _model_tokenizer_settings(model_path: str) -> TokenizerSettings | None:
+def _model_tokenizer_settings(model_path: str, *, run_spec_variables: bool = True) -> TokenizerSettings | None:
     """``jaxengine.tokenizer.read_tokenizer_settings`` of a model directory; None when it is not one or its files
-    cannot be read (the run's start says what is wrong with them)."""
+    cannot be read (the run's start says what is wrong with them). ``run_spec_variables=False`` for a run's model,
+    whose variables are its Run row's, as the engine reads it (``data.run_spec_template_kwargs``)."""
     from jaxengine import chat_template
     from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
 
     try:
-        return read_tokenizer_settings(model_path) if Path(model_path).is_dir() else None
+        return (read_tokenizer_settings(model_path, run_spec_variables=run_spec_variables)
+                if Path(model_path).is_dir() else None)
     except (TokenizerError, chat_template.ChatTemplateError, OSError):
         return None
 
@@ -1404,7 +1413,9 @@ def template_date_today(run: Run) -> str | None:
     from jaxengine import chat_template
 
     model_path = run.resolved_spec.get("model")
-    tokenizer = _model_tokenizer_settings(model_path) if isinstance(model_path, str) and model_path else None
+    run_spec_variables = (run.resolved_spec.get("data") or {}).get("run_spec_template_kwargs") is not False
+    tokenizer = (_model_tokenizer_settings(model_path, run_spec_variables=run_spec_variables)
+                 if isinstance(model_path, str) and model_path else None)
     if tokenizer is None:
         return None
     try:
