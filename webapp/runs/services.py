@@ -22,6 +22,7 @@ import logging
 import re
 import secrets
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -107,6 +108,9 @@ class RunPlan:
     tokenizer: TokenizerSettings | None = None
     # The data.chat_template_kwargs.date_string the plan fixed itself (``_fix_template_date``); None if none.
     stamped_template_date: str | None = None
+    # Variables of ``source_run``'s Run row its model's chat template never reads, left out of the resolved spec
+    # (``_without_unread_inherited``), for the run's log to say once.
+    dropped_template_variables: tuple[str, ...] = ()
 
 
 def _add(errors: dict[str, list[str]], key: str, message: str) -> None:
@@ -348,6 +352,9 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     for key, term in _reward_model_terms(resolved):
         term["args"]["model"] = _resolve_reward_run(project, term["args"].get("model"), errors, key=key) or "unresolved"
     tokenizer = _model_tokenizer_settings(model_path, run_spec_variables=source_run is None) if model_path else None
+    dropped = ()
+    if tokenizer is not None and model_variables and isinstance(own_variables, dict):
+        dropped = _without_unread_inherited(tokenizer, resolved, inherited=model_variables.keys() - own_variables.keys())
     stamped_date = None
     if tokenizer is not None and task in tasks() and task != "pretrain":
         stamped_date = _fix_template_date(tokenizer, resolved)
@@ -393,7 +400,7 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     return RunPlan(task=job.task, spec=written, resolved=resolved, job=job, base_model=base_model,
                    source_run=source_run, dataset_versions=versions,
                    reward_base_model=reward_base_model(project=project, spec=written), tokenizer=tokenizer,
-                   stamped_template_date=stamped_date)
+                   stamped_template_date=stamped_date, dropped_template_variables=dropped)
 
 
 def trained_template_kwargs(run: Run) -> dict[str, Any]:
@@ -418,6 +425,27 @@ def _model_tokenizer_settings(model_path: str, *, run_spec_variables: bool = Tru
                 if Path(model_path).is_dir() else None)
     except (TokenizerError, chat_template.ChatTemplateError, OSError):
         return None
+
+
+def _without_unread_inherited(tokenizer: TokenizerSettings, resolved: dict[str, Any], *,
+                              inherited: Iterable[str]) -> tuple[str, ...]:
+    """Leave out of the resolved spec's ``data.chat_template_kwargs`` the ``inherited`` variables (the source run's
+    Run row's, not the spec's own) that the model's chat template never reads, and name them. They render nothing,
+    and carried on they were warned of again at the launch of every descendant (the warning belongs to the launch
+    whose author wrote them, ``spec_warnings``); the run's log says once that they were left out. A template that
+    cannot be read drops nothing (the run's start says what is wrong with it)."""
+    from jaxengine.chat_template import DEFAULT_CHAT_TEMPLATE, ChatTemplateError, template_variables
+
+    try:
+        reads = template_variables(tokenizer.chat_template or DEFAULT_CHAT_TEMPLATE)
+    except ChatTemplateError:
+        return ()
+    unread = tuple(sorted(set(inherited) - reads))
+    if unread:
+        data = resolved["data"]
+        resolved["data"] = {**data, "chat_template_kwargs": {
+            name: value for name, value in data["chat_template_kwargs"].items() if name not in unread}}
+    return unread
 
 
 def _fix_template_date(tokenizer: TokenizerSettings, resolved: dict[str, Any]) -> str | None:
@@ -897,6 +925,9 @@ def _save_planned(*, public_id: str, project: Project, plan: RunPlan, user: Abst
     )
     run.dataset_versions.set(plan.dataset_versions)
     log_line(run, f"queued by {user.get_username() if user else 'the system'}")
+    if dropped := plan.dropped_template_variables:
+        log_line(run, f"data.chat_template_kwargs: {', '.join(dropped)} of {plan.source_run.public_id}'s variables "
+                      f"not carried on: the model's chat template never reads {'it' if len(dropped) == 1 else 'them'}")
     for warning in plan_warnings(plan):
         log_line(run, warning, level=LogLevel.WARNING)
     _enqueue(run)

@@ -1034,6 +1034,56 @@ def test_a_resumed_archived_run_comes_back_to_the_table(team, catalog, sent_task
     assert not Run.objects.get(pk=run.pk).archived
 
 
+def test_inherited_variables_the_template_never_reads_are_warned_of_once_not_at_each_descendants_launch(
+        team, catalog, sent_tasks, tmp_path):
+    """Session 32: a variable the model's template never reads, written at one launch, was inherited by every run
+    started from that run's model (and from theirs), and each of those launches warned of it again. The launch that
+    wrote it warns; a descendant leaves it out of the variables it renders with and carries on (it renders nothing)
+    and says so once, in its log, not as a warning; what the template reads is still inherited."""
+    from tests.webapp.factories import make_base_model
+    from webapp.runs.models import LogLevel
+
+    def warnings(run: Run) -> list[str]:
+        return list(run.log_lines.filter(level=LogLevel.WARNING).values_list("message", flat=True))
+
+    def succeeded_with_export(run: Run) -> Run:
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+        Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, step=10,
+                                path=str(thinking_model_dir(tmp_path / run.public_id)))
+        run.refresh_from_db()
+        return run
+
+    base = thinking_model_dir(tmp_path / "base")
+    model = make_base_model(team.project, name="thinker", path=str(base))
+    spec = sft_spec(catalog, model=model.public_id)
+    spec["data"]["chat_template_kwargs"] = {"enable_thinking": False, "persona": "terse"}
+    first = services.run_create(project=team.project, spec=spec, user=team.teammate)
+    assert [warning for warning in warnings(first) if "persona" in warning]  # its author wrote it: warned
+
+    parent = succeeded_with_export(first)
+    child = services.run_create(project=team.project, spec=sft_spec(catalog, model=parent.public_id),
+                                user=team.teammate)
+    assert warnings(child) == []
+    assert child.resolved_spec["data"]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert list(child.log_lines.filter(message__contains="persona").values_list("message", flat=True)) == [
+        f"data.chat_template_kwargs: persona of {parent.public_id}'s variables not carried on: the model's chat "
+        "template never reads it"]
+    check = services.launch_check(project=team.project, spec=sft_spec(catalog, model=parent.public_id), axes=[])
+    assert not [warning for warning in check.warnings if "persona" in warning]
+
+    grandchild = services.run_create(project=team.project, spec=sft_spec(catalog, model=succeeded_with_export(
+        child).public_id), user=team.teammate)
+    assert warnings(grandchild) == []
+    assert not grandchild.log_lines.filter(message__contains="persona").exists()
+    assert grandchild.resolved_spec["data"]["chat_template_kwargs"] == {"enable_thinking": False}
+    # A descendant's author who writes it again is warned, as the first author was.
+    own = sft_spec(catalog, model=parent.public_id)
+    own["data"]["chat_template_kwargs"] = {"persona": "verbose"}
+    rewritten = services.run_create(project=team.project, spec=own, user=team.teammate)
+    assert [warning for warning in warnings(rewritten) if "persona" in warning]
+    assert rewritten.resolved_spec["data"]["chat_template_kwargs"] == {"enable_thinking": False, "persona": "verbose"}
+
+
 def test_template_variables_the_models_chat_template_never_reads_are_warned_of_at_launch(team, catalog, sent_tasks,
                                                                                            tmp_path):
     """data.chat_template_kwargs reach the run as written; a name the model's template never reads (a typo of
