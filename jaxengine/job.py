@@ -311,6 +311,44 @@ def with_fixed_template_date(spec: JobSpec) -> tuple[JobSpec, str | None]:
                    "another day")
 
 
+# Room for process 0's template date, JSON-encoded, in the array ``with_process_zeros_template_date`` broadcasts: a
+# date a strftime format writes is some tens of bytes.
+_TEMPLATE_DATE_BYTES = 1024
+
+
+def with_process_zeros_template_date(loaded: JobSpec, fixed: JobSpec) -> JobSpec:
+    """The spec every process of a multi-host job runs, from ``loaded`` (the spec as given) and ``fixed`` (this
+    process's ``with_fixed_template_date`` of it): ``loaded`` with the date process 0 fixed, or as it is where process
+    0 fixed none. Each process fixes today's date by its own clock, so processes started either side of midnight (or
+    in hosts of other time zones) rendered their rows with different days; process 0's date is the one its messages
+    name and its run directory's spec.yaml keeps. Call after ``distributed.initialize`` in every process (a collective:
+    ``multihost_utils.broadcast_one_to_all``); a job of one process gets ``fixed`` back."""
+    import json
+
+    import jax
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    from jaxengine.chat_template import DATE_VARIABLE
+
+    if jax.process_count() == 1:
+        return fixed
+    own = fixed.data.chat_template_kwargs.get(DATE_VARIABLE) if DATE_VARIABLE not in loaded.data.chat_template_kwargs \
+        else None
+    payload = json.dumps(own).encode("utf-8")
+    if len(payload) > _TEMPLATE_DATE_BYTES:
+        raise JobError(f"data.chat_template_kwargs.{DATE_VARIABLE}: the date fixed, {own!r}, is longer than "
+                       f"{_TEMPLATE_DATE_BYTES} bytes; set a shorter one in the spec")
+    sent = np.zeros(_TEMPLATE_DATE_BYTES, dtype=np.uint8)
+    sent[:len(payload)] = np.frombuffer(payload, dtype=np.uint8)
+    received = np.asarray(multihost_utils.broadcast_one_to_all(sent), dtype=np.uint8)
+    date = json.loads(received.tobytes().rstrip(b"\0").decode("utf-8"))
+    if date is None:
+        return loaded
+    return loaded.model_copy(update={"data": loaded.data.model_copy(
+        update={"chat_template_kwargs": {**loaded.data.chat_template_kwargs, DATE_VARIABLE: date}})})
+
+
 def refuse_another_jobs_directory(spec: JobSpec, run_dir: Path) -> None:
     """A JobError, before anything is written, when ``run_dir`` holds checkpoints of another job (see
     ``job_identity``), or of this job under other ``resume_settings``. The trainer refused it too, but only after
