@@ -47,8 +47,8 @@ from webapp.runs.presets import preset_spec, presets_for
 
 COMMON_SECTIONS = ("data", "peft", "optim", "train")
 # Keys the web fills itself: datasets are chosen from lists, and their column names come from the
-# dataset versions' own column mappings.
-REFERENCE_KEYS = frozenset({"data.train", "data.eval", "data.columns"})
+# dataset versions' own column mappings; a run's model is read as its Run row says (run_spec_template_kwargs).
+REFERENCE_KEYS = frozenset({"data.train", "data.eval", "data.columns", "data.run_spec_template_kwargs"})
 
 
 def tasks() -> tuple[str, ...]:
