@@ -334,6 +334,13 @@ def stamped_date(template: str) -> str | None:
     """Today's date as ``template`` writes it where ``date_string`` is left unset and the template stamps the day it
     renders (Llama 3.2's ``strftime_now("%d %b %Y")``), for a launch to fix in the run's variables; None for a
     template that never reads ``date_string``, or writes a fixed date without it (Llama 3.3's "26 Jul 2024")."""
+    date_format = stamp_format(template)
+    return datetime.now().strftime(date_format) if date_format is not None else None
+
+
+def stamp_format(template: str) -> str | None:
+    """The ``strftime`` format in which ``template`` stamps the day it renders when ``date_string`` is unset
+    (``stamped_date``); None where it stamps none."""
     import jinja2.nodes
 
     if DATE_VARIABLE not in template_variables(template):
@@ -344,7 +351,7 @@ def stamped_date(template: str) -> str | None:
         return None
     written = [call.args[0].value for call in calls
                if call.args and isinstance(call.args[0], jinja2.nodes.Const) and isinstance(call.args[0].value, str)]
-    return datetime.now().strftime(written[0] if written else _DEFAULT_DATE_FORMAT)
+    return written[0] if written else _DEFAULT_DATE_FORMAT
 
 
 def date_to_fix(template: str | None, *, variables: Mapping[str, Any], model_variables: Mapping[str, Any]

@@ -291,7 +291,8 @@ def with_fixed_template_date(spec: JobSpec) -> tuple[JobSpec, str | None]:
     if spec.task == "pretrain":
         return spec, None
     try:
-        settings = read_tokenizer_settings(resolve_model_dir(spec.model))
+        settings = read_tokenizer_settings(resolve_model_dir(spec.model),
+                                           run_spec_variables=spec.data.run_spec_template_kwargs)
     except (JobError, TokenizerError, ChatTemplateError, OSError):
         return spec, None
     variables = spec.data.chat_template_kwargs
@@ -308,6 +309,44 @@ def with_fixed_template_date(spec: JobSpec) -> tuple[JobSpec, str | None]:
                    f"({'the date its first attempt in output_dir rendered' if earlier is not None else 'today'}; the "
                    "model's chat template writes the day it renders when it is unset); set it in the spec to render "
                    "another day")
+
+
+# Room for process 0's template date, JSON-encoded, in the array ``with_process_zeros_template_date`` broadcasts: a
+# date a strftime format writes is some tens of bytes.
+_TEMPLATE_DATE_BYTES = 1024
+
+
+def with_process_zeros_template_date(loaded: JobSpec, fixed: JobSpec) -> JobSpec:
+    """The spec every process of a multi-host job runs, from ``loaded`` (the spec as given) and ``fixed`` (this
+    process's ``with_fixed_template_date`` of it): ``loaded`` with the date process 0 fixed, or as it is where process
+    0 fixed none. Each process fixes today's date by its own clock, so processes started either side of midnight (or
+    in hosts of other time zones) rendered their rows with different days; process 0's date is the one its messages
+    name and its run directory's spec.yaml keeps. Call after ``distributed.initialize`` in every process (a collective:
+    ``multihost_utils.broadcast_one_to_all``); a job of one process gets ``fixed`` back."""
+    import json
+
+    import jax
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    from jaxengine.chat_template import DATE_VARIABLE
+
+    if jax.process_count() == 1:
+        return fixed
+    own = fixed.data.chat_template_kwargs.get(DATE_VARIABLE) if DATE_VARIABLE not in loaded.data.chat_template_kwargs \
+        else None
+    payload = json.dumps(own).encode("utf-8")
+    if len(payload) > _TEMPLATE_DATE_BYTES:
+        raise JobError(f"data.chat_template_kwargs.{DATE_VARIABLE}: the date fixed, {own!r}, is longer than "
+                       f"{_TEMPLATE_DATE_BYTES} bytes; set a shorter one in the spec")
+    sent = np.zeros(_TEMPLATE_DATE_BYTES, dtype=np.uint8)
+    sent[:len(payload)] = np.frombuffer(payload, dtype=np.uint8)
+    received = np.asarray(multihost_utils.broadcast_one_to_all(sent), dtype=np.uint8)
+    date = json.loads(received.tobytes().rstrip(b"\0").decode("utf-8"))
+    if date is None:
+        return loaded
+    return loaded.model_copy(update={"data": loaded.data.model_copy(
+        update={"chat_template_kwargs": {**loaded.data.chat_template_kwargs, DATE_VARIABLE: date}})})
 
 
 def refuse_another_jobs_directory(spec: JobSpec, run_dir: Path) -> None:
@@ -451,7 +490,7 @@ def build_job_model(spec: JobSpec, *, mesh=None) -> JobModel:
     model_dir = resolve_model_dir(spec.model)
     param_dtype, compute_dtype = resolve_dtypes(spec)
     try:  # the model's own files: a broken one is named, not a traceback (`jaxengine generate` does the same)
-        tokenizer = load_tokenizer(model_dir)
+        tokenizer = load_tokenizer(model_dir, run_spec_variables=spec.data.run_spec_template_kwargs)
         model, config = load_hf_model(model_dir, param_dtype=param_dtype, compute_dtype=compute_dtype, mesh=mesh)
     except (ValueError, TypeError, KeyError, OSError, TokenizerError, SafetensorError) as error:
         raise JobError(f"model: {model_dir}: {error}") from None

@@ -119,6 +119,13 @@ class DataSpec(_Section):
                     "the exported model, so chat renders the same. Values are strings, numbers, true/false or null.",
     )
 
+    run_spec_template_kwargs: bool = Field(
+        default=True,
+        description="Where the model is a run's export made before exports kept chat_template_kwargs.json: true "
+                    "takes that run's variables from its directory's spec.yaml; false takes none from there "
+                    "(Temper sets it false and gives the source run's recorded variables in chat_template_kwargs).",
+    )
+
     @field_validator("chat_template_kwargs")
     @classmethod
     def _scalar_template_variables(cls, value: dict[str, Any]) -> dict[str, Any]:

@@ -123,10 +123,10 @@ def _int_list(value: Any, *, path: Path, field: str) -> tuple[int, ...]:
     return tuple(values)
 
 
-def _read_template_kwargs(model_dir: Path) -> dict[str, Any]:
+def _read_template_kwargs(model_dir: Path, *, run_spec_variables: bool) -> dict[str, Any]:
     path = model_dir / chat_template_lib.CHAT_TEMPLATE_KWARGS_FILE
     if not path.is_file():
-        return _run_template_kwargs(model_dir)
+        return _run_template_kwargs(model_dir) if run_spec_variables else {}
     variables = _read_json(path)
     for name, value in variables.items():
         if problem := chat_template_lib.template_variable_problem(name, value):
@@ -167,8 +167,12 @@ def _run_template_kwargs(model_dir: Path) -> dict[str, Any]:
     return dict(variables)
 
 
-def read_tokenizer_settings(model_dir: str | Path) -> TokenizerSettings:
-    """Reads special tokens, flags, chat template and generation ids from the JSON files in ``model_dir``."""
+def read_tokenizer_settings(model_dir: str | Path, *, run_spec_variables: bool = True) -> TokenizerSettings:
+    """Reads special tokens, flags, chat template and generation ids from the JSON files in ``model_dir``.
+
+    ``run_spec_variables=False``: an export without ``chat_template_kwargs.json`` has no template variables of its
+    own rather than its run's ``spec.yaml``'s (``_run_template_kwargs``), for a caller that has the run's variables
+    from their record (the web's Run row: a job's ``data.run_spec_template_kwargs``)."""
     model_dir = Path(model_dir)
     config = _read_json(model_dir / TOKENIZER_CONFIG_FILE)
     named = {key: _token_content(config.get(key)) for key in NAMED_SPECIAL_TOKENS}
@@ -205,7 +209,7 @@ def read_tokenizer_settings(model_dir: str | Path) -> TokenizerSettings:
         legacy=bool(config.get("legacy", False)),
         add_prefix_space=config.get("add_prefix_space"),
         chat_template=chat_template_lib.read_chat_template(model_dir, config),
-        template_kwargs=_read_template_kwargs(model_dir),
+        template_kwargs=_read_template_kwargs(model_dir, run_spec_variables=run_spec_variables),
         generation_eos_ids=_int_list(generation.get("eos_token_id"), path=generation_path, field="eos_token_id"),
         generation_bos_id=generation_bos[0] if generation_bos else None,
         generation_pad_id=generation_pad[0] if generation_pad else None,
@@ -510,12 +514,13 @@ class SentencePieceTokenizer(Tokenizer):
         return self._special_ids
 
 
-def load_tokenizer(model_dir: str | Path) -> Tokenizer:
-    """Loads the tokenizer of a Hugging Face-style model directory (``tokenizer.json`` or ``tokenizer.model``)."""
+def load_tokenizer(model_dir: str | Path, *, run_spec_variables: bool = True) -> Tokenizer:
+    """Loads the tokenizer of a Hugging Face-style model directory (``tokenizer.json`` or ``tokenizer.model``);
+    ``run_spec_variables`` as ``read_tokenizer_settings`` takes it."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise TokenizerError(f"{model_dir}: no such directory")
-    settings = read_tokenizer_settings(model_dir)
+    settings = read_tokenizer_settings(model_dir, run_spec_variables=run_spec_variables)
     if (model_dir / TOKENIZER_JSON_FILE).is_file():
         return HuggingFaceTokenizer(model_dir=model_dir, settings=settings)
     if (model_dir / SENTENCEPIECE_FILE).is_file():

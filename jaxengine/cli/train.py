@@ -59,7 +59,9 @@ def _model_chat_template(spec) -> str | None:
     from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
 
     try:
-        return read_tokenizer_settings(resolve_model_dir(spec.model)).chat_template or DEFAULT_CHAT_TEMPLATE
+        settings = read_tokenizer_settings(resolve_model_dir(spec.model),
+                                           run_spec_variables=spec.data.run_spec_template_kwargs)
+        return settings.chat_template or DEFAULT_CHAT_TEMPLATE
     except (JobError, TokenizerError, ChatTemplateError, OSError):
         return None
 
@@ -74,6 +76,7 @@ def _train(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     from jaxengine.job import with_fixed_template_date
 
+    loaded = spec
     spec, fixed_date = with_fixed_template_date(spec)
     if args.process_id in (None, 0):  # once per job, not once per host
         if fixed_date is not None:
@@ -100,6 +103,13 @@ def _train(args: argparse.Namespace) -> int:
             distributed.initialize(distributed.ProcessGroup(
                 coordinator_address=args.coordinator, num_processes=args.num_processes, process_id=args.process_id))
         except distributed.DistributedError as error:
+            print(f"{args.spec}: {error}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        from jaxengine.job import JobError, with_process_zeros_template_date
+
+        try:  # every process renders the day process 0 fixed (and named above), not its own clock's
+            spec = with_process_zeros_template_date(loaded, spec)
+        except JobError as error:
             print(f"{args.spec}: {error}", file=sys.stderr)
             return EXIT_BAD_INPUT
 

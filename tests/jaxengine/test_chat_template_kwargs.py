@@ -190,6 +190,27 @@ def test_an_export_without_the_file_takes_its_runs_variables(thinking_model, tmp
         load_tokenizer(run / "export")
 
 
+def test_a_job_told_not_to_reads_no_variables_from_an_old_exports_run_spec(thinking_model, demo_dir, tmp_path):
+    """The web app gives a run started from a run's model the variables its Run row records (the one source) and
+    sets data.run_spec_template_kwargs false: the job, its date fix and its tokenizer then take none from the old
+    export's spec.yaml, which they laid under the Run row's, so a name only spec.yaml held was rendered all the same.
+    Left true (jaxengine train's own spec), spec.yaml is the only record there is and is read."""
+    from jaxengine.job import with_fixed_template_date
+
+    run = tmp_path / "old-run"
+    shutil.copytree(thinking_model, run / "export")
+    (run / "spec.yaml").write_text(yaml.safe_dump(_spec(thinking_model, run, "rows.jsonl",
+                                                        chat_template_kwargs={"enable_thinking": False})))
+    recorded = {"reasoning_effort": "low"}
+    told = parse_spec(_spec(run / "export", tmp_path / "new", demo_dir / "data/sft.jsonl",
+                            chat_template_kwargs=recorded, run_spec_template_kwargs=False))
+    assert build_job_model(told).tokenizer.template_kwargs == recorded
+    assert with_fixed_template_date(told) == (told, None)  # Qwen3's template stamps no day
+    untold = parse_spec(_spec(run / "export", tmp_path / "new", demo_dir / "data/sft.jsonl",
+                              chat_template_kwargs=recorded))
+    assert build_job_model(untold).tokenizer.template_kwargs == {"enable_thinking": False, **recorded}
+
+
 def test_a_models_file_of_variables_that_are_no_scalars_is_named(thinking_model):
     from jaxengine.tokenizer import TokenizerError
 

@@ -4,6 +4,7 @@ training together: tests/integration/test_multihost.py."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 import time
 
 import pytest
@@ -175,3 +176,63 @@ def test_two_processes_train_with_the_weights_sharded_across_them(demo_dir, tmp_
         for key in ("loss", "grad_norm"):
             assert abs(before[key] - after[key]) <= 1e-4, (after["step"], key, before[key], after[key])
     assert (tmp_path / "two/checkpoints/3").is_dir()
+
+
+# One process of a multi-host `jaxengine train` up to its template date: as the CLI, it fixes the date by its own
+# clock, joins the group, and takes process 0's (jaxengine.job.with_process_zeros_template_date); it prints both.
+_DATE_PROCESS = """
+import json, sys
+from jaxengine import distributed
+from jaxengine.job import with_fixed_template_date, with_process_zeros_template_date
+from jaxengine.spec import load_spec
+
+loaded = load_spec(sys.argv[1])
+fixed, _message = with_fixed_template_date(loaded)
+distributed.initialize(distributed.ProcessGroup(coordinator_address=sys.argv[2], num_processes=2,
+                                                process_id=int(sys.argv[3])))
+agreed = with_process_zeros_template_date(loaded, fixed)
+print(json.dumps({"own": fixed.data.chat_template_kwargs.get("date_string"),
+                  "job": agreed.data.chat_template_kwargs.get("date_string")}))
+distributed.shutdown()
+"""
+
+
+def test_every_process_of_a_multi_host_job_renders_process_zeros_template_date(tmp_path):
+    """Session 32: each process of a multi-host `jaxengine train` fixed the template date by its own clock, so two
+    started either side of midnight (or on hosts in other time zones) rendered different prompts for one job. Every
+    process now takes process 0's, broadcast over the group. The clocks here are 26 hours apart (TZ UTC-12 and
+    UTC+14), so the two days always differ. A real two-process group, not a training run: a run's prompts are
+    rendered inside each process, where a two-process training test (a minute of CPU) could not read them."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    import yaml
+
+    templates = Path(__file__).parent / "tokenizer" / "real_templates"
+    model = tmp_path / "dated-model"
+    model.mkdir()
+    (model / "tokenizer_config.json").write_text(json.dumps({
+        "chat_template": (templates / "llama3_2.jinja").read_text(encoding="utf-8")}))
+    (model / "config.json").write_text("{}")  # a model directory by its name; its weights are never read here
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump({**SPEC, "model": str(model), "output_dir": str(tmp_path / "run"),
+                                         "hosts": 2}))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    flags = os.environ.get("XLA_FLAGS", "").replace("device_count=8", "device_count=1")
+    processes = [subprocess.Popen(
+        [sys.executable, "-c", _DATE_PROCESS, str(spec_path), f"127.0.0.1:{port}", str(index)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "XLA_FLAGS": flags, "TZ": zone}) for index, zone in enumerate(("AAA+12", "BBB-14"))]
+    outputs = [process.communicate(timeout=180) for process in processes]
+    dates = []
+    for process, (stdout, stderr) in zip(processes, outputs):
+        assert process.returncode == 0, stderr[-3000:]
+        dates.append(json.loads(stdout.splitlines()[-1]))
+    first, second = dates
+    assert first["own"] != second["own"]  # each clock's own day
+    assert first["job"] == second["job"] == first["own"]

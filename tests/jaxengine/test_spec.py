@@ -240,7 +240,7 @@ def test_a_section_for_another_task_is_named_beside_the_other_problems():
 @pytest.mark.parametrize("yaml_lines, problem", [
     ("data: t.jsonl\ntrain: {max_steps: 1}",
      "s.yaml:4: data: 't.jsonl' is not a mapping; write it as {key: value, ...} with keys among: train, eval, "
-     "max_seq_len, packing, loss_on, columns, eval_group_by, chat_template_kwargs"),
+     "max_seq_len, packing, loss_on, columns, eval_group_by, chat_template_kwargs, run_spec_template_kwargs"),
     ("data: {train: t.jsonl, columns: [prompt]}\ntrain: {max_steps: 1}",
      "s.yaml:4: data.columns: ['prompt'] is not a mapping; write it as {key: value, ...}"),
     ("data: {train: t.jsonl}\ntrain: {max_steps: 1}\npeft: {targets: q_proj}",

@@ -216,7 +216,8 @@ def _version_json(version: DatasetVersion, *, review_campaign: Campaign | None =
     return {"id": version.public_id, "number": version.number, "status": version.status,
             "filename": version.original_filename, "format": version.format, "size_bytes": version.size_bytes,
             "row_count": version.row_count, "error_count": version.error_count, "errors": version.errors,
-            "notice": version.notice, "mapping": version.column_mapping, "statistics": version.statistics,
+            "notice": version.notice, "mapping": version.column_mapping,
+            "statistics": dataset_selectors.shown_statistics(version.statistics),
             "created_at": version.created_at.isoformat(),
             "review_campaign": ({"id": review_campaign.public_id, "name": review_campaign.name}
                                 if review_campaign is not None else None)}

@@ -324,6 +324,16 @@ def problem_groups(*, version: DatasetVersion) -> list[ProblemGroup]:
             for (code, field, message), errors in grouped.items()]
 
 
+# In a version's statistics while a count of its turn splits is queued (``services.turn_splits_request``): when it
+# was queued, in seconds since the epoch; gone once they are counted, and never shown (``shown_statistics``).
+TURN_SPLITS_QUEUED = "turn_splits_queued_at"
+
+
+def shown_statistics(statistics: dict[str, Any] | None) -> dict[str, Any]:
+    """A version's statistics without the bookkeeping of a count under way (the REST API's ``statistics``)."""
+    return {key: value for key, value in (statistics or {}).items() if key != TURN_SPLITS_QUEUED}
+
+
 def histograms(statistics: dict[str, Any]) -> list[dict[str, Any]]:
     """The per-field histograms of a statistics dict, as plotly needs them: one entry per field with
     ``field``, ``summary`` (count/min/max/mean/percentiles) and bar ``x`` (bin starts), ``width``, ``y``."""

@@ -28,7 +28,7 @@ from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
 from webapp.core.text import checked_json, checked_name
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
-from webapp.datasets.selectors import dataset_named, version_readers
+from webapp.datasets.selectors import TURN_SPLITS_QUEUED, dataset_named, shown_statistics, version_readers
 from webapp.datasets.uploads import store_upload
 from webapp.projects.models import Project
 from webapp.workers.deliveries import LostWorker, task_deliveries
@@ -37,6 +37,10 @@ logger = logging.getLogger(__name__)
 
 VALIDATE_TASK = "worker.tasks.datasets.validate_dataset_version"
 TOKEN_STATISTICS_TASK = "worker.tasks.datasets.compute_token_statistics"
+TURN_SPLITS_TASK = "worker.tasks.datasets.count_turn_splits"
+# A count of turn splits not done this long after it was queued (``selectors.TURN_SPLITS_QUEUED``; its task lost with
+# Redis or its worker) is queued again by the next view of the version's page.
+TURN_SPLITS_REQUEUE_SECONDS = 600
 # Token lengths are measured on the first rows only: tokenizing a whole large upload would
 # hold the default queue for minutes for a histogram that a sample draws as well.
 TOKEN_STATISTICS_MAX_ROWS = 20_000
@@ -378,10 +382,45 @@ def version_turn_splits(*, version: DatasetVersion) -> dict[str, int] | None:
     with transaction.atomic():
         stored = DatasetVersion.objects.select_for_update(of=("self",)).filter(pk=version.pk).first()
         if stored is not None and "turn_splits" not in (stored.statistics or {}):
-            stored.statistics = {**(stored.statistics or {}), "turn_splits": splits}
+            stored.statistics = {**shown_statistics(stored.statistics), "turn_splits": splits}
             stored.save(update_fields=["statistics"])
-    version.statistics = {**(version.statistics or {}), "turn_splits": splits}
+    version.statistics = {**shown_statistics(version.statistics), "turn_splits": splits}
     return splits
+
+
+def turn_splits_request(*, version: DatasetVersion) -> bool:
+    """For the version's page: whether the turn splits of a ready sft version validated before they were counted are
+    still to count (the page says "counting…" and refreshes). The count is one pass over the whole file
+    (``version_turn_splits``), which held the page's request for as long as a large version takes: it is queued on
+    the ``default`` queue instead (``worker.tasks.datasets.count_turn_splits``), once, and again only where one
+    queued ``TURN_SPLITS_REQUEUE_SECONDS`` ago has not counted them. False where there is nothing to count."""
+    if version.status != VersionStatus.READY or version.dataset.kind != formats.DatasetKind.SFT:
+        return False
+    if isinstance((version.statistics or {}).get("turn_splits"), dict):
+        return False
+    now = timezone.now().timestamp()
+    with transaction.atomic():
+        stored = DatasetVersion.objects.select_for_update(of=("self",)).filter(pk=version.pk).first()
+        if stored is None:
+            return False
+        statistics = stored.statistics or {}
+        if isinstance(statistics.get("turn_splits"), dict):
+            version.statistics = statistics
+            return False
+        queued = statistics.get(TURN_SPLITS_QUEUED)
+        if not isinstance(queued, (int, float)) or not 0 <= now - queued < TURN_SPLITS_REQUEUE_SECONDS:
+            stored.statistics = {**statistics, TURN_SPLITS_QUEUED: now}
+            stored.save(update_fields=["statistics"])
+            _enqueue(TURN_SPLITS_TASK, version.pk)
+        version.statistics = stored.statistics
+    return True
+
+
+def turn_splits_count(*, version_id: int) -> dict[str, int] | None:
+    """``version_turn_splits`` of a version by id (worker side of ``turn_splits_request``); None for one deleted
+    since, or with nothing to count."""
+    version = DatasetVersion.objects.select_related("dataset").filter(pk=version_id).first()
+    return version_turn_splits(version=version) if version is not None else None
 
 
 def _template_splits_turns(tokenizer) -> bool:

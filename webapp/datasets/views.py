@@ -190,7 +190,8 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
     if version.status == VersionStatus.FAILED:
         context["problems"] = selectors.problem_groups(version=version)
     if version.status == VersionStatus.READY:
-        services.version_turn_splits(version=version)  # counted now for a version validated before they were
+        # A version validated before turn splits were counted has them counted by the worker: one pass over its file.
+        context["turn_splits_counting"] = services.turn_splits_request(version=version)
         base_models = list(basemodel_list(project=project))
         asked = request.GET.get("page", "")
         # A search is cut to the length of a line: it is looked for in every row of the preview.

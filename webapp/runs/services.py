@@ -108,6 +108,9 @@ class RunPlan:
     tokenizer: TokenizerSettings | None = None
     # The data.chat_template_kwargs.date_string the plan fixed itself (``_fix_template_date``); None if none.
     stamped_template_date: str | None = None
+    # Variables of ``source_run``'s Run row its model's chat template never reads, left out of the resolved spec
+    # (``_without_unread_inherited``), for the run's log to say once.
+    dropped_template_variables: tuple[str, ...] = ()
 
 
 def _add(errors: dict[str, list[str]], key: str, message: str) -> None:
@@ -326,11 +329,17 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
         resolved_data["columns"] = columns
     else:
         resolved_data.pop("columns", None)
-    # The variables a run's model trained with, from its Run row: the engine does not read them from its directory.
+    # The variables a run's model trained with, from its Run row alone: the engine and this launch's checks read none
+    # from its directory's spec.yaml (an export made before exports kept chat_template_kwargs.json had them there).
     own_variables = data.get("chat_template_kwargs") or {}
     model_variables = trained_template_kwargs(source_run) if source_run is not None else {}
     if model_variables and isinstance(own_variables, dict):
         resolved_data["chat_template_kwargs"] = {**model_variables, **own_variables}
+    if data.get("run_spec_template_kwargs") is not None:
+        _add(errors, "data.run_spec_template_kwargs", SET_BY_TEMPER["data.run_spec_template_kwargs"])
+    resolved_data.pop("run_spec_template_kwargs", None)
+    if source_run is not None:
+        resolved_data["run_spec_template_kwargs"] = False
     # Unresolved references stay as placeholders so that the schema still checks every other key.
     resolved = {**spec, "model": model_path or "unresolved", "output_dir": str(output_dir),
                 "data": {**resolved_data, "train": resolved_data.get("train") or "unresolved"}}
@@ -342,7 +351,10 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     resolved = copy.deepcopy(resolved)
     for key, term in _reward_model_terms(resolved):
         term["args"]["model"] = _resolve_reward_run(project, term["args"].get("model"), errors, key=key) or "unresolved"
-    tokenizer = _model_tokenizer_settings(model_path) if model_path else None
+    tokenizer = _model_tokenizer_settings(model_path, run_spec_variables=source_run is None) if model_path else None
+    dropped = ()
+    if tokenizer is not None and model_variables and isinstance(own_variables, dict):
+        dropped = _without_unread_inherited(tokenizer, resolved, inherited=model_variables.keys() - own_variables.keys())
     stamped_date = None
     if tokenizer is not None and task in tasks() and task != "pretrain":
         stamped_date = _fix_template_date(tokenizer, resolved)
@@ -374,6 +386,7 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     written["data"]["train"] = data["train"]
     written["data"]["eval"] = data.get("eval") or None
     written["data"].pop("columns", None)  # derived from the dataset versions, not written
+    written["data"].pop("run_spec_template_kwargs", None)  # from the model's reference, not written
     if model_variables:  # the resolved spec's alone: a copy of the run, started from another model, does not carry them
         written["data"]["chat_template_kwargs"] = {name: value for name, value in
                                                    written["data"]["chat_template_kwargs"].items()
@@ -387,7 +400,7 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     return RunPlan(task=job.task, spec=written, resolved=resolved, job=job, base_model=base_model,
                    source_run=source_run, dataset_versions=versions,
                    reward_base_model=reward_base_model(project=project, spec=written), tokenizer=tokenizer,
-                   stamped_template_date=stamped_date)
+                   stamped_template_date=stamped_date, dropped_template_variables=dropped)
 
 
 def trained_template_kwargs(run: Run) -> dict[str, Any]:
@@ -400,16 +413,39 @@ def trained_template_kwargs(run: Run) -> dict[str, Any]:
     return dict(variables) if isinstance(variables, dict) else {}
 
 
-def _model_tokenizer_settings(model_path: str) -> TokenizerSettings | None:
+def _model_tokenizer_settings(model_path: str, *, run_spec_variables: bool = True) -> TokenizerSettings | None:
     """``jaxengine.tokenizer.read_tokenizer_settings`` of a model directory; None when it is not one or its files
-    cannot be read (the run's start says what is wrong with them)."""
+    cannot be read (the run's start says what is wrong with them). ``run_spec_variables=False`` for a run's model,
+    whose variables are its Run row's, as the engine reads it (``data.run_spec_template_kwargs``)."""
     from jaxengine import chat_template
     from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
 
     try:
-        return read_tokenizer_settings(model_path) if Path(model_path).is_dir() else None
+        return (read_tokenizer_settings(model_path, run_spec_variables=run_spec_variables)
+                if Path(model_path).is_dir() else None)
     except (TokenizerError, chat_template.ChatTemplateError, OSError):
         return None
+
+
+def _without_unread_inherited(tokenizer: TokenizerSettings, resolved: dict[str, Any], *,
+                              inherited: Iterable[str]) -> tuple[str, ...]:
+    """Leave out of the resolved spec's ``data.chat_template_kwargs`` the ``inherited`` variables (the source run's
+    Run row's, not the spec's own) that the model's chat template never reads, and name them. They render nothing,
+    and carried on they were warned of again at the launch of every descendant (the warning belongs to the launch
+    whose author wrote them, ``spec_warnings``); the run's log says once that they were left out. A template that
+    cannot be read drops nothing (the run's start says what is wrong with it)."""
+    from jaxengine.chat_template import DEFAULT_CHAT_TEMPLATE, ChatTemplateError, template_variables
+
+    try:
+        reads = template_variables(tokenizer.chat_template or DEFAULT_CHAT_TEMPLATE)
+    except ChatTemplateError:
+        return ()
+    unread = tuple(sorted(set(inherited) - reads))
+    if unread:
+        data = resolved["data"]
+        resolved["data"] = {**data, "chat_template_kwargs": {
+            name: value for name, value in data["chat_template_kwargs"].items() if name not in unread}}
+    return unread
 
 
 def _fix_template_date(tokenizer: TokenizerSettings, resolved: dict[str, Any]) -> str | None:
@@ -920,6 +956,9 @@ def _save_planned(*, public_id: str, project: Project, plan: RunPlan, user: Abst
     run_tags_write(run=run, tags=tags)
     run.dataset_versions.set(plan.dataset_versions)
     log_line(run, f"queued by {user.get_username() if user else 'the system'}")
+    if dropped := plan.dropped_template_variables:
+        log_line(run, f"data.chat_template_kwargs: {', '.join(dropped)} of {plan.source_run.public_id}'s variables "
+                      f"not carried on: the model's chat template never reads {'it' if len(dropped) == 1 else 'them'}")
     for warning in plan_warnings(plan):
         log_line(run, warning, level=LogLevel.WARNING)
     _enqueue(run)
@@ -1436,7 +1475,9 @@ def template_date_today(run: Run) -> str | None:
     from jaxengine import chat_template
 
     model_path = run.resolved_spec.get("model")
-    tokenizer = _model_tokenizer_settings(model_path) if isinstance(model_path, str) and model_path else None
+    run_spec_variables = (run.resolved_spec.get("data") or {}).get("run_spec_template_kwargs") is not False
+    tokenizer = (_model_tokenizer_settings(model_path, run_spec_variables=run_spec_variables)
+                 if isinstance(model_path, str) and model_path else None)
     if tokenizer is None:
         return None
     try:

@@ -47,8 +47,8 @@ from webapp.runs.presets import preset_spec, presets_for
 
 COMMON_SECTIONS = ("data", "peft", "optim", "train")
 # Keys the web fills itself: datasets are chosen from lists, and their column names come from the
-# dataset versions' own column mappings.
-REFERENCE_KEYS = frozenset({"data.train", "data.eval", "data.columns"})
+# dataset versions' own column mappings; a run's model is read as its Run row says (run_spec_template_kwargs).
+REFERENCE_KEYS = frozenset({"data.train", "data.eval", "data.columns", "data.run_spec_template_kwargs"})
 
 
 def tasks() -> tuple[str, ...]:
@@ -288,7 +288,9 @@ def spec_initial(spec: dict[str, Any]) -> dict[str, Any]:
 # Keys a YAML spec may hold that Temper sets itself, and why they are refused (``services.plan_run``
 # refuses them at launch, the switch to the form here).
 SET_BY_TEMPER = {"output_dir": "Temper gives every run its own directory; remove output_dir",
-                 "data.columns": "set from the dataset versions' column mappings (chosen at upload); remove it"}
+                 "data.columns": "set from the dataset versions' column mappings (chosen at upload); remove it",
+                 "data.run_spec_template_kwargs": "a run's model renders with the variables its Run row records, "
+                                                  "never its directory's spec.yaml; remove it"}
 
 
 def keys_the_form_cannot_show(task: str, spec: dict[str, Any]) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""``default`` queue tasks for datasets: validation and token statistics. Thin: ids in, a
+"""``default`` queue tasks for datasets: validation, token statistics and the turn splits of older versions. Thin: ids in, a
 service call, nothing returned (results live in the database)."""
 from __future__ import annotations
 
@@ -19,3 +19,10 @@ def validate_dataset_version(version_id: int) -> None:
 def compute_token_statistics(version_id: int, base_model_id: int) -> None:
     """Token-length statistics of a ready version with a base model's tokenizer."""
     services.token_statistics_compute(version_id=version_id, base_model_id=base_model_id)
+
+
+@app.task(name="worker.tasks.datasets.count_turn_splits", acks_late=True)
+def count_turn_splits(version_id: int) -> None:
+    """The turn splits of a version validated before they were counted, for its page (safe to redeliver: a version
+    counted already is left alone)."""
+    services.turn_splits_count(version_id=version_id)

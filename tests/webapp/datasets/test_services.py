@@ -628,10 +628,10 @@ def validated_before_turn_splits(version: DatasetVersion) -> DatasetVersion:
     return DatasetVersion.objects.get(pk=version.pk)
 
 
-def test_turn_splits_a_version_was_validated_without_are_counted_when_a_launch_or_its_page_needs_them(team, client,
-                                                                                                       tmp_path):
+def test_turn_splits_a_version_was_validated_without_are_counted_when_a_launch_needs_them(team, tmp_path):
     """Follow-up: a version validated before turn splits were counted had none in its statistics, so a launch on Qwen3
-    warned of nothing and its page said nothing. They are counted from its file when first needed, and kept."""
+    warned of nothing and its page said nothing. They are counted from its file when first needed, and kept (its page
+    has the worker count them: test_the_page_of_a_version_validated_before_turn_splits_has_the_worker_count_them)."""
     from tests.webapp.factories import make_base_model
     from webapp.runs import services as run_services
 
@@ -652,12 +652,47 @@ def test_turn_splits_a_version_was_validated_without_are_counted_when_a_launch_o
         "token trained, the user turns too)"]
     assert DatasetVersion.objects.get(pk=old.pk).statistics["turn_splits"] == counted  # kept: counted once
     assert DatasetVersion.objects.get(pk=old.pk).statistics.keys() == {*old.statistics.keys(), "turn_splits"}
-
-    paged = validated_before_turn_splits(old)
-    assert ("1 conversation has several assistant turns: a model whose chat template renders earlier turns otherwise "
-            "than the latest (Qwen3's) trains it one turn per example, making 2 examples of it and about 1.3× the "
-            "file's characters") in html.unescape(version_page(team, client, paged))
-    assert DatasetVersion.objects.get(pk=old.pk).statistics["turn_splits"] == counted
     # Other kinds have none to count.
     prompts = ready(team, name="asked", kind="prompts", rows=[{"prompt": "2+2?"}])
     assert services.version_turn_splits(version=prompts) is None and "turn_splits" not in prompts.statistics
+
+
+def test_the_page_of_a_version_validated_before_turn_splits_has_the_worker_count_them(
+        team, client, sent_tasks, django_capture_on_commit_callbacks):
+    """Session 32: the page of a version validated before turn splits were counted counted them during its GET, one
+    pass over the whole file: a large old version's page took as long to answer. The page queues the count on the
+    default queue (once: its refreshes while it is queued do not queue it again) and says it is counting, refreshing
+    itself, until the worker has stored it; a count its task lost is queued again after TURN_SPLITS_REQUEUE_SECONDS."""
+    rows = [_turns_chat("2+2?", "4", "3+3?", "6"), _turns_chat("Hi", "Hello")]
+    counted = ready(team, name="turns", kind="sft", rows=rows).statistics["turn_splits"]
+    old = validated_before_turn_splits(DatasetVersion.objects.get(dataset__name="turns"))
+    note = ("1 conversation has several assistant turns: a model whose chat template renders earlier turns otherwise "
+            "than the latest (Qwen3's) trains it one turn per example, making 2 examples of it and about 1.3× the "
+            "file's characters")
+
+    def page() -> str:
+        with django_capture_on_commit_callbacks(execute=True):
+            return html.unescape(version_page(team, client, old))
+
+    sent_tasks.clear()
+    first = page()
+    assert "turn_splits" not in DatasetVersion.objects.get(pk=old.pk).statistics  # not counted by the request
+    assert note not in first and 'id="turn-splits-counting"' in first and 'http-equiv="refresh"' in first
+    assert sent_tasks == [(services.TURN_SPLITS_TASK, (old.pk,), "default")]
+    assert 'id="turn-splits-counting"' in page() and len(sent_tasks) == 1  # a refresh does not queue it again
+
+    # Its task lost: queued again once the wait is past.
+    stored = DatasetVersion.objects.get(pk=old.pk)
+    stored.statistics = {**stored.statistics, services.TURN_SPLITS_QUEUED: stored.statistics[
+        services.TURN_SPLITS_QUEUED] - services.TURN_SPLITS_REQUEUE_SECONDS}
+    stored.save(update_fields=["statistics"])
+    page()
+    assert sent_tasks == [(services.TURN_SPLITS_TASK, (old.pk,), "default")] * 2
+
+    from worker.tasks.datasets import count_turn_splits
+
+    count_turn_splits(old.pk)  # the worker's task, as the default queue's worker runs it
+    assert DatasetVersion.objects.get(pk=old.pk).statistics == {**old.statistics, "turn_splits": counted}
+    done = page()
+    assert note in done and 'id="turn-splits-counting"' not in done and 'http-equiv="refresh"' not in done
+    assert len(sent_tasks) == 2

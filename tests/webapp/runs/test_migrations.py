@@ -1,5 +1,6 @@
 """Runs migrations that bring older rows in line with what the services now do."""
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -168,3 +169,57 @@ def test_run_tags_and_final_metric_names_stored_before_their_indexes_are_filled_
         ("alpha", "eval/bleu"), ("alpha", "grad_norm"), ("alpha", "loss")]
     beta = CurrentProject.objects.get(slug="beta")
     assert [run.public_id for run in run_list(project=beta, filters=RunFilters(search='"QUOTED", '))] == ["run_c"]
+
+
+def test_runs_launched_before_the_template_date_was_recorded_get_the_record_where_their_launch_wrote_it(tmp_path):
+    """Session 32: runs launched after launches fixed the template date but before Run.stamped_template_date (0020)
+    had the date and no record, so a Duplicate of one kept the old run's day rather than fixing its own. The record
+    is back-filled where the date is the one its launch wrote: the day it was created, in the format its model's
+    template stamps (Llama's where the model's files are gone), as its resolved spec rendered it; and for a retry of
+    such a run, which kept it. A date an author wrote, one a template that stamps no day was given, and a resolved
+    spec that rendered another stay unrecorded."""
+    from datetime import datetime, timezone
+
+    from tests.factories import build_bpe_tokenizer_dir
+    from webapp.runs import services
+
+    templates = Path(__file__).parents[2] / "jaxengine" / "tokenizer" / "real_templates"
+
+    def model(name, template_file):
+        return str(build_bpe_tokenizer_dir(tmp_path / name, style="llama3", chat_template=(
+            templates / template_file).read_text(encoding="utf-8")))
+
+    llama, qwen, gone = model("llama3-2", "llama3_2.jinja"), model("qwen3", "qwen3.jinja"), str(tmp_path / "gone")
+    launched = datetime(2026, 3, 4, 12, 0, tzinfo=timezone.utc)
+    day, next_day = "04 Mar 2026", "05 Mar 2026"
+    with migrated_back_to(("runs", "0020_run_stamped_template_date")) as apps:
+        Project = apps.get_model("projects", "Project")
+        Run = apps.get_model("runs", "Run")
+        project = Project.objects.create(name="alpha", slug="alpha")
+        for public_id, name, path, written, rendered, created in (
+                ("run_launched", "dated", llama, day, day, launched),
+                ("run_retry", "dated (retry)", llama, day, day, launched.replace(day=6)),
+                ("run_gone", "moved", gone, day, day, launched),
+                ("run_author", "authored", llama, "01 Jan 2030", "01 Jan 2030", launched),
+                ("run_undated", "qwen", qwen, day, day, launched),
+                ("run_other", "rendered another", llama, day, next_day, launched),
+                ("run_late_retry", "authored (retry 2)", llama, "01 Jan 2030", "01 Jan 2030", launched.replace(day=7)),
+                ("run_none", "none", llama, None, None, launched)):
+            variables = {} if written is None else {"date_string": written}
+            rendered_variables = {} if rendered is None else {"date_string": rendered}
+            run = Run.objects.create(
+                public_id=public_id, project=project, name=name, task="sft",
+                spec={"task": "sft", "data": {"chat_template_kwargs": variables}},
+                resolved_spec={"task": "sft", "model": path, "data": {"chat_template_kwargs": rendered_variables}})
+            Run.objects.filter(pk=run.pk).update(created_at=created)
+        Run.objects.create(public_id="run_recorded", project=project, name="next", task="sft", stamped_template_date=day,
+                           spec={"data": {"chat_template_kwargs": {"date_string": day}}}, resolved_spec={})
+    from webapp.runs.models import Run as CurrentRun
+
+    assert dict(CurrentRun.objects.values_list("public_id", "stamped_template_date")) == {
+        "run_launched": day, "run_retry": day, "run_gone": day, "run_author": "", "run_undated": "", "run_other": "",
+        "run_late_retry": "", "run_none": "", "run_recorded": day}
+    # A Duplicate of the back-filled run leaves its day out for its own launch to fix; the author's date is copied.
+    assert services.spec_of_a_copy(CurrentRun.objects.get(public_id="run_launched")) == (
+        {"task": "sft", "data": {"chat_template_kwargs": {}}}, day)
+    assert services.spec_of_a_copy(CurrentRun.objects.get(public_id="run_author"))[1] is None

@@ -204,7 +204,8 @@ def test_a_run_from_a_runs_model_renders_with_its_run_rows_variables_whatever_it
         """The variables the engine renders the run's chats with (jaxengine.job.build_job_model): its model's own,
         then the job's data.chat_template_kwargs over them."""
         job = parse_spec(run.resolved_spec)
-        return {**read_tokenizer_settings(job.model).template_kwargs, **job.data.chat_template_kwargs}
+        return {**read_tokenizer_settings(job.model, run_spec_variables=job.data.run_spec_template_kwargs
+                                          ).template_kwargs, **job.data.chat_template_kwargs}
 
     for model in (source.public_id, f"{source.public_id}@5"):
         spec = {**sft_spec(catalog), "model": model}
@@ -225,6 +226,68 @@ def test_a_run_from_a_runs_model_renders_with_its_run_rows_variables_whatever_it
     assert own.resolved_spec["data"]["chat_template_kwargs"] == {"enable_thinking": True}
     assert own.spec["data"]["chat_template_kwargs"] == {"enable_thinking": True}
     assert rendered_with(own) == {"enable_thinking": True}
+
+
+def test_a_launch_from_an_old_export_takes_its_variables_from_the_run_row_alone(team, catalog, sent_tasks, tmp_path):
+    """An export made before exports kept chat_template_kwargs.json: the engine read the variables of its run
+    directory's spec.yaml under the Run row's the launch gave, so a name spec.yaml held and the Run row did not was
+    rendered all the same, and the launch's own checks read it too (a date_string there left the day unfixed, and
+    the run rendered spec.yaml's day). The Run row is the one source: the resolved spec tells the engine to read
+    nothing from spec.yaml (data.run_spec_template_kwargs: false), and the launch reads the model so too."""
+    from datetime import datetime
+
+    from jaxengine.spec import parse_spec
+    from jaxengine.tokenizer import read_tokenizer_settings
+    from tests.factories import build_bpe_tokenizer_dir
+
+    templates = Path(__file__).parents[2] / "jaxengine" / "tokenizer" / "real_templates"
+    source_dir = tmp_path / "source"
+    build_bpe_tokenizer_dir(source_dir / "export", style="llama3",
+                            chat_template=(templates / "llama3_2.jinja").read_text(encoding="utf-8"))
+    recorded = {"tools_in_user_message": False}  # the Run row's; spec.yaml holds another set
+    source = Run.objects.create(project=team.project, name="old export", task="sft", status=RunStatus.SUCCEEDED,
+                                spec={"task": "sft", "data": {"chat_template_kwargs": recorded}},
+                                resolved_spec={"output_dir": str(source_dir), "data": {"chat_template_kwargs": recorded}},
+                                created_by=team.owner)
+    Artifact.objects.create(run=source, kind=ArtifactKind.MODEL, step=9, path=str(source_dir / "export"))
+    (source_dir / "spec.yaml").write_text(yaml.safe_dump(
+        {"task": "sft", "data": {"chat_template_kwargs": {"date_string": "01 Jan 2020"}}}))
+
+    def engine_variables(run: Run) -> dict:
+        """What jaxengine.job.build_job_model renders the run's chats with: the model's own, read as the job says,
+        then the job's data.chat_template_kwargs."""
+        job = parse_spec(run.resolved_spec)
+        own = read_tokenizer_settings(job.model, run_spec_variables=job.data.run_spec_template_kwargs).template_kwargs
+        return {**own, **job.data.chat_template_kwargs}
+
+    run = services.run_create(project=team.project, spec=sft_spec(catalog, model=source.public_id),
+                              user=team.teammate)
+    # spec.yaml's date is no variable of the run's model: the launch fixes its own day, and the engine renders it.
+    today = datetime.now().strftime("%d %b %Y")
+    assert run.stamped_template_date == today
+    assert run.resolved_spec["data"]["run_spec_template_kwargs"] is False
+    assert engine_variables(run) == {**recorded, "date_string": today}
+    assert "run_spec_template_kwargs" not in run.spec["data"]
+    assert run.spec["data"]["chat_template_kwargs"] == {"date_string": today}
+
+    # The other way round: a variable the Run row holds and spec.yaml does not is rendered, spec.yaml's is not.
+    source.resolved_spec = {**source.resolved_spec, "data": {"chat_template_kwargs": {"date_string": "03 Mar 2033"}}}
+    source.save(update_fields=["resolved_spec"])
+    (source_dir / "spec.yaml").write_text(yaml.safe_dump(
+        {"task": "sft", "data": {"chat_template_kwargs": {"tools_in_user_message": False}}}))
+    run = services.run_create(project=team.project, spec=sft_spec(catalog, model=source.public_id),
+                              user=team.teammate)
+    assert run.stamped_template_date == ""
+    assert engine_variables(run) == {"date_string": "03 Mar 2033"}
+
+    # Temper sets the switch: a spec that writes it is refused naming it, with nothing saved.
+    written = sft_spec(catalog, model=source.public_id)
+    written["data"]["run_spec_template_kwargs"] = True
+    runs_before = Run.objects.count()
+    with pytest.raises(ValidationError) as caught:
+        services.run_create(project=team.project, spec=written, user=team.teammate)
+    assert "never its directory's spec.yaml" in caught.value.message_dict["data.run_spec_template_kwargs"][0]
+    assert Run.objects.count() == runs_before
 
 
 def test_yaml_errors_name_their_line(team, catalog):
@@ -954,7 +1017,8 @@ def test_a_launch_reads_the_models_tokenizer_settings_once(team, catalog, sent_t
     model = make_base_model(team.project, name="qwen3", path=str(directory))
     reads = []
     real = tokenizer.read_tokenizer_settings
-    monkeypatch.setattr(tokenizer, "read_tokenizer_settings", lambda path: reads.append(path) or real(path))
+    monkeypatch.setattr(tokenizer, "read_tokenizer_settings",
+                        lambda path, **keywords: reads.append(path) or real(path, **keywords))
     spec = sft_spec(catalog, model=model.public_id)
     spec["data"]["chat_template_kwargs"] = {"enable_thinking": False}
     run = services.run_create(project=team.project, spec=spec, user=team.teammate)
@@ -968,6 +1032,56 @@ def test_a_resumed_archived_run_comes_back_to_the_table(team, catalog, sent_task
     Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED, archived=True)
     assert not services.run_resume(run=run, user=team.owner).archived
     assert not Run.objects.get(pk=run.pk).archived
+
+
+def test_inherited_variables_the_template_never_reads_are_warned_of_once_not_at_each_descendants_launch(
+        team, catalog, sent_tasks, tmp_path):
+    """Session 32: a variable the model's template never reads, written at one launch, was inherited by every run
+    started from that run's model (and from theirs), and each of those launches warned of it again. The launch that
+    wrote it warns; a descendant leaves it out of the variables it renders with and carries on (it renders nothing)
+    and says so once, in its log, not as a warning; what the template reads is still inherited."""
+    from tests.webapp.factories import make_base_model
+    from webapp.runs.models import LogLevel
+
+    def warnings(run: Run) -> list[str]:
+        return list(run.log_lines.filter(level=LogLevel.WARNING).values_list("message", flat=True))
+
+    def succeeded_with_export(run: Run) -> Run:
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+        Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, step=10,
+                                path=str(thinking_model_dir(tmp_path / run.public_id)))
+        run.refresh_from_db()
+        return run
+
+    base = thinking_model_dir(tmp_path / "base")
+    model = make_base_model(team.project, name="thinker", path=str(base))
+    spec = sft_spec(catalog, model=model.public_id)
+    spec["data"]["chat_template_kwargs"] = {"enable_thinking": False, "persona": "terse"}
+    first = services.run_create(project=team.project, spec=spec, user=team.teammate)
+    assert [warning for warning in warnings(first) if "persona" in warning]  # its author wrote it: warned
+
+    parent = succeeded_with_export(first)
+    child = services.run_create(project=team.project, spec=sft_spec(catalog, model=parent.public_id),
+                                user=team.teammate)
+    assert warnings(child) == []
+    assert child.resolved_spec["data"]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert list(child.log_lines.filter(message__contains="persona").values_list("message", flat=True)) == [
+        f"data.chat_template_kwargs: persona of {parent.public_id}'s variables not carried on: the model's chat "
+        "template never reads it"]
+    check = services.launch_check(project=team.project, spec=sft_spec(catalog, model=parent.public_id), axes=[])
+    assert not [warning for warning in check.warnings if "persona" in warning]
+
+    grandchild = services.run_create(project=team.project, spec=sft_spec(catalog, model=succeeded_with_export(
+        child).public_id), user=team.teammate)
+    assert warnings(grandchild) == []
+    assert not grandchild.log_lines.filter(message__contains="persona").exists()
+    assert grandchild.resolved_spec["data"]["chat_template_kwargs"] == {"enable_thinking": False}
+    # A descendant's author who writes it again is warned, as the first author was.
+    own = sft_spec(catalog, model=parent.public_id)
+    own["data"]["chat_template_kwargs"] = {"persona": "verbose"}
+    rewritten = services.run_create(project=team.project, spec=own, user=team.teammate)
+    assert [warning for warning in warnings(rewritten) if "persona" in warning]
+    assert rewritten.resolved_spec["data"]["chat_template_kwargs"] == {"enable_thinking": False, "persona": "verbose"}
 
 
 def test_template_variables_the_models_chat_template_never_reads_are_warned_of_at_launch(team, catalog, sent_tasks,
