@@ -196,6 +196,13 @@ def _battle_pair(battle: Battle) -> Pair | None:
                 original_label=battle.outcome if battle.outcome in DECISIVE else "")
 
 
+def recent_battles(*, project: Project, user, limit: int = 50):
+    """``user``'s latest ``limit`` battles in ``project``, newest first, with both sides: the arena page's list, read
+    through the (project, user, newest first) index, not by sorting every battle of theirs."""
+    return (Battle.objects.filter(project=project, user=user).select_related("side_a", "side_b")
+            .order_by("-created_at")[:limit])
+
+
 def rated_battles(*, project: Project):
     """The project's voted battles whose answers both finished (a vote recorded on a failed answer, as
     once possible, rates nothing)."""
