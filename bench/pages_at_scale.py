@@ -8,14 +8,15 @@ project reads more than it shows.
 
 At ``--scale 1`` the large project holds 40 members, 100 base models (30 serving copies), 2,000 runs (one with
 200 checkpoints; the compare page of 16 of them), 2,000 chat conversations of the owner, 5,000 voted arena battles among 12 models, and a
-review campaign of 3,000 items with 2-3 reviews each (one in ten a conflict). Rows that a service per row
+review campaign of 3,000 items with 2-3 reviews each (about 3 in 10 left in conflict). Rows that a service per row
 would take minutes to write are made in bulk, with what the services derive from them written too: the
 items' review counts and statuses from their reviews, the runs' tag and metric-name indexes, the battles'
 arena conversations with their answers.
 
 Prints, for each page, the median and 95th percentile wall time and the median CPU time of this process over
 ``--requests`` requests after a warm-up (SQLite runs in process: the CPU counts the queries' work), and the
-query count of one request, of the large project and of the small one.
+query count of one request, of the large project and of the small one; then the time and queries of the review
+export (the worker's ``export_write``) of each project's campaign.
 
     .venv/bin/python bench/pages_at_scale.py [--scale 1] [--small 0.1] [--requests 10]
 """
@@ -194,6 +195,28 @@ def main() -> None:
         p95 = durations[min(len(durations) - 1, int(round(0.95 * (len(durations) - 1))))]
         print(f"{label:22} {1e3 * statistics.median(durations):8.1f} {1e3 * p95:8.1f} {1e3 * statistics.median(cpu):8.1f}"
               f" {queries:7d} {small_queries:14d} {1e3 * statistics.median(small_cpu):8.1f}")
+    if args.only in "review export":
+        measure_export(owner)
+
+
+def measure_export(owner) -> None:
+    """The review export (``export_write``, the worker's task: the complete items as a preference dataset version) of
+    each project's campaign, once: its wall time and queries."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from webapp.review import services
+    from webapp.review.models import Campaign
+
+    for slug in ("large", "small"):
+        campaign = Campaign.objects.get(project__slug=slug)
+        export = services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name="reviewed"),
+                                        user=owner)
+        with CaptureQueriesContext(connection) as queries:
+            started = time.perf_counter()
+            services.export_write(export_id=export.pk)
+            seconds = time.perf_counter() - started
+        print(f"review export of {slug}'s {campaign.items.count()} items: {1e3 * seconds:.0f} ms, {len(queries)} queries")
 
 
 if __name__ == "__main__":
