@@ -89,7 +89,7 @@ def arena_home(request: HttpRequest, slug: str) -> HttpResponse:
 
 def _arena_page(request: HttpRequest, project: Project, membership: Membership, *, choices=None, error: str = "",
                 sent: dict | None = None, export_form: ArenaExportForm | None = None, status: int = 200) -> HttpResponse:
-    battles = Battle.objects.filter(project=project, user=request.user).select_related("side_a", "side_b")[:50]
+    battles = arena.recent_battles(project=project, user=request.user)
     choices = selectors.model_choices(project=project) if choices is None else choices
     rows = [{"battle": battle, "thinking": arena.battle_thinking(battle)} for battle in battles]
     thinking_offered = bool(selectors.thinking_defaults(choices))

@@ -157,7 +157,11 @@ def _template_files_stamp(path: str) -> tuple:
     return tuple(stamp)
 
 
-@functools.lru_cache(maxsize=256)
+# Unbounded: the pickers ask this of every model of the project, in the same order, on every request. Bounded at 256,
+# a project of 300 models (100 base models, 200 exported runs) had each model's entry evicted by the time it was asked
+# again, and every load read and parsed every model's tokenizer files. An entry is a path and a few numbers; a new one
+# comes only with a new model or its files written anew.
+@functools.lru_cache(maxsize=None)
 def _thinking_default(path: str, _stamp: tuple) -> bool | None:
     from jaxengine.chat_template import DEFAULT_CHAT_TEMPLATE, ChatTemplateError, template_variables
     from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings

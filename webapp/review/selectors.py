@@ -36,15 +36,19 @@ def campaign_list(*, project: Project) -> QuerySet[Campaign]:
     are complete (``item_complete``, as ``campaign_progress`` counts ``done``) and how many of their
     reviewers may still review (``reviewer_total``, as ``reviewer_names`` lists them), all in the one
     query: a page of campaigns costs no query per campaign."""
-    # A subquery, not a third join: joined with the items, each reviewer row would be read once per item.
-    reviewer_total = (_reviewers_who_may_review(project).filter(campaign=OuterRef("pk")).order_by()
-                      .values("campaign").annotate(count=Count("pk")).values("count"))
+    # Subqueries, not joins: joined, the campaigns' items were grouped and counted distinct, every item read on each
+    # load of the campaign list, the arena and the leaderboard (3,000 items: 40-150 ms); a subquery counts one
+    # campaign's entries of the items' (campaign, status, sequence) index.
+    def counted(rows: QuerySet) -> Coalesce:
+        return Coalesce(Subquery(rows.filter(campaign=OuterRef("pk")).order_by().values("campaign")
+                                 .annotate(count=Count("pk")).values("count")), 0)
+
     return (
         Campaign.objects.filter(project=project)
         .select_related("source_version__dataset")
-        .annotate(item_total=Count("items", distinct=True),
-                  item_complete=Count("items", filter=Q(items__status=ItemStatus.COMPLETE), distinct=True),
-                  reviewer_total=Coalesce(Subquery(reviewer_total), 0))
+        .annotate(item_total=counted(Item.objects.all()),
+                  item_complete=counted(Item.objects.filter(status=ItemStatus.COMPLETE)),
+                  reviewer_total=counted(_reviewers_who_may_review(project)))
         .order_by("-created_at")
     )
 

@@ -6,7 +6,9 @@ import re
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.template.defaultfilters import floatformat
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from tests.webapp.factories import form_token, make_base_model, thinking_model_dir
@@ -235,6 +237,63 @@ def test_the_leaderboard_page_shows_intervals_from_the_minimum_number_of_votes(t
     assert "too few votes" not in page
     for rating in ratings:
         assert f'<td class="num">{floatformat(rating.low, 0)} – {floatformat(rating.high, 0)}</td>' in page
+
+
+def test_the_leaderboard_reads_the_votes_once_per_vote_however_many_there_are(team, client_for, models, sent):
+    """Each load of the leaderboard read every vote of the project and fitted them (5,000 votes: 70 ms of its 95,
+    bench/pages_at_scale.py). It is kept per vote state: a load after another reads no vote, in as many queries
+    for 6 votes as for 2, and a new vote shows on the next load."""
+    url = reverse("chat:leaderboard", args=[team.project.slug])
+    client = client_for(team.teammate)
+    counts = []
+    for total in (2, 6):
+        while Battle.objects.filter(project=team.project).exclude(outcome="").count() < total:
+            battle = start_battle(team, client_for, prompt=f"Question {Battle.objects.count()}")
+            finish(battle, "x", "y")
+            arena.battle_vote(battle=battle, outcome="a" if battle.side_a.model_label == "Base model: falcon" else "b")
+        assert f'<td class="num">{total}</td></tr>' in client.get(url).content.decode()  # each model in every vote
+        with CaptureQueriesContext(connection) as queries:
+            again = client.get(url).content.decode()
+        assert again.index("Base model: falcon") < again.index("Base model: heron") and "100%" in again
+        assert not [query["sql"] for query in queries if "model_label" in query["sql"]]  # no vote read
+        counts.append(len(queries))
+    assert counts[0] == counts[1]
+
+
+def sorts_every_row(queryset) -> bool:
+    """Whether the database's plan for ``queryset`` sorts the rows it finds (no index gives them in order). On
+    PostgreSQL, sequential scans are turned off for the plan, so that a few rows' table is not read whole instead."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL enable_seqscan = off")  # until the test's transaction ends
+        return "Sort" in queryset.explain()
+    return "USE TEMP B-TREE FOR ORDER BY" in queryset.explain()
+
+
+def test_the_arena_lists_a_voters_latest_battles_without_sorting_all_of_them(team, client_for, models, sent):
+    """The arena page's list of the voter's latest 50 battles sorted every battle of theirs in the project to find
+    them (5,000 battles: 33 ms of the page's query time, bench/pages_at_scale.py): the (project, user, newest first)
+    index gives them in order. The page shows the 50 latest, in as many queries for 60 battles as for 3."""
+    from webapp.chat.models import Conversation
+
+    client = client_for(team.teammate)
+    counts = []
+    for total in (3, 60):
+        made = Battle.objects.filter(project=team.project).count()
+        sides = Conversation.objects.bulk_create([
+            Conversation(project=team.project, user=team.teammate, model_ref=model.public_id,
+                         model_label=f"Base model: {model.name}", in_arena=True)
+            for _ in range(made, total) for model in models])
+        Battle.objects.bulk_create([Battle(project=team.project, user=team.teammate, prompt=f"Question {made + index}",
+                                           side_a=sides[2 * index], side_b=sides[2 * index + 1])
+                                    for index in range(total - made)])
+        with CaptureQueriesContext(connection) as queries:
+            page = client.get(reverse("chat:arena", args=[team.project.slug])).content.decode()
+        counts.append(len(queries))
+    newest = list(Battle.objects.filter(project=team.project).order_by("-created_at", "-id")[:50])
+    assert all(battle.prompt in page for battle in newest) and page.count("Question ") == 50
+    assert counts[0] == counts[1]
+    assert not sorts_every_row(arena.recent_battles(project=team.project, user=team.teammate))
 
 
 def test_a_battle_whose_answer_no_worker_will_finish_stops_waiting(team, client_for, models, sent, settings):

@@ -827,6 +827,38 @@ def test_no_thinking_switch_where_no_model_reads_it(team, client_for, base_model
     assert 'name="thinking"' not in page
 
 
+def test_a_project_of_hundreds_of_models_reads_no_tokenizer_again_on_each_load(team, client_for, tmp_path):
+    """Whether each model's template reads enable_thinking was kept for 256 models, and the chat page asks every model
+    of the project in the same order on each load: with 300 (100 base models and 200 exported runs,
+    bench/pages_at_scale.py) each entry had been evicted by the time it was asked again, and every load read every
+    model's tokenizer files again. A second load reads none, in as many queries for 300 models as for 30, and the
+    switch of the model that reads it is still offered."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from webapp.basemodels.models import BaseModel
+    from webapp.core.name_case import name_key
+
+    make_base_model(team.project, name="thinker", path=str(thinking_model_dir(tmp_path / "thinker")))
+    chat_url = reverse("chat:list", args=[team.project.slug])
+    client = client_for(team.teammate)
+    counts = []
+    for total in (30, 300):
+        BaseModel.objects.bulk_create([
+            BaseModel(project=team.project, name=f"model {index}", name_key=name_key(f"model {index}"),
+                      path=str(tmp_path / f"model-{index}"), architecture="LlamaForCausalLM", parameter_count=1,
+                      tokenizer_type="tokenizer.json", dtype="float32", size_bytes=1)
+            for index in range(BaseModel.objects.filter(project=team.project).count(), total)])
+        client.get(chat_url)
+        read = selectors._thinking_default.cache_info().misses
+        with CaptureQueriesContext(connection) as queries:
+            page = client.get(chat_url).content.decode()
+        assert selectors._thinking_default.cache_info().misses == read
+        assert 'name="thinking"' in page and page.count('<option value="bm_') >= total
+        counts.append(len(queries))
+    assert counts[0] == counts[1]
+
+
 def test_the_thinking_switch_follows_a_changed_tokenizer_config(team, client_for, tmp_path):
     """Whether a model's template reads enable_thinking is cached by its files' times and sizes: a
     tokenizer_config.json written anew was read anew only when one of them changed. A model directory brought up to

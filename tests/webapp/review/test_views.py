@@ -434,6 +434,34 @@ def test_the_list_shows_each_campaigns_progress_in_as_many_queries_for_any_numbe
     assert page.count("0 / 4 complete") == 3 and page.count('aria-valuenow="0"') == 3
 
 
+def test_the_list_counts_each_campaigns_items_without_reading_them(campaign, team, carol, client_for):
+    """The list's query joined every item of the project's campaigns to count them (distinct), on each load of the
+    campaign list, the arena and the leaderboard: 3,000 items took 40-150 ms (bench/pages_at_scale.py). Each count is
+    a subquery on the items' index: no query of the page joins the items, and 40 items take as many queries as 4."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = client_for(team.owner)
+    counts = []
+    for complete, total in ((1, 4), (2, 40)):
+        services.items_add(campaign=campaign, pairs=[
+            services.Pair(prompt=f"Question {index}", response_a="yes", response_b="no", source="dataset")
+            for index in range(total - campaign.items.count())])
+        item = Item.objects.filter(campaign=campaign, status=ItemStatus.PENDING).first()
+        answer(item, team.teammate, "a")
+        answer(item, carol, "a")
+        for name, address in (("review:list", reverse("review:list", args=["alpha"])),
+                              ("chat:arena", reverse("chat:arena", args=["alpha"])),
+                              ("chat:leaderboard", reverse("chat:leaderboard", args=["alpha"]))):
+            with CaptureQueriesContext(connection) as queries:
+                page = client.get(address).content.decode()
+            assert not [query["sql"] for query in queries if 'JOIN "review_item"' in query["sql"]], name
+            if name == "review:list":
+                assert f"{complete} / {total} complete" in page
+                counts.append(len(queries))
+    assert counts[0] == counts[1]
+
+
 def test_the_list_flags_campaigns_with_too_few_reviewers(campaign, team, carol, client_for, preference_version):
     """QA: the campaign page said 'Too few reviewers' (no item can be complete), but the campaign list did not,
     so a stalled campaign looked like any other there. Its row is flagged by the campaign page's own rule:
