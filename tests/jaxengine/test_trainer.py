@@ -236,6 +236,34 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_
     assert [m["step"] for m in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2]
 
 
+class PoisonedGradientTask(LanguageModelTask):
+    """Language modelling whose loss stays finite but whose gradients are NaN on any batch holding token 250 (the
+    gradient of sqrt at 0 times 0: what log1p(-exp(0)) gave ORPO's for an answer the model was sure of)."""
+
+    def loss(self, model, batch):
+        loss, weight, metrics = super().loss(model, batch)
+        healthy = 1.0 - jnp.any(batch.input_ids == 250).astype(jnp.float32)
+        poisoned = jnp.sqrt(jnp.abs(loss - jax.lax.stop_gradient(loss)) + healthy) - jnp.sqrt(healthy)
+        return loss + poisoned, weight, metrics
+
+
+@pytest.mark.parametrize("total_steps", [3, 10])
+def test_non_finite_gradients_under_a_finite_loss_stop_the_run_before_their_weights_are_kept(tmp_path, total_steps):
+    """A step whose loss was finite but whose gradients were not wrote NaN weights: the run went on (failing one step
+    later on a NaN loss, after saving the NaN weights as its "last good" checkpoint), or, at its last step, succeeded
+    and exported them."""
+    examples = patterned_examples()
+    ninth = int(epoch_order(len(examples), seed=0, epoch=0)[8])  # served in step 3 (batch size 4)
+    examples[ninth] = Example(ids=np.full((8,), 250, np.int32), loss_mask=np.ones((8,), np.bool_))
+    summary = make_trainer(tmp_path, total_steps=total_steps, save_every=1, examples=examples,
+                           task=PoisonedGradientTask()).fit(progress_bar=False)
+    assert summary["status"] == "failed" and summary["step"] == 3
+    assert summary["message"].startswith("grad_norm is nan at step 3 (the loss was finite); stopped, keeping the "
+                                         "last good checkpoint")
+    assert Checkpoints(tmp_path / "checkpoints", keep_last=3).steps() == [1, 2]
+    assert [m["step"] for m in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2]
+
+
 def test_checkpoints_keep_the_last_k_and_the_best(tmp_path):
     checkpoints = Checkpoints(tmp_path, keep_last=2)
     for step, eval_loss in zip(range(1, 6), [5.0, 1.0, 4.0, None, 2.0]):
