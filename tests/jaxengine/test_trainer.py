@@ -6,6 +6,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import nnx
 
@@ -59,6 +60,46 @@ def test_schedules_by_hand(kind):
         "cosine": [0.1 * 0.5 * (1 + math.cos(math.pi * p)) for p in progress],
     }[kind]
     np.testing.assert_allclose([float(schedule(s)) for s in range(15)], warmup + decayed, atol=1e-7)
+
+
+def test_adamw_clips_first_and_decays_only_matrices_apart_from_the_gradient_by_hand():
+    """Two steps of the optimizer against AdamW written out (Loshchilov & Hutter): the gradients clipped to a global
+    norm of max_grad_norm first (step 1's norm is 13, step 2's 0.5), Adam's bias-corrected moments, and the weight
+    decay added to the update, not to the gradient (decoupled), on matrices only (not norm scales or biases). At 1e-5:
+    float32's 1 - 0.999² keeps 4 significant digits."""
+    from jaxengine.trainer import make_optimizer
+
+    lr, decay, b1, b2, eps = 0.1, 0.5, 0.9, 0.999, 1e-8
+    optim = OptimSpec(learning_rate=lr, schedule="constant", warmup_steps=0, weight_decay=decay, max_grad_norm=1.0)
+    params = {"kernel": jnp.array([[1.0, -2.0]]), "scale": jnp.array([3.0])}
+    gradients = [{"kernel": [[3.0, 4.0]], "scale": [12.0]}, {"kernel": [[0.3, 0.0]], "scale": [-0.4]}]
+    optimizer = make_optimizer(optim, total_steps=10)
+    state = optimizer.init(params)
+
+    expected = {"kernel": [1.0, -2.0], "scale": [3.0]}
+    moments = {name: [(0.0, 0.0)] * len(values) for name, values in expected.items()}
+    for step, raw in enumerate(gradients, start=1):
+        flat = {"kernel": raw["kernel"][0], "scale": raw["scale"]}
+        norm = math.sqrt(sum(g * g for values in flat.values() for g in values))
+        clip = min(1.0, 1.0 / norm)
+        for name, values in flat.items():
+            for i, g in enumerate(values):
+                g *= clip
+                m, v = moments[name][i]
+                m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+                moments[name][i] = (m, v)
+                adam = (m / (1 - b1**step)) / (math.sqrt(v / (1 - b2**step)) + eps)
+                weight = expected[name][i]
+                expected[name][i] = weight - lr * (adam + (decay * weight if name == "kernel" else 0.0))
+        updates, state = optimizer.update({name: jnp.array(value) for name, value in raw.items()}, state, params)
+        params = optax.apply_updates(params, updates)
+        np.testing.assert_allclose(params["kernel"][0], expected["kernel"], rtol=0, atol=1e-5)
+        np.testing.assert_allclose(params["scale"], expected["scale"], rtol=0, atol=1e-5)
+        if step == 1:
+            # Adam's first update is the gradient's sign: 1 - 0.1 (1 + 0.5 x 1); -2 - 0.1 (1 + 0.5 x -2), its decay
+            # cancelling its step; the scale 3 - 0.1, undecayed.
+            np.testing.assert_allclose(params["kernel"][0], [0.85, -2.0], rtol=0, atol=1e-5)
+            np.testing.assert_allclose(params["scale"], [2.9], rtol=0, atol=1e-5)
 
 
 def test_a_short_run_lowers_the_loss_and_writes_the_run_directory(tmp_path):
