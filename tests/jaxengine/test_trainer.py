@@ -119,6 +119,33 @@ def test_a_short_run_lowers_the_loss_and_writes_the_run_directory(tmp_path):
     assert "memory/device_peak_gib" not in metrics[0]
 
 
+def test_a_progress_bar_shows_in_a_terminal_and_not_in_a_pipe(tmp_path, monkeypatch):
+    """Unless told, the trainer draws its bar when stderr is a terminal (here a real pseudo-terminal): the steps,
+    their count and the latest loss; into a pipe (a worker's log, `2> file`) it writes nothing."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a window of 24 x 100
+    with os.fdopen(follower, "w") as terminal:
+        monkeypatch.setattr(sys, "stderr", terminal)
+        make_trainer(tmp_path / "terminal", total_steps=3).fit()
+        terminal.flush()
+        os.set_blocking(leader, False)
+        drawn = os.read(leader, 65536).decode()
+    os.close(leader)
+    assert "3/3" in drawn and "step" in drawn and "loss=" in drawn, drawn
+    reader, writer = os.pipe()
+    with os.fdopen(writer, "w") as pipe:
+        monkeypatch.setattr(sys, "stderr", pipe)
+        make_trainer(tmp_path / "pipe", total_steps=3).fit()
+    with os.fdopen(reader) as written:
+        assert written.read() == ""
+
+
 def test_epoch_is_the_fraction_of_the_training_rows_read(tmp_path):
     """A run that max_steps ends before its first epoch does logged epoch 0 at every step (the epochs completed), an
     all-zero chart: it is fractional, the rows read over the rows (steps × batch / rows, as W&B users read it)."""
