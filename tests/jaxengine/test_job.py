@@ -40,6 +40,28 @@ def test_demo_build_writes_a_loadable_model_and_the_datasets(demo_dir):
     assert (demo_dir / "model" / "tokenizer.model").is_file()
 
 
+def test_pretrain_on_a_text_file_trains_every_token_but_each_texts_first_and_exports(demo_dir, tmp_path):
+    """task: pretrain end to end (only the demo build's own loop pretrained before): next-token loss on raw text,
+    packed, every token trained but the first of each text; no prompts, so no samples."""
+    rows = [json.loads(line) for line in (demo_dir / "data/sft.jsonl").read_text().splitlines()[:200]]
+    text = tmp_path / "text.jsonl"
+    text.write_text("".join(json.dumps({"text": f"{row['prompt']} {row['completion']}"}) + "\n" for row in rows))
+    spec = spec_for(demo_dir, tmp_path / "run", task="pretrain", peft={"method": "none"},
+                    data={"train": str(text), "eval": str(text), "max_seq_len": 64, "packing": True},
+                    optim={"learning_rate": 1e-2, "schedule": "constant"},
+                    train={"max_steps": 8, "batch_size": 4, "eval_every": 4})
+    summary = run_job(spec, progress_bar=False)
+    assert summary["status"] == "succeeded" and summary["step"] == 8
+    train = summary["data"]["train"]
+    assert train["rows"] == 200 and train["loss_tokens"] == train["tokens"] - 200
+    metrics = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == list(range(1, 9))
+    assert metrics[-1]["eval/loss"] < metrics[3]["eval/loss"] < metrics[0]["loss"]
+    assert not (tmp_path / "run/samples.jsonl").exists()
+    _, config = load_hf_model(tmp_path / "run/export")
+    assert config.family == "llama" and summary["export"] == {"model": str(tmp_path / "run/export")}
+
+
 def test_sft_with_lora_writes_the_run_directory(demo_dir, tmp_path):
     summary = run_job(spec_for(demo_dir, tmp_path / "run"), progress_bar=False)
     run = tmp_path / "run"
