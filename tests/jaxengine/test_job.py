@@ -269,6 +269,34 @@ def test_cli_refuses_a_model_or_data_it_cannot_read_before_making_the_run(demo_d
         assert not (tmp_path / "runs").exists()
 
 
+CHAT_EVAL = ('{"messages": [{"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "content": "4"}]}\n'
+             '{"messages": [{"role": "user", "content": "What is 3 + 3?"}, {"role": "assistant", "content": "6"}]}\n'
+             '{"messages": [{"role": "user", "content": "What is 1 + 3?"}, {"role": "bot", "content": "4"}]}\n')
+PROMPTS_EVAL = ('{"prompt": "What is 2 + 2?", "answer": "4"}\n{"prompt": "What is 3 + 3?", "answer": "6"}\n'
+                '{"prompt": "What is 1 + 3?", "answer": "4"\n')
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (CHAT_EVAL, "line 3, row 3, field 'messages[1].role': role is 'bot', another chat format's name; write it as "
+                "'assistant'"),
+    (PROMPTS_EVAL, "line 3, row 3: broken JSON at column 43: Expecting ',' delimiter; each line must be one JSON object"),
+], ids=["sft chats", "prompts with answers"])
+def test_cli_names_the_bad_row_of_an_sft_eval_file_of_either_kind_it_takes(demo_dir, tmp_path, capsys, content,
+                                                                            message):
+    """An sft run's data.eval is sft rows or prompts with answers: read as sft and, failing that, as prompts, a file
+    of chats whose third row was bad was told the prompts reading's error, that its first row lacked a 'prompt'
+    (and to upload it as a dataset of kind sft). The error of the kind that read further is the file's."""
+    evaluation = tmp_path / "eval.jsonl"
+    evaluation.write_text(content)
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"task": "sft", "model": str(demo_dir / "model"), "output_dir": str(tmp_path / "run"),
+                                    "data": {"train": str(demo_dir / "data/sft.jsonl"), "eval": str(evaluation)},
+                                    "train": {"max_steps": 1}}))
+    assert main(["train", str(path), "--no-progress"]) == 2
+    assert capsys.readouterr().err == f"{path}: {evaluation}: {message}\n"
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("where", ["the file", "below the file"])
 def test_cli_refuses_an_output_dir_that_is_a_file_before_loading_anything(demo_dir, tmp_path, capsys, where):
     """QA: an output_dir naming a file (or a path below one) was a FileExistsError / NotADirectoryError
