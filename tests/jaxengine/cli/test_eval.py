@@ -154,6 +154,27 @@ def test_an_empty_data_file_is_named_with_what_the_metric_needs(demo_dir, tmp_pa
     assert err == f"jaxengine eval: error: --data {data}: {problem}; {need}\n"
 
 
+NEEDS_LOSS = "loss needs an sft file (prompt and completion) or a prompts file with an 'answer' column"
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    ('{"prompt": "What is 2 + 2?", "answer": "4"}\n{"prompt": "What is 3 + 3?", "answer": "6"}\n'
+     '{"prompt": "What is 1 + 3?", "answer": "4"\n',
+     "line 3, row 3: broken JSON at column 43: Expecting ',' delimiter; each line must be one JSON object"),
+    ('{"prompt": "What is 2 + 2?", "completion": "4"}\n{"prompt": "What is 3 + 3?", "completion": 6}\n',
+     "line 2, row 2, field 'completion': must be a string, got a number: write it as text, in quotes (\"6\")"),
+], ids=["prompts with answers", "sft"])
+def test_loss_names_the_bad_row_of_a_file_of_either_kind_it_takes(demo_dir, tmp_path, capsys, content, problem):
+    """--metric loss reads prompts with answers or sft rows: read as prompts and, failing that, as sft, a prompts
+    file whose third line was broken was told the sft reading's error, that its first row lacked a 'completion'.
+    The error of the kind that read further is the file's."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text(content)
+    code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(data), "--metric", "loss")
+    assert code == 2 and out == ""
+    assert err == f"jaxengine eval: error: --data {data}: {problem}; {NEEDS_LOSS}\n"
+
+
 def renamed(source, target, names: dict[str, str]) -> None:
     """``source``'s rows with their columns renamed (old -> new) written to ``target``."""
     rows = [json.loads(line) for line in source.read_text().splitlines()]
