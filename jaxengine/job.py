@@ -386,7 +386,12 @@ def _read_eval_rows(path: str, task: str, columns: dict[str, str]) -> list[dict]
         if task != "sft":
             raise
         prompt_column = {field: name for field, name in columns.items() if field == "prompt"}
-        rows = list(pipeline.read_examples(path, kind="prompts", columns=prompt_column))
+        try:
+            rows = list(pipeline.read_examples(path, kind="prompts", columns=prompt_column))
+        except pipeline.DataError as prompts_error:
+            # The file is of the kind whose reading got further: chats with a bad third row were told the prompts
+            # reading's error, that their first row lacked a 'prompt'.
+            raise (prompts_error if (prompts_error.row or 0) > (first_error.row or 0) else first_error) from None
         if not all(isinstance(row.get("answer"), str) for row in rows):
             raise first_error from None
         return [{**row, "completion": row["answer"]} for row in rows]

@@ -256,6 +256,17 @@ def simpo_loss(
     return loss, metrics
 
 
+# ORPO's 1 - p is held at least this: float32's log-softmax is exactly 0 once a token leads by ~17 logits (a model
+# sure of an answer), and log(1 - 1) = -inf made the loss infinite (rejected) or its gradients NaN (chosen). At odds
+# of 1e6 the odds-ratio term is as good as saturated.
+_MIN_ONE_MINUS_P = 1e-6
+
+
+def _log_one_minus_p(avg_log_prob_b: jax.Array) -> jax.Array:
+    """log(1 - exp(avg)), exact (expm1, not 1 - exp) down to 1 - p = 1e-6 and held there: finite, as its gradient."""
+    return jnp.log(jnp.maximum(-jnp.expm1(avg_log_prob_b), _MIN_ONE_MINUS_P))
+
+
 @register_loss("orpo")
 def orpo_loss(
     policy_chosen_avg_b: jax.Array,
@@ -265,11 +276,11 @@ def orpo_loss(
 ) -> tuple[jax.Array, Metrics]:
     """ORPO (Hong et al. 2024), reference-free: NLL(chosen) - beta * log sigmoid(log odds ratio).
 
-    Inputs are length-averaged log-probs (< 0), [B]. odds(p) = p / (1 - p) with p = exp(avg log-prob);
+    Inputs are length-averaged log-probs (<= 0), [B]. odds(p) = p / (1 - p) with p = exp(avg log-prob);
     NLL(chosen) is the mean over rows of each chosen completion's average token NLL.
     """
     log_odds_b = (policy_chosen_avg_b - policy_rejected_avg_b) - (
-        jnp.log1p(-jnp.exp(policy_chosen_avg_b)) - jnp.log1p(-jnp.exp(policy_rejected_avg_b))
+        _log_one_minus_p(policy_chosen_avg_b) - _log_one_minus_p(policy_rejected_avg_b)
     )
     odds_ratio_term_b = jax.nn.log_sigmoid(log_odds_b)
     nll = -jnp.mean(policy_chosen_avg_b)

@@ -55,6 +55,15 @@ class QuantizationError(ValueError):
     """A scheme that does not fit a model, or a directory that is not a quantized serving copy."""
 
 
+class GroupSizeError(QuantizationError):
+    """A group size that does not divide a projection's input width (``group``, ``in_features``)."""
+
+    def __init__(self, *, group: int, in_features: int):
+        super().__init__(f"quantize group_size: {group} does not divide a projection's input width {in_features}; "
+                         "pick a group size that divides every hidden and intermediate size")
+        self.group, self.in_features = group, in_features
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class QuantScheme:
     """``bits`` 8 or 4; ``group_size`` input rows per scale, None = one scale per output channel."""
@@ -85,8 +94,7 @@ class QuantScheme:
     def group_for(self, in_features: int) -> int:
         group = in_features if self.group_size is None else self.group_size
         if in_features % group:
-            raise QuantizationError(f"quantize group_size: {group} does not divide a projection's input width "
-                                    f"{in_features}; pick a group size that divides every hidden and intermediate size")
+            raise GroupSizeError(group=group, in_features=in_features)
         return group
 
 

@@ -849,6 +849,12 @@ class Trainer:
                     message = (f"loss is {metrics['loss']} at step {self.step}; stopped, keeping the last good "
                                "checkpoint. Lower optim.learning_rate, set optim.max_grad_norm, or use float32.")
                     break
+                if not math.isfinite(metrics["grad_norm"]):
+                    # This step's update already made the weights non-finite: nothing of it may be saved.
+                    status = "failed"
+                    message = (f"grad_norm is {metrics['grad_norm']} at step {self.step} (the loss was finite); "
+                               "stopped, keeping the last good checkpoint. Lower optim.learning_rate, or set train.compute_dtype: float32.")
+                    break
                 tokens = sum(int(np.sum(np.asarray(part.segment_ids) > 0))
                              for part in jax.tree.leaves(batches, is_leaf=_is_token_batch) if _is_token_batch(part))
                 self.tokens_seen += tokens

@@ -15,9 +15,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jaxengine.cli import command_description
 from jaxengine.cli.model_dir import CliError, checked_model_dir, run_reporting_errors
+
+if TYPE_CHECKING:
+    from jaxengine.data.pipeline import DataError
 
 # What each metric reads, said after a --data file it cannot use.
 NEEDS = {"exact_match": "exact_match needs a prompts file with an 'answer' column",
@@ -76,7 +80,7 @@ def _read_rows(path: str, metric: str, columns: dict[str, str], answer_column: s
     except pipeline.DataError as error:
         if metric == "exact_match":
             raise CliError(f"--data {error}; {NEEDS['exact_match']}") from None
-        return _sft_rows(path, columns)
+        return _sft_rows(path, columns, prompts_error=error)
     unanswered = next((number for number, row in enumerate(rows, 1)
                        if not isinstance(row.get(answer_column), str)), None)
     if unanswered is not None:
@@ -93,13 +97,16 @@ def _read_rows(path: str, metric: str, columns: dict[str, str], answer_column: s
     return [{**row, "completion": row["answer"]} for row in rows] if metric == "loss" else rows
 
 
-def _sft_rows(path: str, columns: dict[str, str]) -> list[dict]:
+def _sft_rows(path: str, columns: dict[str, str], prompts_error: DataError | None = None) -> list[dict]:
+    """The sft rows of ``path``; ``prompts_error``: the error its reading as prompts stopped at, if it was read so
+    first, named instead where that reading got further (the file is prompts rows, one of them bad)."""
     from jaxengine.data import pipeline
 
     try:
         return list(pipeline.read_examples(path, kind="sft", columns=columns))
     except pipeline.DataError as error:
-        raise CliError(f"--data {error}; {NEEDS['loss']}") from None
+        further = prompts_error is not None and (prompts_error.row or 0) > (error.row or 0)
+        raise CliError(f"--data {prompts_error if further else error}; {NEEDS['loss']}") from None
 
 
 def _eval(args: argparse.Namespace) -> int:

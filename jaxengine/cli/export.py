@@ -42,13 +42,20 @@ def _export(args: argparse.Namespace) -> int:
     from jaxengine.job import JobError, export_run
     from jaxengine.trainer import TrainingError
 
+    from jaxengine.quantize import GroupSizeError, quantize_run_export
+
     try:
         result = export_run(args.run, step=args.step, best=args.best)
         if args.quantize:
-            from jaxengine.quantize import quantize_run_export
-
             result["quantized"] = quantize_run_export(args.run, scheme_name=args.quantize,
                                                       group_size=args.group_size, eval_limit=args.eval_limit)
+    except GroupSizeError as error:
+        # In the flag's words: the model's widths were refused as "quantize group_size", which the command line
+        # does not have, even where int4's default was used.
+        size = str(error.group) if args.group_size is not None else (
+            f"{args.quantize}'s default of {error.group} (no --group-size was given)")
+        raise CliError(f"--group-size: {size} does not divide a projection's input width {error.in_features}; give "
+                       "--group-size with a size that divides every hidden and intermediate size") from None
     except (JobError, TrainingError, ValueError) as error:
         raise CliError(str(error)) from None
     print(json.dumps(result))

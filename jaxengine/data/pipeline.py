@@ -62,7 +62,12 @@ class TokenizerLike(Protocol):
 
 
 class DataError(ValueError):
-    """A dataset that cannot be turned into training examples; the message says where and why."""
+    """A dataset that cannot be turned into training examples; the message says where and why. ``row``: the
+    1-based row it stopped at, where there is one (None for a problem of the whole file)."""
+
+    def __init__(self, message: str, *, row: int | None = None):
+        super().__init__(message)
+        self.row = row
 
 
 # --------------------------------------------------------------------------------------------
@@ -426,7 +431,7 @@ def read_examples(path: str | Path, *, kind: str, columns: dict[str, str] | None
         mapping = formats.ColumnMapping(kind=kind, columns=columns or {})
         yield from formats.iter_examples(path, fmt=fmt, mapping=mapping)
     except formats.DatasetFormatError as error:
-        raise DataError(f"{path}: {error}") from None
+        raise DataError(f"{path}: {error}", row=error.issue.row) from None
 
 
 # --------------------------------------------------------------------------------------------

@@ -40,6 +40,28 @@ def test_demo_build_writes_a_loadable_model_and_the_datasets(demo_dir):
     assert (demo_dir / "model" / "tokenizer.model").is_file()
 
 
+def test_pretrain_on_a_text_file_trains_every_token_but_each_texts_first_and_exports(demo_dir, tmp_path):
+    """task: pretrain end to end (only the demo build's own loop pretrained before): next-token loss on raw text,
+    packed, every token trained but the first of each text; no prompts, so no samples."""
+    rows = [json.loads(line) for line in (demo_dir / "data/sft.jsonl").read_text().splitlines()[:200]]
+    text = tmp_path / "text.jsonl"
+    text.write_text("".join(json.dumps({"text": f"{row['prompt']} {row['completion']}"}) + "\n" for row in rows))
+    spec = spec_for(demo_dir, tmp_path / "run", task="pretrain", peft={"method": "none"},
+                    data={"train": str(text), "eval": str(text), "max_seq_len": 64, "packing": True},
+                    optim={"learning_rate": 1e-2, "schedule": "constant"},
+                    train={"max_steps": 8, "batch_size": 4, "eval_every": 4})
+    summary = run_job(spec, progress_bar=False)
+    assert summary["status"] == "succeeded" and summary["step"] == 8
+    train = summary["data"]["train"]
+    assert train["rows"] == 200 and train["loss_tokens"] == train["tokens"] - 200
+    metrics = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == list(range(1, 9))
+    assert metrics[-1]["eval/loss"] < metrics[3]["eval/loss"] < metrics[0]["loss"]
+    assert not (tmp_path / "run/samples.jsonl").exists()
+    _, config = load_hf_model(tmp_path / "run/export")
+    assert config.family == "llama" and summary["export"] == {"model": str(tmp_path / "run/export")}
+
+
 def test_sft_with_lora_writes_the_run_directory(demo_dir, tmp_path):
     summary = run_job(spec_for(demo_dir, tmp_path / "run"), progress_bar=False)
     run = tmp_path / "run"
@@ -245,6 +267,34 @@ def test_cli_refuses_a_model_or_data_it_cannot_read_before_making_the_run(demo_d
         assert main(["train", str(path), "--no-progress"]) == 2
         assert capsys.readouterr().err == f"{path}: {message}\n"
         assert not (tmp_path / "runs").exists()
+
+
+CHAT_EVAL = ('{"messages": [{"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "content": "4"}]}\n'
+             '{"messages": [{"role": "user", "content": "What is 3 + 3?"}, {"role": "assistant", "content": "6"}]}\n'
+             '{"messages": [{"role": "user", "content": "What is 1 + 3?"}, {"role": "bot", "content": "4"}]}\n')
+PROMPTS_EVAL = ('{"prompt": "What is 2 + 2?", "answer": "4"}\n{"prompt": "What is 3 + 3?", "answer": "6"}\n'
+                '{"prompt": "What is 1 + 3?", "answer": "4"\n')
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (CHAT_EVAL, "line 3, row 3, field 'messages[1].role': role is 'bot', another chat format's name; write it as "
+                "'assistant'"),
+    (PROMPTS_EVAL, "line 3, row 3: broken JSON at column 43: Expecting ',' delimiter; each line must be one JSON object"),
+], ids=["sft chats", "prompts with answers"])
+def test_cli_names_the_bad_row_of_an_sft_eval_file_of_either_kind_it_takes(demo_dir, tmp_path, capsys, content,
+                                                                            message):
+    """An sft run's data.eval is sft rows or prompts with answers: read as sft and, failing that, as prompts, a file
+    of chats whose third row was bad was told the prompts reading's error, that its first row lacked a 'prompt'
+    (and to upload it as a dataset of kind sft). The error of the kind that read further is the file's."""
+    evaluation = tmp_path / "eval.jsonl"
+    evaluation.write_text(content)
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"task": "sft", "model": str(demo_dir / "model"), "output_dir": str(tmp_path / "run"),
+                                    "data": {"train": str(demo_dir / "data/sft.jsonl"), "eval": str(evaluation)},
+                                    "train": {"max_steps": 1}}))
+    assert main(["train", str(path), "--no-progress"]) == 2
+    assert capsys.readouterr().err == f"{path}: {evaluation}: {message}\n"
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("where", ["the file", "below the file"])

@@ -220,6 +220,35 @@ def test_orpo_by_hand():
     close(metrics["log_odds_ratio"], sum(ratio_terms) / 2)
 
 
+@pytest.mark.parametrize("certain", ["chosen", "rejected", "both"])
+def test_orpo_stays_finite_where_a_completion_is_certain(certain):
+    """An average log-prob of 0 (float32's log-softmax gives exactly 0 once a token's logit leads by ~17: a model
+    sure of the answer, as after SFT on the same task) made log1p(-exp(0)) = -inf: a certain rejected answer gave
+    an infinite loss, a certain chosen one a finite loss with NaN gradients that wrote NaN weights. The odds are
+    taken at p <= 1 - 1e-6, where the odds-ratio term is as good as saturated."""
+    beta, p_floor = 0.1, 1e-6
+    avg_c = [0.0 if certain in ("chosen", "both") else -0.5, -1e-9]
+    avg_r = [0.0 if certain in ("rejected", "both") else -2.0, -3.0]
+
+    def log_odds(avg: float) -> float:
+        return avg - math.log(max(-math.expm1(avg), p_floor))  # log(p / (1 - p)), 1 - p at least 1e-6
+
+    ratio_terms = [log_sigmoid(log_odds(avg_c[i]) - log_odds(avg_r[i])) for i in range(2)]
+    loss_fn = lambda chosen, rejected: LOSSES["orpo"](chosen, rejected, beta=beta)[0]  # noqa: E731
+    chosen, rejected = jnp.array(avg_c), jnp.array(avg_r)
+    close(loss_fn(chosen, rejected), -sum(avg_c) / 2 - beta * sum(ratio_terms) / 2)
+    grad_chosen, grad_rejected = jax.grad(loss_fn, argnums=(0, 1))(chosen, rejected)
+    assert np.isfinite(grad_chosen).all() and np.isfinite(grad_rejected).all(), (grad_chosen, grad_rejected)
+    # Where 1 - p is held at its floor the odds no longer move with p; the rest of the gradient is by hand.
+    sigmoid = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    for i in range(2):
+        pull = beta * sigmoid(-(log_odds(avg_c[i]) - log_odds(avg_r[i]))) / 2  # d loss / d log odds ratio, negated
+        d_c = 1 + (math.exp(avg_c[i]) / -math.expm1(avg_c[i]) if -math.expm1(avg_c[i]) > p_floor else 0.0)
+        d_r = 1 + (math.exp(avg_r[i]) / -math.expm1(avg_r[i]) if -math.expm1(avg_r[i]) > p_floor else 0.0)
+        close(grad_chosen[i], -0.5 - pull * d_c)
+        close(grad_rejected[i], pull * d_r)
+
+
 def test_bradley_terry_by_hand_with_centering():
     chosen, rejected, coef = [1.5, -0.2, 0.3], [0.5, 0.4, 0.3], 0.01
     loss, metrics = LOSSES["bradley_terry"](jnp.array(chosen), jnp.array(rejected), center_rewards_coefficient=coef)

@@ -90,3 +90,38 @@ def test_references_are_computed_only_for_the_pairs_asked_for():
             assert part.reference_rejected == pytest.approx(whole.reference_rejected, abs=1e-5)
         else:  # never read by training; NaN would fail its loss check if it were
             assert math.isnan(part.reference_chosen) and math.isnan(part.reference_rejected)
+
+
+def test_preference_log_probs_are_the_completion_log_probs_transformers_gives(demo_dir):
+    """The log-probs every DPO loss starts from, against transformers on the same token ids: the reference pass's
+    summed log-prob of each chosen and rejected completion (a batch of 4, the last padded), and the length-averaged
+    ones that ipo, simpo and orpo read (logps/chosen, logps/rejected), at 1e-5."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from jaxengine.checkpoint.hf import load_hf_model
+    from jaxengine.data.pipeline import encode_rows
+    from jaxengine.tokenizer import load_tokenizer
+
+    rows = [json.loads(line) for line in (demo_dir / "data/preference.jsonl").read_text().splitlines()[:6]]
+    tokenizer = load_tokenizer(demo_dir / "model")
+    preference_pairs, _ = encode_rows(rows, task="dpo", tokenizer=tokenizer, max_seq_len=64)
+    reference = AutoModelForCausalLM.from_pretrained(demo_dir / "model", dtype=torch.float32).eval()
+
+    def completion_log_probs(example):
+        with torch.no_grad():
+            logits = reference(torch.tensor(example.ids[None].astype(np.int64))).logits[0].double()
+        log_probs = torch.log_softmax(logits, dim=-1)
+        trained = [float(log_probs[i - 1, example.ids[i]]) for i in range(1, len(example.ids)) if example.loss_mask[i]]
+        return sum(trained), len(trained)
+
+    expected = [(completion_log_probs(pair.chosen), completion_log_probs(pair.rejected)) for pair in preference_pairs]
+    model, _ = load_hf_model(demo_dir / "model")
+    scored = with_reference_log_probs(model, preference_pairs, batch_size=4, max_seq_len=64, pad_id=tokenizer.pad_id)
+    for pair, ((chosen, _), (rejected, _)) in zip(scored, expected, strict=True):
+        assert pair.reference_chosen == pytest.approx(chosen, abs=1e-5)
+        assert pair.reference_rejected == pytest.approx(rejected, abs=1e-5)
+    _, _, metrics = PreferenceTask(loss_name="ipo", beta=0.5).loss(
+        model, make_batch(scored, max_seq_len=64, pad_id=tokenizer.pad_id))
+    assert float(metrics["logps/chosen"]) == pytest.approx(np.mean([s / n for (s, n), _ in expected]), abs=1e-5)
+    assert float(metrics["logps/rejected"]) == pytest.approx(np.mean([s / n for _, (s, n) in expected]), abs=1e-5)

@@ -6,6 +6,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import nnx
 
@@ -61,6 +62,46 @@ def test_schedules_by_hand(kind):
     np.testing.assert_allclose([float(schedule(s)) for s in range(15)], warmup + decayed, atol=1e-7)
 
 
+def test_adamw_clips_first_and_decays_only_matrices_apart_from_the_gradient_by_hand():
+    """Two steps of the optimizer against AdamW written out (Loshchilov & Hutter): the gradients clipped to a global
+    norm of max_grad_norm first (step 1's norm is 13, step 2's 0.5), Adam's bias-corrected moments, and the weight
+    decay added to the update, not to the gradient (decoupled), on matrices only (not norm scales or biases). At 1e-5:
+    float32's 1 - 0.999² keeps 4 significant digits."""
+    from jaxengine.trainer import make_optimizer
+
+    lr, decay, b1, b2, eps = 0.1, 0.5, 0.9, 0.999, 1e-8
+    optim = OptimSpec(learning_rate=lr, schedule="constant", warmup_steps=0, weight_decay=decay, max_grad_norm=1.0)
+    params = {"kernel": jnp.array([[1.0, -2.0]]), "scale": jnp.array([3.0])}
+    gradients = [{"kernel": [[3.0, 4.0]], "scale": [12.0]}, {"kernel": [[0.3, 0.0]], "scale": [-0.4]}]
+    optimizer = make_optimizer(optim, total_steps=10)
+    state = optimizer.init(params)
+
+    expected = {"kernel": [1.0, -2.0], "scale": [3.0]}
+    moments = {name: [(0.0, 0.0)] * len(values) for name, values in expected.items()}
+    for step, raw in enumerate(gradients, start=1):
+        flat = {"kernel": raw["kernel"][0], "scale": raw["scale"]}
+        norm = math.sqrt(sum(g * g for values in flat.values() for g in values))
+        clip = min(1.0, 1.0 / norm)
+        for name, values in flat.items():
+            for i, g in enumerate(values):
+                g *= clip
+                m, v = moments[name][i]
+                m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+                moments[name][i] = (m, v)
+                adam = (m / (1 - b1**step)) / (math.sqrt(v / (1 - b2**step)) + eps)
+                weight = expected[name][i]
+                expected[name][i] = weight - lr * (adam + (decay * weight if name == "kernel" else 0.0))
+        updates, state = optimizer.update({name: jnp.array(value) for name, value in raw.items()}, state, params)
+        params = optax.apply_updates(params, updates)
+        np.testing.assert_allclose(params["kernel"][0], expected["kernel"], rtol=0, atol=1e-5)
+        np.testing.assert_allclose(params["scale"], expected["scale"], rtol=0, atol=1e-5)
+        if step == 1:
+            # Adam's first update is the gradient's sign: 1 - 0.1 (1 + 0.5 x 1); -2 - 0.1 (1 + 0.5 x -2), its decay
+            # cancelling its step; the scale 3 - 0.1, undecayed.
+            np.testing.assert_allclose(params["kernel"][0], [0.85, -2.0], rtol=0, atol=1e-5)
+            np.testing.assert_allclose(params["scale"], [2.9], rtol=0, atol=1e-5)
+
+
 def test_a_short_run_lowers_the_loss_and_writes_the_run_directory(tmp_path):
     trainer = make_trainer(tmp_path, total_steps=24, eval_every=12, save_every=12)
     summary = trainer.fit(progress_bar=False)
@@ -76,6 +117,33 @@ def test_a_short_run_lowers_the_loss_and_writes_the_run_directory(tmp_path):
     host_peaks = [m["memory/host_peak_gib"] for m in metrics]
     assert host_peaks == sorted(host_peaks) and host_peaks[0] * 2**30 > sum(leaf.nbytes for leaf in jax.tree.leaves((trainer.params, trainer.frozen)))
     assert "memory/device_peak_gib" not in metrics[0]
+
+
+def test_a_progress_bar_shows_in_a_terminal_and_not_in_a_pipe(tmp_path, monkeypatch):
+    """Unless told, the trainer draws its bar when stderr is a terminal (here a real pseudo-terminal): the steps,
+    their count and the latest loss; into a pipe (a worker's log, `2> file`) it writes nothing."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a window of 24 x 100
+    with os.fdopen(follower, "w") as terminal:
+        monkeypatch.setattr(sys, "stderr", terminal)
+        make_trainer(tmp_path / "terminal", total_steps=3).fit()
+        terminal.flush()
+        os.set_blocking(leader, False)
+        drawn = os.read(leader, 65536).decode()
+    os.close(leader)
+    assert "3/3" in drawn and "step" in drawn and "loss=" in drawn, drawn
+    reader, writer = os.pipe()
+    with os.fdopen(writer, "w") as pipe:
+        monkeypatch.setattr(sys, "stderr", pipe)
+        make_trainer(tmp_path / "pipe", total_steps=3).fit()
+    with os.fdopen(reader) as written:
+        assert written.read() == ""
 
 
 def test_epoch_is_the_fraction_of_the_training_rows_read(tmp_path):
@@ -232,6 +300,34 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_
                            task=PoisonedTask()).fit(progress_bar=False)
     assert summary["status"] == "failed" and summary["step"] == 3
     assert summary["message"].startswith("loss is nan at step 3; stopped, keeping the last good checkpoint")
+    assert Checkpoints(tmp_path / "checkpoints", keep_last=3).steps() == [1, 2]
+    assert [m["step"] for m in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2]
+
+
+class PoisonedGradientTask(LanguageModelTask):
+    """Language modelling whose loss stays finite but whose gradients are NaN on any batch holding token 250 (the
+    gradient of sqrt at 0 times 0: what log1p(-exp(0)) gave ORPO's for an answer the model was sure of)."""
+
+    def loss(self, model, batch):
+        loss, weight, metrics = super().loss(model, batch)
+        healthy = 1.0 - jnp.any(batch.input_ids == 250).astype(jnp.float32)
+        poisoned = jnp.sqrt(jnp.abs(loss - jax.lax.stop_gradient(loss)) + healthy) - jnp.sqrt(healthy)
+        return loss + poisoned, weight, metrics
+
+
+@pytest.mark.parametrize("total_steps", [3, 10])
+def test_non_finite_gradients_under_a_finite_loss_stop_the_run_before_their_weights_are_kept(tmp_path, total_steps):
+    """A step whose loss was finite but whose gradients were not wrote NaN weights: the run went on (failing one step
+    later on a NaN loss, after saving the NaN weights as its "last good" checkpoint), or, at its last step, succeeded
+    and exported them."""
+    examples = patterned_examples()
+    ninth = int(epoch_order(len(examples), seed=0, epoch=0)[8])  # served in step 3 (batch size 4)
+    examples[ninth] = Example(ids=np.full((8,), 250, np.int32), loss_mask=np.ones((8,), np.bool_))
+    summary = make_trainer(tmp_path, total_steps=total_steps, save_every=1, examples=examples,
+                           task=PoisonedGradientTask()).fit(progress_bar=False)
+    assert summary["status"] == "failed" and summary["step"] == 3
+    assert summary["message"].startswith("grad_norm is nan at step 3 (the loss was finite); stopped, keeping the "
+                                         "last good checkpoint")
     assert Checkpoints(tmp_path / "checkpoints", keep_last=3).steps() == [1, 2]
     assert [m["step"] for m in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2]
 

@@ -154,6 +154,27 @@ def test_an_empty_data_file_is_named_with_what_the_metric_needs(demo_dir, tmp_pa
     assert err == f"jaxengine eval: error: --data {data}: {problem}; {need}\n"
 
 
+NEEDS_LOSS = "loss needs an sft file (prompt and completion) or a prompts file with an 'answer' column"
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    ('{"prompt": "What is 2 + 2?", "answer": "4"}\n{"prompt": "What is 3 + 3?", "answer": "6"}\n'
+     '{"prompt": "What is 1 + 3?", "answer": "4"\n',
+     "line 3, row 3: broken JSON at column 43: Expecting ',' delimiter; each line must be one JSON object"),
+    ('{"prompt": "What is 2 + 2?", "completion": "4"}\n{"prompt": "What is 3 + 3?", "completion": 6}\n',
+     "line 2, row 2, field 'completion': must be a string, got a number: write it as text, in quotes (\"6\")"),
+], ids=["prompts with answers", "sft"])
+def test_loss_names_the_bad_row_of_a_file_of_either_kind_it_takes(demo_dir, tmp_path, capsys, content, problem):
+    """--metric loss reads prompts with answers or sft rows: read as prompts and, failing that, as sft, a prompts
+    file whose third line was broken was told the sft reading's error, that its first row lacked a 'completion'.
+    The error of the kind that read further is the file's."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text(content)
+    code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(data), "--metric", "loss")
+    assert code == 2 and out == ""
+    assert err == f"jaxengine eval: error: --data {data}: {problem}; {NEEDS_LOSS}\n"
+
+
 def renamed(source, target, names: dict[str, str]) -> None:
     """``source``'s rows with their columns renamed (old -> new) written to ``target``."""
     rows = [json.loads(line) for line in source.read_text().splitlines()]
@@ -256,3 +277,36 @@ def test_it_scores_a_quantized_serving_copy_as_the_chat_serves_it(demo_dir, tmp_
         expected = (evaluate.mean_loss(served.model, served.tokenizer, as_sft, max_seq_len=512) if metric == "loss"
                     else evaluate.exact_match(served.model, served.tokenizer, rows, max_new_tokens=4))
         assert json.loads(out)["value"] == pytest.approx(expected["value"])
+
+
+def test_loss_is_the_mean_completion_token_loss_transformers_gives(demo_dir, tmp_path, capsys):
+    """--metric loss against the reference: transformers' logits for the same token ids, the negative log-prob of
+    each trained token (the completions; a chat's assistant turns) averaged over all of them, whatever row holds
+    them. 20 rows: a padded last batch of 16; one chat with two assistant turns."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from jaxengine.data import pipeline
+
+    rows = [json.loads(line) for line in (demo_dir / "data/sft.jsonl").read_text().splitlines()[:19]]
+    rows.append({"messages": [{"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "content": "4"},
+                              {"role": "user", "content": "And 3 + 3?"}, {"role": "assistant", "content": "6"}]})
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(data), "--metric", "loss")
+    assert code == 0, err
+    result = json.loads(out)
+
+    examples, _ = pipeline.encode_rows(rows, task="sft", tokenizer=load_tokenizer(demo_dir / "model"), max_seq_len=512)
+    reference = AutoModelForCausalLM.from_pretrained(demo_dir / "model", dtype=torch.float32).eval()
+    losses = []
+    for example in examples:
+        with torch.no_grad():
+            logits = reference(torch.tensor(example.ids[None].astype(np.int64))).logits[0].double()
+        log_probs = torch.log_softmax(logits, dim=-1)
+        losses += [-float(log_probs[i - 1, example.ids[i]]) for i in range(1, len(example.ids)) if example.loss_mask[i]]
+    chat_mask = examples[-1].loss_mask.astype(int)
+    assert np.sum(np.diff(chat_mask) == 1) == 2  # both assistant turns trained, the user turn between them not
+    assert result["loss_tokens"] == len(losses) and result["count"] == 20
+    assert result["value"] == pytest.approx(sum(losses) / len(losses), abs=1e-5)
