@@ -10,6 +10,7 @@ import pytest
 from jaxengine.data.pipeline import encode_prompt
 from jaxengine.sampler import Sampler, SamplingParams
 from jaxengine import serving
+from jaxengine.programs import PROGRAMS
 from jaxengine.serving import load_serving_model
 from tests import factories
 from webapp.chat import channels
@@ -623,7 +624,7 @@ def test_models_served_in_turn_leave_no_programs_behind(client, tmp_path, settin
         compiled[context] = id(serve.server_for(f"turn-{context}", str(model_dir))[0].decoder.compiled)
         gc.collect()  # the programs of an evicted model's server, once its thread has ended (a cycle through jit)
         counts.append(live_programs())
-    retired = serving._programs.retired_kept
+    retired = PROGRAMS.retired_kept
     assert counts[-1] <= counts[retired], counts
     # The one served and the last `retired` evicted.
     assert {id(held) for held in held_programs()} == {compiled[context] for context in (128, 112, 96)[:1 + retired]}
@@ -637,4 +638,4 @@ def test_models_served_in_turn_leave_no_programs_behind(client, tmp_path, settin
 
 def held_programs() -> list:
     """The compiled programs of each model structure that ``jaxengine.serving`` keeps for later decoders."""
-    return serving._programs.held()
+    return [held for held in PROGRAMS.held() if isinstance(held, serving._Compiled)]
