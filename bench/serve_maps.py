@@ -6,19 +6,26 @@ context length, so that no two share programs), then, in this one process, serve
 the serve worker's own path (``worker.tasks.serve.server_for``: its ``ModelCache``, bounded here to ``--keep``
 models, its batching servers, their warm-up where ``TEMPER_SERVE_WARMUP`` is on): a few chats of different prompt
 lengths, alone and two at once, then one chat to the first model, which stays cached (the most recently used)
-where ``--keep`` > 1, as a popular model does while others come and go. After each model it prints the process's memory maps (``/proc/self/maps`` lines), XLA's live
-programs and those chats' times to first token:
+where ``--keep`` > 1, as a popular model does while others come and go. With ``--copies`` it also writes each
+model's int8 serving copy, scored on two rows, in the same process (as the serve worker's ``quantize_run`` and
+``make_serving_copy`` do: its perplexities and greedy agreement compile programs of two structures). After each
+model it prints the process's memory maps (``/proc/self/maps`` lines), XLA's live programs and those chats' times to
+first token:
 
-    PYTHONPATH=$PWD TEMPER_SERVE_WARMUP=0 .venv/bin/python bench/serve_maps.py --models 12 --keep 2
+    PYTHONPATH=$PWD TEMPER_SERVE_WARMUP=0 .venv/bin/python bench/serve_maps.py --models 12 --keep 2 --copies
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import tempfile
 import time
 from pathlib import Path
+
+
+COPY_ROWS = [{"prompt": "Hello world", "completion": " and goodbye"}, {"prompt": "the quick", "completion": " fox"}]
 
 
 def maps() -> int:
@@ -37,6 +44,7 @@ def main() -> None:
     parser.add_argument("--models", type=int, default=12)
     parser.add_argument("--keep", type=int, default=2, help="models the serve cache holds (its memory budget)")
     parser.add_argument("--workdir", default=None, help="where the tiny models are written (a temporary directory)")
+    parser.add_argument("--copies", action="store_true", help="write each model's serving copy too, after its chats")
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
     import django
@@ -44,13 +52,15 @@ def main() -> None:
     django.setup()
     from django.conf import settings
 
+    from jaxengine.quantize import QuantScheme, export_quantized
     from jaxengine.sampler import SamplingParams
     from jaxengine.serving import ServeRequest, load_serving_model
     from tests.factories import build_tiny_model_dir
     from worker.tasks import serve
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="serve-maps-"))
-    contexts = [64 + 16 * index for index in range(args.models)]
+    first_context = 128 if args.copies else 64  # the copies' rows take 82 tokens with the chat template
+    contexts = [first_context + 16 * index for index in range(args.models)]
     model_dirs = []
     for context in contexts:
         model_dir = workdir / f"context-{context}"
@@ -61,7 +71,8 @@ def main() -> None:
     settings.TEMPER_SERVE_MEMORY_BYTES = nbytes * args.keep + nbytes // 2
     print(json.dumps({"start": True, "maps": maps(), "live_programs": live_programs(),
                       "max_map_count": int(Path("/proc/sys/vm/max_map_count").read_text()),
-                      "model_bytes": nbytes, "keep": args.keep, "warmup": settings.TEMPER_SERVE_WARMUP}), flush=True)
+                      "model_bytes": nbytes, "keep": args.keep, "warmup": settings.TEMPER_SERVE_WARMUP,
+                      "copies": args.copies}), flush=True)
 
     def chat(key: str, model_dir: Path, prompt_length: int, seed: int = 0):
         server, _ = serve.server_for(key, str(model_dir))
@@ -75,6 +86,10 @@ def main() -> None:
         first_token = [chat(key, model_dir, length).result().first_token_seconds for length in (5, 20, 40)]
         together = [chat(key, model_dir, 12, seed) for seed in (1, 2)]
         first_token += [future.result().first_token_seconds for future in together]
+        if args.copies:
+            export_quantized(model_dir, workdir / f"copy-{index}", scheme=QuantScheme.named("int8"),
+                             eval_rows=COPY_ROWS, eval_kind="sft", max_new_tokens=8)
+            gc.collect()  # counted once freed: a holder of programs and its jitted methods form a cycle
         figures = {"model": index, "context": contexts[index], "maps": maps(), "live_programs": live_programs(),
                    "first_token_s": [round(seconds, 3) for seconds in first_token]}
         if index and args.keep > 1:  # still cached, its programs compiled with its first chats

@@ -42,6 +42,7 @@ from flax import nnx
 from jaxengine.job import QUANTIZATION_FILE  # jax-free there, for its own check of a model directory
 from jaxengine.json_files import read_json_object
 from jaxengine.peft.quant import QuantizedWeight
+from jaxengine.programs import PROGRAMS
 
 FORMAT_NAME = "temper-quantized"
 FORMAT_VERSION = 1
@@ -289,32 +290,57 @@ def token_nll(model: nnx.Module, sequences: Sequence[Sequence[int]], *,
 
     ``scored[i][t]`` says whether token t of sequence i counts (e.g. completion tokens only); by
     default every token after the first. Rows are right-padded: under the causal mask real tokens
-    never see the padding.
+    never see the padding. Its compiled programs are dropped when it returns (``_ScoringPrograms``).
     """
     total, count = 0.0, 0
     masks = scored if scored is not None else [[index > 0 for index in range(len(row))] for row in sequences]
     pairs = [(list(row), list(mask)) for row, mask in zip(sequences, masks) if len(row) > 1]
-    for start in range(0, len(pairs), batch_size):
-        chunk = pairs[start:start + batch_size]
-        length = max(len(row) for row, _ in chunk)
-        ids_bt = np.zeros((len(chunk), length), np.int32)
-        mask_bt = np.zeros((len(chunk), length), np.float32)  # [B, T] scored target tokens
-        for index, (row, mask) in enumerate(chunk):
-            ids_bt[index, :len(row)] = row
-            mask_bt[index, 1:len(row)] = np.asarray(mask[1:], np.float32)
-        batch_total, batch_count = _batch_nll(model, ids_bt, mask_bt)
-        total += float(batch_total)
-        count += int(batch_count)
+    programs, state = _scoring_programs(model)
+    try:
+        for start in range(0, len(pairs), batch_size):
+            chunk = pairs[start:start + batch_size]
+            length = max(len(row) for row, _ in chunk)
+            ids_bt = np.zeros((len(chunk), length), np.int32)
+            mask_bt = np.zeros((len(chunk), length), np.float32)  # [B, T] scored target tokens
+            for index, (row, mask) in enumerate(chunk):
+                ids_bt[index, :len(row)] = row
+                mask_bt[index, 1:len(row)] = np.asarray(mask[1:], np.float32)
+            batch_total, batch_count = programs.batch_nll(state, ids_bt, mask_bt)
+            total += float(batch_total)
+            count += int(batch_count)
+    finally:
+        PROGRAMS.forget(programs, retire=False)
     return total, count
 
 
-@nnx.jit
-def _batch_nll(model, ids_bt, mask_bt):
-    positions_bt = jnp.broadcast_to(jnp.arange(ids_bt.shape[1]), ids_bt.shape)
-    logits_btv, _ = model(ids_bt, positions_bt)
-    logprobs_btv = jax.nn.log_softmax(logits_btv[:, :-1], axis=-1)
-    target_logprob_bt = jnp.take_along_axis(logprobs_btv, ids_bt[:, 1:, None], axis=-1)[..., 0]
-    return -jnp.sum(target_logprob_bt * mask_bt[:, 1:]), jnp.sum(mask_bt[:, 1:])
+class _ScoringPrograms:
+    """The jitted scoring of one model structure, held in ``jaxengine.programs.PROGRAMS`` for the call using them
+    and dropped when it returns: scoring is a serving copy's one-off, and jits at module level, keyed on the model's
+    graph, kept the programs of every structure a long-lived serve worker had quantized (``quantize_run``,
+    ``make_serving_copy``), each with memory maps of its own, for its life."""
+
+    def __init__(self, graphdef):
+        self.graphdef = graphdef
+        self.batch_nll = jax.jit(self._batch_nll)
+        self.argmax_tokens = jax.jit(self._argmax_tokens)
+
+    def _logits(self, state, ids_bt):
+        positions_bt = jnp.broadcast_to(jnp.arange(ids_bt.shape[1]), ids_bt.shape)
+        logits_btv, _ = nnx.merge(self.graphdef, state)(ids_bt, positions_bt)
+        return logits_btv
+
+    def _batch_nll(self, state, ids_bt, mask_bt):
+        logprobs_btv = jax.nn.log_softmax(self._logits(state, ids_bt)[:, :-1], axis=-1)
+        target_logprob_bt = jnp.take_along_axis(logprobs_btv, ids_bt[:, 1:, None], axis=-1)[..., 0]
+        return -jnp.sum(target_logprob_bt * mask_bt[:, 1:]), jnp.sum(mask_bt[:, 1:])
+
+    def _argmax_tokens(self, state, ids_bt):
+        return jnp.argmax(self._logits(state, ids_bt), axis=-1)
+
+
+def _scoring_programs(model: nnx.Module) -> tuple[_ScoringPrograms, nnx.State]:
+    graphdef, state = nnx.split(model)
+    return PROGRAMS.get(("scoring", graphdef), lambda: _ScoringPrograms(graphdef)), state
 
 
 def perplexity(model: nnx.Module, sequences: Sequence[Sequence[int]], *,
@@ -332,29 +358,31 @@ def greedy_agreement(reference: nnx.Module, candidate: nnx.Module, tokenizer, pr
 
     The reference's greedy continuation of each prompt is fed to both models (teacher forcing), and a
     position agrees when the candidate's argmax is the reference's token. This counts each
-    disagreement once, where free-running decoding would also count everything after it.
+    disagreement once, where free-running decoding would also count everything after it. Its compiled
+    programs (the reference's generation, the candidate's argmax) are dropped when it returns.
     """
     from jaxengine.sampler import Sampler, SamplingParams
 
-    generations = Sampler(reference, tokenizer).generate(
-        [list(prompt) for prompt in prompts], SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))
+    sampler = Sampler(reference, tokenizer)
+    try:
+        generations = sampler.generate(
+            [list(prompt) for prompt in prompts], SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))
+    finally:  # its programs go with this call, as the scoring's (``_ScoringPrograms``)
+        sampler.forget_programs(retire=False)
+    programs, state = _scoring_programs(candidate)
     agreed, total = 0, 0
-    for prompt, generation in zip(prompts, generations):
-        if not generation.token_ids:
-            continue
-        ids_t = np.asarray([*prompt, *generation.token_ids], np.int32)[None]
-        first = len(prompt) - 1  # the logits at this position predict the first generated token
-        picked_t = np.asarray(_argmax_tokens(candidate, ids_t))[0, first:first + len(generation.token_ids)]
-        agreed += int(np.sum(picked_t == np.asarray(generation.token_ids)))
-        total += len(generation.token_ids)
+    try:
+        for prompt, generation in zip(prompts, generations):
+            if not generation.token_ids:
+                continue
+            ids_t = np.asarray([*prompt, *generation.token_ids], np.int32)[None]
+            first = len(prompt) - 1  # the logits at this position predict the first generated token
+            picked_t = np.asarray(programs.argmax_tokens(state, ids_t))[0, first:first + len(generation.token_ids)]
+            agreed += int(np.sum(picked_t == np.asarray(generation.token_ids)))
+            total += len(generation.token_ids)
+    finally:
+        PROGRAMS.forget(programs, retire=False)
     return agreed / max(total, 1)
-
-
-@nnx.jit
-def _argmax_tokens(model, ids_bt):
-    positions_bt = jnp.broadcast_to(jnp.arange(ids_bt.shape[1]), ids_bt.shape)
-    logits_btv, _ = model(ids_bt, positions_bt)
-    return jnp.argmax(logits_btv, axis=-1)
 
 
 def eval_token_sets(tokenizer, rows: Sequence[dict], *, kind: str, max_seq_len: int = 512

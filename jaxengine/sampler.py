@@ -37,7 +37,6 @@ Design note.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -49,6 +48,7 @@ from flax import nnx
 from jax.experimental import io_callback
 
 from jaxengine.losses import token_log_probs
+from jaxengine.programs import PROGRAMS
 from jaxengine.tokenizer import IncrementalDecoder, Tokenizer
 
 OnToken = Callable[[int, int, str], None]  # (row index, token id, text delta)
@@ -361,8 +361,8 @@ def _stream_step(stream_id, step, tokens_b, active_b, done_b):
 class _CompiledGenerate:
     """The jitted prefill + decode loop for one module structure (graphdef) and KV cache dtype.
 
-    Shared by every Sampler of that structure (``_compiled_generate``), so that a Sampler made anew
-    for each evaluation does not compile again.
+    Shared by every Sampler of that structure through ``jaxengine.programs.PROGRAMS``, so that a Sampler made
+    anew for each evaluation does not compile again; ``Sampler.forget_programs`` lets them go.
     """
 
     def __init__(self, graphdef, cache_dtype):
@@ -445,9 +445,8 @@ class _CompiledGenerate:
 
 
 
-@functools.lru_cache(maxsize=16)
 def _compiled_generate(graphdef, cache_dtype) -> _CompiledGenerate:
-    return _CompiledGenerate(graphdef, cache_dtype)
+    return PROGRAMS.get(("generate", graphdef, cache_dtype), lambda: _CompiledGenerate(graphdef, cache_dtype))
 
 
 class Sampler:
@@ -472,6 +471,13 @@ class Sampler:
     def trace_count(self) -> int:
         """Compiles so far of the generation function this model's structure uses (shared by Samplers)."""
         return 0 if self._compiled is None else self._compiled.trace_count
+
+    def forget_programs(self, *, retire: bool = True) -> None:
+        """This model structure's programs are no longer in use here (``jaxengine.programs``): among the last
+        retired (``retire``) or dropped, freed once no Sampler holds them (one in use asks for them again, and
+        compiles them again if they were dropped)."""
+        if self._compiled is not None:
+            PROGRAMS.forget(self._compiled, retire=retire)
 
     def _current_state(self):
         # Split on every call so that weights a trainer has updated since are the ones sampled from; the

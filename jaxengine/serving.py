@@ -42,11 +42,11 @@ Design note.
   than on one, of an 80 MB model 0.67x as fast.
 * Compiles: the prefill per (group, prompt length) bucket and the decode call per (rows, slots) bucket
   and sampling mode, all powers of two, so a serving process compiles a bounded set of programs,
-  never one per request (``trace_count``). Decoders of one model structure share them (``_programs``, the 16
-  structures most recently asked for); the serve worker retires a structure's once the last model of it it serves
+  never one per request (``trace_count``). Decoders of one model structure share them (``_Compiled``, held in
+  the process's ``programs.PROGRAMS``); the serve worker retires a structure's once the last model of it it serves
   is evicted (``forget_programs``: the 2 last retired are kept, for a user going back to a model) and drops them
   when it is deleted, as every program keeps memory maps and a process has a limited number
-  (``vm.max_map_count``, where XLA's compiler segfaults).
+  (``vm.max_map_count``, where XLA's compiler segfaults; see ``jaxengine.programs``).
 * Sampling: row b draws with key ``fold_in(fold_in(key(seed_b), 0), step)``, the key ``Sampler`` gives a
   lone prompt, and the same Gumbel-max draw as ``jax.random.categorical``, so a request decodes the same
   whether it is batched, joins late or runs alone. The noise of a whole call is drawn before its steps
@@ -114,6 +114,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxengine.models.transformer import inference_layout
+from jaxengine.programs import PROGRAMS
 from jaxengine.sampler import (LOGIT_BIAS_MAX_TOKENS, ContextLengthError, PromptError, SamplingParams,
                               apply_logit_bias, apply_penalties, bucket_length, check_logit_bias, count_tokens, decode,
                               filter_logits, first_max_index, logit_bias_arrays, prefill, stop_string_end)
@@ -555,65 +556,11 @@ class _Compiled:
                              positions=constrain(cache.positions, ("batch", "length")), index=constrain(cache.index, ()))
 
 
-class _ProgramsByStructure:
-    """The ``_Compiled`` of each model structure, shared by its decoders: a model loaded again, or another run of
-    the same base model, finds its programs compiled. The ``kept`` most recently asked for are held here. A
-    structure no model served uses any more (``forget``) is held among the ``retired_kept`` last retired, so that a
-    user going back to a model just evicted finds its programs (a warm-up's compiles are a minute of CPU for a small
-    model), and freed past them or at once when its model is deleted (``retire=False``): each program keeps 3-40
-    memory maps, and a process may have only ``vm.max_map_count`` (bench/RESULTS.md, "The serve worker's compiled
-    programs"). Thread-safe."""
-
-    def __init__(self, kept: int = 16, retired_kept: int = 2):
-        self.kept = kept
-        self.retired_kept = retired_kept
-        self._by_key: collections.OrderedDict[tuple, _Compiled] = collections.OrderedDict()
-        self._retired: collections.OrderedDict[tuple, _Compiled] = collections.OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, graphdef, treedef, cache_dtype, kv_heads: int) -> _Compiled:
-        key = (graphdef, treedef, cache_dtype, kv_heads)
-        with self._lock:
-            if key not in self._by_key:
-                self._by_key[key] = self._retired.pop(key, None) or _Compiled(graphdef, treedef, cache_dtype,
-                                                                               kv_heads)
-            self._by_key.move_to_end(key)
-            while len(self._by_key) > self.kept:
-                self._by_key.popitem(last=False)
-            return self._by_key[key]
-
-    def forget(self, compiled: _Compiled, *, retire: bool = True) -> None:
-        """Hold ``compiled`` no longer as in use: among the last retired (``retire``), else not at all; its programs
-        go once neither this nor a decoder holds them."""
-        with self._lock:
-            for key in [key for key, held in self._by_key.items() if held is compiled]:
-                del self._by_key[key]
-                if retire:
-                    self._retired[key] = compiled
-            for key in [key for key, held in self._retired.items() if held is compiled and not retire]:
-                del self._retired[key]
-            while len(self._retired) > self.retired_kept:
-                self._retired.popitem(last=False)
-
-    def held(self) -> list[_Compiled]:
-        """What is held, in use and retired."""
-        with self._lock:
-            return [*self._by_key.values(), *self._retired.values()]
-
-    def clear(self) -> None:
-        with self._lock:
-            self._by_key.clear()
-            self._retired.clear()
-
-
-_programs = _ProgramsByStructure()
-
-
 def forget_programs(decoder: BatchDecoder, *, retire: bool = True) -> None:
     """Stop keeping ``decoder``'s compiled programs as in use by a model served (the serve worker, once the last model
     of its structure it serves is evicted, ``retire``, or deleted): they are kept among the last few retired
-    (``_ProgramsByStructure.retired_kept``) or, deleted, freed with the last decoder using them."""
-    _programs.forget(decoder.compiled, retire=retire)
+    (``programs.PROGRAMS``, ``retired_kept``) or, deleted, freed with the last decoder using them."""
+    PROGRAMS.forget(decoder.compiled, retire=retire)
 
 
 OnTokens = Callable[[int, list[int], str], None]  # (request index, token ids read together, their text)
@@ -1103,7 +1050,9 @@ class BatchDecoder:
         # Split once: a served model's weights do not change, and splitting a model costs milliseconds.
         graphdef, state = nnx.split(self.model)
         self.leaves, treedef = jax.tree.flatten(state)
-        self.compiled = _programs.get(graphdef, treedef, cache_dtype, model.config.num_kv_heads)
+        kv_heads = model.config.num_kv_heads
+        self.compiled = PROGRAMS.get(("serving", graphdef, treedef, cache_dtype, kv_heads),
+                                     lambda: _Compiled(graphdef, treedef, cache_dtype, kv_heads))
         self.devices = tuple(devices or ())
         self.on_host = all(device.platform == "cpu" for device in self.leaves[0].devices())
         self._meshes: dict[int, Mesh] = {}

@@ -224,6 +224,10 @@ TEMPER_SERVE_WARMUP = env_bool("TEMPER_SERVE_WARMUP", True)
 # each decoding on its own core (jaxengine.serving.serving_devices, devices_for_model); 0: one per core
 # the serve worker may use, 1: one device.
 TEMPER_SERVE_CPU_DEVICES = env_int("TEMPER_SERVE_CPU_DEVICES", 0)
+# After a model load, a serve worker whose memory maps (/proc/self/maps lines) pass this drops the compiled programs
+# of every model structure it retired (worker.tasks.serve.drop_retired_programs_past_high_water): XLA's compiler
+# segfaults at the kernel's vm.max_map_count (65,530 by default).
+TEMPER_SERVE_MAPS_HIGH_WATER = env_int("TEMPER_SERVE_MAPS_HIGH_WATER", 50_000)
 # Workers keep compiled XLA programs here (see worker/celery.py); empty: no persistent cache.
 TEMPER_JAX_CACHE = env_str("TEMPER_JAX_CACHE", str(DATA_ROOT / "jax-cache"))
 # The serving copy written when a run succeeds: int8 (per channel), int4 (groups of 64) or none.

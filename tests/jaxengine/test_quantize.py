@@ -1,5 +1,6 @@
 """Serving quantization: codes by hand, the half-step error bound, sizes, save/load round trip, perplexity
 and greedy agreement on a tiny model."""
+import gc
 import math
 from pathlib import Path
 
@@ -289,3 +290,24 @@ def test_a_damaged_quantization_json_is_named_by_inspect_and_generate(tiny_model
     for command in (["inspect", "--model", str(out)], ["generate", "--model", str(out), "--prompt", "x", "--max-new-tokens", "2"]):
         assert main(command) == 2
         assert capsys.readouterr().err == f"jaxengine {command[0]}: error: {expected}\n"
+
+
+def live_programs() -> int:
+    return len(jax.devices()[0].client.live_executables())
+
+
+def test_serving_copies_of_many_structures_leave_no_programs_behind(tmp_path):
+    """The serve worker writes serving copies (``worker.tasks.serve.quantize_run``, ``make_serving_copy``) for as
+    long as it lives: the scoring programs of every model structure it had measured stayed compiled (module-level
+    ``nnx.jit`` of perplexity and greedy agreement, the sampler's 16 structures kept), each with memory maps of its
+    own, towards vm.max_map_count (bench/RESULTS.md, "The serve worker's compiled programs"). Copies of four
+    structures (contexts), one after another, leave no more live programs than the first two."""
+    rows = [{"prompt": "Hello world", "completion": " and goodbye"}, {"prompt": "the quick", "completion": " fox"}]
+    counts = []
+    for context in (128, 144, 160, 176):
+        model_dir = factories.build_tiny_model_dir(tmp_path / f"context-{context}", context=context)
+        quantize.export_quantized(model_dir, tmp_path / f"int8-{context}", scheme=QuantScheme.named("int8"),
+                                  eval_rows=rows, eval_kind="sft", max_new_tokens=4)
+        gc.collect()  # a holder of jitted methods and its functions form a cycle
+        counts.append(live_programs())
+    assert counts[-1] <= counts[1], counts

@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxengine import serving
 from jaxengine.checkpoint.hf import load_hf_model
+from jaxengine.programs import PROGRAMS
 from jaxengine.sampler import PromptError, Sampler, SamplingParams
 from jaxengine.serving import (BatchDecoder, BatchingServer, ContinuousBatch, LoadedModel, ModelCache, ServeRequest,
                                _insert_on_host, _on, _relayout_on_host, gumbel_noise, load_serving_model,
@@ -819,7 +819,7 @@ def decoder_with_programs_of_its_own(model, tokenizer, *, on_host: bool) -> Batc
     """A decoder on host devices or not, whose compiled programs no earlier test shares: a model's programs are
     shared by its decoders, so what an earlier test's batch missed (or compiled) would otherwise change what
     compiles when (a test's own missed program waiting behind leftovers, or one compiled already)."""
-    serving._programs.clear()
+    PROGRAMS.clear()
     decoder = BatchDecoder(model, tokenizer, min_bucket=8)
     decoder.on_host = on_host
     return decoder

@@ -10,6 +10,7 @@ import pytest
 from jaxengine.data.pipeline import encode_prompt
 from jaxengine.sampler import Sampler, SamplingParams
 from jaxengine import serving
+from jaxengine.programs import PROGRAMS
 from jaxengine.serving import load_serving_model
 from tests import factories
 from webapp.chat import channels
@@ -623,7 +624,7 @@ def test_models_served_in_turn_leave_no_programs_behind(client, tmp_path, settin
         compiled[context] = id(serve.server_for(f"turn-{context}", str(model_dir))[0].decoder.compiled)
         gc.collect()  # the programs of an evicted model's server, once its thread has ended (a cycle through jit)
         counts.append(live_programs())
-    retired = serving._programs.retired_kept
+    retired = PROGRAMS.retired_kept
     assert counts[-1] <= counts[retired], counts
     # The one served and the last `retired` evicted.
     assert {id(held) for held in held_programs()} == {compiled[context] for context in (128, 112, 96)[:1 + retired]}
@@ -637,4 +638,30 @@ def test_models_served_in_turn_leave_no_programs_behind(client, tmp_path, settin
 
 def held_programs() -> list:
     """The compiled programs of each model structure that ``jaxengine.serving`` keeps for later decoders."""
-    return serving._programs.held()
+    return [held for held in PROGRAMS.held() if isinstance(held, serving._Compiled)]
+
+
+def test_past_the_maps_high_water_mark_a_model_load_drops_every_retired_structures_programs(client, tmp_path,
+                                                                                             settings, caplog):
+    """A safety net under the bounds: after a model load, a serve worker whose memory maps (/proc/self/maps lines)
+    pass ``TEMPER_SERVE_MAPS_HIGH_WATER`` drops the programs of every structure retired (kept for a user going back
+    to an evicted model) rather than compile on towards vm.max_map_count, where XLA's compiler segfaults, and says
+    so in its log. Below the mark they stay."""
+    settings.TEMPER_SERVE_WARMUP = False
+    settings.TEMPER_SERVE_MEMORY_BYTES = 1  # one model at a time
+    serve.shutdown()
+    caplog.set_level(logging.INFO, logger="worker.tasks.serve")
+    compiled = {}
+    for context in (64, 80, 96):
+        if context == 96:
+            settings.TEMPER_SERVE_MAPS_HIGH_WATER = 1  # any process is past it
+        model_dir = factories.build_tiny_model_dir(tmp_path / f"context-{context}", context=context)
+        done = serve.generate(request(model_dir, f"mark-{context}", model_key=f"mark-{context}", max_new_tokens=4))
+        assert done["completion_tokens"] == 4, done
+        compiled[context] = id(serve.server_for(f"mark-{context}", str(model_dir))[0].decoder.compiled)
+        if context == 80:  # below the mark: the evicted model's programs are kept
+            assert {id(held) for held in held_programs()} == {compiled[64], compiled[80]}
+    assert {id(held) for held in held_programs()} == {compiled[96]}
+    [record] = [record for record in caplog.records if "high-water" in record.getMessage()]
+    assert record.levelno == logging.WARNING and "2 retired model structures" in record.getMessage()
+    serve.shutdown()

@@ -171,14 +171,18 @@ def server_for(key: str, path: str):
             closed.append(_servers.pop(stale))
             closed[-1].close(wait=False)
             del _server_models[stale]
-        if key not in _servers:
+        loading = key not in _servers
+        if loading:
             decoder = BatchDecoder(loaded.model, loaded.tokenizer, devices=devices_for_model(devices, loaded.nbytes))
             _servers[key] = BatchingServer(decoder)
             _server_models[key] = loaded
             if settings.TEMPER_SERVE_WARMUP:
                 _servers[key].warm([*decoder.warmup_requests(), *decoder.warmup_groups()])
         _forget_programs_of(closed)  # after the new server: a model loaded again keeps its structure's programs
-        return _servers[key], loaded.tokenizer
+        server = _servers[key]
+    if loading:
+        drop_retired_programs_past_high_water()
+    return server, loaded.tokenizer
 
 
 def _forget_programs_of(closed: list, *, retire: bool = True) -> None:
@@ -194,6 +198,39 @@ def _forget_programs_of(closed: list, *, retire: bool = True) -> None:
     for server in closed:
         if id(server.decoder.compiled) not in in_use:
             forget_programs(server.decoder, retire=retire)
+
+
+def memory_maps() -> int | None:
+    """This process's memory maps (lines of /proc/self/maps: 58 ms for 25,000 on a loaded 2-core machine, against a
+    model load's seconds); None where there is no /proc."""
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            return sum(1 for _ in maps)
+    except OSError:
+        return None
+
+
+def drop_retired_programs_past_high_water() -> int:
+    """Past ``TEMPER_SERVE_MAPS_HIGH_WATER`` memory maps, drop the compiled programs of every model structure retired
+    (kept for a user going back to an evicted model: ``jaxengine.programs``) and say so in the log; returns how many
+    structures' went. A safety net under the bounds on what is held (models in the cache, the last few retired, none
+    of an export's after it): the maps of programs still running, a model's very long context, or a bound set too
+    high must not take the process to vm.max_map_count, where XLA's compiler segfaults mid-chat. Called after a model
+    loads (``server_for``, the serving copies' tasks)."""
+    import gc
+
+    from jaxengine.programs import PROGRAMS
+
+    high_water = settings.TEMPER_SERVE_MAPS_HIGH_WATER
+    before = memory_maps()
+    if before is None or before <= high_water:
+        return 0
+    dropped = PROGRAMS.drop_retired()
+    gc.collect()  # a holder and its jitted methods form a cycle: freed now, not at the collector's next turn
+    logger.warning("memory maps %d past the high-water mark %d (TEMPER_SERVE_MAPS_HIGH_WATER; vm.max_map_count is "
+                   "where XLA's compiler segfaults): dropped the compiled programs of %d retired model structures, "
+                   "%s maps now", before, high_water, dropped, memory_maps())
+    return dropped
 
 
 def programs_compiled(server) -> bool:
@@ -283,10 +320,13 @@ def _start_watching_deleted_models() -> None:
 
 @worker_shutdown.connect
 def shutdown(sender=None, **kwargs) -> None:
-    """Close this process's batching servers, forget its cached models (and their compiled programs) and stop the
-    watching thread: a serve worker shutting down (its pool of threads has finished its answers by then), or a test
-    process done with the module, whose servers' loops would otherwise idle on as threads beside every later test. The threads
-    end at their next turn (the watcher within ``DELETED_POLL_SECONDS``), not waited for here."""
+    """Close this process's batching servers, forget its cached models (and their compiled programs, the retired
+    ones too) and stop the watching thread: a serve worker shutting down (its pool of threads has finished its
+    answers by then), or a test process done with the module, whose servers' loops would otherwise idle on as
+    threads beside every later test. The threads end at their next turn (the watcher within
+    ``DELETED_POLL_SECONDS``), not waited for here."""
+    from jaxengine.programs import PROGRAMS
+
     global _cache, _watcher
     with _lock:
         servers = list(_servers.values())
@@ -296,6 +336,7 @@ def shutdown(sender=None, **kwargs) -> None:
         _watcher = None
         _watcher_stopping.set()
         _forget_programs_of(servers, retire=False)
+        PROGRAMS.drop_retired()
     for server in servers:
         server.close(wait=False)
 
@@ -537,6 +578,8 @@ def quantize_run(run_dir: str) -> dict:
         except OSError:
             logger.exception("the reason could not be written to %s", error_file)
         return {"error": message}
+    finally:  # it loaded a model twice over and compiled its scoring
+        drop_retired_programs_past_high_water()
     error_file.unlink(missing_ok=True)
     description.pop("modules", None)
     return description
@@ -579,6 +622,8 @@ def make_serving_copy(copy_pk: int) -> dict:
         logger.exception("serving copy %s failed", copy_pk)
         serving_copies.serving_copy_finish(copy_pk=copy_pk, error=error)
         return {"error": f"{type(error).__name__}: {error}"}
+    finally:  # it loaded a model twice over and compiled its scoring
+        drop_retired_programs_past_high_water()
     if copy.run_id is not None and copy.step is None:  # the automatic copy's failure is no longer the story
         (Path(copy.run.output_dir) / serving_copies.SERVING_COPY_ERROR_FILE).unlink(missing_ok=True)
     serving_copies.serving_copy_finish(copy_pk=copy_pk)
