@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
+from jaxengine.chat_template import ChatTemplateError
 from jaxengine.checkpoint import safetensors_header
 from jaxengine.models.config import (NESTED_TEXT_CONFIG_FAMILIES, REQUIRED_CONFIG_FIELDS, VOCABULARY_ROWS,
                                      UnsupportedArchitectureError, family_for_hf_config, vocab_size_mismatch)
@@ -163,10 +164,11 @@ def _tokenizer_type(model_dir: Path) -> str:
 def _tokenizer_vocab_size(model_dir: Path) -> int | None:
     # Embeddings are often padded past the tokenizer's ids (to a multiple of 64 or 128, for the
     # accelerator), so config.json's vocab_size alone does not say how many ids the tokenizer has.
-    # A tokenizer that cannot be read does not block the registration: its runs report why.
+    # A tokenizer that cannot be read (its chat template included) does not block the registration: its runs
+    # report why.
     try:
         return load_tokenizer(model_dir).vocab_size
-    except TokenizerError:
+    except (TokenizerError, ChatTemplateError, OSError):
         return None
 
 

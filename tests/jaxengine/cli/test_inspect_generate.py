@@ -295,6 +295,45 @@ def test_inspect_refuses_a_corrupt_tokenizer_with_one_line_naming_the_file(tmp_p
     assert str(broken / file_name) in result.stderr and "Traceback" not in result.stderr
 
 
+def _tokenizer_config_with(**fields):
+    """A damage of the model directory: its tokenizer_config.json with ``fields`` laid over it."""
+    def damage(model: Path) -> None:
+        config = json.loads((model / "tokenizer_config.json").read_text())
+        (model / "tokenizer_config.json").write_text(json.dumps({**config, **fields}))
+    return damage
+
+
+@pytest.mark.parametrize("damage, file_name, problem", [
+    (lambda model: (model / "chat_template.jinja").write_bytes(b"{{ messages }}\xff"), "chat_template.jinja",
+     "not UTF-8 text (byte 14 is not valid UTF-8); fix or remove the file"),
+    (_tokenizer_config_with(added_tokens_decoder=[{"content": "<a>"}]), "tokenizer_config.json",
+     "field 'added_tokens_decoder' = [{'content': '<a>'}]: expected an object of token ids (strings of digits) to "
+     "tokens, e.g. {\"0\": {\"content\": \"<unk>\"}}"),
+    (_tokenizer_config_with(added_tokens_decoder={"unk": {"content": "<unk>"}}), "tokenizer_config.json",
+     "added_tokens_decoder: 'unk' is not a token id; the keys are token ids as strings of digits, e.g. \"0\""),
+    (_tokenizer_config_with(eos_token=5), "tokenizer_config.json",
+     "field 'eos_token' = 5: expected a string or an object with a 'content' string"),
+    (_tokenizer_config_with(additional_special_tokens=5), "tokenizer_config.json",
+     "field 'additional_special_tokens' = 5: expected a list of special tokens"),
+], ids=["chat_template.jinja not UTF-8", "added tokens in a list", "added token id not digits",
+        "special token a number", "special tokens not a list"])
+@pytest.mark.parametrize("command", ["inspect", "generate"])
+def test_a_tokenizer_file_with_a_field_it_cannot_hold_is_named_in_one_line(tmp_path, model_dir, capsys, damage,
+                                                                         file_name, problem, command):
+    """Audit: these were a UnicodeDecodeError, ValueError or AttributeError traceback from inspect and generate
+    (and from base model registration, a server error), or named neither the file nor the field."""
+    import shutil
+
+    broken = shutil.copytree(model_dir, tmp_path / "broken")
+    damage(broken)
+    args = [command, "--model", str(broken)] + (["--prompt", "x", "--max-new-tokens", "2"] if command == "generate"
+                                                else [])
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == f"jaxengine {command}: error: {broken / file_name}: {problem}\n"
+
+
 def test_inspect_refuses_a_weights_file_whose_header_is_cut_short(tmp_path, model_dir, capsys):
     import shutil
 

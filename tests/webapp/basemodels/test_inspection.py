@@ -51,6 +51,23 @@ def test_a_tokenizer_it_cannot_read_leaves_its_vocabulary_unknown(root):
     assert read_model_facts(resolve_model_dir("tiny", models_root=root), models_root=root).tokenizer_vocab_size is None
 
 
+@pytest.mark.parametrize("file_name, content", [
+    ("chat_template.jinja", b"{{ messages }}\xff"),
+    ("tokenizer_config.json", b'{"chat_template": 5}'),
+    ("tokenizer_config.json", b'{"added_tokens_decoder": [{"content": "<a>"}]}'),
+    ("tokenizer_config.json", b'{"added_tokens_decoder": {"unk": {"content": "<unk>"}}}'),
+    ("tokenizer_config.json", b'{"additional_special_tokens": 5}'),
+], ids=["template not UTF-8", "template not a string", "added tokens in a list", "added token id not digits",
+        "special tokens not a list"])
+def test_tokenizer_files_it_cannot_read_leave_the_vocabulary_unknown_not_a_server_error(root, file_name, content):
+    """Audit: these raised UnicodeDecodeError, ChatTemplateError, AttributeError, ValueError or TypeError out of
+    the registration (a server error on the Base models page), where a tokenizer it cannot read is registered
+    with its vocabulary unknown (its runs and chats say why)."""
+    model_dir = write_model_dir(root / "tiny", tokenizer_ids=50)
+    (model_dir / file_name).write_bytes(content)
+    assert read_model_facts(resolve_model_dir("tiny", models_root=root), models_root=root).tokenizer_vocab_size is None
+
+
 def test_it_sums_a_sharded_model_via_its_index(root):
     write_model_dir(root / "sharded", shards=3, tokenizer="tokenizer.model")
     facts = read_model_facts(resolve_model_dir(str(root / "sharded"), models_root=root), models_root=root)
