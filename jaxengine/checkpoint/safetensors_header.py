@@ -1,6 +1,7 @@
 """Reading a safetensors file's header without its tensors (jax-free): the one reader that base model
 registration (``webapp.basemodels.inspection``) and ``jaxengine inspect`` share, so that both refuse
-the same damaged files with the same words.
+the same damaged files with the same words; and which files a model directory's weights are in, as the
+loader (``jaxengine.checkpoint.hf``) reads them.
 
 A safetensors file is an 8-byte little-endian length, that many bytes of JSON naming every tensor's
 dtype, shape and ``data_offsets`` (begin, end) in the data section, then the data section. The
@@ -13,6 +14,9 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
 
 # A header lists names, dtypes, shapes and offsets; even models with tens of thousands of tensors stay
 # far below this. Larger means a corrupt length field.
@@ -72,3 +76,40 @@ def read_safetensors_header(path: Path, *, error: type[Exception] = ValueError) 
         raise error(f"{path}: {data_bytes - data_end} bytes after the last tensor's data, which the loader "
                     "refuses; the file is corrupt: copy it again")
     return header
+
+
+def read_weight_map(index_path: Path, *, error: type[Exception] = ValueError) -> dict[str, str]:
+    """The ``weight_map`` (tensor name -> shard file name) of a ``model.safetensors.index.json``; an index that
+    is not JSON or lacks the map raises ``error`` naming it (it was a KeyError or JSONDecodeError)."""
+    try:
+        weight_map = json.loads(index_path.read_text(encoding="utf-8")).get("weight_map")
+        problem = None if isinstance(weight_map, dict) and all(
+            isinstance(file, str) for file in weight_map.values()) else 'no "weight_map" of file names'
+    except (UnicodeDecodeError, json.JSONDecodeError) as exception:
+        problem = f"not valid JSON: {exception}"
+    except AttributeError:  # a JSON list or number
+        problem = "not a JSON object"
+    if problem is not None:
+        raise error(f'{index_path}: not a safetensors index ({problem}); it must be a JSON object whose '
+                    '"weight_map" maps each tensor name to its file')
+    return weight_map
+
+
+def missing_shard(path: Path, *, error: type[Exception] = ValueError) -> Exception:
+    """The refusal of a shard the index lists that is not there."""
+    return error(f"{path}: listed in {INDEX_FILE} but missing")
+
+
+def checkpoint_files(model_dir: Path, *, error: type[Exception] = ValueError) -> list[Path]:
+    """The safetensors files the loader reads: each shard ``model.safetensors.index.json`` lists when there is one,
+    else ``model.safetensors``; none when neither is there. Any other ``*.safetensors`` file is not the model's
+    (a ``consolidated.safetensors`` beside the shards holds the same weights again). A damaged index, or a shard it
+    lists that is missing, raises ``error`` in the loader's words."""
+    index_path = model_dir / INDEX_FILE
+    if index_path.exists():
+        files = [model_dir / name for name in sorted(set(read_weight_map(index_path, error=error).values()))]
+        for file in files:
+            if not file.exists():
+                raise missing_shard(file, error=error)
+        return files
+    return [model_dir / SINGLE_FILE] if (model_dir / SINGLE_FILE).exists() else []

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import transformers
 
-from jaxengine.checkpoint.hf import load_hf_model
+from jaxengine.checkpoint.hf import CheckpointError, load_hf_model
 from jaxengine.cli import main
 from jaxengine.cli.generate import sampling_settings
 from jaxengine.sampler import Sampler, SamplingParams
@@ -332,6 +332,41 @@ def test_a_tokenizer_file_with_a_field_it_cannot_hold_is_named_in_one_line(tmp_p
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == f"jaxengine {command}: error: {broken / file_name}: {problem}\n"
+
+
+@pytest.mark.parametrize("damage", ["a shard missing", "a file the index does not list", "an index not JSON"])
+def test_inspect_reads_the_weights_files_the_loader_reads(sharded_tiny_hf_model_dir, tmp_path, capsys, damage):
+    """Audit: inspect counted every *.safetensors file of the directory. A sharded checkpoint missing a shard (a
+    download cut short) was described as a smaller model, exit 0, while generate and train refuse it; a weights file
+    its index does not list (consolidated.safetensors beside the shards, as some Hugging Face repositories hold) was
+    counted with them; a damaged index was not read at all."""
+    import shutil
+
+    model = shutil.copytree(sharded_tiny_hf_model_dir, tmp_path / "model")
+    index = model / "model.safetensors.index.json"
+    shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    reference = transformers.AutoModelForCausalLM.from_pretrained(model)
+    assert main(["inspect", "--model", str(model), "--json"]) == 0
+    weights = json.loads(capsys.readouterr().out)["weights"]
+    assert weights["files"] == len(shards) > 1
+    assert weights["elements"] == sum(p.numel() for p in reference.parameters())
+
+    if damage == "a file the index does not list":
+        shutil.copy(model / shards[0], model / "consolidated.safetensors")
+        assert main(["inspect", "--model", str(model), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["weights"] == weights
+        return
+    if damage == "a shard missing":
+        (model / shards[-1]).unlink()
+    else:
+        index.write_text('{"weight_map": ')
+    with pytest.raises(CheckpointError) as refused:  # as generate and train refuse it
+        load_hf_model(model)
+    refusal = str(refused.value)
+    assert main(["inspect", "--model", str(model)]) == 2
+    assert capsys.readouterr().err == f"jaxengine inspect: error: {refusal}\n"  # in the loader's words
+    assert refusal.startswith(f"{model / shards[-1]}: listed in model.safetensors.index.json but missing"
+                              if damage == "a shard missing" else f"{index}: not a safetensors index")
 
 
 def test_inspect_refuses_a_weights_file_whose_header_is_cut_short(tmp_path, model_dir, capsys):
