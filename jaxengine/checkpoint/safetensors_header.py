@@ -12,6 +12,7 @@ header alone would describe a whole model. Here the offsets are checked against 
 from __future__ import annotations
 
 import json
+import math
 import struct
 from pathlib import Path
 
@@ -23,6 +24,10 @@ INDEX_FILE = "model.safetensors.index.json"
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 # A tensor dimension past this is no model's (and the database's integers end at 2**63).
 MAX_DIMENSION = 2**53
+# The bits of an element of each dtype the safetensors library reads (its ``Dtype``); it refuses any other.
+DTYPE_BITS = {"BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8,
+              "F8_E8M0": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8, "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
+              "I32": 32, "U32": 32, "F32": 32, "C64": 64, "F64": 64, "I64": 64, "U64": 64}
 
 
 def read_safetensors_header(path: Path, *, error: type[Exception] = ValueError) -> dict:
@@ -50,7 +55,12 @@ def read_safetensors_header(path: Path, *, error: type[Exception] = ValueError) 
                     "weights again") from None
     if not isinstance(header, dict):
         raise error(f"{path}: header is not a JSON object; the file is corrupt: copy or convert the weights again")
-    data_end = 0
+    metadata = header.get("__metadata__")
+    if metadata is not None and not (isinstance(metadata, dict)
+                                     and all(isinstance(value, str) for value in metadata.values())):
+        raise error(f"{path}: the header's __metadata__ is not an object of strings; the file is corrupt: copy or "
+                    "convert the weights again")
+    spans = []
     for name, entry in header.items():
         if name == "__metadata__":
             continue
@@ -66,7 +76,25 @@ def read_safetensors_header(path: Path, *, error: type[Exception] = ValueError) 
                 or not 0 <= offsets[0] <= offsets[1]):
             raise error(f"{path}: tensor {name!r} has no valid data_offsets in the header (two byte offsets, "
                         "begin <= end); the file is corrupt")
-        data_end = max(data_end, offsets[1])
+        # As the loader checks them: a header that misstates them was described (its parameters counted, a base
+        # model registered) while generate, train and the chat refused the file.
+        dtype = entry["dtype"]
+        if dtype not in DTYPE_BITS:
+            raise error(f"{path}: tensor {name!r} has dtype {dtype!r}, which is none of safetensors' "
+                        f"({', '.join(DTYPE_BITS)}); the file is corrupt: copy or convert the weights again")
+        bits = math.prod(shape) * DTYPE_BITS[dtype]
+        if bits % 8 or bits // 8 != offsets[1] - offsets[0]:
+            needed = bits // 8 if bits % 8 == 0 else bits / 8
+            raise error(f"{path}: tensor {name!r} ({dtype}, shape {shape}) needs {needed} bytes, but its "
+                        f"data_offsets hold {offsets[1] - offsets[0]}; the file is corrupt: copy or convert the "
+                        "weights again")
+        spans.append((offsets[0], offsets[1], name))
+    data_end = 0
+    for begin, end, name in sorted(spans):
+        if begin != data_end:  # the tensors' data lie end to end from the data section's first byte
+            raise error(f"{path}: tensor {name!r}'s data starts at byte {begin} of the data section, where the data "
+                        f"before it ends at byte {data_end}; the file is corrupt: copy or convert the weights again")
+        data_end = end
     data_bytes = path.stat().st_size - 8 - header_bytes
     if data_end > data_bytes:
         raise error(f"{path}: the header places tensor data up to byte {data_end} of the data section, but the "

@@ -397,7 +397,15 @@ def test_inspect_refuses_a_weights_file_cut_short_after_its_header(tmp_path, mod
         "interrupted download or copy?): copy it again\n")
 
 
-@pytest.mark.parametrize("damage", ["cut short", "bytes after the last tensor"])
+def _with_a_dtype_safetensors_lacks(whole: bytes) -> bytes:
+    """``whole``, a safetensors file, with its first tensor's dtype in the header made F99."""
+    header = json.loads(whole[8:8 + int.from_bytes(whole[:8], "little")])
+    header[next(name for name in header if name != "__metadata__")]["dtype"] = "F99"
+    raw = json.dumps(header).encode()
+    return len(raw).to_bytes(8, "little") + raw + whole[8 + int.from_bytes(whole[:8], "little"):]
+
+
+@pytest.mark.parametrize("damage", ["cut short", "bytes after the last tensor", "a dtype safetensors lacks"])
 def test_inspect_refuses_what_registration_and_the_loader_refuse_in_the_same_words(tmp_path, model_dir, capsys,
                                                                                   damage):
     """jaxengine inspect read safetensors headers its own way: a file with bytes after its last tensor, which
@@ -413,7 +421,8 @@ def test_inspect_refuses_what_registration_and_the_loader_refuse_in_the_same_wor
     shutil.copytree(model_dir, broken)
     whole = (model_dir / "model.safetensors").read_bytes()
     weights = broken / "model.safetensors"
-    weights.write_bytes(whole[:-1000] if damage == "cut short" else whole + b"\0" * 16)
+    weights.write_bytes({"cut short": whole[:-1000], "bytes after the last tensor": whole + b"\0" * 16,
+                         "a dtype safetensors lacks": _with_a_dtype_safetensors_lacks(whole)}[damage])
     with pytest.raises(SafetensorError):
         with safe_open(str(weights), framework="numpy"):
             pass

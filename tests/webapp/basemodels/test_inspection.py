@@ -245,7 +245,10 @@ def test_a_malformed_config_is_named_not_a_500(root, changes, message):
     ({"dtype": ["F32"], "shape": [1], "data_offsets": [0, 4]}, "no valid dtype and shape"),
     ({"dtype": "F32", "shape": [-5, 3], "data_offsets": [0, 4]}, "no valid dtype and shape"),
     ({"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}, "no valid dtype and shape"),
-    ({"dtype": "F32", "shape": [2**30, 2**30], "data_offsets": [0, 4]}, "more than any model has"),
+    # (Once "more than any model has": the tensor's bytes are now checked against its shape first.)
+    ({"dtype": "F32", "shape": [2**30, 2**30], "data_offsets": [0, 4]},
+     r"tensor 't' \(F32, shape \[1073741824, 1073741824\]\) needs 4611686018427387904 bytes, but its data_offsets "
+     "hold 4"),
 ])
 def test_a_malformed_weights_header_is_named(root, entry, message):
     model_dir = write_model_dir(root / "bad")
@@ -253,6 +256,39 @@ def test_a_malformed_weights_header_is_named(root, entry, message):
     (model_dir / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 4)
     with pytest.raises(ModelDirError, match=message):
         read_model_facts(model_dir, models_root=root)
+
+
+@pytest.mark.parametrize("header, message", [
+    ({"t": {"dtype": "F99", "shape": [1], "data_offsets": [0, 4]}},
+     "tensor 't' has dtype 'F99', which is none of safetensors' (BOOL, F4, "),
+    ({"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}},
+     "tensor 't' (F32, shape [2]) needs 8 bytes, but its data_offsets hold 4; the file is corrupt"),
+    ({"t": {"dtype": "F4", "shape": [3], "data_offsets": [0, 4]}},
+     "tensor 't' (F4, shape [3]) needs 1.5 bytes, but its data_offsets hold 4; the file is corrupt"),
+    ({"a": {"dtype": "F16", "shape": [1], "data_offsets": [2, 4]}},
+     "tensor 'a''s data starts at byte 2 of the data section, where the data before it ends at byte 0"),
+    ({"a": {"dtype": "F16", "shape": [2], "data_offsets": [0, 4]}, "b": {"dtype": "F16", "shape": [1],
+                                                                         "data_offsets": [2, 4]}},
+     "tensor 'b''s data starts at byte 2 of the data section, where the data before it ends at byte 4"),
+    ({"__metadata__": {"format": 5}, "t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}},
+     "the header's __metadata__ is not an object of strings; the file is corrupt"),
+], ids=["unknown dtype", "shape larger than its bytes", "half a byte", "a gap before", "overlapping tensors",
+        "metadata not strings"])
+def test_a_header_the_loader_refuses_is_refused_naming_the_tensor(root, header, message):
+    """Audit: each was registered (and described by jaxengine inspect, which reads headers with the same reader):
+    the safetensors library refuses such a file, so the first run or chat on the model failed at load."""
+    from safetensors import SafetensorError, safe_open
+
+    model_dir = write_model_dir(root / "bad")
+    weights = model_dir / "model.safetensors"
+    raw = json.dumps(header).encode()
+    weights.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * 4)
+    with pytest.raises(SafetensorError):  # as generate, train and the chat load it
+        with safe_open(str(weights), framework="numpy"):
+            pass
+    with pytest.raises(ModelDirError) as refused:
+        read_model_facts(model_dir, models_root=root)
+    assert str(refused.value).startswith(f"{weights}: {message}")
 
 
 @pytest.mark.parametrize("weight_map", [[1, 2], {"a": 5}])
