@@ -190,8 +190,26 @@ def test_it_rejects_bad_input_with_one_line(tmp_path, model_dir, make_args, mess
     ({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
       "text_config": {"rms_norm_eps": "small"}},
      "field 'text_config.rms_norm_eps' = 'small': expected a number"),
+    # Audit: these said "invalid literal for int() with base 10: 'x'" (naming no field), "architectures=['L', 'l',
+    # 'a', ...] is not supported", or were read as true (bool("false")), building a model of tied embeddings.
+    ({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "eos_token_id": "x"},
+     "field 'eos_token_id' = 'x': expected a whole number or a list of them"),
+    ({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "eos_token_id": [1, "2"]},
+     "field 'eos_token_id' = [1, '2']: expected a whole number or a list of them"),
+    ({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "bos_token_id": "1"},
+     "field 'bos_token_id' = '1': expected a whole number"),
+    ({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "tie_word_embeddings": "false"},
+     "field 'tie_word_embeddings' = 'false': expected true or false"),
+    ({"architectures": "LlamaForCausalLM", "model_type": "llama"},
+     "field 'architectures' = 'LlamaForCausalLM': expected a list of class names, e.g. [\"LlamaForCausalLM\"]"),
 ], ids=["missing field", "unsupported architecture", "a word for a number", "a number in quotes",
-        "a word for the context", "rope not an object", "gemma3 word for a number", "gemma3 text_config"])
+        "a word for the context", "rope not an object", "gemma3 word for a number", "gemma3 text_config",
+        "a word for the eos id", "a word among the eos ids", "a bos id in quotes", "a word for a boolean",
+        "architectures not a list"])
 @pytest.mark.parametrize("command", ["inspect", "generate"])
 def test_it_rejects_a_bad_config_with_one_line(tmp_path, capsys, config, message, command):
     (tmp_path / "config.json").write_text(json.dumps(config))
