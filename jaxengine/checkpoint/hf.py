@@ -100,6 +100,8 @@ class SafetensorsDir:
         if path not in self._handles:
             if not path.exists():
                 raise safetensors_header.missing_shard(path, error=CheckpointError)
+            if not path.is_file():
+                raise safetensors_header.not_a_file(path, error=CheckpointError)
             try:
                 handle = safe_open(str(path), framework="numpy")
             except SafetensorError as error:  # its message names no file: which of the shards was it?

@@ -35,6 +35,8 @@ def read_safetensors_header(path: Path, *, error: type[Exception] = ValueError) 
     optional ``__metadata__`` entry. A file that is not one, or whose tensors' data does not fill it exactly
     (cut short by an interrupted copy, or with bytes after the last tensor), raises ``error`` naming the file
     and what to do."""
+    if not path.is_file():
+        raise not_a_file(path, error=error)
     with path.open("rb") as handle:
         prefix = handle.read(8)
         if len(prefix) != 8:
@@ -121,6 +123,12 @@ def read_weight_map(index_path: Path, *, error: type[Exception] = ValueError) ->
         raise error(f'{index_path}: not a safetensors index ({problem}); it must be a JSON object whose '
                     '"weight_map" maps each tensor name to its file')
     return weight_map
+
+
+def not_a_file(path: Path, *, error: type[Exception] = ValueError) -> Exception:
+    """The refusal of a weights path that is there but is no file: opened, it was an IsADirectoryError, or from the
+    safetensors library an OSError 'No such device' naming no file."""
+    return error(f"{path}: not a file (a directory?); copy or convert the weights again")
 
 
 def missing_shard(path: Path, *, error: type[Exception] = ValueError) -> Exception:

@@ -387,6 +387,24 @@ def test_inspect_reads_the_weights_files_the_loader_reads(sharded_tiny_hf_model_
                               if damage == "a shard missing" else f"{index}: not a safetensors index")
 
 
+@pytest.mark.parametrize("command", ["inspect", "generate"])
+def test_a_weights_path_that_is_not_a_file_is_named_in_one_line(tmp_path, model_dir, capsys, command):
+    """Audit: a model.safetensors that is a directory (a copy gone wrong) was an IsADirectoryError traceback from
+    inspect, and from generate an OSError 'No such device (os error 19)' naming no file."""
+    import shutil
+
+    broken = shutil.copytree(model_dir, tmp_path / "broken")
+    (broken / "model.safetensors").unlink()
+    (broken / "model.safetensors").mkdir()
+    args = [command, "--model", str(broken)] + (["--prompt", "x", "--max-new-tokens", "2"] if command == "generate"
+                                                else [])
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"jaxengine {command}: error: {broken / 'model.safetensors'}: not a file (a directory?); "
+                            "copy or convert the weights again\n")
+
+
 def test_inspect_refuses_a_weights_file_whose_header_is_cut_short(tmp_path, model_dir, capsys):
     import shutil
 

@@ -291,6 +291,17 @@ def test_a_header_the_loader_refuses_is_refused_naming_the_tensor(root, header, 
     assert str(refused.value).startswith(f"{weights}: {message}")
 
 
+def test_a_weights_path_that_is_a_directory_is_named_not_a_500(root):
+    """Audit: an IsADirectoryError out of the registration (a server error on the Base models page)."""
+    model_dir = write_model_dir(root / "bad")
+    (model_dir / "model.safetensors").unlink()
+    (model_dir / "model.safetensors").mkdir()
+    with pytest.raises(ModelDirError) as refused:
+        read_model_facts(model_dir, models_root=root)
+    assert str(refused.value) == (f"{model_dir / 'model.safetensors'}: not a file (a directory?); copy or convert the "
+                                  "weights again")
+
+
 @pytest.mark.parametrize("weight_map", [[1, 2], {"a": 5}])
 def test_a_malformed_shard_index_is_named(root, weight_map):
     model_dir = write_model_dir(root / "bad", shards=2)
