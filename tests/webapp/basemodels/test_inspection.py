@@ -230,6 +230,11 @@ def _with_config(model_dir, **changes):
     ({"hidden_size": None}, "a llama model's config needs 'hidden_size', which is missing"),
     ({"num_hidden_layers": "4"}, "num_hidden_layers is '4'; it must be a positive whole number"),
     ({"vocab_size": -5}, "vocab_size is -5; it must be a positive whole number"),
+    # Audit: registered, and the first run or chat on the model failed reading its config.json (the eos id as
+    # "invalid literal for int() with base 10: 'x'"), or read "false" as true (a model of tied embeddings).
+    ({"eos_token_id": "x"}, "field 'eos_token_id' = 'x': expected a whole number or a list of them"),
+    ({"tie_word_embeddings": "false"}, "field 'tie_word_embeddings' = 'false': expected true or false"),
+    ({"rms_norm_eps": "small"}, "field 'rms_norm_eps' = 'small': expected a number"),
 ])
 def test_a_malformed_config_is_named_not_a_500(root, changes, message):
     """QA registered these: each was a 500 page (TypeError, AttributeError, OverflowError at the INSERT), or,
