@@ -103,7 +103,11 @@ def read_chat_template(model_dir: str | Path, tokenizer_config: Mapping[str, Any
     """The template of a model directory (see the module note for precedence), or None when it has none."""
     template_path = Path(model_dir) / CHAT_TEMPLATE_FILE
     if template_path.is_file():
-        return template_path.read_text(encoding="utf-8")
+        try:
+            return template_path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as problem:  # was a traceback from every reader of the tokenizer
+            raise ChatTemplateError(f"{template_path}: not UTF-8 text (byte {problem.start} is not valid UTF-8); "
+                                    "fix or remove the file") from None
     template = tokenizer_config.get("chat_template")
     if template is None or isinstance(template, str):
         return template

@@ -103,7 +103,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     return read_json_object(path, error=TokenizerError, advice="fix or remove the file")
 
 
-def _token_content(value: Any) -> str | None:
+def _token_content(value: Any, *, path: Path, field: str) -> str | None:
     """A special token as written in a config: a string, or an AddedToken dict with ``content``."""
     if value is None:
         return None
@@ -111,7 +111,44 @@ def _token_content(value: Any) -> str | None:
         return value
     if isinstance(value, Mapping) and isinstance(value.get("content"), str):
         return value["content"]
-    raise TokenizerError(f"special token {value!r}: expected a string or an object with a 'content' string")
+    raise TokenizerError(f"{path}: field {field!r} = {value!r}: expected a string or an object with a 'content' "
+                         "string")
+
+
+def _extra_special_tokens(config: Mapping[str, Any], *, path: Path) -> list[str]:
+    """The special tokens beyond the named ones, from the first of ``extra_special_tokens`` (a list, or the
+    model-specific form ``{"image_token": "<img>", ...}``) and ``additional_special_tokens`` that is set."""
+    field = next((key for key in ("extra_special_tokens", "additional_special_tokens") if config.get(key)), None)
+    if field is None:
+        return []
+    tokens = config[field]
+    if isinstance(tokens, Mapping):
+        tokens = list(tokens.values())
+    if not isinstance(tokens, list):  # a string was read a character a token, a number was a TypeError
+        raise TokenizerError(f"{path}: field {field!r} = {tokens!r}: expected a list of special tokens")
+    return [_token_content(token, path=path, field=f"{field}[{index}]") for index, token in enumerate(tokens)]
+
+
+def _added_tokens(config: Mapping[str, Any], *, path: Path) -> list[AddedToken]:
+    """``added_tokens_decoder``: token id (a string of digits) -> the token's content and flags."""
+    decoder = config.get("added_tokens_decoder") or {}
+    if not isinstance(decoder, Mapping):
+        raise TokenizerError(f"{path}: field 'added_tokens_decoder' = {decoder!r}: expected an object of token ids "
+                             '(strings of digits) to tokens, e.g. {"0": {"content": "<unk>"}}')
+    added_tokens = []
+    for token_id, token in decoder.items():
+        if not (token_id.isascii() and token_id.isdecimal()):
+            raise TokenizerError(f"{path}: added_tokens_decoder: {token_id!r} is not a token id; the keys are token "
+                                 'ids as strings of digits, e.g. "0"')
+        if not isinstance(token, Mapping) or not isinstance(token.get("content"), str):
+            raise TokenizerError(f"{path}: added_tokens_decoder[{token_id!r}] = {token!r}: expected an object with a "
+                                 "'content' string")
+        added_tokens.append(AddedToken(
+            id=int(token_id), content=token["content"], special=bool(token.get("special", False)),
+            lstrip=bool(token.get("lstrip", False)), rstrip=bool(token.get("rstrip", False)),
+            single_word=bool(token.get("single_word", False)), normalized=bool(token.get("normalized", False)),
+        ))
+    return added_tokens
 
 
 def _int_list(value: Any, *, path: Path, field: str) -> tuple[int, ...]:
@@ -174,35 +211,25 @@ def read_tokenizer_settings(model_dir: str | Path, *, run_spec_variables: bool =
     own rather than its run's ``spec.yaml``'s (``_run_template_kwargs``), for a caller that has the run's variables
     from their record (the web's Run row: a job's ``data.run_spec_template_kwargs``)."""
     model_dir = Path(model_dir)
-    config = _read_json(model_dir / TOKENIZER_CONFIG_FILE)
-    named = {key: _token_content(config.get(key)) for key in NAMED_SPECIAL_TOKENS}
-    extra = config.get("extra_special_tokens") or config.get("additional_special_tokens") or []
+    config_path = model_dir / TOKENIZER_CONFIG_FILE
+    config = _read_json(config_path)
+    named = {key: _token_content(config.get(key), path=config_path, field=key) for key in NAMED_SPECIAL_TOKENS}
+    extra = _extra_special_tokens(config, path=config_path)
     if "added_tokens_decoder" not in config:
-        special_tokens_map = _read_json(model_dir / SPECIAL_TOKENS_MAP_FILE)
+        map_path = model_dir / SPECIAL_TOKENS_MAP_FILE
+        special_tokens_map = _read_json(map_path)
         for key in NAMED_SPECIAL_TOKENS:
             if key in special_tokens_map:
-                named[key] = _token_content(special_tokens_map[key])
-        extra = extra or special_tokens_map.get("extra_special_tokens") or special_tokens_map.get(
-            "additional_special_tokens") or []
-    if isinstance(extra, Mapping):  # the model-specific form {"image_token": "<img>", ...}
-        extra = list(extra.values())
-    added_tokens = []
-    for token_id, token in (config.get("added_tokens_decoder") or {}).items():
-        if not isinstance(token, Mapping) or not isinstance(token.get("content"), str):
-            raise TokenizerError(f"{model_dir / TOKENIZER_CONFIG_FILE}: added_tokens_decoder[{token_id!r}] = {token!r}: "
-                                 "expected an object with a 'content' string")
-        added_tokens.append(AddedToken(
-            id=int(token_id), content=token["content"], special=bool(token.get("special", False)),
-            lstrip=bool(token.get("lstrip", False)), rstrip=bool(token.get("rstrip", False)),
-            single_word=bool(token.get("single_word", False)), normalized=bool(token.get("normalized", False)),
-        ))
+                named[key] = _token_content(special_tokens_map[key], path=map_path, field=key)
+        extra = extra or _extra_special_tokens(special_tokens_map, path=map_path)
+    added_tokens = _added_tokens(config, path=config_path)
     generation_path = model_dir / GENERATION_CONFIG_FILE
     generation = _read_json(generation_path)
     generation_bos = _int_list(generation.get("bos_token_id"), path=generation_path, field="bos_token_id")
     generation_pad = _int_list(generation.get("pad_token_id"), path=generation_path, field="pad_token_id")
     return TokenizerSettings(
         named_tokens={key: value for key, value in named.items() if value is not None},
-        extra_special_tokens=tuple(_token_content(token) for token in extra),
+        extra_special_tokens=tuple(extra),
         added_tokens=tuple(sorted(added_tokens, key=lambda token: token.id)),
         add_bos_token=bool(config.get("add_bos_token", False)),
         add_eos_token=bool(config.get("add_eos_token", False)),

@@ -28,12 +28,12 @@ from flax import nnx
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
+from jaxengine.checkpoint import safetensors_header
+from jaxengine.checkpoint.safetensors_header import INDEX_FILE, SINGLE_FILE
 from jaxengine.models import CausalLM, ModelConfig, build_model, family_module, from_hf_config, to_hf_config
 from jaxengine.models.config import VOCABULARY_ROWS, vocab_size_mismatch
 from jaxengine.json_files import read_json_object
 
-SINGLE_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
 # Files that make a saved directory usable by a tokenizer / generation loader.
 TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
@@ -68,19 +68,9 @@ def hf_weight_name(path: tuple[Any, ...], *, prefix: str = "model.") -> tuple[st
 
 def read_weight_map(index_path: Path) -> dict[str, str]:
     """The ``weight_map`` (tensor name -> shard file name) of a ``model.safetensors.index.json``; an index that
-    is not JSON or lacks the map is a CheckpointError naming it (it was a KeyError or JSONDecodeError)."""
-    try:
-        weight_map = json.loads(index_path.read_text(encoding="utf-8")).get("weight_map")
-        problem = None if isinstance(weight_map, dict) and all(
-            isinstance(file, str) for file in weight_map.values()) else 'no "weight_map" of file names'
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        problem = f"not valid JSON: {error}"
-    except AttributeError:  # a JSON list or number
-        problem = "not a JSON object"
-    if problem is not None:
-        raise CheckpointError(f'{index_path}: not a safetensors index ({problem}); it must be a JSON object whose '
-                              '"weight_map" maps each tensor name to its file')
-    return weight_map
+    is not JSON or lacks the map is a CheckpointError naming it (``safetensors_header.read_weight_map``, which
+    ``jaxengine inspect`` reads it with)."""
+    return safetensors_header.read_weight_map(index_path, error=CheckpointError)
 
 
 class SafetensorsDir:
@@ -109,7 +99,9 @@ class SafetensorsDir:
     def _open(self, path: Path):
         if path not in self._handles:
             if not path.exists():
-                raise CheckpointError(f"{path}: listed in {INDEX_FILE} but missing")
+                raise safetensors_header.missing_shard(path, error=CheckpointError)
+            if not path.is_file():
+                raise safetensors_header.not_a_file(path, error=CheckpointError)
             try:
                 handle = safe_open(str(path), framework="numpy")
             except SafetensorError as error:  # its message names no file: which of the shards was it?

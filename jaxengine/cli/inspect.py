@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from jaxengine.checkpoint.safetensors_header import INDEX_FILE, SINGLE_FILE
 from jaxengine.cli import command_description
 from jaxengine.cli.model_dir import checked_model_dir, read_model_config, run_reporting_errors, safetensors_summary
 
@@ -76,7 +77,7 @@ def describe(model_dir: Path) -> dict[str, Any]:
 def _as_text(facts: dict[str, Any]) -> str:
     weights, tokenizer = facts["weights"], facts["tokenizer"]
     weight_line = (f"{weights['files']} safetensors file(s), {weights['tensors']} tensors, "
-                   f"{', '.join(weights['dtypes'])}" if weights["files"] else "no safetensors files")
+                   f"{', '.join(weights['dtypes'])}" if weights["files"] else f"no {SINGLE_FILE} or {INDEX_FILE}")
     if tokenizer["type"] is None:
         tokenizer_line = f"none ({tokenizer['problem']})"
     else:
@@ -85,7 +86,7 @@ def _as_text(facts: dict[str, Any]) -> str:
                           f"chat template: {tokenizer['chat_template']}")
     rows = [
         ("architecture", f"{facts['architecture']} (family {facts['family']})"),
-        ("parameters", "unknown (no safetensors files)" if facts["parameters"] is None
+        ("parameters", f"unknown (no {SINGLE_FILE} or {INDEX_FILE})" if facts["parameters"] is None
                        else f"{human_count(facts['parameters'])} ({facts['parameters']:,})"),
         ("dtype", f"{facts['dtype'] or 'not stated'} (config.json); weights: {weight_line}"),
         ("context length", str(facts["context_length"])),

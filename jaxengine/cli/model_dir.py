@@ -53,8 +53,8 @@ def read_safetensors_header(path: Path) -> dict:
 
 
 def safetensors_summary(model_dir: Path) -> dict:
-    """Files, tensor count, element count, dtypes and parameter count of the ``*.safetensors`` files, from
-    their headers only. The parameters are the model's weights as stored, so a config.json that does not
+    """Files, tensor count, element count, dtypes and parameter count of the safetensors files the loader reads
+    (the shards the index lists, or ``model.safetensors``), from their headers only. The parameters are the model's weights as stored, so a config.json that does not
     describe them is not believed; in a quantized serving copy (``jaxengine.quantize``) each ``.qweight`` of
     codes counts as the weights it stands for (two per byte under int4) and its ``.scales`` not at all."""
     from jaxengine.job import QUANTIZATION_FILE
@@ -63,7 +63,7 @@ def safetensors_summary(model_dir: Path) -> dict:
     bits = None
     if quantization.is_file():
         bits = read_json_object(quantization, error=CliError, advice="export the serving copy again").get("bits")
-    files = sorted(model_dir.glob("*.safetensors"))
+    files = safetensors_header.checkpoint_files(model_dir, error=CliError)  # those generate and train load
     tensors, elements, parameters, dtypes = 0, 0, 0, set()
     for path in files:
         for name, entry in read_safetensors_header(path).items():

@@ -188,7 +188,11 @@ def supported_architectures() -> tuple[str, ...]:
 
 def family_for_hf_config(hf_config: dict[str, Any], *, source: str = "config.json") -> str:
     """The family that reads ``hf_config``, chosen by its ``architectures`` then ``model_type`` (jax-free)."""
-    architectures = list(hf_config.get("architectures") or [])
+    architectures = hf_config.get("architectures") or []
+    if not isinstance(architectures, list) or not all(isinstance(name, str) for name in architectures):
+        # a string was read a letter a class name: "architectures=['L', 'l', 'a', ...] is not supported"
+        raise UnsupportedArchitectureError(f"{source}: field 'architectures' = {architectures!r}: expected a list of "
+                                           'class names, e.g. ["LlamaForCausalLM"]')
     model_type = hf_config.get("model_type")
     for family in FAMILY_MODULES:
         if any(arch in FAMILY_ARCHITECTURES[family] for arch in architectures):
@@ -210,6 +214,13 @@ WHOLE_NUMBER_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hi
 NUMBER_FIELDS = ("rms_norm_eps", "rope_theta", "rope_local_base_freq", "query_pre_attn_scalar",
                  "attn_logit_softcapping", "final_logit_softcapping")
 OBJECT_FIELDS = ("rope_parameters", "rope_scaling", "text_config")
+TOKEN_ID_FIELDS = ("bos_token_id", "pad_token_id")
+TOKEN_IDS_FIELDS = ("eos_token_id",)  # one id or a list of them
+BOOLEAN_FIELDS = ("tie_word_embeddings", "attention_bias")  # bool("false") is true
+
+
+def _is_whole_number(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def hf_field_type_problem(hf_config: dict[str, Any], *, prefix: str = "") -> str | None:
@@ -226,6 +237,13 @@ def hf_field_type_problem(hf_config: dict[str, Any], *, prefix: str = "") -> str
             expected = "a number"
         elif key in OBJECT_FIELDS and not isinstance(value, dict):
             expected = "a JSON object"
+        elif key in TOKEN_ID_FIELDS and not _is_whole_number(value):
+            expected = "a whole number"
+        elif key in TOKEN_IDS_FIELDS and not (_is_whole_number(value) or (
+                isinstance(value, list) and all(_is_whole_number(item) for item in value))):
+            expected = "a whole number or a list of them"
+        elif key in BOOLEAN_FIELDS and not isinstance(value, bool):
+            expected = "true or false"
         else:
             continue
         return f"field {prefix + key!r} = {value!r}: expected {expected}"

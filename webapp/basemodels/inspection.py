@@ -32,9 +32,11 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
+from jaxengine.chat_template import ChatTemplateError
 from jaxengine.checkpoint import safetensors_header
 from jaxengine.models.config import (NESTED_TEXT_CONFIG_FAMILIES, REQUIRED_CONFIG_FIELDS, VOCABULARY_ROWS,
-                                     UnsupportedArchitectureError, family_for_hf_config, vocab_size_mismatch)
+                                     UnsupportedArchitectureError, family_for_hf_config, hf_field_type_problem,
+                                     vocab_size_mismatch)
 from jaxengine.tokenizer import TokenizerError, load_tokenizer
 
 # Real config.json files are a few KB (multimodal ones tens of KB); the registry stores and shows it.
@@ -218,10 +220,11 @@ def _tokenizer_type(model_dir: Path) -> str:
 def _tokenizer_vocab_size(model_dir: Path) -> int | None:
     # Embeddings are often padded past the tokenizer's ids (to a multiple of 64 or 128, for the
     # accelerator), so config.json's vocab_size alone does not say how many ids the tokenizer has.
-    # A tokenizer that cannot be read does not block the registration: its runs report why.
+    # A tokenizer that cannot be read (its chat template included) does not block the registration: its runs
+    # report why.
     try:
         return load_tokenizer(model_dir).vocab_size
-    except TokenizerError:
+    except (TokenizerError, ChatTemplateError, OSError):
         return None
 
 
@@ -249,6 +252,10 @@ def _check_config(config: dict, family: str, config_path: Path) -> None:
             raise ModelDirError(f"{config_path}: a {family} model's config needs {key!r}, which is missing")
         if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < MAX_COUNT:
             raise ModelDirError(f"{config_path}: {key} is {value!r}; it must be a positive whole number")
+    # Every other field the engine reads, of the JSON type it reads (as jaxengine.models.config.from_hf_config
+    # refuses it when a run or a chat loads the model).
+    if problem := hf_field_type_problem(config):
+        raise ModelDirError(f"{config_path}: {problem}")
 
 
 def _vocab_size(config: dict, family: str, config_path: Path) -> int | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import transformers
 
-from jaxengine.checkpoint.hf import load_hf_model
+from jaxengine.checkpoint.hf import CheckpointError, load_hf_model
 from jaxengine.cli import main
 from jaxengine.cli.generate import sampling_settings
 from jaxengine.sampler import Sampler, SamplingParams
@@ -190,8 +190,26 @@ def test_it_rejects_bad_input_with_one_line(tmp_path, model_dir, make_args, mess
     ({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
       "text_config": {"rms_norm_eps": "small"}},
      "field 'text_config.rms_norm_eps' = 'small': expected a number"),
+    # Audit: these said "invalid literal for int() with base 10: 'x'" (naming no field), "architectures=['L', 'l',
+    # 'a', ...] is not supported", or were read as true (bool("false")), building a model of tied embeddings.
+    ({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "eos_token_id": "x"},
+     "field 'eos_token_id' = 'x': expected a whole number or a list of them"),
+    ({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "eos_token_id": [1, "2"]},
+     "field 'eos_token_id' = [1, '2']: expected a whole number or a list of them"),
+    ({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "bos_token_id": "1"},
+     "field 'bos_token_id' = '1': expected a whole number"),
+    ({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "tie_word_embeddings": "false"},
+     "field 'tie_word_embeddings' = 'false': expected true or false"),
+    ({"architectures": "LlamaForCausalLM", "model_type": "llama"},
+     "field 'architectures' = 'LlamaForCausalLM': expected a list of class names, e.g. [\"LlamaForCausalLM\"]"),
 ], ids=["missing field", "unsupported architecture", "a word for a number", "a number in quotes",
-        "a word for the context", "rope not an object", "gemma3 word for a number", "gemma3 text_config"])
+        "a word for the context", "rope not an object", "gemma3 word for a number", "gemma3 text_config",
+        "a word for the eos id", "a word among the eos ids", "a bos id in quotes", "a word for a boolean",
+        "architectures not a list"])
 @pytest.mark.parametrize("command", ["inspect", "generate"])
 def test_it_rejects_a_bad_config_with_one_line(tmp_path, capsys, config, message, command):
     (tmp_path / "config.json").write_text(json.dumps(config))
@@ -295,6 +313,98 @@ def test_inspect_refuses_a_corrupt_tokenizer_with_one_line_naming_the_file(tmp_p
     assert str(broken / file_name) in result.stderr and "Traceback" not in result.stderr
 
 
+def _tokenizer_config_with(**fields):
+    """A damage of the model directory: its tokenizer_config.json with ``fields`` laid over it."""
+    def damage(model: Path) -> None:
+        config = json.loads((model / "tokenizer_config.json").read_text())
+        (model / "tokenizer_config.json").write_text(json.dumps({**config, **fields}))
+    return damage
+
+
+@pytest.mark.parametrize("damage, file_name, problem", [
+    (lambda model: (model / "chat_template.jinja").write_bytes(b"{{ messages }}\xff"), "chat_template.jinja",
+     "not UTF-8 text (byte 14 is not valid UTF-8); fix or remove the file"),
+    (_tokenizer_config_with(added_tokens_decoder=[{"content": "<a>"}]), "tokenizer_config.json",
+     "field 'added_tokens_decoder' = [{'content': '<a>'}]: expected an object of token ids (strings of digits) to "
+     "tokens, e.g. {\"0\": {\"content\": \"<unk>\"}}"),
+    (_tokenizer_config_with(added_tokens_decoder={"unk": {"content": "<unk>"}}), "tokenizer_config.json",
+     "added_tokens_decoder: 'unk' is not a token id; the keys are token ids as strings of digits, e.g. \"0\""),
+    (_tokenizer_config_with(eos_token=5), "tokenizer_config.json",
+     "field 'eos_token' = 5: expected a string or an object with a 'content' string"),
+    (_tokenizer_config_with(additional_special_tokens=5), "tokenizer_config.json",
+     "field 'additional_special_tokens' = 5: expected a list of special tokens"),
+], ids=["chat_template.jinja not UTF-8", "added tokens in a list", "added token id not digits",
+        "special token a number", "special tokens not a list"])
+@pytest.mark.parametrize("command", ["inspect", "generate"])
+def test_a_tokenizer_file_with_a_field_it_cannot_hold_is_named_in_one_line(tmp_path, model_dir, capsys, damage,
+                                                                         file_name, problem, command):
+    """Audit: these were a UnicodeDecodeError, ValueError or AttributeError traceback from inspect and generate
+    (and from base model registration, a server error), or named neither the file nor the field."""
+    import shutil
+
+    broken = shutil.copytree(model_dir, tmp_path / "broken")
+    damage(broken)
+    args = [command, "--model", str(broken)] + (["--prompt", "x", "--max-new-tokens", "2"] if command == "generate"
+                                                else [])
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == f"jaxengine {command}: error: {broken / file_name}: {problem}\n"
+
+
+@pytest.mark.parametrize("damage", ["a shard missing", "a file the index does not list", "an index not JSON"])
+def test_inspect_reads_the_weights_files_the_loader_reads(sharded_tiny_hf_model_dir, tmp_path, capsys, damage):
+    """Audit: inspect counted every *.safetensors file of the directory. A sharded checkpoint missing a shard (a
+    download cut short) was described as a smaller model, exit 0, while generate and train refuse it; a weights file
+    its index does not list (consolidated.safetensors beside the shards, as some Hugging Face repositories hold) was
+    counted with them; a damaged index was not read at all."""
+    import shutil
+
+    model = shutil.copytree(sharded_tiny_hf_model_dir, tmp_path / "model")
+    index = model / "model.safetensors.index.json"
+    shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    reference = transformers.AutoModelForCausalLM.from_pretrained(model)
+    assert main(["inspect", "--model", str(model), "--json"]) == 0
+    weights = json.loads(capsys.readouterr().out)["weights"]
+    assert weights["files"] == len(shards) > 1
+    assert weights["elements"] == sum(p.numel() for p in reference.parameters())
+
+    if damage == "a file the index does not list":
+        shutil.copy(model / shards[0], model / "consolidated.safetensors")
+        assert main(["inspect", "--model", str(model), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["weights"] == weights
+        return
+    if damage == "a shard missing":
+        (model / shards[-1]).unlink()
+    else:
+        index.write_text('{"weight_map": ')
+    with pytest.raises(CheckpointError) as refused:  # as generate and train refuse it
+        load_hf_model(model)
+    refusal = str(refused.value)
+    assert main(["inspect", "--model", str(model)]) == 2
+    assert capsys.readouterr().err == f"jaxengine inspect: error: {refusal}\n"  # in the loader's words
+    assert refusal.startswith(f"{model / shards[-1]}: listed in model.safetensors.index.json but missing"
+                              if damage == "a shard missing" else f"{index}: not a safetensors index")
+
+
+@pytest.mark.parametrize("command", ["inspect", "generate"])
+def test_a_weights_path_that_is_not_a_file_is_named_in_one_line(tmp_path, model_dir, capsys, command):
+    """Audit: a model.safetensors that is a directory (a copy gone wrong) was an IsADirectoryError traceback from
+    inspect, and from generate an OSError 'No such device (os error 19)' naming no file."""
+    import shutil
+
+    broken = shutil.copytree(model_dir, tmp_path / "broken")
+    (broken / "model.safetensors").unlink()
+    (broken / "model.safetensors").mkdir()
+    args = [command, "--model", str(broken)] + (["--prompt", "x", "--max-new-tokens", "2"] if command == "generate"
+                                                else [])
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"jaxengine {command}: error: {broken / 'model.safetensors'}: not a file (a directory?); "
+                            "copy or convert the weights again\n")
+
+
 def test_inspect_refuses_a_weights_file_whose_header_is_cut_short(tmp_path, model_dir, capsys):
     import shutil
 
@@ -323,7 +433,15 @@ def test_inspect_refuses_a_weights_file_cut_short_after_its_header(tmp_path, mod
         "interrupted download or copy?): copy it again\n")
 
 
-@pytest.mark.parametrize("damage", ["cut short", "bytes after the last tensor"])
+def _with_a_dtype_safetensors_lacks(whole: bytes) -> bytes:
+    """``whole``, a safetensors file, with its first tensor's dtype in the header made F99."""
+    header = json.loads(whole[8:8 + int.from_bytes(whole[:8], "little")])
+    header[next(name for name in header if name != "__metadata__")]["dtype"] = "F99"
+    raw = json.dumps(header).encode()
+    return len(raw).to_bytes(8, "little") + raw + whole[8 + int.from_bytes(whole[:8], "little"):]
+
+
+@pytest.mark.parametrize("damage", ["cut short", "bytes after the last tensor", "a dtype safetensors lacks"])
 def test_inspect_refuses_what_registration_and_the_loader_refuse_in_the_same_words(tmp_path, model_dir, capsys,
                                                                                   damage):
     """jaxengine inspect read safetensors headers its own way: a file with bytes after its last tensor, which
@@ -339,7 +457,8 @@ def test_inspect_refuses_what_registration_and_the_loader_refuse_in_the_same_wor
     shutil.copytree(model_dir, broken)
     whole = (model_dir / "model.safetensors").read_bytes()
     weights = broken / "model.safetensors"
-    weights.write_bytes(whole[:-1000] if damage == "cut short" else whole + b"\0" * 16)
+    weights.write_bytes({"cut short": whole[:-1000], "bytes after the last tensor": whole + b"\0" * 16,
+                         "a dtype safetensors lacks": _with_a_dtype_safetensors_lacks(whole)}[damage])
     with pytest.raises(SafetensorError):
         with safe_open(str(weights), framework="numpy"):
             pass

@@ -51,6 +51,23 @@ def test_a_tokenizer_it_cannot_read_leaves_its_vocabulary_unknown(root):
     assert read_model_facts(resolve_model_dir("tiny", models_root=root, project_slug="alpha"), models_root=root, project_slug="alpha").tokenizer_vocab_size is None
 
 
+@pytest.mark.parametrize("file_name, content", [
+    ("chat_template.jinja", b"{{ messages }}\xff"),
+    ("tokenizer_config.json", b'{"chat_template": 5}'),
+    ("tokenizer_config.json", b'{"added_tokens_decoder": [{"content": "<a>"}]}'),
+    ("tokenizer_config.json", b'{"added_tokens_decoder": {"unk": {"content": "<unk>"}}}'),
+    ("tokenizer_config.json", b'{"additional_special_tokens": 5}'),
+], ids=["template not UTF-8", "template not a string", "added tokens in a list", "added token id not digits",
+        "special tokens not a list"])
+def test_tokenizer_files_it_cannot_read_leave_the_vocabulary_unknown_not_a_server_error(root, file_name, content):
+    """Audit: these raised UnicodeDecodeError, ChatTemplateError, AttributeError, ValueError or TypeError out of
+    the registration (a server error on the Base models page), where a tokenizer it cannot read is registered
+    with its vocabulary unknown (its runs and chats say why)."""
+    model_dir = write_model_dir(root / "tiny", tokenizer_ids=50)
+    (model_dir / file_name).write_bytes(content)
+    assert read_model_facts(resolve_model_dir("tiny", models_root=root), models_root=root).tokenizer_vocab_size is None
+
+
 def test_it_sums_a_sharded_model_via_its_index(root):
     write_model_dir(root / "sharded", shards=3, tokenizer="tokenizer.model")
     facts = read_model_facts(resolve_model_dir(str(root / "sharded"), models_root=root, project_slug="alpha"), models_root=root, project_slug="alpha")
@@ -213,6 +230,11 @@ def _with_config(model_dir, **changes):
     ({"hidden_size": None}, "a llama model's config needs 'hidden_size', which is missing"),
     ({"num_hidden_layers": "4"}, "num_hidden_layers is '4'; it must be a positive whole number"),
     ({"vocab_size": -5}, "vocab_size is -5; it must be a positive whole number"),
+    # Audit: registered, and the first run or chat on the model failed reading its config.json (the eos id as
+    # "invalid literal for int() with base 10: 'x'"), or read "false" as true (a model of tied embeddings).
+    ({"eos_token_id": "x"}, "field 'eos_token_id' = 'x': expected a whole number or a list of them"),
+    ({"tie_word_embeddings": "false"}, "field 'tie_word_embeddings' = 'false': expected true or false"),
+    ({"rms_norm_eps": "small"}, "field 'rms_norm_eps' = 'small': expected a number"),
 ])
 def test_a_malformed_config_is_named_not_a_500(root, changes, message):
     """QA registered these: each was a 500 page (TypeError, AttributeError, OverflowError at the INSERT), or,
@@ -228,7 +250,10 @@ def test_a_malformed_config_is_named_not_a_500(root, changes, message):
     ({"dtype": ["F32"], "shape": [1], "data_offsets": [0, 4]}, "no valid dtype and shape"),
     ({"dtype": "F32", "shape": [-5, 3], "data_offsets": [0, 4]}, "no valid dtype and shape"),
     ({"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}, "no valid dtype and shape"),
-    ({"dtype": "F32", "shape": [2**30, 2**30], "data_offsets": [0, 4]}, "more than any model has"),
+    # (Once "more than any model has": the tensor's bytes are now checked against its shape first.)
+    ({"dtype": "F32", "shape": [2**30, 2**30], "data_offsets": [0, 4]},
+     r"tensor 't' \(F32, shape \[1073741824, 1073741824\]\) needs 4611686018427387904 bytes, but its data_offsets "
+     "hold 4"),
 ])
 def test_a_malformed_weights_header_is_named(root, entry, message):
     model_dir = write_model_dir(root / "bad")
@@ -236,6 +261,50 @@ def test_a_malformed_weights_header_is_named(root, entry, message):
     (model_dir / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 4)
     with pytest.raises(ModelDirError, match=message):
         read_model_facts(model_dir, models_root=root, project_slug="alpha")
+
+
+@pytest.mark.parametrize("header, message", [
+    ({"t": {"dtype": "F99", "shape": [1], "data_offsets": [0, 4]}},
+     "tensor 't' has dtype 'F99', which is none of safetensors' (BOOL, F4, "),
+    ({"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}},
+     "tensor 't' (F32, shape [2]) needs 8 bytes, but its data_offsets hold 4; the file is corrupt"),
+    ({"t": {"dtype": "F4", "shape": [3], "data_offsets": [0, 4]}},
+     "tensor 't' (F4, shape [3]) needs 1.5 bytes, but its data_offsets hold 4; the file is corrupt"),
+    ({"a": {"dtype": "F16", "shape": [1], "data_offsets": [2, 4]}},
+     "tensor 'a''s data starts at byte 2 of the data section, where the data before it ends at byte 0"),
+    ({"a": {"dtype": "F16", "shape": [2], "data_offsets": [0, 4]}, "b": {"dtype": "F16", "shape": [1],
+                                                                         "data_offsets": [2, 4]}},
+     "tensor 'b''s data starts at byte 2 of the data section, where the data before it ends at byte 4"),
+    ({"__metadata__": {"format": 5}, "t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}},
+     "the header's __metadata__ is not an object of strings; the file is corrupt"),
+], ids=["unknown dtype", "shape larger than its bytes", "half a byte", "a gap before", "overlapping tensors",
+        "metadata not strings"])
+def test_a_header_the_loader_refuses_is_refused_naming_the_tensor(root, header, message):
+    """Audit: each was registered (and described by jaxengine inspect, which reads headers with the same reader):
+    the safetensors library refuses such a file, so the first run or chat on the model failed at load."""
+    from safetensors import SafetensorError, safe_open
+
+    model_dir = write_model_dir(root / "bad")
+    weights = model_dir / "model.safetensors"
+    raw = json.dumps(header).encode()
+    weights.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * 4)
+    with pytest.raises(SafetensorError):  # as generate, train and the chat load it
+        with safe_open(str(weights), framework="numpy"):
+            pass
+    with pytest.raises(ModelDirError) as refused:
+        read_model_facts(model_dir, models_root=root)
+    assert str(refused.value).startswith(f"{weights}: {message}")
+
+
+def test_a_weights_path_that_is_a_directory_is_named_not_a_500(root):
+    """Audit: an IsADirectoryError out of the registration (a server error on the Base models page)."""
+    model_dir = write_model_dir(root / "bad")
+    (model_dir / "model.safetensors").unlink()
+    (model_dir / "model.safetensors").mkdir()
+    with pytest.raises(ModelDirError) as refused:
+        read_model_facts(model_dir, models_root=root)
+    assert str(refused.value) == (f"{model_dir / 'model.safetensors'}: not a file (a directory?); copy or convert the "
+                                  "weights again")
 
 
 @pytest.mark.parametrize("weight_map", [[1, 2], {"a": 5}])
