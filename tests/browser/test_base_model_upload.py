@@ -20,7 +20,16 @@ def test_an_owner_uploads_a_model_archive_through_the_page(page, live_server, se
     log_in(page, live_server.url, team.owner.username)
     page.goto(f"{live_server.url}/p/upload-page/models/")
 
+    settings.TEMPER_MODEL_UPLOAD_MAX_BYTES = 100  # the page says so before it sends anything
     page.get_by_role("link", name="Upload a model").click()
+    page.fill("#id_name", "uploaded")
+    page.set_input_files("#id_archive", str(archive))
+    page.get_by_role("button", name="Upload and register").click()
+    assert page.locator("#id_archive_client_error").inner_text() == (
+        f"tiny.tar.gz is {archive.stat().st_size} bytes, over the upload limit of 100 bytes; ask an "
+        "administrator to copy the model under the models root.")
+    settings.TEMPER_MODEL_UPLOAD_MAX_BYTES = 10**9
+    page.reload()
     page.fill("#id_name", "uploaded")
     page.set_input_files("#id_archive", str(not_a_model))
     page.get_by_role("button", name="Upload and register").click()
