@@ -141,9 +141,8 @@ def unpack_archive(archive: Path, *, archive_name: str, into: Path, max_bytes: i
         unpack(archive, archive_name, into, max_bytes)
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, RuntimeError, NotImplementedError) as error:
         raise ArchiveError(f"{archive_name}: not a readable {_kind(lower)} archive ({error}); pack it again") from None
-    except OSError as error:  # reading the archive (a bad gzip stream) or writing the folder (the disk is full)
-        raise ArchiveError(f"{archive_name}: unpacking failed ({error.strerror or error}); if the archive is sound, "
-                           "ask an administrator whether the models root's disk has room") from None
+    except OSError as error:  # reading the archive: a bad gzip stream (writing is _unwritable's)
+        raise ArchiveError(f"{archive_name}: not a readable {_kind(lower)} archive ({error}); pack it again") from None
 
 
 def _kind(lower_name: str) -> str:
@@ -168,7 +167,7 @@ def _unpack_zip(archive: Path, archive_name: str, into: Path, max_bytes: int) ->
             if destination is None:
                 continue
             if member.is_dir():
-                destination.mkdir(parents=True, exist_ok=True)
+                _make_folder(destination, member.filename, archive_name)
                 continue
             with packed.open(member) as source:
                 written = _write(source, destination, member.filename, archive_name, written, max_bytes)
@@ -188,7 +187,7 @@ def _unpack_tar(archive: Path, archive_name: str, into: Path, max_bytes: int) ->
             if destination is None:
                 continue
             if member.isdir():
-                destination.mkdir(parents=True, exist_ok=True)
+                _make_folder(destination, member.name, archive_name)
                 continue
             source = packed.extractfile(member)
             written = _write(source, destination, member.name, archive_name, written, max_bytes)
@@ -230,15 +229,36 @@ def _write(source: BinaryIO, destination: Path, member_name: str, archive_name: 
            max_bytes: int) -> int:
     """Copy ``source`` to the new file ``destination``, counting toward ``max_bytes`` with the ``written`` before;
     returns the bytes written in all."""
-    destination.parent.mkdir(parents=True, exist_ok=True)
+    _make_folder(destination.parent, member_name, archive_name)
     try:
         out = destination.open("xb")
     except FileExistsError:
         raise ArchiveError(f"{archive_name}: the member {member_name!r} is in the archive twice; pack it again") from None
+    except OSError as error:
+        raise _unwritable(archive_name, member_name, error) from None
     with out:
         while chunk := source.read(CHUNK_BYTES):
             written += len(chunk)
             if written > max_bytes:
                 raise _too_large(archive_name, max_bytes, declared=False)
-            out.write(chunk)
+            try:
+                out.write(chunk)
+            except OSError as error:
+                raise _unwritable(archive_name, member_name, error) from None
     return written
+
+
+def _make_folder(folder: Path, member_name: str, archive_name: str) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ArchiveError(f"{archive_name}: the member {member_name!r} needs a folder where the archive has a file of "
+                           "that name; pack it again") from None
+    except OSError as error:  # a name too long, a full disk
+        raise _unwritable(archive_name, member_name, error) from None
+
+
+def _unwritable(archive_name: str, member_name: str, error: OSError) -> ArchiveError:
+    return ArchiveError(f"{archive_name}: the member {member_name!r} could not be written ({error.strerror or error}); "
+                        "if the archive is sound (names of at most 255 bytes), ask an administrator whether the "
+                        "models root's disk has room")

@@ -275,3 +275,22 @@ def test_a_folder_still_being_unpacked_is_neither_offered_nor_registered(team, m
             f"{models_root.resolve() / path} is an uploaded archive still being unpacked; when it is done it is "
             "registered under the name it was uploaded with"]
     assert not BaseModel.objects.exists()
+
+
+@pytest.mark.parametrize("member,problem", [
+    ("x" * 300 + ".json", "could not be written (File name too long); if the archive is sound (names of at most 255 "
+                          "bytes), ask an administrator whether the models root's disk has room"),
+    ("config.json/inside.txt", "needs a folder where the archive has a file of that name; pack it again")])
+def test_it_names_a_member_it_cannot_write(team, models_root, model_files, tmp_path, member, problem):
+    """An OSError while unpacking was told as a full disk, naming no member."""
+    archive = zip_of(tmp_path / "odd.zip", model_files)
+    with zipfile.ZipFile(archive, "a") as packed:
+        packed.writestr(member, b"x")
+    assert refused_and_nothing_left(team.project, archive, models_root) == f"odd.zip: the member {member!r} {problem}"
+
+
+def test_it_rejects_a_corrupt_gzip_stream(team, models_root, model_files, tmp_path):
+    archive = tar_of(tmp_path / "cut.tar.gz", model_files)
+    archive.write_bytes(archive.read_bytes()[:-200] + b"\xff" * 200)
+    assert refused_and_nothing_left(team.project, archive, models_root).startswith(
+        "cut.tar.gz: not a readable tar.gz archive (")
