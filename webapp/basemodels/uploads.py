@@ -25,6 +25,7 @@ import shutil
 import stat
 import tarfile
 import tempfile
+import time
 import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
@@ -46,6 +47,8 @@ ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
 # The name is the folder's too: one path component, no hidden or special name.
 FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 CHUNK_BYTES = 1024 * 1024
+# A hidden upload folder this old is an abandoned one (see _remove_abandoned).
+ABANDONED_AFTER_SECONDS = 24 * 3600
 
 
 class ArchiveError(ValueError):
@@ -107,15 +110,29 @@ def _folder_taken(target: Path) -> str:
 
 def _partial_folder(folder: Path) -> Path:
     """A new hidden folder in ``folder`` (made, with its parents, if missing); a ``ValidationError`` naming it when
-    Temper may not write there."""
+    Temper may not write there. Those of uploads whose process was killed while it unpacked go first."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        _remove_abandoned(folder)
         return Path(tempfile.mkdtemp(prefix=UPLOAD_PARTIAL_PREFIX, dir=folder))
     except OSError as error:
         raise ValidationError({"archive": (
             f"cannot write to {folder} ({error.strerror or error}): the models root is read-only for Temper. Ask an "
             "administrator to make that folder writable by the user the web server runs as, or to copy the model "
             "there and register it on the Register page")}) from None
+
+
+def _remove_abandoned(folder: Path) -> None:
+    """Remove the hidden folders in ``folder`` untouched for ``ABANDONED_AFTER_SECONDS``: an upload unpacks in
+    minutes, and the one whose process was killed (a restart, the memory killer) left its folder behind."""
+    now = time.time()
+    for partial in folder.glob(f"{UPLOAD_PARTIAL_PREFIX}*"):
+        try:
+            abandoned = now - partial.lstat().st_mtime > ABANDONED_AFTER_SECONDS and partial.is_dir()
+        except FileNotFoundError:  # removed meanwhile by another upload's cleanup, or finished
+            continue
+        if abandoned and not partial.is_symlink():
+            shutil.rmtree(partial, ignore_errors=True)
 
 
 def _model_dir_in(unpacked: Path) -> Path:

@@ -4,6 +4,7 @@ import io
 import os
 import stat
 import subprocess
+import time
 import tarfile
 import zipfile
 from contextlib import contextmanager
@@ -294,3 +295,16 @@ def test_it_rejects_a_corrupt_gzip_stream(team, models_root, model_files, tmp_pa
     archive.write_bytes(archive.read_bytes()[:-200] + b"\xff" * 200)
     assert refused_and_nothing_left(team.project, archive, models_root).startswith(
         "cut.tar.gz: not a readable tar.gz archive (")
+
+
+def test_an_upload_removes_the_folders_of_uploads_killed_while_they_unpacked(team, models_root, model_files,
+                                                                             tmp_path):
+    """A process killed mid-unpack (a restart, the memory killer) cannot clean up: its hidden folder stayed."""
+    folder = models_root / "projects" / "alpha"
+    abandoned, recent = write_model_dir(folder / ".upload-old"), write_model_dir(folder / ".upload-new")
+    day_ago = time.time() - 25 * 3600
+    os.utime(abandoned, (day_ago, day_ago))
+    basemodel_upload(project=team.project, name="uploaded", archive=zip_of(tmp_path / "tiny.zip", model_files),
+                     archive_name="tiny.zip", user=None)
+    assert not abandoned.exists()
+    assert recent.exists(), "an upload still unpacking is left alone"
