@@ -47,6 +47,7 @@ ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
 # The name is the folder's too: one path component, no hidden or special name.
 FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 CHUNK_BYTES = 1024 * 1024
+MACOS_METADATA = "__MACOSX"
 # A hidden upload folder this old is an abandoned one (see _remove_abandoned).
 ABANDONED_AFTER_SECONDS = 24 * 3600
 
@@ -84,8 +85,10 @@ def basemodel_upload(*, project: Project, name: str, archive: Path, archive_name
         except (ArchiveError, ModelDirError) as error:
             # The hidden folder is gone once this is read: the message names the archive instead.
             raise ValidationError({"archive": str(error).replace(str(partial), archive_name)}) from None
+        if _taken(target):  # made while this one unpacked
+            raise ValidationError({"name": _folder_taken(target)})
         try:
-            os.rename(model_dir, target)  # no replace: a folder made meanwhile under this name stays and refuses it
+            os.rename(model_dir, target)  # a folder with files made since the line above refuses it
         except OSError:
             if _taken(target):
                 raise ValidationError({"name": _folder_taken(target)}) from None
@@ -137,10 +140,10 @@ def _remove_abandoned(folder: Path) -> None:
 
 def _model_dir_in(unpacked: Path) -> Path:
     """The model directory in an unpacked archive: its top, or the one folder it holds (a directory packed with
-    its own name, ``tar -czf m.tar.gz my-model/``)."""
+    its own name, ``tar -czf m.tar.gz my-model/``; macOS's Compress adds a ``__MACOSX`` folder beside it)."""
     if (unpacked / "config.json").exists():
         return unpacked
-    entries = list(unpacked.iterdir())
+    entries = [entry for entry in unpacked.iterdir() if entry.name != MACOS_METADATA]
     if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
         return entries[0]
     return unpacked

@@ -308,3 +308,14 @@ def test_an_upload_removes_the_folders_of_uploads_killed_while_they_unpacked(tea
                      archive_name="tiny.zip", user=None)
     assert not abandoned.exists()
     assert recent.exists(), "an upload still unpacking is left alone"
+
+
+def test_a_folder_zipped_by_macos_is_found_beside_its_metadata(team, models_root, model_files, tmp_path):
+    """macOS's Compress packs the folder under its own name and adds __MACOSX/ with ._ files beside it."""
+    archive = zip_of(tmp_path / "tiny.zip", model_files, prefix="tiny/")
+    with zipfile.ZipFile(archive, "a") as packed:
+        packed.writestr("__MACOSX/tiny/._config.json", b"\0\5\26\7")
+    model = basemodel_upload(project=team.project, name="mac", archive=archive, archive_name="tiny.zip", user=None)
+    assert sorted(path.name for path in Path(model.path).iterdir()) == sorted(path.name for path in model_files.iterdir())
+    assert left_in(models_root / "projects" / "alpha") == sorted(
+        ["mac", *(f"mac/{path.name}" for path in model_files.iterdir())])
