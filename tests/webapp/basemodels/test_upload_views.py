@@ -113,3 +113,13 @@ def test_the_asgi_guard_takes_a_model_sized_body_from_an_owner_only():
     # A dataset upload keeps its own limit, under the one for models.
     calls, sent = run_the_guard("/p/alpha/datasets/new/", sessions["owner"])
     assert calls == [] and "(TEMPER_MAX_UPLOAD_BYTES)" in sent[1]["body"].decode()
+
+
+def test_it_rejects_several_files_sent_as_the_archive(team, models_root, client_for, archive_bytes):
+    """Django kept the last of them and dropped the others without a word."""
+    response = client_for(team.owner).post(URL, {"name": "uploaded", "archive": [
+        SimpleUploadedFile("a.zip", archive_bytes), SimpleUploadedFile("b.zip", archive_bytes)]})
+    assert response.status_code == 400
+    assert ("2 files were sent: send the model as one archive (.zip, .tar or .tar.gz of its directory)"
+            in response.content.decode())
+    assert left_in(models_root) == [] and not BaseModel.objects.exists()
