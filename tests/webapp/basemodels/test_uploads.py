@@ -60,7 +60,8 @@ def left_in(root: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("archive_name,prefix", [
-    ("tiny.zip", ""), ("tiny.tar", ""), ("tiny.tar.gz", ""), ("tiny.tgz", "tiny/"), ("tiny.zip", "tiny/")])
+    ("tiny.zip", ""), ("tiny.tar", ""), ("tiny.tar.gz", ""), ("tiny.tgz", "tiny/"), ("tiny.zip", "tiny/"),
+    ("tiny.tar.gz", "./")])  # tar -C my-model -czf tiny.tar.gz .
 def test_it_unpacks_into_the_projects_folder_and_registers_it(team, models_root, model_files, tmp_path,
                                                               archive_name, prefix):
     packer = zip_of if archive_name.endswith(".zip") else tar_of
