@@ -88,9 +88,8 @@ def basemodel_upload(request: HttpRequest, slug: str) -> HttpResponse:
     handler = None
     if request.method == "POST":
         if body_too_large(request.META.get("CONTENT_LENGTH"), max_upload_bytes=limit):
-            form = BaseModelUploadForm()
-            form.add_error(None, _archive_too_large(limit))
-            return _render_upload(request, project, membership, form, status=413)
+            return _render_upload(request, project, membership, BaseModelUploadForm(), error=_archive_too_large(limit),
+                                  status=413)  # the body unread: the form stays unbound
         handler = LimitedUploadHandler(request, max_bytes=limit)
         request.upload_handlers = [handler]
     return _upload_checked(request, project, membership, handler)
@@ -128,9 +127,9 @@ def _upload_checked(request, project, membership, handler: LimitedUploadHandler 
     return _render_upload(request, project, membership, form, status=400)
 
 
-def _render_upload(request, project, membership, form, *, status: int = 200) -> HttpResponse:
+def _render_upload(request, project, membership, form, *, error: str | None = None, status: int = 200) -> HttpResponse:
     return render(request, "basemodels/upload.html", {
-        "project": project, "membership": membership, "form": form,
+        "project": project, "membership": membership, "form": form, "upload_error": error,
         "own_folder": inspection.project_folder(models_root=settings.MODELS_ROOT.resolve(), project_slug=project.slug),
         "max_upload_bytes": settings.TEMPER_MODEL_UPLOAD_MAX_BYTES,
     }, status=status)

@@ -10,7 +10,7 @@ from django.test import Client
 from tests.webapp.basemodels.test_uploads import left_in, zip_of
 from tests.webapp.factories import make_team, write_model_dir
 from webapp.basemodels.models import BaseModel
-from webapp.datasets.uploads import RequestBodyLimit
+from webapp.datasets.uploads import MULTIPART_OVERHEAD_BYTES, RequestBodyLimit
 
 URL = "/p/alpha/models/upload/"
 
@@ -122,4 +122,13 @@ def test_it_rejects_several_files_sent_as_the_archive(team, models_root, client_
     assert response.status_code == 400
     assert ("2 files were sent: send the model as one archive (.zip, .tar or .tar.gz of its directory)"
             in response.content.decode())
+    assert left_in(models_root) == [] and not BaseModel.objects.exists()
+
+
+def test_it_rejects_a_body_whose_length_alone_is_over_the_limit(team, models_root, client_for, settings):
+    settings.TEMPER_MODEL_UPLOAD_MAX_BYTES = 10
+    response = post(client_for(team.owner), b"x" * (MULTIPART_OVERHEAD_BYTES + 100))
+    assert response.status_code == 413
+    assert ("the archive is over the 10\xa0bytes model upload limit (TEMPER_MODEL_UPLOAD_MAX_BYTES); ask an "
+            "administrator to raise it, or to copy the model under the models root") in response.content.decode()
     assert left_in(models_root) == [] and not BaseModel.objects.exists()
