@@ -59,7 +59,32 @@ class ArchiveError(ValueError):
 def basemodel_upload(*, project: Project, name: str, archive: Path, archive_name: str, user: AbstractBaseUser | None,
                      max_bytes: int | None = None) -> BaseModel:
     """Unpack ``archive`` (the uploaded file, sent as ``archive_name``) into ``<models root>/projects/<slug>/<name>/``
-    and register it in ``project`` under ``name``; the caller has checked that ``user`` owns the project.
+    and register it in ``project`` under ``name`` (``model_archive_unpack``, then ``model_archive_register``); the
+    caller has checked that ``user`` owns the project. Call it outside any transaction: unpacking takes minutes."""
+    model_dir = model_archive_unpack(project=project, name=name, archive=archive, archive_name=archive_name,
+                                     max_bytes=max_bytes)
+    return model_archive_register(project=project, name=name, model_dir=model_dir, user=user)
+
+
+def model_archive_register(*, project: Project, name: str, model_dir: Path, user: AbstractBaseUser | None) -> BaseModel:
+    """Register ``model_archive_unpack``'s ``model_dir`` in ``project`` as ``name``; refused, the folder goes too."""
+    try:
+        return basemodel_register(project=project, name=name, path=str(model_dir), user=user)
+    except BaseException:
+        discard_unpacked(model_dir)
+        raise
+
+
+def discard_unpacked(model_dir: Path) -> None:
+    """Remove a folder ``model_archive_unpack`` made that is not to be registered after all."""
+    shutil.rmtree(model_dir, ignore_errors=True)
+
+
+def model_archive_unpack(*, project: Project, name: str, archive: Path, archive_name: str,
+                         max_bytes: int | None = None) -> Path:
+    """Unpack ``archive`` into ``<models root>/projects/<slug>/<name>/`` and return that folder, checked as the
+    register form checks a directory but not registered (``model_archive_register``). Outside any transaction: a
+    transaction open while it unpacks would hold SQLite's write lock (every other write waiting) for minutes.
 
     Raises ``ValidationError`` on ``name`` (not a folder name, taken by a base model or a folder) or on ``archive``
     (not an archive, an unsafe member, over ``max_bytes`` unpacked, not a model the register form takes, a models
@@ -95,11 +120,7 @@ def basemodel_upload(*, project: Project, name: str, archive: Path, archive_name
             raise
     finally:
         shutil.rmtree(partial, ignore_errors=True)
-    try:
-        return basemodel_register(project=project, name=name, path=str(target), user=user)
-    except BaseException:
-        shutil.rmtree(target, ignore_errors=True)
-        raise
+    return target
 
 
 def _taken(path: Path) -> bool:

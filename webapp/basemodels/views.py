@@ -110,18 +110,27 @@ def _upload_checked(request, project, membership, handler: LimitedUploadHandler 
         form.add_error("archive", _archive_too_large(handler.max_bytes))
         return _render_upload(request, project, membership, form, status=413)
     if form.is_valid():
-        archive = form.cleaned_data["archive"]
+        archive, name = form.cleaned_data["archive"], form.cleaned_data["name"]
+        registered = []
 
-        def upload() -> str:
-            base_model = uploads.basemodel_upload(
-                project=project, name=form.cleaned_data["name"], archive=Path(archive.temporary_file_path()),
-                archive_name=archive.name, user=request.user)
+        def register() -> str:
+            base_model = uploads.model_archive_register(project=project, name=name, model_dir=model_dir,
+                                                        user=request.user)
+            registered.append(base_model)
             messages.success(request, f"Unpacked {isolated(archive.name)} into {base_model.path} and registered it "
                                       f"as {isolated(base_model.name)}.")
             return reverse("basemodels:detail", args=[project.slug, base_model.public_id])
 
         try:
-            return redirect(form_send_once(request, create=upload))
+            # Unpacked before form_send_once's transaction, registered in it. A sending repeated once the first is
+            # registered is refused here, the name taken by what the first made.
+            model_dir = uploads.model_archive_unpack(project=project, name=name, archive_name=archive.name,
+                                                     archive=Path(archive.temporary_file_path()))
+            try:
+                return redirect(form_send_once(request, create=register))
+            finally:
+                if not registered:  # refused before register() ran (a submission token too long): nothing kept
+                    uploads.discard_unpacked(model_dir)
         except ValidationError as error:
             add_service_errors(form, error)
     return _render_upload(request, project, membership, form, status=400)

@@ -132,3 +132,38 @@ def test_it_rejects_a_body_whose_length_alone_is_over_the_limit(team, models_roo
     assert ("the archive is over the 10\xa0bytes model upload limit (TEMPER_MODEL_UPLOAD_MAX_BYTES); ask an "
             "administrator to raise it, or to copy the model under the models root") in response.content.decode()
     assert left_in(models_root) == [] and not BaseModel.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_unpacks_outside_any_transaction(models_root, archive_bytes, monkeypatch):
+    """The unpacking ran inside form_send_once's transaction: on SQLite, which takes its write lock when a
+    transaction begins, every other write in Temper waited (or failed, 'database is locked') for the minutes a
+    large archive takes. The real unpacking runs; the test only notes whether a transaction was open around it."""
+    from django.db import connection
+
+    from webapp.basemodels import uploads
+
+    team, in_transaction = make_team(), []
+    unpack = uploads.unpack_archive
+
+    def noting(*args, **kwargs):
+        in_transaction.append(connection.in_atomic_block)
+        return unpack(*args, **kwargs)
+
+    monkeypatch.setattr(uploads, "unpack_archive", noting)
+    client = Client()
+    client.force_login(team.owner)
+    page = client.get(URL).content.decode()
+    token = page.split('name="submission_token" value="', 1)[1].split('"', 1)[0]
+    response = client.post(URL, {"name": "uploaded", "submission_token": token,
+                                 "archive": SimpleUploadedFile("tiny.zip", archive_bytes)})
+    assert response.status_code == 302 and in_transaction == [False]
+    assert BaseModel.objects.get(project=team.project).name == "uploaded"
+
+
+def test_a_refused_sending_keeps_no_unpacked_folder(team, models_root, client_for, archive_bytes):
+    """Unpacked before form_send_once, the folder goes when the sending is refused before the registration."""
+    response = client_for(team.owner).post(URL, {"name": "uploaded", "submission_token": "x" * 201,
+                                                 "archive": SimpleUploadedFile("tiny.zip", archive_bytes)})
+    assert response.status_code == 400 and "submission_token is 201 characters long" in response.content.decode()
+    assert left_in(models_root) in ([], ["projects", "projects/alpha"]) and not BaseModel.objects.exists()
