@@ -1,5 +1,7 @@
 /* Dataset pages: length histograms (plotly, served from our static files), the column-mapping
-   fields of the chosen kind, and a size check before a too-large upload is sent. */
+   fields of the chosen kind, and a size check before a too-large upload is sent, then its progress (the base
+   models' upload page uses these two: its form says what to do past the limit, data-too-large, and what the
+   server does once the bytes are in, data-after-upload). */
 (function () {
   "use strict";
 
@@ -66,7 +68,9 @@
     request.upload.addEventListener("progress", function (event) {
       if (!event.lengthComputable) return;
       progress.value = event.loaded / event.total;
-      label.textContent = "Uploading: " + humanBytes(event.loaded) + " of " + humanBytes(event.total);
+      label.textContent = event.loaded === event.total && form.dataset.afterUpload
+        ? "Uploaded " + humanBytes(event.total) + "; " + form.dataset.afterUpload
+        : "Uploading: " + humanBytes(event.loaded) + " of " + humanBytes(event.total);
     });
     request.addEventListener("load", function () {
       history.replaceState(null, "", request.responseURL);
@@ -93,7 +97,7 @@
       if (file && limit && file.size > limit) {
         event.preventDefault();
         message.textContent = file.name + " is " + humanBytes(file.size) + ", over the upload limit of " +
-          humanBytes(limit) + "; split it into smaller files.";
+          humanBytes(limit) + "; " + (form.dataset.tooLarge || "split it into smaller files.");
         message.hidden = false;
         // Read out from the field, which takes the focus: otherwise nothing seemed to happen to a screen reader.
         var described = (input.getAttribute("aria-describedby") || "").split(" ").filter(Boolean);

@@ -14,6 +14,7 @@ from webapp.datasets.uploads import RequestBodyLimit  # noqa: E402
 
 application = LeaveCutDownloadsUnfinished(RequestBodyLimit(application,
                                                           max_upload_bytes=settings.TEMPER_MAX_UPLOAD_BYTES,
-                                                          max_other_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE))
+                                                          max_other_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
+                                                          max_model_upload_bytes=settings.TEMPER_MODEL_UPLOAD_MAX_BYTES))
 # uvicorn configures its loggers before it imports the application: the filter added here stays.
 logging.getLogger("uvicorn.error").addFilter(QuietAboutCutDownloads())

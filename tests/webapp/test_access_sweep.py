@@ -221,6 +221,7 @@ ROUTES: dict[str, Route] = {
 
     "basemodels:list": Route(kwargs=_project, methods=READ),
     "basemodels:register": Route(kwargs=_project, methods={"GET": MEMBER, "POST": MEMBER}),
+    "basemodels:upload": Route(kwargs=_project, methods={"GET": OWNER, "POST": OWNER}),  # writes under the models root
     "basemodels:detail": Route(kwargs=_base_model, methods=READ),
     "basemodels:delete": Route(kwargs=_base_model, methods={"POST": MEMBER}),  # the world's is the teammate's
     "basemodels:serving_copy": Route(kwargs=_base_model, methods=READ_MEMBER_WRITE),

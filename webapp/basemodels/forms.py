@@ -1,5 +1,7 @@
 from django import forms
 
+from webapp.datasets.forms import OneFileInput
+
 
 class BaseModelRegisterForm(forms.Form):
     name = forms.CharField(max_length=100)
@@ -8,3 +10,23 @@ class BaseModelRegisterForm(forms.Form):
         help_text="The model directory (config.json, *.safetensors, tokenizer files): absolute, "
         "or relative to the models root.",
     )
+
+
+class ArchiveField(forms.FileField):
+    """One archive: several files sent under its name are refused (``OneFileInput``), not all but the last dropped."""
+
+    def to_python(self, data):
+        if isinstance(data, list):
+            raise forms.ValidationError(f"{len(data)} files were sent: send the model as one archive (.zip, .tar or "
+                                        ".tar.gz of its directory)", code="several_files")
+        return super().to_python(data)
+
+
+class BaseModelUploadForm(forms.Form):
+    name = forms.CharField(
+        max_length=100,
+        help_text="The model's name here, and its folder's under the project's own: letters, digits, '.', '_' and '-'.")
+    archive = ArchiveField(
+        widget=OneFileInput(attrs={"accept": ".zip,.tar,.tar.gz,.tgz"}),
+        help_text="A .zip, .tar or .tar.gz of a Hugging Face-format model directory (config.json, *.safetensors, "
+        "tokenizer files).")

@@ -50,6 +50,9 @@ CONTEXT_LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_l
 # every project's.
 PROJECTS_FOLDER = "projects"
 SHARED_FOLDER = "shared"
+# An uploaded archive is unpacked into a hidden folder of this prefix beside its destination
+# (webapp.basemodels.uploads): half-written until it is renamed, it is neither offered nor registered.
+UPLOAD_PARTIAL_PREFIX = ".upload-"
 
 
 class ModelDirError(ValueError):
@@ -90,6 +93,11 @@ def _missing(candidate: Path, root: Path, project_slug: str) -> ModelDirError:
     return ModelDirError(f"{candidate} does not exist; copy the model under {root / SHARED_FOLDER} (every project's) "
                          f"or {project_folder(models_root=root, project_slug=project_slug)} (this project's alone) "
                          "first")
+
+
+def being_unpacked(path: PurePath) -> bool:
+    """Whether ``path`` lies in an upload's folder still being unpacked (``UPLOAD_PARTIAL_PREFIX``)."""
+    return any(part.startswith(UPLOAD_PARTIAL_PREFIX) for part in path.parts)
 
 
 def hidden_from_project(path: Path, *, root: Path, project_slug: str) -> bool:
@@ -135,6 +143,9 @@ def resolve_model_dir(raw_path: str, *, models_root: Path, project_slug: str) ->
         raise _missing(candidate, root, project_slug)
     if not resolved.is_dir():
         raise ModelDirError(f"{resolved} is a file; give the model's directory (the one holding config.json)")
+    if being_unpacked(resolved.relative_to(root)):
+        raise ModelDirError(f"{candidate} is an uploaded archive still being unpacked; when it is done it is "
+                            "registered under the name it was uploaded with")
     return resolved
 
 

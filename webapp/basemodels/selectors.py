@@ -10,7 +10,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404
 
-from webapp.basemodels.inspection import PROJECTS_FOLDER, hidden_from_project, project_folder
+from webapp.basemodels.inspection import PROJECTS_FOLDER, being_unpacked, hidden_from_project, project_folder
 from webapp.basemodels.models import BaseModel
 from webapp.core.name_case import name_key
 from webapp.core.bidi import isolated
@@ -114,6 +114,8 @@ def candidate_model_dirs(*, models_root: Path, project_slug: str) -> list[str]:
                 relative = config.parent.relative_to(root)
                 if base == root and relative.parts[0] == PROJECTS_FOLDER:
                     continue  # the project folders, its own listed above
+                if being_unpacked(relative):
+                    continue
                 if (not config.parent.resolve().is_relative_to(root)
                         or hidden_from_project(config.parent, root=root, project_slug=project_slug)):
                     continue

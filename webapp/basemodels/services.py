@@ -1,6 +1,7 @@
 """Registering and unregistering base models. The caller has checked that the user may write to the
 project (member or owner). A model's directory is the user's (under ``TEMPER_MODELS_ROOT``, perhaps
-read-only, perhaps shared with other tools): neither registering nor unregistering ever writes to it."""
+read-only, perhaps shared with other tools): neither registering nor unregistering ever writes to it (an
+owner's upload, ``uploads.basemodel_upload``, writes a new one and then registers it here)."""
 from __future__ import annotations
 
 import logging
@@ -41,7 +42,7 @@ def basemodel_register(
     if not name:
         raise ValidationError({"name": "give the model a name, e.g. 'llama-3.2-1b'"})
     if (taken := basemodel_named(project=project, name=name)) is not None:
-        raise ValidationError({"name": _name_taken(project, taken.name)})
+        raise ValidationError({"name": name_taken_message(project, taken.name)})
     try:
         model_dir = resolve_model_dir(path, models_root=settings.MODELS_ROOT, project_slug=project.slug)
         facts = read_model_facts(model_dir, models_root=settings.MODELS_ROOT, project_slug=project.slug)
@@ -56,10 +57,10 @@ def basemodel_register(
     except IntegrityError:
         if (taken := basemodel_named(project=project, name=name)) is None:
             raise
-        raise ValidationError({"name": _name_taken(project, taken.name)}) from None
+        raise ValidationError({"name": name_taken_message(project, taken.name)}) from None
 
 
-def _name_taken(project: Project, name: str) -> str:
+def name_taken_message(project: Project, name: str) -> str:
     return (f"{project.slug} already has a base model named {name!r}; names that differ only in letter case "
             "are the same name")
 

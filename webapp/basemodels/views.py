@@ -1,5 +1,7 @@
-"""Base model pages: list, register, detail, unregister (project-scoped)."""
+"""Base model pages: list, register, upload (an owner's archive), detail, unregister (project-scoped)."""
 from __future__ import annotations
+
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib import messages
@@ -8,16 +10,19 @@ from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_http_methods, require_POST
 
-from webapp.basemodels import inspection, selectors, services
-from webapp.basemodels.forms import BaseModelRegisterForm
+from webapp.basemodels import inspection, selectors, services, uploads
+from webapp.basemodels.forms import BaseModelRegisterForm, BaseModelUploadForm
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.numbers import whole_number
 from webapp.core.submissions import deleted_once_or_refused, form_send_once, sent_once_or_refused
 from webapp.datasets.models import DatasetVersion
+from webapp.datasets.uploads import LimitedUploadHandler, body_too_large
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
 from webapp.runs import serving_copies
@@ -42,6 +47,7 @@ def basemodel_list(request: HttpRequest, slug: str) -> HttpResponse:
             "base_models": page.object_list,
             "page": page,
             "can_register": membership.can(Role.MEMBER),
+            "can_upload": membership.can(Role.OWNER),
         },
     )
 
@@ -78,6 +84,73 @@ def basemodel_register(request: HttpRequest, slug: str) -> HttpResponse:
         },
         status=400 if form.errors else 200,
     )
+
+
+@csrf_exempt  # checked by _upload_checked, once the upload handler is set: reading the token reads the body
+@login_required
+@require_http_methods(["GET", "POST"])
+def basemodel_upload(request: HttpRequest, slug: str) -> HttpResponse:
+    """An owner uploads a model archive, unpacked into the project's own folder and registered
+    (``uploads.basemodel_upload``): it writes under the models root, which a member's registration never does."""
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
+    limit = settings.TEMPER_MODEL_UPLOAD_MAX_BYTES
+    handler = None
+    if request.method == "POST":
+        if body_too_large(request.META.get("CONTENT_LENGTH"), max_upload_bytes=limit):
+            return _render_upload(request, project, membership, BaseModelUploadForm(), error=_archive_too_large(limit),
+                                  status=413)  # the body unread: the form stays unbound
+        handler = LimitedUploadHandler(request, max_bytes=limit)
+        request.upload_handlers = [handler]
+    return _upload_checked(request, project, membership, handler)
+
+
+def _archive_too_large(limit: int) -> str:
+    return (f"the archive is over the {filesizeformat(limit)} model upload limit (TEMPER_MODEL_UPLOAD_MAX_BYTES); ask "
+            "an administrator to raise it, or to copy the model under the models root")
+
+
+@csrf_protect
+def _upload_checked(request, project, membership, handler: LimitedUploadHandler | None) -> HttpResponse:
+    if request.method == "GET":
+        return _render_upload(request, project, membership, BaseModelUploadForm())
+    form = BaseModelUploadForm(request.POST, request.FILES)
+    if handler is not None and handler.exceeded:
+        form.is_valid()  # cleans the other fields, so that add_error may add to them
+        form.add_error("archive", _archive_too_large(handler.max_bytes))
+        return _render_upload(request, project, membership, form, status=413)
+    if form.is_valid():
+        archive, name = form.cleaned_data["archive"], form.cleaned_data["name"]
+        registered = []
+
+        def register() -> str:
+            base_model = uploads.model_archive_register(project=project, name=name, model_dir=model_dir,
+                                                        user=request.user)
+            registered.append(base_model)
+            messages.success(request, f"Unpacked {isolated(archive.name)} into {base_model.path} and registered it "
+                                      f"as {isolated(base_model.name)}.")
+            return reverse("basemodels:detail", args=[project.slug, base_model.public_id])
+
+        try:
+            # Unpacked before form_send_once's transaction, registered in it. A sending repeated once the first is
+            # registered is refused here, the name taken by what the first made.
+            model_dir = uploads.model_archive_unpack(project=project, name=name, archive_name=archive.name,
+                                                     archive=Path(archive.temporary_file_path()))
+            try:
+                return redirect(form_send_once(request, create=register))
+            finally:
+                if not registered:  # refused before register() ran (a submission token too long): nothing kept
+                    uploads.discard_unpacked(model_dir)
+        except ValidationError as error:
+            add_service_errors(form, error)
+    return _render_upload(request, project, membership, form, status=400)
+
+
+def _render_upload(request, project, membership, form, *, error: str | None = None, status: int = 200) -> HttpResponse:
+    return render(request, "basemodels/upload.html", {
+        "project": project, "membership": membership, "form": form, "upload_error": error,
+        "own_folder": inspection.project_folder(models_root=settings.MODELS_ROOT.resolve(), project_slug=project.slug),
+        "max_upload_bytes": settings.TEMPER_MODEL_UPLOAD_MAX_BYTES,
+    }, status=status)
 
 
 @login_required

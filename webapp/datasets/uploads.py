@@ -110,21 +110,34 @@ class RequestBodyLimit:
     # could have Django spool gigabytes to disk at the login page, many requests at a time. The upload addresses
     # take more only from a sender who may upload there (``may_upload``), for the same reason.
     UPLOAD_PATHS = re.compile(r"/p/(?P<page>[^/]+)/datasets/(?:new|[^/]+/upload)/|/api/v1/projects/(?P<api>[^/]+)/datasets/")
+    # The base models' upload page (``basemodels.views.basemodel_upload``): a model's archive, up to
+    # ``max_model_upload_bytes``, from an owner of the project only.
+    MODEL_UPLOAD_PATH = re.compile(r"/p/(?P<page>[^/]+)/models/upload/")
 
-    def __init__(self, app, *, max_upload_bytes: int, max_other_bytes: int | None = None):
+    def __init__(self, app, *, max_upload_bytes: int, max_other_bytes: int | None = None,
+                 max_model_upload_bytes: int | None = None):
         self.app = app
         self.upload_bytes = max_upload_bytes
         self.other_bytes = max_upload_bytes if max_other_bytes is None else max_other_bytes
+        self.model_upload_bytes = max_upload_bytes if max_model_upload_bytes is None else max_model_upload_bytes
 
     async def _limit(self, scope, headers: dict[bytes, bytes]) -> tuple[int, str]:
         """The most bytes ``scope``'s body may hold, and the refusal's reason past it: "upload" at an upload address
-        from a sender who may upload there, "sender" there from anyone else, "other" elsewhere."""
-        upload = self.UPLOAD_PATHS.fullmatch(scope.get("path", ""))
-        if upload is None or self.other_bytes >= self.upload_bytes:
-            return (self.other_bytes, "other") if upload is None else (self.upload_bytes, "upload")
-        allowed = await sync_to_async(may_upload, thread_sensitive=False)(
-            headers, slug=upload["page"] or upload["api"], api=upload["api"] is not None)
-        return (self.upload_bytes, "upload") if allowed else (self.other_bytes, "sender")
+        from a sender who may upload there ("model" at the model upload page), "sender" there from anyone else
+        ("model sender"), "other" elsewhere."""
+        path = scope.get("path", "")
+        if (model := self.MODEL_UPLOAD_PATH.fullmatch(path)) is not None:
+            limit, role, reasons, slug, api = (self.model_upload_bytes, Role.OWNER, ("model", "model sender"),
+                                               model["page"], False)
+        elif (upload := self.UPLOAD_PATHS.fullmatch(path)) is not None:
+            limit, role, reasons, slug, api = (self.upload_bytes, Role.MEMBER, ("upload", "sender"),
+                                               upload["page"] or upload["api"], upload["api"] is not None)
+        else:
+            return self.other_bytes, "other"
+        if self.other_bytes >= limit:
+            return limit, reasons[0]
+        allowed = await sync_to_async(may_upload, thread_sensitive=False)(headers, slug=slug, api=api, role=role)
+        return (limit, reasons[0]) if allowed else (self.other_bytes, reasons[1])
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -189,6 +202,13 @@ class RequestBodyLimit:
         if reason == "upload":
             message = (f"the request body is over the upload limit of {self.upload_bytes} bytes "
                        "(TEMPER_MAX_UPLOAD_BYTES); split the file into smaller files")
+        elif reason == "model":
+            message = (f"the request body is over the model upload limit of {self.model_upload_bytes} bytes "
+                       "(TEMPER_MODEL_UPLOAD_MAX_BYTES); ask an administrator to raise it, or to copy the model under "
+                       "the models root")
+        elif reason == "model sender":
+            message = (f"the request body is over the {self.other_bytes} bytes this address takes from a sender who "
+                       "may not upload here: a model archive is taken from a signed-in owner of the project")
         elif reason == "sender":
             message = (f"the request body is over the {self.other_bytes} bytes this address takes from a sender who "
                        "may not upload here: a dataset file is taken from a signed-in member of the project (in the "
@@ -208,9 +228,9 @@ class RequestBodyLimit:
         return b"text/html; charset=utf-8", page.encode()
 
 
-def may_upload(headers: dict[bytes, bytes], *, slug: str, api: bool) -> bool:
+def may_upload(headers: dict[bytes, bytes], *, slug: str, api: bool, role: str = Role.MEMBER) -> bool:
     """Whether the sender of ``headers`` may upload to project ``slug``: the user of its session cookie (``api``:
-    of its REST API token) is active and a member or owner there, as the upload views require. Run in a thread of
+    of its REST API token) is active and has ``role`` or a higher one there, as the upload views require. Run in a thread of
     its own, outside any request's: the connection it opened is closed before it returns."""
     try:
         if api:
@@ -223,7 +243,7 @@ def may_upload(headers: dict[bytes, bytes], *, slug: str, api: bool) -> bool:
             user = get_user(SimpleNamespace(session=session))  # the session's user, as AuthenticationMiddleware's
         if user is None or not user.is_authenticated or not user.is_active:
             return False
-        role = Membership.objects.filter(project__slug=slug, user=user).values_list("role", flat=True).first()
-        return role is not None and role_at_least(role, Role.MEMBER)
+        held = Membership.objects.filter(project__slug=slug, user=user).values_list("role", flat=True).first()
+        return held is not None and role_at_least(held, role)
     finally:
         connections.close_all()

@@ -67,6 +67,7 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
             "overview": overview,
             "can_act": can_act,
             "can_delete": selectors.may_delete_project(membership=membership),
+            "can_upload_model": membership.can(Role.OWNER),
             # Getting started (no run yet) opens the launch form on it, which starts from its own preset there.
             "demo_model": basemodel_selectors.demo_model(project=project) if can_act and not overview["runs"] else None,
         },

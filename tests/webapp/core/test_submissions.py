@@ -56,7 +56,8 @@ def test_without_a_token_it_makes_the_thing_every_time(team):
 @pytest.mark.parametrize("path, forms", [
     ("/p/alpha/runs/new/", 2), ("/p/alpha/pipelines/new/", 1), ("/p/alpha/review/new/", 1),
     ("/p/alpha/review/new/generated/", 1), ("/p/alpha/chat/", 2), ("/p/alpha/arena/", 3),
-    ("/p/alpha/datasets/new/", 1), ("/p/alpha/models/register/", 1), ("/projects/new/", 1), ("/accounts/tokens/", 1)])
+    ("/p/alpha/datasets/new/", 1), ("/p/alpha/models/register/", 1), ("/p/alpha/models/upload/", 1),
+    ("/projects/new/", 1), ("/accounts/tokens/", 1)])
 def test_every_form_that_queues_work_carries_a_token(team, client_for, path, forms):
     make_base_model(team.project)  # the chat pages show their forms once there is a model
     page = client_for(team.owner).get(path)

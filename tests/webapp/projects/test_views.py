@@ -134,6 +134,10 @@ class TestProjectDetail:
         assert '<a href="/p/alpha/datasets/new/">Upload a dataset</a>: instruction pairs' in page  # no data yet
         assert '<a href="/p/alpha/models/register/">Register a base model</a>' in page
         assert '<a class="button primary" href="/p/alpha/runs/new/">Launch a run</a>' in page
+        assert "/p/alpha/models/upload/" not in page, "a member may not upload a model"
+        owner = client_for(team.owner).get(self.url).content.decode()
+        assert ('server, or <a href="/p/alpha/models/upload/">upload one</a> as an archive), then launch a run.'
+                in owner)
         viewer = client_for(team.viewer).get(self.url).content.decode()
         assert "Getting started" not in viewer and "Launch a run" not in viewer
 

@@ -1,0 +1,169 @@
+"""The base models' upload page: an owner's archive unpacked into the project's folder and registered; members,
+viewers and outsiders refused before anything is written; the ASGI guard takes a model-sized body from an owner
+only."""
+import asyncio
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+
+from tests.webapp.basemodels.test_uploads import left_in, zip_of
+from tests.webapp.factories import make_team, write_model_dir
+from webapp.basemodels.models import BaseModel
+from webapp.datasets.uploads import MULTIPART_OVERHEAD_BYTES, RequestBodyLimit
+
+URL = "/p/alpha/models/upload/"
+
+
+@pytest.fixture
+def models_root(settings, tmp_path):
+    root = settings.MODELS_ROOT = tmp_path / "models"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def archive_bytes(tmp_path) -> bytes:
+    return zip_of(tmp_path / "tiny.zip", write_model_dir(tmp_path / "source" / "tiny")).read_bytes()
+
+
+def post(client, archive: bytes, *, name: str = "uploaded", file_name: str = "tiny.zip"):
+    return client.post(URL, {"name": name, "archive": SimpleUploadedFile(file_name, archive)})
+
+
+def test_it_works(team, models_root, client_for, archive_bytes):
+    owner = client_for(team.owner)
+    assert 'href="/p/alpha/models/upload/"' in owner.get("/p/alpha/models/").content.decode()
+    page = owner.get(URL).content.decode()
+    assert 'enctype="multipart/form-data"' in page and str(models_root.resolve() / "projects" / "alpha") in page
+    response = post(owner, archive_bytes)
+    model = BaseModel.objects.get(project=team.project)
+    assert response.status_code == 302 and response["Location"] == f"/p/alpha/models/{model.public_id}/"
+    assert model.name == "uploaded" and model.registered_by == team.owner
+    assert model.path == str(models_root.resolve() / "projects" / "alpha" / "uploaded")
+    assert "registered it as" in owner.get(response["Location"]).content.decode()
+
+
+@pytest.mark.parametrize("role", ["teammate", "viewer"])
+def test_it_requires_the_owner_role(team, models_root, client_for, archive_bytes, role):
+    client = client_for(getattr(team, role))
+    assert client.get(URL).status_code == 403
+    assert post(client, archive_bytes).status_code == 403
+    assert left_in(models_root) == [] and not BaseModel.objects.exists()
+    assert 'href="/p/alpha/models/upload/"' not in client.get("/p/alpha/models/").content.decode()
+
+
+def test_it_requires_access(team, models_root, client_for, archive_bytes):
+    outsider = client_for(team.outsider)
+    assert outsider.get(URL).status_code == 404
+    assert post(outsider, archive_bytes).status_code == 404
+    assert left_in(models_root) == [] and not BaseModel.objects.exists()
+
+
+def test_it_rejects_a_bad_archive_on_the_form_escaped(team, models_root, client_for):
+    response = post(client_for(team.owner), b"<b>not a zip</b>", file_name="<i>m.zip")
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "&lt;i&gt;m.zip: not a readable zip archive (File is not a zip file); pack it again" in page
+    assert "<i>m" not in page
+    assert left_in(models_root) in ([], ["projects", "projects/alpha"]) and not BaseModel.objects.exists()
+
+
+def test_it_rejects_an_archive_over_the_limit_as_it_arrives(team, models_root, client_for, archive_bytes, settings):
+    settings.TEMPER_MODEL_UPLOAD_MAX_BYTES = len(archive_bytes) - 1
+    response = post(client_for(team.owner), archive_bytes)
+    assert response.status_code == 413
+    assert "model upload limit (TEMPER_MODEL_UPLOAD_MAX_BYTES)" in response.content.decode()
+    assert left_in(models_root) == [] and not BaseModel.objects.exists()
+
+
+def run_the_guard(path: str, headers: list[tuple[bytes, bytes]]) -> tuple[list[str], list[dict]]:
+    """``path`` asked through the ASGI guard (1 GB for datasets, 2 GB for models, 10 bytes elsewhere) with a
+    1.5 GB Content-Length: the paths the application was called with, and what the guard sent itself."""
+    calls, sent = [], []
+
+    async def app(scope, receive, send):
+        calls.append(scope["path"])
+
+    async def receive():
+        raise AssertionError("the body must not be read")
+
+    async def send(message):
+        sent.append(message)
+
+    guard = RequestBodyLimit(app, max_upload_bytes=10**9, max_other_bytes=10, max_model_upload_bytes=2 * 10**9)
+    length = (b"content-length", str(15 * 10**8).encode())
+    asyncio.run(guard({"type": "http", "path": path, "headers": [length, *headers]}, receive, send))
+    return calls, sent
+
+
+@pytest.mark.django_db(transaction=True)  # the guard reads the session in a thread of its own
+def test_the_asgi_guard_takes_a_model_sized_body_from_an_owner_only():
+    team = make_team()
+    sessions = {}
+    for role in ("owner", "teammate", "viewer", "outsider"):
+        client = Client()
+        client.force_login(getattr(team, role))
+        sessions[role] = [(b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())]
+    assert run_the_guard(URL, sessions["owner"]) == ([URL], [])
+    for role in ("teammate", "viewer", "outsider"):
+        calls, sent = run_the_guard(URL, sessions[role])
+        assert calls == [] and sent[0]["status"] == 413, role
+        assert "a model archive is taken from a signed-in owner of the project" in sent[1]["body"].decode()
+    # A dataset upload keeps its own limit, under the one for models.
+    calls, sent = run_the_guard("/p/alpha/datasets/new/", sessions["owner"])
+    assert calls == [] and "(TEMPER_MAX_UPLOAD_BYTES)" in sent[1]["body"].decode()
+
+
+def test_it_rejects_several_files_sent_as_the_archive(team, models_root, client_for, archive_bytes):
+    """Django kept the last of them and dropped the others without a word."""
+    response = client_for(team.owner).post(URL, {"name": "uploaded", "archive": [
+        SimpleUploadedFile("a.zip", archive_bytes), SimpleUploadedFile("b.zip", archive_bytes)]})
+    assert response.status_code == 400
+    assert ("2 files were sent: send the model as one archive (.zip, .tar or .tar.gz of its directory)"
+            in response.content.decode())
+    assert left_in(models_root) == [] and not BaseModel.objects.exists()
+
+
+def test_it_rejects_a_body_whose_length_alone_is_over_the_limit(team, models_root, client_for, settings):
+    settings.TEMPER_MODEL_UPLOAD_MAX_BYTES = 10
+    response = post(client_for(team.owner), b"x" * (MULTIPART_OVERHEAD_BYTES + 100))
+    assert response.status_code == 413
+    assert ("the archive is over the 10\xa0bytes model upload limit (TEMPER_MODEL_UPLOAD_MAX_BYTES); ask an "
+            "administrator to raise it, or to copy the model under the models root") in response.content.decode()
+    assert left_in(models_root) == [] and not BaseModel.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_unpacks_outside_any_transaction(models_root, archive_bytes, monkeypatch):
+    """The unpacking ran inside form_send_once's transaction: on SQLite, which takes its write lock when a
+    transaction begins, every other write in Temper waited (or failed, 'database is locked') for the minutes a
+    large archive takes. The real unpacking runs; the test only notes whether a transaction was open around it."""
+    from django.db import connection
+
+    from webapp.basemodels import uploads
+
+    team, in_transaction = make_team(), []
+    unpack = uploads.unpack_archive
+
+    def noting(*args, **kwargs):
+        in_transaction.append(connection.in_atomic_block)
+        return unpack(*args, **kwargs)
+
+    monkeypatch.setattr(uploads, "unpack_archive", noting)
+    client = Client()
+    client.force_login(team.owner)
+    page = client.get(URL).content.decode()
+    token = page.split('name="submission_token" value="', 1)[1].split('"', 1)[0]
+    response = client.post(URL, {"name": "uploaded", "submission_token": token,
+                                 "archive": SimpleUploadedFile("tiny.zip", archive_bytes)})
+    assert response.status_code == 302 and in_transaction == [False]
+    assert BaseModel.objects.get(project=team.project).name == "uploaded"
+
+
+def test_a_refused_sending_keeps_no_unpacked_folder(team, models_root, client_for, archive_bytes):
+    """Unpacked before form_send_once, the folder goes when the sending is refused before the registration."""
+    response = client_for(team.owner).post(URL, {"name": "uploaded", "submission_token": "x" * 201,
+                                                 "archive": SimpleUploadedFile("tiny.zip", archive_bytes)})
+    assert response.status_code == 400 and "submission_token is 201 characters long" in response.content.decode()
+    assert left_in(models_root) in ([], ["projects", "projects/alpha"]) and not BaseModel.objects.exists()

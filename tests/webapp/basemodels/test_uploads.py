@@ -1,0 +1,322 @@
+"""Base models uploaded as an archive (``webapp.basemodels.uploads``): real zip and tar files of a tiny model,
+unpacked into the project's own folder and registered in one step, or refused with nothing left behind."""
+import io
+import os
+import stat
+import subprocess
+import time
+import tarfile
+import zipfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.template.defaultfilters import filesizeformat
+
+from tests.webapp.factories import make_team, write_model_dir
+from webapp.basemodels.models import BaseModel
+from webapp.basemodels.selectors import candidate_model_dirs
+from webapp.basemodels.services import basemodel_register
+from webapp.basemodels.uploads import basemodel_upload
+
+
+@pytest.fixture
+def models_root(settings, tmp_path):
+    root = settings.MODELS_ROOT = tmp_path / "models"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def model_files(tmp_path) -> Path:
+    return write_model_dir(tmp_path / "source" / "tiny")
+
+
+def zip_of(path: Path, model_dir: Path, *, prefix: str = "") -> Path:
+    with zipfile.ZipFile(path, "w") as packed:
+        for file in sorted(model_dir.iterdir()):
+            packed.write(file, prefix + file.name)
+    return path
+
+
+def tar_of(path: Path, model_dir: Path, *, prefix: str = "") -> Path:
+    with tarfile.open(path, "w:gz" if path.name.endswith(".gz") else "w") as packed:
+        for file in sorted(model_dir.iterdir()):
+            packed.add(file, prefix + file.name)
+    return path
+
+
+def refusal(project, archive: Path, *, name: str = "uploaded", field: str = "archive", **options) -> str:
+    with pytest.raises(ValidationError) as excinfo:
+        basemodel_upload(project=project, name=name, archive=archive, archive_name=archive.name, user=None, **options)
+    [message] = excinfo.value.message_dict[field]
+    return message
+
+
+def left_in(root: Path) -> list[str]:
+    """Every path under the models root, relative to it."""
+    return sorted(str(path.relative_to(root)) for path in root.rglob("*"))
+
+
+@pytest.mark.parametrize("archive_name,prefix", [
+    ("tiny.zip", ""), ("tiny.tar", ""), ("tiny.tar.gz", ""), ("tiny.tgz", "tiny/"), ("tiny.zip", "tiny/"),
+    ("tiny.tar.gz", "./")])  # tar -C my-model -czf tiny.tar.gz .
+def test_it_unpacks_into_the_projects_folder_and_registers_it(team, models_root, model_files, tmp_path,
+                                                              archive_name, prefix):
+    packer = zip_of if archive_name.endswith(".zip") else tar_of
+    archive = packer(tmp_path / archive_name, model_files, prefix=prefix)
+    model = basemodel_upload(project=team.project, name="uploaded", archive=archive, archive_name=archive_name,
+                             user=team.owner)
+    folder = models_root.resolve() / "projects" / "alpha" / "uploaded"
+    assert model.path == str(folder) and model.registered_by == team.owner
+    assert model.architecture == "LlamaForCausalLM" and model.parameter_count == 64 * 8 + 8 * 8 + 8
+    assert sorted(path.name for path in folder.iterdir()) == sorted(path.name for path in model_files.iterdir())
+    assert (folder / "config.json").read_bytes() == (model_files / "config.json").read_bytes()
+    assert left_in(models_root) == ["projects", "projects/alpha", "projects/alpha/uploaded",
+                                    *sorted(f"projects/alpha/uploaded/{path.name}" for path in model_files.iterdir())]
+
+
+def refused_and_nothing_left(project, archive: Path, models_root: Path, **options) -> str:
+    message = refusal(project, archive, **options)
+    assert left_in(models_root) in ([], ["projects"], ["projects", "projects/alpha"]), "no folder, not even hidden"
+    assert not BaseModel.objects.filter(project=project).exists()
+    return message
+
+
+@pytest.mark.parametrize("member", ["../escaped.txt", "/tmp/escaped.txt", "config/../../escaped.txt",
+                                    "..\\escaped.txt"])
+@pytest.mark.parametrize("suffix", [".zip", ".tar"])
+def test_it_rejects_a_member_that_leaves_the_folder(team, models_root, model_files, tmp_path, member, suffix):
+    archive = tmp_path / f"slip{suffix}"
+    if suffix == ".zip":
+        zip_of(archive, model_files)
+        with zipfile.ZipFile(archive, "a") as packed:
+            packed.writestr(zipfile.ZipInfo(member), b"x")
+    else:
+        with tarfile.open(archive, "w") as packed:
+            for file in sorted(model_files.iterdir()):
+                packed.add(file, file.name)
+            info = tarfile.TarInfo(member)
+            info.size = 1
+            packed.addfile(info, io.BytesIO(b"x"))
+    message = refused_and_nothing_left(team.project, archive, models_root)
+    assert message == (f"{archive.name}: the member {member!r} would be written outside the model's folder (an "
+                       "absolute path or '..'); pack the model directory with paths relative to it")
+    assert not (tmp_path / "escaped.txt").exists() and not Path("/tmp/escaped.txt").exists()
+
+
+def tar_with(archive: Path, model_files: Path, info: tarfile.TarInfo) -> Path:
+    with tarfile.open(archive, "w") as packed:
+        for file in sorted(model_files.iterdir()):
+            packed.add(file, file.name)
+        packed.addfile(info)
+    return archive
+
+
+@pytest.mark.parametrize("kind,member_type", [("symbolic link", tarfile.SYMTYPE), ("hard link", tarfile.LNKTYPE),
+                                              ("device", tarfile.CHRTYPE), ("device", tarfile.BLKTYPE),
+                                              ("pipe", tarfile.FIFOTYPE)])
+def test_it_rejects_links_and_devices_in_a_tar(team, models_root, model_files, tmp_path, kind, member_type):
+    info = tarfile.TarInfo("tokenizer_config.json")
+    info.type, info.linkname = member_type, "/etc/passwd"
+    archive = tar_with(tmp_path / "special.tar", model_files, info)
+    assert refused_and_nothing_left(team.project, archive, models_root) == (
+        f"special.tar: the member 'tokenizer_config.json' is a {kind}; a model archive holds plain files and folders "
+        "only: pack the files the links point to instead (tar -h, zip without -y)")
+
+
+def test_it_rejects_a_symbolic_link_in_a_zip(team, models_root, model_files, tmp_path):
+    archive = zip_of(tmp_path / "link.zip", model_files)
+    info = zipfile.ZipInfo("tokenizer_config.json")
+    info.external_attr = (stat.S_IFLNK | 0o777) << 16
+    with zipfile.ZipFile(archive, "a") as packed:
+        packed.writestr(info, "/etc/passwd")
+    assert "the member 'tokenizer_config.json' is a symbolic link" in refused_and_nothing_left(
+        team.project, archive, models_root)
+
+
+@pytest.mark.parametrize("archive_name", ["big.zip", "big.tar.gz"])
+def test_it_rejects_an_archive_whose_declared_sizes_pass_the_limit(team, models_root, model_files, tmp_path,
+                                                                   archive_name):
+    packer = zip_of if archive_name.endswith(".zip") else tar_of
+    archive = packer(tmp_path / archive_name, model_files)
+    limit = sum(file.stat().st_size for file in model_files.iterdir()) - 1
+    assert refused_and_nothing_left(team.project, archive, models_root, max_bytes=limit) == (
+        f"{archive_name}: its members' sizes add up to more than {filesizeformat(limit)} ({limit} bytes, "
+        "TEMPER_MODEL_UPLOAD_MAX_BYTES); upload a smaller model, or ask an administrator to copy it under the models "
+        "root")
+
+
+def test_a_zip_that_understates_its_sizes_is_refused_without_inflating_past_them(team, models_root, tmp_path):
+    """A zip bomb: the central directory says a member is 10 bytes, its compressed data inflates to a megabyte.
+    Nothing past the declared 10 bytes is inflated (zipfile stops there, and the checksum then fails); what is
+    written is counted against the limit besides."""
+    archive = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as packed:
+        packed.writestr("padding.bin", b"\0" * 1_000_000)
+    data = bytearray(archive.read_bytes())
+    # The uncompressed size in the central directory's entry (at its offset 24) and in the local header (22).
+    central = data.rindex(b"PK\x01\x02")
+    data[central + 24:central + 28] = (10).to_bytes(4, "little")
+    data[22:26] = (10).to_bytes(4, "little")
+    archive.write_bytes(bytes(data))
+    assert refused_and_nothing_left(team.project, archive, models_root, max_bytes=500_000) == (
+        "bomb.zip: not a readable zip archive (Bad CRC-32 for file 'padding.bin'); pack it again")
+
+
+def test_it_rejects_an_archive_without_config_json(team, models_root, model_files, tmp_path):
+    (model_files / "config.json").unlink()
+    archive = tar_of(tmp_path / "noconfig.tar", model_files)
+    assert refused_and_nothing_left(team.project, archive, models_root) == (
+        "noconfig.tar: no config.json; is this a Hugging Face-format model directory?")
+
+
+def test_it_rejects_a_corrupt_safetensors_header_as_the_register_form_does(team, models_root, model_files, tmp_path):
+    (model_files / "model.safetensors").write_bytes((10**9).to_bytes(8, "little") + b"{}")
+    archive = zip_of(tmp_path / "corrupt.zip", model_files)
+    message = refused_and_nothing_left(team.project, archive, models_root)
+    registered_dir = write_model_dir(models_root / "shared" / "same")
+    (registered_dir / "model.safetensors").write_bytes((10**9).to_bytes(8, "little") + b"{}")
+    with pytest.raises(ValidationError) as excinfo:
+        basemodel_register(project=team.project, name="same", path="shared/same", user=None)
+    [register_message] = excinfo.value.message_dict["path"]
+    assert message == register_message.replace(str(registered_dir.resolve()), "corrupt.zip")
+
+
+def test_it_rejects_a_file_that_is_no_archive(team, models_root, model_files, tmp_path):
+    not_zip = tmp_path / "weights.zip"
+    not_zip.write_bytes(b"not a zip at all")
+    assert refused_and_nothing_left(team.project, not_zip, models_root).startswith(
+        "weights.zip: not a readable zip archive (")
+    plain = tmp_path / "model.safetensors"
+    plain.write_bytes(b"{}")
+    assert refused_and_nothing_left(team.project, plain, models_root) == (
+        "model.safetensors: not a .zip, .tar or .tar.gz file; pack the model directory as one")
+
+
+def test_it_rejects_a_name_taken_by_a_base_model(team, models_root, model_files, tmp_path):
+    write_model_dir(models_root / "shared" / "other")
+    basemodel_register(project=team.project, name="Uploaded", path="shared/other", user=None)
+    archive = zip_of(tmp_path / "tiny.zip", model_files)
+    assert refusal(team.project, archive, field="name") == (
+        "alpha already has a base model named 'Uploaded'; names that differ only in letter case are the same name")
+    assert not (models_root / "projects").exists()
+    assert BaseModel.objects.filter(project=team.project).count() == 1
+
+
+def test_it_rejects_a_name_taken_by_a_folder_and_leaves_that_folder_alone(team, models_root, model_files, tmp_path):
+    existing = models_root / "projects" / "alpha" / "uploaded"
+    existing.mkdir(parents=True)
+    (existing / "notes.txt").write_text("theirs")
+    archive = zip_of(tmp_path / "tiny.zip", model_files)
+    assert refusal(team.project, archive, field="name") == (
+        f"{existing.resolve()} already exists: choose another name (or register that directory on the Register page, "
+        "if it is the model)")
+    assert left_in(models_root) == ["projects", "projects/alpha", "projects/alpha/uploaded",
+                                    "projects/alpha/uploaded/notes.txt"]
+    assert not BaseModel.objects.exists()
+
+
+@pytest.mark.parametrize("name", ["../up", ".hidden", "a/b", "two words"])
+def test_it_rejects_a_name_that_is_no_folder_name(team, models_root, model_files, tmp_path, name):
+    archive = zip_of(tmp_path / "tiny.zip", model_files)
+    assert "is also the model's folder name" in refusal(team.project, archive, name=name, field="name")
+    assert left_in(models_root) == []
+
+
+@contextmanager
+def read_only(folder: Path):
+    """``folder`` read-only for this process: a read-only file system mounted on it for root (whom no mode bit
+    stops), its mode bits for anyone else."""
+    if os.geteuid() == 0:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)], check=True)
+        try:
+            yield
+        finally:
+            subprocess.run(["umount", str(folder)], check=True)
+    else:
+        folder.chmod(0o555)
+        try:
+            yield
+        finally:
+            folder.chmod(0o755)
+
+
+def test_it_rejects_a_read_only_root_naming_it(team, models_root, model_files, tmp_path):
+    archive = zip_of(tmp_path / "tiny.zip", model_files)
+    with read_only(models_root):
+        message = refusal(team.project, archive)
+        assert left_in(models_root) == []
+    folder = models_root.resolve() / "projects" / "alpha"
+    assert message.startswith(f"cannot write to {folder} (")
+    assert message.endswith("): the models root is read-only for Temper. Ask an administrator to make that folder "
+                            "writable by the user the web server runs as, or to copy the model there and register it "
+                            "on the Register page")
+    assert not BaseModel.objects.exists()
+
+
+def test_another_project_uploading_the_same_name_gets_its_own_folder(team, models_root, model_files, tmp_path):
+    other = make_team(slug="beta")
+    archive = zip_of(tmp_path / "tiny.zip", model_files)
+    for project in (team.project, other.project):
+        basemodel_upload(project=project, name="uploaded", archive=archive, archive_name="tiny.zip", user=None)
+    assert {model.path for model in BaseModel.objects.all()} == {
+        str(models_root.resolve() / "projects" / slug / "uploaded") for slug in ("alpha", "beta")}
+
+
+def test_a_folder_still_being_unpacked_is_neither_offered_nor_registered(team, models_root):
+    """Half-written until it is renamed: registered meanwhile, its row would name a folder about to be gone."""
+    write_model_dir(models_root / "projects" / "alpha" / ".upload-abc123")
+    write_model_dir(models_root / "projects" / "alpha" / ".upload-def456" / "tiny")
+    assert candidate_model_dirs(models_root=models_root, project_slug="alpha") == []
+    for path in ("projects/alpha/.upload-abc123", "projects/alpha/.upload-def456/tiny"):
+        with pytest.raises(ValidationError) as excinfo:
+            basemodel_register(project=team.project, name="early", path=path, user=None)
+        assert excinfo.value.message_dict["path"] == [
+            f"{models_root.resolve() / path} is an uploaded archive still being unpacked; when it is done it is "
+            "registered under the name it was uploaded with"]
+    assert not BaseModel.objects.exists()
+
+
+@pytest.mark.parametrize("member,problem", [
+    ("x" * 300 + ".json", "could not be written (File name too long); if the archive is sound (names of at most 255 "
+                          "bytes), ask an administrator whether the models root's disk has room"),
+    ("config.json/inside.txt", "needs a folder where the archive has a file of that name; pack it again")])
+def test_it_names_a_member_it_cannot_write(team, models_root, model_files, tmp_path, member, problem):
+    """An OSError while unpacking was told as a full disk, naming no member."""
+    archive = zip_of(tmp_path / "odd.zip", model_files)
+    with zipfile.ZipFile(archive, "a") as packed:
+        packed.writestr(member, b"x")
+    assert refused_and_nothing_left(team.project, archive, models_root) == f"odd.zip: the member {member!r} {problem}"
+
+
+def test_it_rejects_a_corrupt_gzip_stream(team, models_root, model_files, tmp_path):
+    archive = tar_of(tmp_path / "cut.tar.gz", model_files)
+    archive.write_bytes(archive.read_bytes()[:-200] + b"\xff" * 200)
+    assert refused_and_nothing_left(team.project, archive, models_root).startswith(
+        "cut.tar.gz: not a readable tar.gz archive (")
+
+
+def test_an_upload_removes_the_folders_of_uploads_killed_while_they_unpacked(team, models_root, model_files,
+                                                                             tmp_path):
+    """A process killed mid-unpack (a restart, the memory killer) cannot clean up: its hidden folder stayed."""
+    folder = models_root / "projects" / "alpha"
+    abandoned, recent = write_model_dir(folder / ".upload-old"), write_model_dir(folder / ".upload-new")
+    day_ago = time.time() - 25 * 3600
+    os.utime(abandoned, (day_ago, day_ago))
+    basemodel_upload(project=team.project, name="uploaded", archive=zip_of(tmp_path / "tiny.zip", model_files),
+                     archive_name="tiny.zip", user=None)
+    assert not abandoned.exists()
+    assert recent.exists(), "an upload still unpacking is left alone"
+
+
+def test_a_folder_zipped_by_macos_is_found_beside_its_metadata(team, models_root, model_files, tmp_path):
+    """macOS's Compress packs the folder under its own name and adds __MACOSX/ with ._ files beside it."""
+    archive = zip_of(tmp_path / "tiny.zip", model_files, prefix="tiny/")
+    with zipfile.ZipFile(archive, "a") as packed:
+        packed.writestr("__MACOSX/tiny/._config.json", b"\0\5\26\7")
+    model = basemodel_upload(project=team.project, name="mac", archive=archive, archive_name="tiny.zip", user=None)
+    assert sorted(path.name for path in Path(model.path).iterdir()) == sorted(path.name for path in model_files.iterdir())
+    assert left_in(models_root / "projects" / "alpha") == sorted(
+        ["mac", *(f"mac/{path.name}" for path in model_files.iterdir())])

@@ -1,0 +1,305 @@
+"""Base models uploaded as an archive: a team without a shell on the server puts a model in its own folder.
+
+An owner sends a ``.zip``, ``.tar`` or ``.tar.gz`` of a Hugging Face-format model directory. The request's body
+streams to a temporary file (``datasets.uploads.LimitedUploadHandler``, bounded by
+``TEMPER_MODEL_UPLOAD_MAX_BYTES``; the ASGI guard refuses a larger body before it is read), and
+``basemodel_upload`` unpacks it into a hidden folder beside its destination (``projects/<slug>/.upload-*``, on the
+same filesystem, so the last step is a rename), checks it with ``read_model_facts`` (the register form's checks and
+messages), renames it to ``projects/<slug>/<name>/`` and registers it. Whatever fails, the hidden folder goes,
+and so does the renamed one when the registration is refused: nothing half-unpacked, no row.
+
+The archive is untrusted: a member whose path leaves the folder (``..``, an absolute path), a link, a device or a
+pipe is refused, and so is an archive that would unpack to more than the limit, judged on the sizes it declares
+(before anything is written) and on the bytes written (a zip member's declared size can lie).
+
+Unpacking runs in the request, not in a Celery task: it writes the bytes the request has just carried, from a
+local temporary file, faster than they came over the network, so it adds a fraction to a request that is long
+anyway; and the temporary file is the web process's (``FILE_UPLOAD_TEMP_DIR``), which a worker on another host
+(docker-compose.multihost.yml) could not read without one more full copy to a shared place.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import tarfile
+import tempfile
+import time
+import zipfile
+import zlib
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.template.defaultfilters import filesizeformat
+
+from webapp.basemodels.inspection import UPLOAD_PARTIAL_PREFIX, ModelDirError, project_folder, read_model_facts
+from webapp.basemodels.models import BaseModel
+from webapp.basemodels.selectors import basemodel_named
+from webapp.basemodels.services import BASE_MODEL_NAME_MAX, basemodel_register, name_taken_message
+from webapp.core.text import checked_name
+from webapp.projects.models import Project
+
+ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
+# The name is the folder's too: one path component, no hidden or special name.
+FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+CHUNK_BYTES = 1024 * 1024
+MACOS_METADATA = "__MACOSX"
+# A hidden upload folder this old is an abandoned one (see _remove_abandoned).
+ABANDONED_AFTER_SECONDS = 24 * 3600
+
+
+class ArchiveError(ValueError):
+    """An archive that cannot be unpacked as a model; the message names the archive, the member and what to do."""
+
+
+def basemodel_upload(*, project: Project, name: str, archive: Path, archive_name: str, user: AbstractBaseUser | None,
+                     max_bytes: int | None = None) -> BaseModel:
+    """Unpack ``archive`` (the uploaded file, sent as ``archive_name``) into ``<models root>/projects/<slug>/<name>/``
+    and register it in ``project`` under ``name`` (``model_archive_unpack``, then ``model_archive_register``); the
+    caller has checked that ``user`` owns the project. Call it outside any transaction: unpacking takes minutes."""
+    model_dir = model_archive_unpack(project=project, name=name, archive=archive, archive_name=archive_name,
+                                     max_bytes=max_bytes)
+    return model_archive_register(project=project, name=name, model_dir=model_dir, user=user)
+
+
+def model_archive_register(*, project: Project, name: str, model_dir: Path, user: AbstractBaseUser | None) -> BaseModel:
+    """Register ``model_archive_unpack``'s ``model_dir`` in ``project`` as ``name``; refused, the folder goes too."""
+    try:
+        return basemodel_register(project=project, name=name, path=str(model_dir), user=user)
+    except BaseException:
+        discard_unpacked(model_dir)
+        raise
+
+
+def discard_unpacked(model_dir: Path) -> None:
+    """Remove a folder ``model_archive_unpack`` made that is not to be registered after all."""
+    shutil.rmtree(model_dir, ignore_errors=True)
+
+
+def model_archive_unpack(*, project: Project, name: str, archive: Path, archive_name: str,
+                         max_bytes: int | None = None) -> Path:
+    """Unpack ``archive`` into ``<models root>/projects/<slug>/<name>/`` and return that folder, checked as the
+    register form checks a directory but not registered (``model_archive_register``). Outside any transaction: a
+    transaction open while it unpacks would hold SQLite's write lock (every other write waiting) for minutes.
+
+    Raises ``ValidationError`` on ``name`` (not a folder name, taken by a base model or a folder) or on ``archive``
+    (not an archive, an unsafe member, over ``max_bytes`` unpacked, not a model the register form takes, a models
+    root Temper may not write to), and leaves nothing behind."""
+    max_bytes = settings.TEMPER_MODEL_UPLOAD_MAX_BYTES if max_bytes is None else max_bytes
+    name = checked_name(name, field="name", max_length=BASE_MODEL_NAME_MAX)
+    if not FOLDER_NAME.fullmatch(name):
+        raise ValidationError({"name": f"{name!r} is also the model's folder name: use letters, digits, '.', '_' and "
+                                       "'-' only, starting with a letter or digit, e.g. 'llama-3.2-1b'"})
+    if (taken := basemodel_named(project=project, name=name)) is not None:
+        raise ValidationError({"name": name_taken_message(project, taken.name)})
+    root = Path(settings.MODELS_ROOT).resolve()
+    folder = project_folder(models_root=root, project_slug=project.slug)
+    target = folder / name
+    if _taken(target):
+        raise ValidationError({"name": _folder_taken(target)})
+    partial = _partial_folder(folder)
+    try:
+        try:
+            unpack_archive(archive, archive_name=archive_name, into=partial, max_bytes=max_bytes)
+            model_dir = _model_dir_in(partial)
+            read_model_facts(model_dir, models_root=root, project_slug=project.slug)
+        except (ArchiveError, ModelDirError) as error:
+            # The hidden folder is gone once this is read: the message names the archive instead.
+            raise ValidationError({"archive": str(error).replace(str(partial), archive_name)}) from None
+        if _taken(target):  # made while this one unpacked
+            raise ValidationError({"name": _folder_taken(target)})
+        try:
+            os.rename(model_dir, target)  # a folder with files made since the line above refuses it
+        except OSError:
+            if _taken(target):
+                raise ValidationError({"name": _folder_taken(target)}) from None
+            raise
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return target
+
+
+def _taken(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
+
+
+def _folder_taken(target: Path) -> str:
+    return (f"{target} already exists: choose another name (or register that directory on the Register page, if it "
+            "is the model)")
+
+
+def _partial_folder(folder: Path) -> Path:
+    """A new hidden folder in ``folder`` (made, with its parents, if missing); a ``ValidationError`` naming it when
+    Temper may not write there. Those of uploads whose process was killed while it unpacked go first."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        _remove_abandoned(folder)
+        return Path(tempfile.mkdtemp(prefix=UPLOAD_PARTIAL_PREFIX, dir=folder))
+    except OSError as error:
+        raise ValidationError({"archive": (
+            f"cannot write to {folder} ({error.strerror or error}): the models root is read-only for Temper. Ask an "
+            "administrator to make that folder writable by the user the web server runs as, or to copy the model "
+            "there and register it on the Register page")}) from None
+
+
+def _remove_abandoned(folder: Path) -> None:
+    """Remove the hidden folders in ``folder`` untouched for ``ABANDONED_AFTER_SECONDS``: an upload unpacks in
+    minutes, and the one whose process was killed (a restart, the memory killer) left its folder behind."""
+    now = time.time()
+    for partial in folder.glob(f"{UPLOAD_PARTIAL_PREFIX}*"):
+        try:
+            abandoned = now - partial.lstat().st_mtime > ABANDONED_AFTER_SECONDS and partial.is_dir()
+        except FileNotFoundError:  # removed meanwhile by another upload's cleanup, or finished
+            continue
+        if abandoned and not partial.is_symlink():
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def _model_dir_in(unpacked: Path) -> Path:
+    """The model directory in an unpacked archive: its top, or the one folder it holds (a directory packed with
+    its own name, ``tar -czf m.tar.gz my-model/``; macOS's Compress adds a ``__MACOSX`` folder beside it)."""
+    if (unpacked / "config.json").exists():
+        return unpacked
+    entries = [entry for entry in unpacked.iterdir() if entry.name != MACOS_METADATA]
+    if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
+        return entries[0]
+    return unpacked
+
+
+def unpack_archive(archive: Path, *, archive_name: str, into: Path, max_bytes: int) -> None:
+    """Unpack the ``.zip``, ``.tar`` or ``.tar.gz`` at ``archive`` (sent as ``archive_name``) into the empty folder
+    ``into``; an ``ArchiveError`` for an archive that is none of these, corrupt, holds an unsafe member or unpacks
+    to more than ``max_bytes``. What was written before an error stays in ``into``, for the caller to remove."""
+    lower = archive_name.lower()
+    if not lower.endswith(ARCHIVE_SUFFIXES):
+        raise ArchiveError(f"{archive_name}: not a .zip, .tar or .tar.gz file; pack the model directory as one")
+    unpack = _unpack_zip if lower.endswith(".zip") else _unpack_tar
+    try:
+        unpack(archive, archive_name, into, max_bytes)
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, RuntimeError, NotImplementedError) as error:
+        raise ArchiveError(f"{archive_name}: not a readable {_kind(lower)} archive ({error}); pack it again") from None
+    except OSError as error:  # reading the archive: a bad gzip stream (writing is _unwritable's)
+        raise ArchiveError(f"{archive_name}: not a readable {_kind(lower)} archive ({error}); pack it again") from None
+
+
+def _kind(lower_name: str) -> str:
+    return "zip" if lower_name.endswith(".zip") else "tar.gz" if lower_name.endswith((".gz", ".tgz")) else "tar"
+
+
+def _unpack_zip(archive: Path, archive_name: str, into: Path, max_bytes: int) -> None:
+    with zipfile.ZipFile(archive) as packed:
+        members = packed.infolist()
+        declared = 0
+        for member in members:  # everything judged before anything is written
+            _destination(into, member.filename, archive_name)
+            mode = member.external_attr >> 16  # no file type at all from zip tools that keep none (Windows')
+            if stat.S_IFMT(mode) not in (0, stat.S_IFREG, stat.S_IFDIR):
+                raise _special(archive_name, member.filename, _mode_kind(mode))
+            declared += member.file_size
+            if declared > max_bytes:
+                raise _too_large(archive_name, max_bytes, declared=True)
+        written = 0
+        for member in members:
+            destination = _destination(into, member.filename, archive_name)
+            if destination is None:
+                continue
+            if member.is_dir():
+                _make_folder(destination, member.filename, archive_name)
+                continue
+            with packed.open(member) as source:
+                written = _write(source, destination, member.filename, archive_name, written, max_bytes)
+
+
+def _unpack_tar(archive: Path, archive_name: str, into: Path, max_bytes: int) -> None:
+    # Streamed ("r|*"): a .tar.gz is decompressed once, member after member, as a zip's central directory cannot be.
+    declared = written = 0
+    with tarfile.open(archive, mode="r|*") as packed:
+        for member in packed:
+            destination = _destination(into, member.name, archive_name)
+            if not (member.isreg() or member.isdir()):
+                raise _special(archive_name, member.name, _tar_kind(member))
+            declared += member.size
+            if declared > max_bytes:
+                raise _too_large(archive_name, max_bytes, declared=True)
+            if destination is None:
+                continue
+            if member.isdir():
+                _make_folder(destination, member.name, archive_name)
+                continue
+            source = packed.extractfile(member)
+            written = _write(source, destination, member.name, archive_name, written, max_bytes)
+
+
+def _destination(into: Path, member_name: str, archive_name: str) -> Path | None:
+    """Where ``member_name`` unpacks to in ``into``; None for the archive's top itself (``./``)."""
+    path = PurePosixPath(member_name.replace("\\", "/"))
+    if path.is_absolute() or ".." in path.parts or re.match(r"[A-Za-z]:", member_name):
+        raise ArchiveError(f"{archive_name}: the member {member_name!r} would be written outside the model's folder "
+                           "(an absolute path or '..'); pack the model directory with paths relative to it")
+    parts = [part for part in path.parts if part != "."]
+    return into.joinpath(*parts) if parts else None
+
+
+def _special(archive_name: str, member_name: str, kind: str) -> ArchiveError:
+    return ArchiveError(f"{archive_name}: the member {member_name!r} is a {kind}; a model archive holds plain files "
+                        "and folders only: pack the files the links point to instead (tar -h, zip without -y)")
+
+
+def _mode_kind(mode: int) -> str:
+    return ("symbolic link" if stat.S_ISLNK(mode) else "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "pipe" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "special file")
+
+
+def _tar_kind(member: tarfile.TarInfo) -> str:
+    return ("symbolic link" if member.issym() else "hard link" if member.islnk()
+            else "device" if member.ischr() or member.isblk() else "pipe" if member.isfifo() else "special file")
+
+
+def _too_large(archive_name: str, max_bytes: int, *, declared: bool) -> ArchiveError:
+    how = "its members' sizes add up to" if declared else "it unpacks to"
+    return ArchiveError(f"{archive_name}: {how} more than {filesizeformat(max_bytes)} ({max_bytes} bytes, "
+                        "TEMPER_MODEL_UPLOAD_MAX_BYTES); upload a smaller model, or ask an administrator to copy it "
+                        "under the models root")
+
+
+def _write(source: BinaryIO, destination: Path, member_name: str, archive_name: str, written: int,
+           max_bytes: int) -> int:
+    """Copy ``source`` to the new file ``destination``, counting toward ``max_bytes`` with the ``written`` before;
+    returns the bytes written in all."""
+    _make_folder(destination.parent, member_name, archive_name)
+    try:
+        out = destination.open("xb")
+    except FileExistsError:
+        raise ArchiveError(f"{archive_name}: the member {member_name!r} is in the archive twice; pack it again") from None
+    except OSError as error:
+        raise _unwritable(archive_name, member_name, error) from None
+    with out:
+        while chunk := source.read(CHUNK_BYTES):
+            written += len(chunk)
+            if written > max_bytes:
+                raise _too_large(archive_name, max_bytes, declared=False)
+            try:
+                out.write(chunk)
+            except OSError as error:
+                raise _unwritable(archive_name, member_name, error) from None
+    return written
+
+
+def _make_folder(folder: Path, member_name: str, archive_name: str) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ArchiveError(f"{archive_name}: the member {member_name!r} needs a folder where the archive has a file of "
+                           "that name; pack it again") from None
+    except OSError as error:  # a name too long, a full disk
+        raise _unwritable(archive_name, member_name, error) from None
+
+
+def _unwritable(archive_name: str, member_name: str, error: OSError) -> ArchiveError:
+    return ArchiveError(f"{archive_name}: the member {member_name!r} could not be written ({error.strerror or error}); "
+                        "if the archive is sound (names of at most 255 bytes), ask an administrator whether the "
+                        "models root's disk has room")
