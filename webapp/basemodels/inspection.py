@@ -26,6 +26,7 @@ field (``"architectures": 5`` was a 500 page).
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 from collections import Counter
@@ -95,6 +96,18 @@ def _missing(candidate: Path, root: Path, project_slug: str) -> ModelDirError:
                          "first")
 
 
+def _resolved(path: Path, *, strict: bool = False) -> Path:
+    """``path.resolve()``, a link loop named (Python 3.11 raises RuntimeError, later ones OSError: a server error)."""
+    try:
+        return path.resolve(strict=strict)
+    except RuntimeError as error:
+        raise ModelDirError(f"{path}: a link that leads back to itself; replace it with the file or directory") from error
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        raise ModelDirError(f"{path}: a link that leads back to itself; replace it with the file or directory") from error
+
+
 def being_unpacked(path: PurePath) -> bool:
     """Whether ``path`` lies in an upload's folder still being unpacked (``UPLOAD_PARTIAL_PREFIX``)."""
     return any(part.startswith(UPLOAD_PARTIAL_PREFIX) for part in path.parts)
@@ -104,7 +117,7 @@ def hidden_from_project(path: Path, *, root: Path, project_slug: str) -> bool:
     """Whether ``path`` (absolute) or any directory on its way to it resolves into the folder of a project other
     than ``project_slug`` under ``root`` (resolved)."""
     for prefix in (*reversed(path.parents), path):
-        resolved = prefix.resolve()
+        resolved = _resolved(prefix)
         if resolved.is_relative_to(root) and in_another_projects_folder(resolved.relative_to(root),
                                                                          project_slug=project_slug):
             return True
@@ -132,11 +145,11 @@ def resolve_model_dir(raw_path: str, *, models_root: Path, project_slug: str) ->
         raise _missing(candidate, root, project_slug)
     outside = ModelDirError(f"{candidate}: not a directory under the models root {root}; copy or move the model "
                             "under the root (symlinks there may not point outside it)")
-    if not candidate.resolve().is_relative_to(root):
+    if not _resolved(candidate).is_relative_to(root):
         raise outside
     if not candidate.exists():
         raise _missing(candidate, root, project_slug)
-    resolved = candidate.resolve(strict=True)
+    resolved = _resolved(candidate, strict=True)
     if not resolved.is_relative_to(root):  # a link changed since the check above
         raise outside
     if in_another_projects_folder(resolved.relative_to(root), project_slug=project_slug):  # likewise
@@ -160,7 +173,7 @@ def _inside_root(path: Path, models_root: Path, project_slug: str) -> Path:
     """``path`` when it resolves inside ``models_root``, out of other projects' folders; a file linked to one
     outside is refused (where it points is not told when that is another project's folder)."""
     root = models_root.resolve()
-    resolved = path.resolve()
+    resolved = _resolved(path)
     if not resolved.is_relative_to(root):
         raise ModelDirError(f"{path} links to {resolved}, outside the models root {root}; "
                             "copy the file into the model's directory")
@@ -182,7 +195,7 @@ def _weight_files(model_dir: Path, models_root: Path, project_slug: str) -> list
         if not isinstance(weight_map, dict) or not all(isinstance(name, str) for name in weight_map.values()):
             raise ModelDirError(f"{index_path}: 'weight_map' must map each tensor name to its file name")
         names = sorted(set(weight_map.values()))
-        files = [(model_dir / name).resolve() for name in names]
+        files = [_resolved(model_dir / name) for name in names]
         for name, file in zip(names, files):
             if not file.is_relative_to(model_dir):
                 raise ModelDirError(f"{index_path}: shard {name!r} lies outside the model directory")

@@ -65,7 +65,8 @@ def test_tokenizer_files_it_cannot_read_leave_the_vocabulary_unknown_not_a_serve
     with its vocabulary unknown (its runs and chats say why)."""
     model_dir = write_model_dir(root / "tiny", tokenizer_ids=50)
     (model_dir / file_name).write_bytes(content)
-    assert read_model_facts(resolve_model_dir("tiny", models_root=root), models_root=root).tokenizer_vocab_size is None
+    assert read_model_facts(resolve_model_dir("tiny", models_root=root, project_slug="alpha"), models_root=root,
+                            project_slug="alpha").tokenizer_vocab_size is None
 
 
 def test_it_sums_a_sharded_model_via_its_index(root):
@@ -292,7 +293,7 @@ def test_a_header_the_loader_refuses_is_refused_naming_the_tensor(root, header, 
         with safe_open(str(weights), framework="numpy"):
             pass
     with pytest.raises(ModelDirError) as refused:
-        read_model_facts(model_dir, models_root=root)
+        read_model_facts(model_dir, models_root=root, project_slug="alpha")
     assert str(refused.value).startswith(f"{weights}: {message}")
 
 
@@ -302,7 +303,7 @@ def test_a_weights_path_that_is_a_directory_is_named_not_a_500(root):
     (model_dir / "model.safetensors").unlink()
     (model_dir / "model.safetensors").mkdir()
     with pytest.raises(ModelDirError) as refused:
-        read_model_facts(model_dir, models_root=root)
+        read_model_facts(model_dir, models_root=root, project_slug="alpha")
     assert str(refused.value) == (f"{model_dir / 'model.safetensors'}: not a file (a directory?); copy or convert the "
                                   "weights again")
 
@@ -358,3 +359,20 @@ def test_malformed_data_offsets_are_named(root, offsets):
     (model_dir / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 4)
     with pytest.raises(ModelDirError, match="tensor 't' has no valid data_offsets"):
         read_model_facts(model_dir, models_root=root, project_slug="alpha")
+
+
+def test_a_weights_link_to_itself_is_named_not_a_500(root):
+    """A model.safetensors linked to itself (a link loop) was an OSError out of the registration: a server error."""
+    model_dir = write_model_dir(root / "bad")
+    (model_dir / "model.safetensors").unlink()
+    (model_dir / "model.safetensors").symlink_to(model_dir / "model.safetensors")
+    with pytest.raises(ModelDirError) as refused:
+        read_model_facts(model_dir, models_root=root, project_slug="alpha")
+    assert str(model_dir / "model.safetensors") in str(refused.value)
+
+
+def test_a_model_directory_link_to_itself_is_named_not_a_500(root):
+    (root / "loop").symlink_to(root / "loop")
+    with pytest.raises(ModelDirError) as refused:
+        resolve_model_dir("loop", models_root=root, project_slug="alpha")
+    assert str(refused.value) == f"{root / 'loop'}: a link that leads back to itself; replace it with the file or directory"
