@@ -140,11 +140,16 @@ def template_kwargs_of(conversation: Conversation, model: ModelChoice) -> dict[s
 def _check_renders(*, model: ModelChoice, variables: dict[str, Any], enable_thinking: bool | None,
                    messages: list[dict[str, str]]) -> None:
     """Refuse (``ValidationError`` keyed ``template_variables``) ``variables`` that ``model``'s chat template fails
-    on for ``messages``, before anything is sent: the serve worker would only fail the answer."""
+    on for ``messages``, before anything is sent: the serve worker would only fail the answer. Without variables the
+    template fails on the conversation itself, keyed ``chat_template``."""
     probe = Conversation(template_variables=variables, enable_thinking=enable_thinking)
     try:
         rendered_prompt(model=model, messages=messages, variables=template_kwargs_of(probe, model))
     except ChatTemplateError as error:
+        if not variables:  # the template itself refuses the conversation (changed since, or a system turn it refuses)
+            raise ValidationError({"chat_template": (
+                f"the chat template of {isolated(model.label)} fails on this conversation: {error}. Nothing was sent; "
+                "start a new conversation with another model or without what the template refuses")}) from None
         shown = ", ".join(f"{name} = {isolated(json.dumps(value, ensure_ascii=False)[:80])}"
                           for name, value in variables.items())
         raise ValidationError({"template_variables": (
@@ -290,16 +295,18 @@ def api_generation_end(*, generation_id: str) -> None:
 @transaction.atomic
 def message_send(*, conversation: Conversation, model: ModelChoice, content: str) -> Message:
     """Add a user turn and ask for the answer; returns the (streaming) assistant message. Bad text is a
-    ``ValidationError`` keyed by ``content``, the chat form's field."""
+    ``ValidationError`` keyed by ``content``, the chat form's field; a conversation the model's chat template fails on
+    one keyed ``template_variables`` or ``chat_template`` (``_check_renders``)."""
     check_turn_text(content, field="content", what="message")
     chat_model_lock(project=conversation.project, model=model, doing="as the message was being sent")
     conversation = Conversation.objects.select_for_update(of=("self",)).get(pk=conversation.pk)
     if conversation.messages.filter(status=MessageStatus.STREAMING).exists():
         raise ChatError("an answer is still being written; stop it or wait for it to finish")
     Message.objects.create(conversation=conversation, role=Role.USER, content=content)
-    if conversation.template_variables:  # a value the template fails on with this conversation: refused, nothing saved
-        _check_renders(model=model, variables=conversation.template_variables,
-                       enable_thinking=conversation.enable_thinking, messages=history(conversation))
+    # A template that fails on this conversation (with its variables, or as the model's template now stands): refused,
+    # nothing saved.
+    _check_renders(model=model, variables=conversation.template_variables,
+                   enable_thinking=conversation.enable_thinking, messages=history(conversation))
     if not conversation.title:
         conversation.title = content.strip().splitlines()[0][:TITLE_CHARS]
     conversation.save()
@@ -317,9 +324,8 @@ def message_regenerate(*, conversation: Conversation, model: ModelChoice) -> Mes
     if last.status == MessageStatus.STREAMING:
         raise ChatError("an answer is still being written; stop it or wait for it to finish")
     last.delete()
-    if conversation.template_variables:
-        _check_renders(model=model, variables=conversation.template_variables,
-                       enable_thinking=conversation.enable_thinking, messages=history(conversation))
+    _check_renders(model=model, variables=conversation.template_variables,
+                   enable_thinking=conversation.enable_thinking, messages=history(conversation))
     conversation.save()
     return _enqueue_answer(conversation, model)
 

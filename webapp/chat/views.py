@@ -215,7 +215,7 @@ def chat_send(request: HttpRequest, slug: str, conversation_id: str) -> HttpResp
     try:
         answer = services.message_send(conversation=conversation, model=_model_or_error(project, conversation),
                                        content=form.cleaned_data["content"])
-    except ValidationError as error:  # the text itself (blank, a NUL): the sender can fix it
+    except ValidationError as error:  # the text itself (blank, a NUL), or the chat template fails on the turn
         return _invalid(error.message_dict)
     except services.ChatError as error:  # the conversation's state (an answer still streaming)
         return JsonResponse({"error": str(error)}, status=409)
@@ -234,7 +234,7 @@ def chat_regenerate(request: HttpRequest, slug: str, conversation_id: str) -> Ht
     project, _membership, conversation = _chat_conversation(request, slug, conversation_id)
     try:
         answer = services.message_regenerate(conversation=conversation, model=_model_or_error(project, conversation))
-    except ValidationError as error:  # the conversation's template variables fail on it
+    except ValidationError as error:  # the chat template fails on the conversation (with its variables)
         return _invalid(error.message_dict)
     except services.ChatError as error:
         return JsonResponse({"error": str(error)}, status=409)

@@ -180,6 +180,34 @@ def test_a_turn_the_template_fails_on_with_the_conversations_variables_sends_not
     assert not Message.objects.filter(conversation=conversation).exists() and not sent
 
 
+def test_a_turn_the_template_now_fails_on_is_refused_in_a_conversation_without_variables(
+        team, client_for, persona_model, sent, tmp_path, django_capture_on_commit_callbacks):
+    """The check of each turn is not only for conversations that set variables: a model whose template now refuses
+    the conversation (a system turn, here) gets the same refusal, for a sent message and a regenerated answer, before
+    anything is saved or sent; the serve worker would only fail the answer."""
+    client = client_for(team.teammate)
+    start(client, team, persona_model, system_prompt="Be kind.")
+    conversation = Conversation.objects.get(project=team.project)
+    assert conversation.template_variables == {}
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = client.post(url("send", conversation), {"content": "Hello"}).json()["message"]
+    services.message_finish(message_id=answer, text="Hi.", finish_reason="stop")
+    config = tmp_path / "persona" / "tokenizer_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "chat_template": (
+        "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+        + PERSONA_TEMPLATE)}))
+    sent.clear()
+
+    for response in (client.post(url("send", conversation), {"content": "Again"}),
+                     client.post(url("regenerate", conversation))):
+        assert response.status_code == 400
+        assert response.json()["error"].replace("\u2068", "").replace("\u2069", "").startswith(
+            "chat_template: the chat template of Base model: persona fails on this conversation: chat template line 1: "
+            "System role not supported. Nothing was sent")
+    assert [message.content for message in Message.objects.filter(conversation=conversation)] == ["Hello", "Hi."]
+    assert not sent
+
+
 def test_an_outsider_still_gets_404(team, client_for, persona_model, sent):
     start(client_for(team.teammate), team, persona_model, var_persona="a secret persona")
     conversation = Conversation.objects.get(project=team.project)
