@@ -174,6 +174,8 @@ def _thinking_default(path: str, _stamp: tuple) -> bool | None:
 
 # The Thinking switch's variable (``thinking_defaults``): the chat offers it as that switch, not among the others.
 THINKING_VARIABLE = "enable_thinking"
+# ``chat_variables``' kind of a variable the template reads as a list or mapping: no chat form offers it.
+STRUCTURED = "structured"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,7 +200,14 @@ def chat_template_variables(choice: ModelChoice) -> dict[str, TemplateVariable]:
     kinds, own_variables = found
     defaults = {**own_variables, **choice.template_kwargs}
     return {name: TemplateVariable(name=name, kind=kind, default=defaults.get(name), has_default=name in defaults)
-            for name, kind in kinds.items() if name != THINKING_VARIABLE}
+            for name, kind in kinds.items() if name != THINKING_VARIABLE and kind != STRUCTURED}
+
+
+def structured_template_variables(choice: ModelChoice) -> list[str]:
+    """The variables ``choice``'s chat template reads as a list or mapping (Llama 3's ``custom_tools``), in name order:
+    ``chat_template_variables`` leaves them out, a form's text box being no list; a /v1 request's tools set them."""
+    found = _chat_variables(choice.path, _template_files_stamp(choice.path))
+    return [name for name, kind in found[0].items() if kind == STRUCTURED] if found else []
 
 
 @functools.lru_cache(maxsize=256)

@@ -27,7 +27,8 @@ from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.chat import channels
 from webapp.chat.models import ApiGeneration, Conversation, Message, MessageStatus, ProjectToken, Role
-from webapp.chat.selectors import ModelChoice, chat_template_variables, conversation_readers, rendered_prompt
+from webapp.chat.selectors import (ModelChoice, chat_template_variables, conversation_readers, rendered_prompt,
+                                   structured_template_variables)
 from webapp.core.bidi import isolated
 from webapp.core.templatetags.temper import when
 from webapp.core.text import NUL, checked_text, storable_model_text
@@ -103,9 +104,7 @@ def checked_template_variables(*, model: ModelChoice, variables: dict[str, Any],
         problems.append(f"{len(variables)} template variables given; set at most {TEMPLATE_VARIABLES_MAX}")
     for name, value in variables.items():
         if name not in readable:
-            reads = ", ".join(readable) or "none that a chat sets"
-            problems.append(f"{isolated(str(name))}: the chat template of {isolated(model.label)} does not read it "
-                            f"(it reads {reads}); leave it out")
+            problems.append(unread_variable_problem(name=str(name), model=model, readable=readable, remedy="leave it out"))
         elif problem := template_variable_problem(name, value):
             problems.append(f"{name}: {problem}")
         elif isinstance(value, str) and (problem := _text_problem(value)):
@@ -117,6 +116,16 @@ def checked_template_variables(*, model: ModelChoice, variables: dict[str, Any],
     _check_renders(model=model, variables=variables, enable_thinking=enable_thinking,
                    messages=[*turns, {"role": "user", "content": "Hello"}])
     return variables
+
+
+def unread_variable_problem(*, name: str, model: ModelChoice, readable, remedy: str) -> str:
+    """Why ``name`` is no variable a conversation with ``model`` sets: its chat template reads it as a list or
+    mapping (``selectors.structured_template_variables``), or does not read it (``readable``: those it does)."""
+    if name in structured_template_variables(model):
+        return (f"{name}: the chat template of {isolated(model.label)} reads it as a list or mapping, which a chat does "
+                f"not set (tools reach it through a /v1 request's tools); {remedy}")
+    reads = ", ".join(readable) or "none that a chat sets"
+    return f"{isolated(name)}: the chat template of {isolated(model.label)} does not read it (it reads {reads}); {remedy}"
 
 
 def _text_problem(value: str) -> str | None:

@@ -5,8 +5,10 @@ gives each side those its template reads, and a stored value is shown as escaped
 import html
 import json
 import re
+from pathlib import Path
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.urls import reverse
 
 from jaxengine.data.pipeline import encode_prompt
@@ -85,6 +87,29 @@ def test_the_form_offers_the_variables_the_picked_models_template_reads_with_the
     persona = field_tag(page, "persona")
     assert "disabled" not in persona and 'value="a sailor"' in persona
     assert 'value="true" selected' in page.split('name="var_terse"', 1)[1].split("</select>", 1)[0]
+
+
+def test_llama3s_tool_lists_are_not_offered_as_text(team, client_for, sent, tmp_path):
+    """Llama 3.3's real template iterates custom_tools and joins builtin_tools: a text box would hand it a string
+    (tools reach it through /v1's tools). Only tools_in_user_message, a switch, is offered; a list variable sent
+    anyway is refused by name, saying why."""
+    template = (Path(__file__).parents[2] / "jaxengine" / "tokenizer" / "real_templates" / "llama3_3.jinja").read_text()
+    model = make_base_model(team.project, name="llama", path=str(
+        build_bpe_tokenizer_dir(tmp_path / "llama", style="llama3", chat_template=template)))
+    client = client_for(team.teammate)
+    page = client.get(reverse("chat:list", args=[team.project.slug]) + f"?model={model.public_id}").content.decode()
+    assert field_tag(page, "tools_in_user_message").startswith("<select")
+    assert 'name="var_custom_tools"' not in page and 'name="var_builtin_tools"' not in page
+
+    why = ("builtin_tools: the chat template of Base model: llama reads it as a list or mapping, which a chat does not "
+           "set (tools reach it through a /v1 request's tools); leave it")
+    response = start(client, team, model, var_builtin_tools="brave_search")
+    assert response.status_code == 400 and f"Template variable {why} empty" in said(response)
+    assert not Conversation.objects.filter(project=team.project).exists()
+    with pytest.raises(ValidationError) as refused:
+        services.checked_template_variables(model=selectors.model_choice(project=team.project, ref=model.public_id),
+                                            variables={"builtin_tools": "brave_search"})
+    assert [message.replace("\u2068", "").replace("\u2069", "") for message in refused.value.messages] == [why + " out"]
 
 
 def test_enable_thinking_stays_the_thinking_switch(team, client_for, tmp_path):
