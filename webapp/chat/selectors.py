@@ -248,6 +248,55 @@ def rendered_prompt(*, model: ModelChoice, messages: list[dict[str, str]], varia
                                 **{**settings.named_tokens, **settings.template_kwargs, **variables})
 
 
+@dataclass(frozen=True, kw_only=True)
+class EncodedPrompt:
+    """The prompt the serve worker encodes for a conversation's next answer, decoded (``text``), and how many of its
+    oldest messages it leaves out to fit the model's context (``left_out``)."""
+
+    text: str
+    left_out: int
+
+
+def encoded_prompt(*, model: ModelChoice, messages: list[dict[str, str]], variables: dict[str, Any],
+                   max_new_tokens: int) -> EncodedPrompt | None:
+    """What the serve worker encodes for ``messages`` (a chat turn's request: ``variables`` its
+    ``chat_template_kwargs``, ``max_new_tokens`` its answer's): ``jaxengine.prompts.fitted_conversation``, the worker's
+    own way with a conversation past the model's context (``worker.tasks.serve.fit_to_context``), with the BOS token
+    it adds, decoded with the special tokens. None where the model's tokenizer cannot be read or there are no messages;
+    the whole conversation where its config.json cannot be read (the worker cannot load the model either, and says
+    why); ``ChatTemplateError`` where the template fails on them, ``ContextLengthError`` where the last message or the
+    system prompt fills the context alone (both say what to do)."""
+    import json
+
+    from jaxengine.models.config import served_context
+    from jaxengine.prompts import encode_prompt, fitted_conversation
+
+    tokenizer = _tokenizer(model.path, _template_files_stamp(model.path))
+    if tokenizer is None or not messages:
+        return None
+    try:
+        hf_config = json.loads((Path(model.path) / "config.json").read_text(encoding="utf-8"))
+        context = served_context(hf_config if isinstance(hf_config, dict) else {})
+    except (OSError, UnicodeDecodeError, ValueError, TypeError):
+        kept, ids = messages, encode_prompt(tokenizer, messages, **variables)
+    else:
+        kept, ids = fitted_conversation(tokenizer, messages, context=context, max_new_tokens=max_new_tokens,
+                                        **variables)
+    return EncodedPrompt(text=tokenizer.decode(ids, skip_special_tokens=False), left_out=len(messages) - len(kept))
+
+
+@functools.lru_cache(maxsize=4)  # a tokenizer of a large vocabulary holds tens of megabytes
+def _tokenizer(path: str, _stamp: tuple):
+    from jaxengine.tokenizer import TokenizerError, load_tokenizer
+
+    if not Path(path).is_dir():
+        return None
+    try:
+        return load_tokenizer(path)
+    except (TokenizerError, OSError):
+        return None
+
+
 def model_choices(*, project: Project, archived: bool = False) -> list[ModelChoice]:
     """The models the project offers to chat with, in ``_project_models``' order: not archived runs'
     (someone put them away; the arena would still draw them) unless ``archived``. ``model_choice``

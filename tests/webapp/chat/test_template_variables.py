@@ -157,6 +157,44 @@ def test_the_conversation_keeps_its_variables_and_every_turn_renders_them(
     assert 'value="a pirate &lt;b&gt;bold&lt;/b&gt;"' in field_tag(again, "persona")
 
 
+def test_the_prompt_shown_is_what_the_serve_worker_encodes(team, client_for, sent, tmp_path,
+                                                           django_capture_on_commit_callbacks):
+    """The *Prompt* section shows the tokens the serve worker encodes for the next answer, decoded: the BOS token it
+    adds where the template writes none, and without the oldest turns that a long conversation leaves out to fit the
+    model's context (worker.tasks.serve.fit_to_context)."""
+    from worker.tasks import serve
+
+    path = build_bpe_tokenizer_dir(tmp_path / "short", style="llama3", chat_template=PERSONA_TEMPLATE)
+    (path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 400}))
+    model = make_base_model(team.project, name="short", path=str(path))
+    client = client_for(team.teammate)
+    start(client, team, model, system_prompt="Be kind.", var_persona="a poet")
+    conversation = Conversation.objects.get(project=team.project)
+    for turn in range(6):
+        Message.objects.create(conversation=conversation, role="user", content=f"question {turn}: " + "why " * 8)
+        Message.objects.create(conversation=conversation, role="assistant", content=f"answer {turn}: " + "so " * 8)
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(url("send", conversation), {"content": "And now?"})
+    [(_name, [request], _queue)] = sent
+
+    tokenizer = load_tokenizer(model.path)
+    ids, _max_new_tokens = serve.fit_to_context(serve.GenerateRequest.model_validate(request), tokenizer, 400)
+    encoded = tokenizer.decode(list(ids), skip_special_tokens=False)
+    assert encoded.startswith("<|begin_of_text|><|im_start|>system\nYou are a poet.")  # the worker's BOS
+    assert "question 5" in encoded and "question 4" not in encoded  # the oldest 5 pairs left out
+    page = client.get(url("detail", conversation)).content.decode()
+    shown = html.unescape(page.split('id="chat-prompt"', 1)[1].split("<pre", 1)[1].split(">", 1)[1].split("</pre>")[0])
+    assert shown == encoded
+    assert "the oldest 10 messages are left out" in said(page_section(page, "chat-prompt"))
+
+
+def page_section(page: str, element_id: str):
+    class Section:
+        content = page.split(f'id="{element_id}"', 1)[1].split("</details>", 1)[0].encode()
+
+    return Section()
+
+
 @pytest.mark.parametrize(("fields", "message"), [
     ({"var_style": "jazz"}, "the chat template of Base model: persona fails with the template variables "
                             'style = "jazz": chat template line 5: style must be plain or rhyme, not jazz'),
