@@ -383,11 +383,40 @@ CHAT_PASSED_VARIABLES = RESERVED_TEMPLATE_VARIABLES | frozenset(SPECIAL_TOKEN_VA
 # Tests that ask a value whether it is a boolean (``x is false``); ``defined``/``none`` ask nothing of its kind.
 _BOOLEAN_TESTS = frozenset({"true", "false", "boolean", "sameas"})
 _KIND_BLIND_TESTS = frozenset({"defined", "undefined", "none"})
+# Filters that take a list (or a mapping): a variable passed to one is a list, whatever else jinja2 lets them take.
+_LIST_FILTERS = frozenset({"batch", "count", "dictsort", "first", "groupby", "items", "join", "last", "length", "list",
+                           "map", "max", "min", "reject", "rejectattr", "select", "selectattr", "slice", "sort", "sum",
+                           "unique"})
+_MAPPING_METHODS = frozenset({"items", "keys", "values", "get"})
+
+
+def _structured_names(parsed) -> set[str]:
+    """The names ``parsed`` reads as a list or mapping: the iterable of a ``for``, indexed (``x[0]``, ``x.name``),
+    passed to a list filter (``x | join``) or asked its ``.items()``, and a name set from one of those (Llama 3's
+    ``{% set tools = custom_tools %}`` before ``{% for t in tools %}``)."""
+    import jinja2.nodes
+
+    def name_of(node) -> str | None:
+        return node.name if isinstance(node, jinja2.nodes.Name) else None
+
+    called = {id(node.node) for node in parsed.find_all(jinja2.nodes.Call)}
+    structured = {name_of(node.iter) for node in parsed.find_all(jinja2.nodes.For)}
+    structured |= {name_of(node.node) for node in parsed.find_all(jinja2.nodes.Getitem)}
+    structured |= {name_of(node.node) for node in parsed.find_all(jinja2.nodes.Getattr)
+                   if id(node) not in called or node.attr in _MAPPING_METHODS}  # not a text's own method, .upper()
+    structured |= {name_of(node.node) for node in parsed.find_all(jinja2.nodes.Filter) if node.name in _LIST_FILTERS}
+    aliases = [(node.target.name, node.node.name) for node in parsed.find_all(jinja2.nodes.Assign)
+               if isinstance(node.target, jinja2.nodes.Name) and isinstance(node.node, jinja2.nodes.Name)]
+    while sources := {source for target, source in aliases if target in structured and source not in structured}:
+        structured |= sources
+    return structured - {None}
 
 
 def chat_variables(template: str) -> dict[str, str]:
     """The variables of ``template`` a person may set in a chat (``template_variables`` less
-    ``CHAT_PASSED_VARIABLES``), in name order, each with its kind: ``"boolean"`` where the template only asks
+    ``CHAT_PASSED_VARIABLES``), in name order, each with its kind: ``"structured"`` where it reads a list or mapping
+    (``_structured_names``: Llama 3's ``custom_tools`` and ``builtin_tools``, which a chat's text box cannot hold;
+    tools reach a template through a request's ``tools``), ``"boolean"`` where the template only asks
     whether it holds (``{% if verbose %}``, ``enable_thinking is false``, ``x == true``) and asks that at least
     once, ``"text"`` where it reads its value (``{{ persona }}``, ``reasoning_effort == "high"``). Raises
     ``ChatTemplateError`` for a template that cannot be read."""
@@ -423,8 +452,12 @@ def chat_variables(template: str) -> dict[str, str]:
             constants = [operand for operand in operands if isinstance(operand, jinja2.nodes.Const)]
             if constants and isinstance(constants[0].value, bool):
                 as_condition.update(id(operand) for operand in operands if isinstance(operand, jinja2.nodes.Name))
+    structured = _structured_names(parsed)
     kinds = {}
     for name in sorted(settable):
+        if name in structured:
+            kinds[name] = "structured"
+            continue
         reads = [node for node in parsed.find_all(jinja2.nodes.Name) if node.name == name and node.ctx == "load"]
         telling = [node for node in reads if id(node) not in kind_blind]
         boolean = bool(telling) and all(id(node) in as_condition for node in telling)

@@ -49,20 +49,12 @@ from jax.experimental import io_callback
 
 from jaxengine.losses import token_log_probs
 from jaxengine.programs import PROGRAMS
+from jaxengine.prompts import ContextLengthError, PromptError  # noqa: F401 - jax-free, for the web app too
 from jaxengine.tokenizer import IncrementalDecoder, Tokenizer
 
 OnToken = Callable[[int, int, str], None]  # (row index, token id, text delta)
 
 _STOP_ID_SLOTS = 8  # stop-id arrays are padded to a multiple of this so their length rarely changes
-
-
-class PromptError(ValueError):
-    """A prompt the model cannot take (empty, ids outside its vocabulary, too long for its context)."""
-
-
-class ContextLengthError(PromptError):
-    """A prompt that, with the tokens asked for, does not fit the model's context (OpenAI's error code
-    ``context_length_exceeded``)."""
 
 
 # OpenAI's ranges: penalties in [-2, 2], a token's bias in [-100, 100] (-100 bans it, 100 all but forces it).

@@ -109,22 +109,35 @@
   });
 })();
 
-/* The new conversation's chat template variables (webapp/chat/forms.py ConversationForm._add_variables): each field
-   lists in data-template-variable the models whose template reads it, with each one's own value. As the model select
-   changes, a field is shown, enabled and set to the picked model's value where that model reads it, else hidden and
-   disabled, so that the form sends only the picked model's variables. */
+/* Chat template variables (webapp/chat/forms.py ConversationForm._add_variables, the arena's compare mode:
+   arena_views._compare_variables): each field lists in data-template-variable the models whose template reads it,
+   with each one's own value. As the model select (the arena: model A's and B's) changes, a field is shown and enabled
+   where a picked model reads it, else hidden and disabled, so that the form sends only the picked models' variables;
+   the chat's is set to its model's own value. An arena side left random makes a blind battle, which takes none. */
 (function () {
   "use strict";
   var boxes = document.querySelectorAll("[data-template-variable]");
-  var select = boxes.length && boxes[0].form ? boxes[0].form.querySelector("select[name=model]") : null;
-  if (!select) return;
-  select.addEventListener("change", function () {
+  var form = boxes.length ? boxes[0].form : null;
+  if (!form) return;
+  var chat = form.querySelector("select[name=model]");
+  var selects = chat ? [chat] : Array.prototype.slice.call(
+    form.querySelectorAll("select[name=model_a], select[name=model_b]"));
+  if (!selects.length) return;
+  var section = document.getElementById("arena-variables");
+  function update() {
+    var picked = selects.map(function (select) { return select.value; });
+    var named = picked.indexOf("") < 0;
+    var shown = false;
     Array.prototype.forEach.call(boxes, function (box) {
       var readers = JSON.parse(box.dataset.templateVariable);
-      var reads = Object.prototype.hasOwnProperty.call(readers, select.value);
+      var reader = picked.filter(function (ref) { return Object.prototype.hasOwnProperty.call(readers, ref); })[0];
+      var reads = named && reader !== undefined;
       box.closest(".field").hidden = !reads;
       box.disabled = !reads;
-      if (reads) box.value = readers[select.value];
+      if (reads && chat) box.value = readers[reader];
+      shown = shown || reads;
     });
-  });
+    if (section) section.hidden = !shown;
+  }
+  selects.forEach(function (select) { select.addEventListener("change", update); });
 })();

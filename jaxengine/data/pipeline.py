@@ -41,6 +41,8 @@ import numpy as np
 
 from jaxengine.chat_template import GENERATION_MARKER, ChatTemplateError
 from jaxengine.data import formats
+# Defined where the web app reaches them without jax; training's own names for them.
+from jaxengine.prompts import DataError, as_messages, encode_prompt, with_bos  # noqa: F401 - callers import encode_prompt from here
 from jaxengine.spec import TASK_DATASET_KINDS
 
 # Which dataset kind each task reads.
@@ -59,15 +61,6 @@ class TokenizerLike(Protocol):
 
     def apply_chat_template(self, messages: list[dict], *, add_generation_prompt: bool = False,
                             generation_spans: list[tuple[int, int]] | None = None, **template_kwargs: Any) -> str: ...
-
-
-class DataError(ValueError):
-    """A dataset that cannot be turned into training examples; the message says where and why. ``row``: the
-    1-based row it stopped at, where there is one (None for a problem of the whole file)."""
-
-    def __init__(self, message: str, *, row: int | None = None):
-        super().__init__(message)
-        self.row = row
 
 
 # --------------------------------------------------------------------------------------------
@@ -145,17 +138,6 @@ def _segments_to_example(segments: Sequence[tuple[list[int], bool]]) -> Example:
     return Example(ids=np.asarray(ids, np.int32), loss_mask=np.asarray(mask, np.bool_))
 
 
-def _with_bos(tokenizer: TokenizerLike, ids: list[int]) -> list[int]:
-    # Templates such as Llama 3's and Gemma's render the BOS token themselves; never add a second.
-    if tokenizer.bos_id is None or (ids and ids[0] == tokenizer.bos_id):
-        return ids
-    return [tokenizer.bos_id, *ids]
-
-
-def _as_messages(value: str | list[dict], role: str) -> list[dict]:
-    return [{"role": role, "content": value}] if isinstance(value, str) else list(value)
-
-
 Segments = list[tuple[list[int], bool]]  # token spans in order, each flagged True when trained
 
 
@@ -170,7 +152,7 @@ def _text_segments(tokenizer: TokenizerLike, text: str, trained_spans: Sequence[
     spans.append((text[cursor:], False))
     segments = [(tokenizer.encode(piece), trained) for piece, trained in spans if piece]
     if segments:
-        segments[0] = (_with_bos(tokenizer, segments[0][0]), segments[0][1])
+        segments[0] = (with_bos(tokenizer, segments[0][0]), segments[0][1])
     return segments
 
 
@@ -262,26 +244,14 @@ def _completion_examples(
 ) -> tuple[list[Segments], bool]:
     """Prompt span (untrained) then completion span(s) (trained), chat-templated when possible."""
     if tokenizer.chat_template:
-        prompt_messages = _as_messages(prompt, "user")
-        messages = prompt_messages + _as_messages(completion, "assistant")
+        prompt_messages = as_messages(prompt, "user")
+        messages = prompt_messages + as_messages(completion, "assistant")
         return _chat_examples(tokenizer, messages, first_trained=len(prompt_messages), loss_on=loss_on)
     if not (isinstance(prompt, str) and isinstance(completion, str)):
         raise DataError("conversations (message lists) need a tokenizer with a chat template")
-    prompt_ids = _with_bos(tokenizer, tokenizer.encode(prompt))
+    prompt_ids = with_bos(tokenizer, tokenizer.encode(prompt))
     completion_ids = tokenizer.encode(completion) + tokenizer.eos_ids[:1]
     return [[(prompt_ids, False), (completion_ids, True)]], False
-
-
-def encode_prompt(tokenizer: TokenizerLike, prompt: str | list[dict], **template_kwargs: Any) -> list[int]:
-    """Token ids that ask the model for a completion of ``prompt``, rendered exactly as in training;
-    ``template_kwargs`` (a chat request's) over the tokenizer's own template variables."""
-    if tokenizer.chat_template:
-        text = tokenizer.apply_chat_template(_as_messages(prompt, "user"), add_generation_prompt=True,
-                                             **template_kwargs)
-        return _with_bos(tokenizer, tokenizer.encode(text))
-    if not isinstance(prompt, str):
-        raise DataError("conversations (message lists) need a tokenizer with a chat template")
-    return _with_bos(tokenizer, tokenizer.encode(prompt))
 
 
 def _truncate(segments: list[tuple[list[int], bool]], max_len: int) -> tuple[list[tuple[list[int], bool]], bool]:
@@ -317,15 +287,15 @@ def _encode_sft_row(tokenizer: TokenizerLike, row: dict, loss_on: str) -> tuple[
 def _whole_rendering(tokenizer: TokenizerLike, row: dict) -> list[int]:
     """The token ids of an sft row's conversation rendered whole, as one example would hold it."""
     messages = (row["messages"] if "messages" in row
-                else _as_messages(row["prompt"], "user") + _as_messages(row["completion"], "assistant"))
-    return _with_bos(tokenizer, tokenizer.encode(tokenizer.apply_chat_template(messages)))
+                else as_messages(row["prompt"], "user") + as_messages(row["completion"], "assistant"))
+    return with_bos(tokenizer, tokenizer.encode(tokenizer.apply_chat_template(messages)))
 
 
 def _encode_row(row: dict, *, task: str, tokenizer: TokenizerLike, max_seq_len: int, loss_on: str,
                 stats: EncodeStats) -> list:
     """The examples of one row for ``task`` (its truncation and split counted in ``stats``)."""
     if task == "pretrain":
-        ids = _with_bos(tokenizer, tokenizer.encode(row["text"])) + tokenizer.eos_ids[:1]
+        ids = with_bos(tokenizer, tokenizer.encode(row["text"])) + tokenizer.eos_ids[:1]
         windows = [ids[i : i + max_seq_len] for i in range(0, len(ids), max_seq_len)]
         stats.split += len(windows) > 1
         # A one-token tail window predicts nothing; drop it.

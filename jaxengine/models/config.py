@@ -370,6 +370,14 @@ def _rope_scaling(section: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return "rope_scaling", scaling if isinstance(scaling, dict) else {}
 
 
+def served_context(hf_config: dict[str, Any]) -> int:
+    """The context a model of ``hf_config`` is served with, ``ModelConfig.max_position_embeddings`` as its family
+    reads it (its text model's, under ``text_config``; 8192 where unstated), for a jax-free caller: the web app's
+    conversation page, which shows the prompt the serve worker fits into it."""
+    text = hf_config.get("text_config") if isinstance(hf_config.get("text_config"), dict) else hf_config
+    return int(text.get("max_position_embeddings", ModelConfig.max_position_embeddings))
+
+
 def read_position_limit(model_dir) -> PositionLimit | None:
     """``position_limit`` of the config.json in ``model_dir``; None when it cannot be read as a JSON object
     (loading the model names what is wrong with it)."""

@@ -479,3 +479,36 @@ def test_a_template_variable_set_for_a_conversation_reaches_the_prompt_and_the_m
     shown = page.locator("#chat-prompt pre").inner_text()
     assert shown.startswith("<|im_start|>system\nYou are a pirate <b>captain</b>.<|im_end|>\n<|im_start|>user\nHello")
     assert page.locator("#chat-prompt b").count() == 0  # the value is text, not markup
+
+
+def test_the_arena_offers_the_template_variables_of_the_two_models_picked(page, asgi_server, transactional_db,  # noqa: F811
+                                                                          tmp_path):
+    """Compare mode's variables, as the chat form's: only those the template of model A or B reads, shown and sent
+    once both are picked; the others (and all of them for a blind battle, which takes none) hidden and disabled."""
+    from tests.factories import build_bpe_tokenizer_dir
+    from tests.webapp.chat.test_template_variables import PERSONA_TEMPLATE
+
+    team = make_team()
+    persona = make_base_model(team.project, name="persona", path=str(
+        build_bpe_tokenizer_dir(tmp_path / "persona", chat_template=PERSONA_TEMPLATE)))
+    toned = make_base_model(team.project, name="toned", path=str(build_bpe_tokenizer_dir(
+        tmp_path / "toned", chat_template="{% for m in messages %}{{ tone }}{{ m.content }}{% endfor %}")))
+    plain = make_base_model(team.project, name="plain", path=str(build_bpe_tokenizer_dir(tmp_path / "plain")))
+    log_in(page, asgi_server, team.teammate.username)
+    page.goto(f"{asgi_server}/p/{team.project.slug}/arena/")
+    persona_box, tone_box = page.locator("#id_var_persona"), page.locator("#id_var_tone")
+    assert not page.locator("#arena-variables").is_visible()  # random models: a blind battle takes none
+    assert persona_box.is_disabled() and tone_box.is_disabled()
+
+    page.select_option("#id_model_a", persona.public_id)
+    page.select_option("#id_model_b", plain.public_id)
+    page.locator("#arena-variables summary").click()
+    assert persona_box.is_visible() and persona_box.is_enabled()
+    assert page.locator("#id_var_terse").is_visible()
+    assert not tone_box.is_visible() and tone_box.is_disabled()
+
+    page.select_option("#id_model_a", toned.public_id)
+    assert tone_box.is_visible() and tone_box.is_enabled()
+    assert not persona_box.is_visible() and persona_box.is_disabled()
+    page.select_option("#id_model_b", "")  # one side random: blind again
+    assert not page.locator("#arena-variables").is_visible() and tone_box.is_disabled()

@@ -103,6 +103,45 @@ def test_a_runs_model_renders_its_prompts_with_its_run_rows_variables(db, model_
     assert rendered == 3 * [{"enable_thinking": True, "date_string": "01 Jan 2030"}] + 3 * [{"enable_thinking": True}]
 
 
+def test_the_campaigns_template_variables_reach_the_prompts_of_the_model_whose_template_reads_them(
+        db, model_dirs, monkeypatch, tmp_path):
+    """The chat panel's template variables, kept on the campaign with each model whose template reads them, are in
+    every prompt that model answers, as the serve worker encodes it (the other model's prompts go without)."""
+    import shutil
+
+    import jaxengine.data.pipeline
+    from tests.webapp.chat.test_template_variables import PERSONA_TEMPLATE
+
+    monkeypatch.setattr(celery_app, "send_task", lambda *args, **kwargs: None)
+    encoded = []
+    encode = jaxengine.data.pipeline.encode_prompt
+    monkeypatch.setattr(jaxengine.data.pipeline, "encode_prompt", lambda tokenizer, prompt, **variables: (
+        encoded.append(tokenizer.decode(ids := encode(tokenizer, prompt, **variables), skip_special_tokens=False)),
+        ids)[1])
+    persona_dir = shutil.copytree(model_dirs[0], tmp_path / "persona")
+    (persona_dir / "chat_template.jinja").write_text(PERSONA_TEMPLATE)
+    team = make_team()
+    persona = make_base_model(team.project, name="persona", path=str(persona_dir))
+    other = make_base_model(team.project, name="tiny-1", path=str(model_dirs[1]))
+    version = make_ready_version(team.project, name="questions", kind="prompts", rows=PROMPTS, user=team.owner)
+    campaign = services.campaign_generate(
+        project=team.project, name="a poet", guidelines="", required_reviews=1, reviewers=[team.teammate],
+        model_a=persona.public_id, model_b=other.public_id, prompts_version=version, prompt_count=3,
+        sampling=services.GenerationSettings(max_new_tokens=2, temperature=0.0), user=team.owner,
+        template_variables={"persona": "a poet", "terse": "true"})
+    review.generate_campaign_answers(campaign.pk)
+    campaign.refresh_from_db()
+    assert campaign.status == CampaignStatus.READY, campaign.load_error
+    assert encoded[:3] == [
+        "<|im_start|>system\nYou are a poet.<|im_end|>\n<|im_start|>user\nName a colour.<|im_end|>\n"
+        "<|im_start|>assistant\nBriefly: ",
+        "<|im_start|>system\nYou are a poet.<|im_end|>\n<|im_start|>user\nSay hi<|im_end|>\n<|im_start|>assistant\n"
+        "Briefly: ",
+        "<|im_start|>system\nYou are a poet.<|im_end|>\n<|im_start|>user\nCount.<|im_end|>\n<|im_start|>assistant\n"
+        "Briefly: "]
+    assert len(encoded) == 6 and not any("poet" in prompt for prompt in encoded[3:])
+
+
 def test_a_prompt_a_model_cannot_take_fails_the_campaign(campaign_for):
     campaign = campaign_for(max_new_tokens=1000, temperature=0.0)  # the tiny models' context is 256 tokens
     review.generate_campaign_answers(campaign.pk)

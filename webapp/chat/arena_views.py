@@ -6,6 +6,8 @@ manage review campaigns, send battles to one (ticked ones of their own, or every
 the project not yet in it) or start a campaign on the arena votes."""
 from __future__ import annotations
 
+import json
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -93,6 +95,7 @@ def _arena_page(request: HttpRequest, project: Project, membership: Membership, 
     choices = selectors.model_choices(project=project) if choices is None else choices
     rows = [{"battle": battle, "thinking": arena.battle_thinking(battle)} for battle in battles]
     thinking_offered = bool(selectors.thinking_defaults(choices))
+    variables = _compare_variables(choices, sent or {})
     return render(request, "chat/arena.html", {
         "project": project, "membership": membership, "error": error, "battles": rows,
         "choices": choices, "sent": sent or {},
@@ -100,21 +103,29 @@ def _arena_page(request: HttpRequest, project: Project, membership: Membership, 
         "thinking_choices": THINKING_CHOICES if thinking_offered else None,
         # The table's Thinking column, where a battle could have had it (or had it, from a model since removed).
         "thinking_column": thinking_offered or any(row["thinking"] is not None for row in rows),
-        "thinking_help": THINKING_HELP, "template_variables": _compare_variables(choices, (sent or {}).get("variables", {})),
+        "thinking_help": THINKING_HELP, "template_variables": variables,
+        "variables_shown": any(variable["shown"] for variable in variables),
         "pairs": arena.decisive_battles(project=project).count(), "prompt_max_chars": services.MESSAGE_MAX_CHARS,
         "variable_max_chars": services.TEMPLATE_VARIABLE_MAX_CHARS,
         "export_form": export_form or ArenaExportForm(), **_review_context(project, membership)}, status=status)
 
 
-def _compare_variables(choices, sent: dict[str, str]) -> list[dict]:
-    """Compare mode's chat template variables: each that some model's template reads, with those models' labels and
-    the value sent (a refused battle's form comes back as it was)."""
-    readers: dict[str, list[str]] = {}
+def _compare_variables(choices, sent: dict) -> list[dict]:
+    """Compare mode's chat template variables: each that some model's template reads, with those models (``readers``,
+    their refs as JSON for forms.js, which shows, enables and sends a variable only where model A's or B's template
+    reads it, both being picked: a blind battle takes none; ``models``, their labels) and the value sent. ``shown``:
+    so on a refused battle's form, which comes back as it was sent (``sent``'s models and ``variables``)."""
+    readers: dict[str, list] = {}
     for choice in choices:
         for name in selectors.chat_template_variables(choice):
-            readers.setdefault(name, []).append(choice.label)
-    return [{"name": name, "field": f"{VARIABLE_PREFIX}{name}", "models": labels, "value": sent.get(name, "")}
-            for name, labels in sorted(readers.items())]
+            readers.setdefault(name, []).append(choice)
+    picked = {sent.get("model_a"), sent.get("model_b")}
+    compared = "" not in picked and None not in picked
+    values = sent.get("variables", {})
+    return [{"name": name, "field": f"{VARIABLE_PREFIX}{name}", "models": [model.label for model in models],
+             "readers": json.dumps({model.ref: "" for model in models}), "value": values.get(name, ""),
+             "shown": compared and any(model.ref in picked for model in models)}
+            for name, models in sorted(readers.items())]
 
 
 @login_required

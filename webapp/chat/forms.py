@@ -7,7 +7,8 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from webapp.chat.selectors import ModelChoice, TemplateVariable
-from webapp.chat.services import MESSAGE_MAX_CHARS, TEMPLATE_VARIABLE_MAX_CHARS, checked_template_variables
+from webapp.chat.services import (MESSAGE_MAX_CHARS, TEMPLATE_VARIABLE_MAX_CHARS, checked_template_variables,
+                                  unread_variable_problem)
 from webapp.chat.openai_api import MAX_STOP_SEQUENCES
 from webapp.core.model_refs import chat_ref
 from webapp.core.text import checked_text, typed_text
@@ -185,7 +186,6 @@ class ConversationForm(forms.Form):
             self.initial["model"] = chat_ref(self.initial["model"])  # a run page's ?model=run_…@N
         self.fields["model"].choices = [(choice.ref, choice.option_label) for choice in choices]
         self.choices = {choice.ref: choice for choice in choices}
-        self.labels = {choice.ref: choice.label for choice in choices}
         self.variables = variables or {}
         self._add_variables(choices)
         self.thinking_defaults = thinking or {}
@@ -245,10 +245,8 @@ class ConversationForm(forms.Form):
             name, typed = key[len(VARIABLE_PREFIX):], self.data.get(key, "")
             if name not in reads:
                 if typed:  # a value for a variable the picked model's template does not read: refused, not dropped
-                    shown = ", ".join(reads) or "none that a chat sets"
-                    self.add_error(None, f"Template variable {name}: the chat template of "
-                                         f"{self.labels.get(model, model)} does not read it (it reads {shown}); "
-                                         "leave it empty")
+                    self.add_error(None, "Template variable " + unread_variable_problem(
+                        name=name, model=self.choices[model], readable=reads, remedy="leave it empty"))
                 continue
             field_name = f"{VARIABLE_PREFIX}{name}"
             if field_name not in self.cleaned_data:

@@ -178,6 +178,8 @@ def _thinking_default(path: str, _stamp: tuple) -> bool | None:
 
 # The Thinking switch's variable (``thinking_defaults``): the chat offers it as that switch, not among the others.
 THINKING_VARIABLE = "enable_thinking"
+# ``chat_variables``' kind of a variable the template reads as a list or mapping: no chat form offers it.
+STRUCTURED = "structured"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,7 +204,14 @@ def chat_template_variables(choice: ModelChoice) -> dict[str, TemplateVariable]:
     kinds, own_variables = found
     defaults = {**own_variables, **choice.template_kwargs}
     return {name: TemplateVariable(name=name, kind=kind, default=defaults.get(name), has_default=name in defaults)
-            for name, kind in kinds.items() if name != THINKING_VARIABLE}
+            for name, kind in kinds.items() if name != THINKING_VARIABLE and kind != STRUCTURED}
+
+
+def structured_template_variables(choice: ModelChoice) -> list[str]:
+    """The variables ``choice``'s chat template reads as a list or mapping (Llama 3's ``custom_tools``), in name order:
+    ``chat_template_variables`` leaves them out, a form's text box being no list; a /v1 request's tools set them."""
+    found = _chat_variables(choice.path, _template_files_stamp(choice.path))
+    return [name for name, kind in found[0].items() if kind == STRUCTURED] if found else []
 
 
 @functools.lru_cache(maxsize=256)
@@ -241,6 +250,55 @@ def rendered_prompt(*, model: ModelChoice, messages: list[dict[str, str]], varia
         return None
     return render_chat_template(settings.chat_template or DEFAULT_CHAT_TEMPLATE, messages, add_generation_prompt=True,
                                 **{**settings.named_tokens, **settings.template_kwargs, **variables})
+
+
+@dataclass(frozen=True, kw_only=True)
+class EncodedPrompt:
+    """The prompt the serve worker encodes for a conversation's next answer, decoded (``text``), and how many of its
+    oldest messages it leaves out to fit the model's context (``left_out``)."""
+
+    text: str
+    left_out: int
+
+
+def encoded_prompt(*, model: ModelChoice, messages: list[dict[str, str]], variables: dict[str, Any],
+                   max_new_tokens: int) -> EncodedPrompt | None:
+    """What the serve worker encodes for ``messages`` (a chat turn's request: ``variables`` its
+    ``chat_template_kwargs``, ``max_new_tokens`` its answer's): ``jaxengine.prompts.fitted_conversation``, the worker's
+    own way with a conversation past the model's context (``worker.tasks.serve.fit_to_context``), with the BOS token
+    it adds, decoded with the special tokens. None where the model's tokenizer cannot be read or there are no messages;
+    the whole conversation where its config.json cannot be read (the worker cannot load the model either, and says
+    why); ``ChatTemplateError`` where the template fails on them, ``ContextLengthError`` where the last message or the
+    system prompt fills the context alone (both say what to do)."""
+    import json
+
+    from jaxengine.models.config import served_context
+    from jaxengine.prompts import encode_prompt, fitted_conversation
+
+    tokenizer = _tokenizer(model.path, _template_files_stamp(model.path))
+    if tokenizer is None or not messages:
+        return None
+    try:
+        hf_config = json.loads((Path(model.path) / "config.json").read_text(encoding="utf-8"))
+        context = served_context(hf_config if isinstance(hf_config, dict) else {})
+    except (OSError, UnicodeDecodeError, ValueError, TypeError):
+        kept, ids = messages, encode_prompt(tokenizer, messages, **variables)
+    else:
+        kept, ids = fitted_conversation(tokenizer, messages, context=context, max_new_tokens=max_new_tokens,
+                                        **variables)
+    return EncodedPrompt(text=tokenizer.decode(ids, skip_special_tokens=False), left_out=len(messages) - len(kept))
+
+
+@functools.lru_cache(maxsize=4)  # a tokenizer of a large vocabulary holds tens of megabytes
+def _tokenizer(path: str, _stamp: tuple):
+    from jaxengine.tokenizer import TokenizerError, load_tokenizer
+
+    if not Path(path).is_dir():
+        return None
+    try:
+        return load_tokenizer(path)
+    except (TokenizerError, OSError):
+        return None
 
 
 def model_choices(*, project: Project, archived: bool = False) -> list[ModelChoice]:

@@ -27,7 +27,8 @@ from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.chat import channels
 from webapp.chat.models import ApiGeneration, Conversation, Message, MessageStatus, ProjectToken, Role
-from webapp.chat.selectors import ModelChoice, chat_template_variables, conversation_readers, rendered_prompt
+from webapp.chat.selectors import (ModelChoice, chat_template_variables, conversation_readers, rendered_prompt,
+                                   structured_template_variables)
 from webapp.core.bidi import isolated
 from webapp.core.templatetags.temper import when
 from webapp.core.text import NUL, checked_text, storable_model_text
@@ -103,9 +104,7 @@ def checked_template_variables(*, model: ModelChoice, variables: dict[str, Any],
         problems.append(f"{len(variables)} template variables given; set at most {TEMPLATE_VARIABLES_MAX}")
     for name, value in variables.items():
         if name not in readable:
-            reads = ", ".join(readable) or "none that a chat sets"
-            problems.append(f"{isolated(str(name))}: the chat template of {isolated(model.label)} does not read it "
-                            f"(it reads {reads}); leave it out")
+            problems.append(unread_variable_problem(name=str(name), model=model, readable=readable, remedy="leave it out"))
         elif problem := template_variable_problem(name, value):
             problems.append(f"{name}: {problem}")
         elif isinstance(value, str) and (problem := _text_problem(value)):
@@ -117,6 +116,16 @@ def checked_template_variables(*, model: ModelChoice, variables: dict[str, Any],
     _check_renders(model=model, variables=variables, enable_thinking=enable_thinking,
                    messages=[*turns, {"role": "user", "content": "Hello"}])
     return variables
+
+
+def unread_variable_problem(*, name: str, model: ModelChoice, readable, remedy: str) -> str:
+    """Why ``name`` is no variable a conversation with ``model`` sets: its chat template reads it as a list or
+    mapping (``selectors.structured_template_variables``), or does not read it (``readable``: those it does)."""
+    if name in structured_template_variables(model):
+        return (f"{name}: the chat template of {isolated(model.label)} reads it as a list or mapping, which a chat does "
+                f"not set (tools reach it through a /v1 request's tools); {remedy}")
+    reads = ", ".join(readable) or "none that a chat sets"
+    return f"{isolated(name)}: the chat template of {isolated(model.label)} does not read it (it reads {reads}); {remedy}"
 
 
 def _text_problem(value: str) -> str | None:
@@ -140,11 +149,16 @@ def template_kwargs_of(conversation: Conversation, model: ModelChoice) -> dict[s
 def _check_renders(*, model: ModelChoice, variables: dict[str, Any], enable_thinking: bool | None,
                    messages: list[dict[str, str]]) -> None:
     """Refuse (``ValidationError`` keyed ``template_variables``) ``variables`` that ``model``'s chat template fails
-    on for ``messages``, before anything is sent: the serve worker would only fail the answer."""
+    on for ``messages``, before anything is sent: the serve worker would only fail the answer. Without variables the
+    template fails on the conversation itself, keyed ``chat_template``."""
     probe = Conversation(template_variables=variables, enable_thinking=enable_thinking)
     try:
         rendered_prompt(model=model, messages=messages, variables=template_kwargs_of(probe, model))
     except ChatTemplateError as error:
+        if not variables:  # the template itself refuses the conversation (changed since, or a system turn it refuses)
+            raise ValidationError({"chat_template": (
+                f"the chat template of {isolated(model.label)} fails on this conversation: {error}. Nothing was sent; "
+                "start a new conversation with another model or without what the template refuses")}) from None
         shown = ", ".join(f"{name} = {isolated(json.dumps(value, ensure_ascii=False)[:80])}"
                           for name, value in variables.items())
         raise ValidationError({"template_variables": (
@@ -290,16 +304,18 @@ def api_generation_end(*, generation_id: str) -> None:
 @transaction.atomic
 def message_send(*, conversation: Conversation, model: ModelChoice, content: str) -> Message:
     """Add a user turn and ask for the answer; returns the (streaming) assistant message. Bad text is a
-    ``ValidationError`` keyed by ``content``, the chat form's field."""
+    ``ValidationError`` keyed by ``content``, the chat form's field; a conversation the model's chat template fails on
+    one keyed ``template_variables`` or ``chat_template`` (``_check_renders``)."""
     check_turn_text(content, field="content", what="message")
     chat_model_lock(project=conversation.project, model=model, doing="as the message was being sent")
     conversation = Conversation.objects.select_for_update(of=("self",)).get(pk=conversation.pk)
     if conversation.messages.filter(status=MessageStatus.STREAMING).exists():
         raise ChatError("an answer is still being written; stop it or wait for it to finish")
     Message.objects.create(conversation=conversation, role=Role.USER, content=content)
-    if conversation.template_variables:  # a value the template fails on with this conversation: refused, nothing saved
-        _check_renders(model=model, variables=conversation.template_variables,
-                       enable_thinking=conversation.enable_thinking, messages=history(conversation))
+    # A template that fails on this conversation (with its variables, or as the model's template now stands): refused,
+    # nothing saved.
+    _check_renders(model=model, variables=conversation.template_variables,
+                   enable_thinking=conversation.enable_thinking, messages=history(conversation))
     if not conversation.title:
         conversation.title = content.strip().splitlines()[0][:TITLE_CHARS]
     conversation.save()
@@ -317,9 +333,8 @@ def message_regenerate(*, conversation: Conversation, model: ModelChoice) -> Mes
     if last.status == MessageStatus.STREAMING:
         raise ChatError("an answer is still being written; stop it or wait for it to finish")
     last.delete()
-    if conversation.template_variables:
-        _check_renders(model=model, variables=conversation.template_variables,
-                       enable_thinking=conversation.enable_thinking, messages=history(conversation))
+    _check_renders(model=model, variables=conversation.template_variables,
+                   enable_thinking=conversation.enable_thinking, messages=history(conversation))
     conversation.save()
     return _enqueue_answer(conversation, model)
 

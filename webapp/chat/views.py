@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from jaxengine.chat_template import ChatTemplateError
+from jaxengine.prompts import PromptError
 from webapp.chat import selectors, services
 from webapp.chat.forms import ConversationForm, MessageForm
 from webapp.chat.models import Message, ProjectToken
@@ -153,14 +154,15 @@ def chat_detail(request: HttpRequest, slug: str, conversation_id: str) -> HttpRe
 
 
 def _prompt(conversation, model) -> dict:
-    """The conversation so far as the model's chat template renders it for the next answer, with the conversation's
-    template variables (``prompt``), or why it cannot be rendered (``prompt_error``): what the variables do."""
+    """The conversation so far as the serve worker encodes it for the next answer (``selectors.encoded_prompt``),
+    with the conversation's template variables (``prompt``), or why it cannot be (``prompt_error``)."""
     if model is None:
         return {}
     try:
-        return {"prompt": selectors.rendered_prompt(model=model, messages=services.history(conversation),
-                                                    variables=services.template_kwargs_of(conversation, model))}
-    except ChatTemplateError as error:
+        return {"prompt": selectors.encoded_prompt(model=model, messages=services.history(conversation),
+                                                   variables=services.template_kwargs_of(conversation, model),
+                                                   max_new_tokens=conversation.max_tokens)}
+    except (ChatTemplateError, PromptError) as error:
         return {"prompt_error": str(error)}
 
 
@@ -215,7 +217,7 @@ def chat_send(request: HttpRequest, slug: str, conversation_id: str) -> HttpResp
     try:
         answer = services.message_send(conversation=conversation, model=_model_or_error(project, conversation),
                                        content=form.cleaned_data["content"])
-    except ValidationError as error:  # the text itself (blank, a NUL): the sender can fix it
+    except ValidationError as error:  # the text itself (blank, a NUL), or the chat template fails on the turn
         return _invalid(error.message_dict)
     except services.ChatError as error:  # the conversation's state (an answer still streaming)
         return JsonResponse({"error": str(error)}, status=409)
@@ -234,7 +236,7 @@ def chat_regenerate(request: HttpRequest, slug: str, conversation_id: str) -> Ht
     project, _membership, conversation = _chat_conversation(request, slug, conversation_id)
     try:
         answer = services.message_regenerate(conversation=conversation, model=_model_or_error(project, conversation))
-    except ValidationError as error:  # the conversation's template variables fail on it
+    except ValidationError as error:  # the chat template fails on the conversation (with its variables)
         return _invalid(error.message_dict)
     except services.ChatError as error:
         return JsonResponse({"error": str(error)}, status=409)

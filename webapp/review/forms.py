@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+import json
+
 from django import forms
 
 from jaxengine.words import counted
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
-from webapp.chat.forms import THINKING_CHOICES, THINKING_HELP, ModelRefField, thinking_choice
-from webapp.chat.selectors import model_choices, thinking_defaults
+from webapp.chat.forms import THINKING_CHOICES, THINKING_HELP, VARIABLE_PREFIX, ModelRefField, thinking_choice
+from webapp.chat.selectors import chat_template_variables, model_choices, thinking_defaults
+from webapp.chat.services import TEMPLATE_VARIABLE_MAX_CHARS
 from webapp.core.bidi import isolated
 from webapp.core.text import LONG_TEXT_MAX_CHARS
 from webapp.review.models import MAX_REQUIRED_REVIEWS, Choice, Label
@@ -96,6 +99,40 @@ class GeneratedCampaignForm(CampaignSettingsForm):
         sources = prompt_sources(project=project)
         self.sources = {version.public_id: version for version, _label in sources}
         self.fields["prompts_version"].choices = [(version.public_id, label) for version, label in sources]
+        variables = self._add_variables(choices)
+        order = list(self.field_order)
+        self.order_fields(order[:order.index("seed") + 2] + variables + order[order.index("seed") + 2:])
+
+    def _add_variables(self, choices) -> list[str]:
+        """A box ``var_<name>`` for each chat template variable a model of the project reads, as the arena's compare
+        mode offers them: ``data-template-variable`` lists the models reading it, by which forms.js shows and enables
+        it where model A's or B's template reads it and hides and disables it otherwise (so as served, for the models
+        sent or the first one). Returns the fields' names."""
+        readers: dict[str, list[str]] = {}
+        for choice in choices:
+            for name in chat_template_variables(choice):
+                readers.setdefault(name, []).append(choice.ref)
+        picked = ({self.data.get("model_a"), self.data.get("model_b")} if self.is_bound
+                  else {choices[0].ref} if choices else set())
+        names = []
+        for name, refs in sorted(readers.items()):
+            field = forms.CharField(
+                required=False, strip=False, max_length=TEMPLATE_VARIABLE_MAX_CHARS,
+                label=f"{name} (chat template variable)",
+                help_text="Read by the chat template of model A or B: every prompt is rendered with it for the model whose "
+                          "template reads it, as the chat panel's. Empty: not sent (the model's own value).")
+            field.widget.attrs["data-template-variable"] = json.dumps({ref: "" for ref in refs})
+            field.initially_hidden = not picked & set(refs)
+            if field.initially_hidden:
+                field.widget.attrs["disabled"] = True
+            self.fields[f"{VARIABLE_PREFIX}{name}"] = field
+            names.append(f"{VARIABLE_PREFIX}{name}")
+        return names
+
+    def template_variables(self) -> dict[str, str]:
+        """The chat template variables typed, by name (an empty box is not sent)."""
+        return {name[len(VARIABLE_PREFIX):]: value for name, value in self.cleaned_data.items()
+                if name.startswith(VARIABLE_PREFIX) and value != ""}
 
     def clean_prompts_version(self):
         return self.sources[self.cleaned_data["prompts_version"]]

@@ -570,6 +570,22 @@ def _generation_model(project: Project, field_name: str, ref: str) -> dict[str, 
             "template_kwargs": choice.template_kwargs}
 
 
+def _generation_variables(project: Project, models: dict[str, dict[str, Any]], values: dict[str, str], *,
+                          enable_thinking: bool | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``values`` (as typed) for model A and B: each model's those its chat template reads, typed as its own, and
+    checked as a conversation's; a ``ValidationError`` keyed ``template_variables`` naming what is wrong."""
+    # Imported here: webapp.chat.arena imports this module (a battle's votes go to review campaigns).
+    from webapp.chat.arena import side_template_variables
+    from webapp.chat.services import checked_template_variables
+
+    values = {name: value for name, value in values.items() if value != ""}
+    if not values:
+        return {}, {}
+    choices = tuple(model_choice(project=project, ref=model["ref"]) for model in models.values())
+    return tuple(checked_template_variables(model=choice, variables=variables, enable_thinking=enable_thinking)
+                 for choice, variables in zip(choices, side_template_variables(values, choices)))
+
+
 @transaction.atomic
 def campaign_generate(
     *,
@@ -584,11 +600,16 @@ def campaign_generate(
     prompt_count: int,
     sampling: GenerationSettings,
     user: AbstractBaseUser | None,
+    template_variables: dict[str, str] | None = None,
 ) -> Campaign:
     """Create a campaign on the answers of models ``model_a`` and ``model_b`` (model refs as the chat
     stores them) to the first ``prompt_count`` prompts of ``prompts_version`` (a ready ``prompts``,
     ``sft`` or ``preference`` version of the project, e.g. a run's eval set). The campaign is
-    ``generating`` until the ``serve`` worker has generated both answers to every prompt."""
+    ``generating`` until the ``serve`` worker has generated both answers to every prompt.
+    ``template_variables``: the chat panel's chat template variables, values as typed (an empty one is not sent),
+    kept with each model whose template reads them as the arena's compare mode keeps them
+    (``webapp.chat.arena.side_template_variables``) and checked as a conversation's
+    (``webapp.chat.services.checked_template_variables``): every prompt that model answers is rendered with them."""
     name = _check_campaign_basics(project, name, required_reviews)
     checked_text(guidelines, field="guidelines", max_length=LONG_TEXT_MAX_CHARS)
     reviewers = _check_reviewers(project, reviewers)
@@ -596,6 +617,9 @@ def campaign_generate(
               "model_b": _generation_model(project, "model_b", model_b)}
     if models["model_a"]["ref"] == models["model_b"]["ref"]:
         raise ValidationError({"model_b": "choose two different models (or two checkpoints of one run)"})
+    for model, variables in zip(models.values(), _generation_variables(project, models, template_variables or {},
+                                                                       enable_thinking=sampling.enable_thinking)):
+        model["template_variables"] = variables
     if prompts_version.dataset.project_id != project.pk:
         raise ValidationError({"prompts_version": "choose a dataset version of this project"})
     if prompts_version.dataset.kind not in PROMPT_SOURCE_KINDS:

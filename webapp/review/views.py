@@ -88,7 +88,7 @@ def campaign_generate(request: HttpRequest, slug: str) -> HttpResponse:
                 sampling=services.GenerationSettings(
                     max_new_tokens=data["max_new_tokens"], temperature=data["temperature"], top_p=data["top_p"],
                     top_k=data["top_k"], seed=data["seed"], enable_thinking=data.get("thinking")),
-                user=request.user)
+                user=request.user, template_variables=form.template_variables())
             messages.success(request, f"Campaign {isolated(campaign.name)} created; both models are answering its prompts.")
             return reverse("review:detail", args=[project.slug, campaign.public_id])
 

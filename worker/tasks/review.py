@@ -93,8 +93,9 @@ def model_answers(model: dict[str, Any], prompts: list[services.GenerationPrompt
     submitted: chats arriving meanwhile join the next batch instead of waiting behind the whole
     campaign. ``on_progress`` is told the answers so far after each slice and says whether to go on
     (``GenerationStopped`` when not). Prompt ``i`` uses seed ``settings.seed + i`` (the same for both models), and is
-    rendered with ``settings.chat_template_kwargs`` (the Thinking switch) over a run's model's ``template_kwargs`` (its
-    Run row's, ``webapp.chat.selectors.ModelChoice``) over the model's own template variables.
+    rendered with the campaign's template variables ``model["template_variables"]`` (those its template reads) over
+    ``settings.chat_template_kwargs`` (the Thinking switch) over a run's model's ``template_kwargs`` (its Run row's,
+    ``webapp.chat.selectors.ModelChoice``) over the model's own template variables.
     Each answer has ``TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS`` from its slice's submission; one cut
     by it ends the generation (``GenerationError``, naming the model, the row and what to do)."""
     from jaxengine.chat_template import ChatTemplateError
@@ -108,8 +109,10 @@ def model_answers(model: dict[str, Any], prompts: list[services.GenerationPrompt
     # Without a deadline one slice could hold the serve worker (and the chats waiting behind it) for as long as it
     # took; a chat answer's (TEMPER_SERVE_TIMEOUT_SECONDS) would be too short for a campaign's longest answers.
     timeout = django_settings.TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS
-    # A run's model's variables as its Run row has them (a campaign made before they were recorded has none).
-    variables = {**model.get("template_kwargs", {}), **settings.chat_template_kwargs}
+    # A run's model's variables as its Run row has them (a campaign made before they were recorded has none), then the
+    # Thinking switch, then the campaign's own variables this model's template reads, as a chat turn lays them.
+    variables = {**model.get("template_kwargs", {}), **settings.chat_template_kwargs,
+                 **model.get("template_variables", {})}
     requests = []
     for index, prompt in enumerate(prompts):
         try:

@@ -354,15 +354,14 @@ def prepare(model_key: str, model_path: str) -> dict:
     return {"loaded": model_key}
 
 
-def prompt_ids(request: GenerateRequest, tokenizer, messages: list[Message] | None = None) -> tuple[int, ...]:
-    """The request's prompt (or ``messages`` in place of its conversation) as token ids: a conversation
-    rendered exactly as SFT renders prompts."""
-    from jaxengine.data.pipeline import _with_bos, encode_prompt
+def prompt_ids(request: GenerateRequest, tokenizer) -> tuple[int, ...]:
+    """The request's prompt as token ids: a conversation rendered exactly as SFT renders prompts."""
+    from jaxengine.prompts import encode_prompt, with_bos
 
     if request.messages is not None:
-        turns = request.messages if messages is None else messages
-        return tuple(encode_prompt(tokenizer, [message.model_dump() for message in turns], **request.chat_template_kwargs))
-    return tuple(_with_bos(tokenizer, tokenizer.encode(request.prompt)))
+        return tuple(encode_prompt(tokenizer, [message.model_dump() for message in request.messages],
+                                   **request.chat_template_kwargs))
+    return tuple(with_bos(tokenizer, tokenizer.encode(request.prompt)))
 
 
 def fit_to_context(request: GenerateRequest, tokenizer, context: int) -> tuple[tuple[int, ...], int]:
@@ -370,10 +369,10 @@ def fit_to_context(request: GenerateRequest, tokenizer, context: int) -> tuple[t
     how many new tokens gets what the context leaves after its prompt, up to ``DEFAULT_MAX_NEW_TOKENS``. One
     that says without ``fit_context`` is taken as it is (the server refuses one that does not fit). With
     it, as chat panels do, a conversation whose prompt and answer would overflow leaves out its oldest turns
-    (the system prompt and the last message stay; what is left starts with a user turn, as chat templates
-    expect) and the answer gets what room is left; a last message that fills the context alone is refused,
-    naming its length, or the system prompt when no message would fit after it."""
-    from jaxengine.sampler import ContextLengthError
+    (``jaxengine.prompts.fitted_conversation``, which the conversation page shows the prompt of too) and the answer
+    gets what room is left; a last message that fills the context alone is refused, naming its length, or the system
+    prompt when no message would fit after it."""
+    from jaxengine.prompts import ContextLengthError, fitted_conversation
 
     ids = prompt_ids(request, tokenizer)
     if request.max_new_tokens is None:
@@ -384,24 +383,13 @@ def fit_to_context(request: GenerateRequest, tokenizer, context: int) -> tuple[t
     if not request.fit_context or len(ids) + request.max_new_tokens <= context:
         return ids, request.max_new_tokens
     if request.messages is not None:
-        system = [message for message in request.messages[:1] if message.role == "system"]
-        turns = request.messages[len(system):]
-        while len(ids) + request.max_new_tokens > context and len(turns) > 1:
-            turns = turns[1:]
-            while len(turns) > 1 and turns[0].role != "user":
-                turns = turns[1:]
-            ids = prompt_ids(request, tokenizer, system + turns)
-    if len(ids) >= context:
-        if request.messages is not None and system and turns:
-            # With no message at all it does not fit either: no shorter message helps, and a chat page's system
-            # prompt is its conversation's for good.
-            before_any_message = prompt_ids(request, tokenizer, system + [turns[-1].model_copy(update={"content": ""})])
-            if len(before_any_message) >= context:
-                raise ContextLengthError(
-                    f"the system prompt ({len(before_any_message)} tokens with the chat template) fills the model's "
-                    f"context ({context} tokens) on its own; start a new conversation with a shorter system prompt")
-        raise ContextLengthError(f"the message ({len(ids)} tokens with the chat template and system prompt) fills "
-                                 f"the model's context ({context} tokens) on its own; send a shorter one")
+        _kept, fitted = fitted_conversation(tokenizer, [message.model_dump() for message in request.messages],
+                                            context=context, max_new_tokens=request.max_new_tokens,
+                                            **request.chat_template_kwargs)
+        ids = tuple(fitted)
+    elif len(ids) >= context:
+        raise ContextLengthError(f"the prompt ({len(ids)} tokens) fills the model's context ({context} tokens) on "
+                                 "its own; send a shorter one")
     return ids, min(request.max_new_tokens, context - len(ids))
 
 

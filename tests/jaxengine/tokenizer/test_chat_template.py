@@ -210,3 +210,17 @@ def test_chat_variables_are_what_a_person_may_set_each_with_its_kind():
     assert set(NAMED_SPECIAL_TOKENS) <= chat_template.CHAT_PASSED_VARIABLES
     with pytest.raises(ChatTemplateError, match="line 1"):
         chat_template.chat_variables("{% if persona %}")
+
+
+@pytest.mark.parametrize("use", [
+    "{% for tool in extra %}{{ tool.name }}{% endfor %}",  # the iterable of a for
+    "{{ extra[0] }}", "{{ extra['name'] }}", "{{ extra.name }}",  # indexed
+    "{{ extra | length }}", "{{ extra | join(', ') }}", "{{ extra | map(attribute='name') | list }}",  # list filters
+    "{% for key, value in extra.items() %}{{ key }}{% endfor %}",  # a mapping's items
+    "{% if extra %}{{ extra | first }}{% endif %}",  # a truth value too: still a list
+    "{% set listed = extra %}{% for tool in listed %}{{ tool }}{% endfor %}",  # through a name the template sets
+])
+def test_a_variable_a_template_reads_as_a_list_or_mapping_is_structured(use):
+    """Not a text box's value: a chat leaves it out (tools reach a template through a /v1 request's tools)."""
+    assert chat_template.chat_variables(use + "{{ persona.upper() }}{{ persona | trim }}") == {
+        "extra": "structured", "persona": "text"}

@@ -109,7 +109,10 @@ def test_template_variables_lists_what_a_template_reads(template_name, reads):
 
 @pytest.mark.parametrize(("template_name", "offered"), [
     ("qwen3.jinja", {"enable_thinking": "boolean"}),
-    ("llama3_2.jinja", {"custom_tools": "text", "tools_in_user_message": "boolean"}),  # not bos_token, date_string
+    # not bos_token, date_string; custom_tools is the list of tools the template iterates (set tools = custom_tools)
+    ("llama3_2.jinja", {"custom_tools": "structured", "tools_in_user_message": "boolean"}),
+    # builtin_tools goes through reject and join, and is asked whether it holds a tool call's name
+    ("llama3_3.jinja", {"builtin_tools": "structured", "custom_tools": "structured", "tools_in_user_message": "boolean"}),
     ("gemma2.jinja", {}),
     ("phi3_5.jinja", {}),
 ])

@@ -5,8 +5,10 @@ gives each side those its template reads, and a stored value is shown as escaped
 import html
 import json
 import re
+from pathlib import Path
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.urls import reverse
 
 from jaxengine.data.pipeline import encode_prompt
@@ -87,6 +89,29 @@ def test_the_form_offers_the_variables_the_picked_models_template_reads_with_the
     assert 'value="true" selected' in page.split('name="var_terse"', 1)[1].split("</select>", 1)[0]
 
 
+def test_llama3s_tool_lists_are_not_offered_as_text(team, client_for, sent, tmp_path):
+    """Llama 3.3's real template iterates custom_tools and joins builtin_tools: a text box would hand it a string
+    (tools reach it through /v1's tools). Only tools_in_user_message, a switch, is offered; a list variable sent
+    anyway is refused by name, saying why."""
+    template = (Path(__file__).parents[2] / "jaxengine" / "tokenizer" / "real_templates" / "llama3_3.jinja").read_text()
+    model = make_base_model(team.project, name="llama", path=str(
+        build_bpe_tokenizer_dir(tmp_path / "llama", style="llama3", chat_template=template)))
+    client = client_for(team.teammate)
+    page = client.get(reverse("chat:list", args=[team.project.slug]) + f"?model={model.public_id}").content.decode()
+    assert field_tag(page, "tools_in_user_message").startswith("<select")
+    assert 'name="var_custom_tools"' not in page and 'name="var_builtin_tools"' not in page
+
+    why = ("builtin_tools: the chat template of Base model: llama reads it as a list or mapping, which a chat does not "
+           "set (tools reach it through a /v1 request's tools); leave it")
+    response = start(client, team, model, var_builtin_tools="brave_search")
+    assert response.status_code == 400 and f"Template variable {why} empty" in said(response)
+    assert not Conversation.objects.filter(project=team.project).exists()
+    with pytest.raises(ValidationError) as refused:
+        services.checked_template_variables(model=selectors.model_choice(project=team.project, ref=model.public_id),
+                                            variables={"builtin_tools": "brave_search"})
+    assert [message.replace("\u2068", "").replace("\u2069", "") for message in refused.value.messages] == [why + " out"]
+
+
 def test_enable_thinking_stays_the_thinking_switch(team, client_for, tmp_path):
     from tests.webapp.factories import thinking_model_dir
 
@@ -130,6 +155,44 @@ def test_the_conversation_keeps_its_variables_and_every_turn_renders_them(
     # "New conversation with these settings" brings them back.
     again = client.get(reverse("chat:list", args=[team.project.slug]) + f"?from={conversation.public_id}").content.decode()
     assert 'value="a pirate &lt;b&gt;bold&lt;/b&gt;"' in field_tag(again, "persona")
+
+
+def test_the_prompt_shown_is_what_the_serve_worker_encodes(team, client_for, sent, tmp_path,
+                                                           django_capture_on_commit_callbacks):
+    """The *Prompt* section shows the tokens the serve worker encodes for the next answer, decoded: the BOS token it
+    adds where the template writes none, and without the oldest turns that a long conversation leaves out to fit the
+    model's context (worker.tasks.serve.fit_to_context)."""
+    from worker.tasks import serve
+
+    path = build_bpe_tokenizer_dir(tmp_path / "short", style="llama3", chat_template=PERSONA_TEMPLATE)
+    (path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 400}))
+    model = make_base_model(team.project, name="short", path=str(path))
+    client = client_for(team.teammate)
+    start(client, team, model, system_prompt="Be kind.", var_persona="a poet")
+    conversation = Conversation.objects.get(project=team.project)
+    for turn in range(6):
+        Message.objects.create(conversation=conversation, role="user", content=f"question {turn}: " + "why " * 8)
+        Message.objects.create(conversation=conversation, role="assistant", content=f"answer {turn}: " + "so " * 8)
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(url("send", conversation), {"content": "And now?"})
+    [(_name, [request], _queue)] = sent
+
+    tokenizer = load_tokenizer(model.path)
+    ids, _max_new_tokens = serve.fit_to_context(serve.GenerateRequest.model_validate(request), tokenizer, 400)
+    encoded = tokenizer.decode(list(ids), skip_special_tokens=False)
+    assert encoded.startswith("<|begin_of_text|><|im_start|>system\nYou are a poet.")  # the worker's BOS
+    assert "question 5" in encoded and "question 4" not in encoded  # the oldest 5 pairs left out
+    page = client.get(url("detail", conversation)).content.decode()
+    shown = html.unescape(page.split('id="chat-prompt"', 1)[1].split("<pre", 1)[1].split(">", 1)[1].split("</pre>")[0])
+    assert shown == encoded
+    assert "the oldest 10 messages are left out" in said(page_section(page, "chat-prompt"))
+
+
+def page_section(page: str, element_id: str):
+    class Section:
+        content = page.split(f'id="{element_id}"', 1)[1].split("</details>", 1)[0].encode()
+
+    return Section()
 
 
 @pytest.mark.parametrize(("fields", "message"), [
@@ -178,6 +241,34 @@ def test_a_turn_the_template_fails_on_with_the_conversations_variables_sends_not
         'template_variables: the chat template of Base model: persona fails with the template variables style = "rhyme": '
         "chat template line 5: style must be plain or rhyme, not rhyme. Nothing was sent")
     assert not Message.objects.filter(conversation=conversation).exists() and not sent
+
+
+def test_a_turn_the_template_now_fails_on_is_refused_in_a_conversation_without_variables(
+        team, client_for, persona_model, sent, tmp_path, django_capture_on_commit_callbacks):
+    """The check of each turn is not only for conversations that set variables: a model whose template now refuses
+    the conversation (a system turn, here) gets the same refusal, for a sent message and a regenerated answer, before
+    anything is saved or sent; the serve worker would only fail the answer."""
+    client = client_for(team.teammate)
+    start(client, team, persona_model, system_prompt="Be kind.")
+    conversation = Conversation.objects.get(project=team.project)
+    assert conversation.template_variables == {}
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = client.post(url("send", conversation), {"content": "Hello"}).json()["message"]
+    services.message_finish(message_id=answer, text="Hi.", finish_reason="stop")
+    config = tmp_path / "persona" / "tokenizer_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "chat_template": (
+        "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+        + PERSONA_TEMPLATE)}))
+    sent.clear()
+
+    for response in (client.post(url("send", conversation), {"content": "Again"}),
+                     client.post(url("regenerate", conversation))):
+        assert response.status_code == 400
+        assert response.json()["error"].replace("\u2068", "").replace("\u2069", "").startswith(
+            "chat_template: the chat template of Base model: persona fails on this conversation: chat template line 1: "
+            "System role not supported. Nothing was sent")
+    assert [message.content for message in Message.objects.filter(conversation=conversation)] == ["Hello", "Hi."]
+    assert not sent
 
 
 def test_an_outsider_still_gets_404(team, client_for, persona_model, sent):

@@ -786,3 +786,55 @@ def test_the_prompt_choices_say_an_eval_sets_size_and_read_no_runs_charts(team, 
         labels = dict((version.public_id, label) for version, label in selectors.prompt_sources(project=team.project))
     assert labels[eval_set.public_id] == f"Eval set of run {isolated('grpo-1')}: {isolated('held out')} v1 (prompts, 1,200 rows)"
     assert not any("series_cache" in query["sql"] for query in queries.captured_queries)
+
+
+@pytest.fixture
+def persona_and_plain(team, tmp_path):
+    """A model whose chat template reads persona, terse and style (the chat's test template), and one reading none."""
+    from tests.factories import build_bpe_tokenizer_dir
+    from tests.webapp.chat.test_template_variables import PERSONA_TEMPLATE
+
+    return [make_base_model(team.project, name="persona", path=str(
+                build_bpe_tokenizer_dir(tmp_path / "persona", chat_template=PERSONA_TEMPLATE))),
+            make_base_model(team.project, name="plain", path=str(build_bpe_tokenizer_dir(tmp_path / "plain")))]
+
+
+def test_the_chats_template_variables_are_kept_for_each_model_whose_template_reads_them(team, persona_and_plain,
+                                                                                      prompts_version):
+    """A generated campaign's prompts are rendered with the chat panel's template variables too: kept with each model
+    whose template reads them, typed as its form types them (the serve worker renders every prompt with them:
+    tests/worker/test_review_generation.py); a name neither reads, or a value the template fails on, is refused with
+    nothing made."""
+    campaign = generate(team, persona_and_plain, prompts_version,
+                        template_variables={"persona": "a poet <b>", "terse": "true", "style": ""})
+    assert campaign.generation["model_a"]["template_variables"] == {"persona": "a poet <b>", "terse": True}
+    assert campaign.generation["model_b"]["template_variables"] == {}
+    for variables, message in (({"colour": "red"}, "colour: neither model's chat template reads it"),
+                               ({"style": "jazz"}, "chat template line 5: style must be plain or rhyme, not jazz"),
+                               ({"persona": "x" * 4_001}, "persona: 4,001 characters; at most 4,000")):
+        with pytest.raises(ValidationError) as refused:
+            generate(team, persona_and_plain, prompts_version, name="refused", template_variables=variables)
+        assert message in " ".join(refused.value.message_dict["template_variables"]).replace("\u2068", "").replace(
+            "\u2069", "")
+    assert list(Campaign.objects.values_list("name", flat=True)) == ["falcon vs heron"]
+
+
+def test_the_form_offers_the_variables_and_the_page_shows_them_escaped(team, client_for, persona_and_plain,
+                                                                      prompts_version):
+    url = reverse("review:generate", args=[team.project.slug])
+    page = client_for(team.owner).get(url).content.decode()
+    assert 'name="var_persona"' in page and 'name="var_bos_token"' not in page
+    fields = {"name": "pass 1", "model_a": persona_and_plain[0].public_id, "model_b": persona_and_plain[1].public_id,
+              "prompts_version": prompts_version.public_id, "prompt_count": 2, "max_new_tokens": 32,
+              "temperature": 0.5, "top_p": 0.9, "top_k": 0, "seed": 0, "required_reviews": 1,
+              "reviewers": [team.teammate.pk]}
+    response = client_for(team.owner).post(url, {**fields, "var_style": "jazz"})
+    assert response.status_code == 400 and not Campaign.objects.filter(name="pass 1").exists()
+    assert "style must be plain or rhyme, not jazz" in " ".join(response.context["form"].non_field_errors())
+    response = client_for(team.owner).post(url, {**fields, "var_persona": "a poet <b>bold</b>"})
+    assert response.status_code == 302, response.content
+    assert Campaign.objects.get(name="pass 1").generation["model_a"]["template_variables"] == {
+        "persona": "a poet <b>bold</b>"}
+    page = client_for(team.teammate).get(response.url).content.decode()
+    assert "<b>bold</b>" not in page
+    assert "persona = <bdi>&quot;a poet &lt;b&gt;bold&lt;/b&gt;&quot;</bdi>" in page
