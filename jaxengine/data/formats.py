@@ -63,7 +63,8 @@ _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _JSON_WHITESPACE = frozenset(" \t\n\r") | {""}
 _SNIFF_BYTES = 8192
 _HISTOGRAM_BINS = 30
-# Rows named in the statistics' duplicate and one-sided-chat counts; the rest are counted only.
+# Rows named in the statistics' duplicate and one-sided-chat counts, and in the error of an engine's reading of a file
+# (pipeline.read_examples); the rest are counted only.
 ROWS_SHOWN = 5
 
 
@@ -149,11 +150,29 @@ class Issue:
 
 
 class DatasetFormatError(Exception):
-    """A problem that stops reading the file (or, from ``iter_examples``, the first bad row)."""
+    """A problem that stops reading the file (or, from ``iter_examples``, the first bad row); ``later``: the first
+    problems of the bad rows after it, ``later_count`` of them counted in all, where the reader went on to name them
+    (``iter_examples``'s ``rows_named``)."""
 
-    def __init__(self, issue: Issue):
-        super().__init__(str(issue))
-        self.issue = issue
+    def __init__(self, issue: Issue, *, later: tuple[Issue, ...] = (), later_count: int = 0):
+        super().__init__(_with_later_rows(issue, later, later_count))
+        self.issue, self.later, self.later_count = issue, later, later_count
+
+
+def _with_later_rows(issue: Issue, later: tuple[Issue, ...], later_count: int) -> str:
+    """'line 3, row 3: ...; 6 more bad rows: line 5, row 5: the same problem; line 8, row 8: ...; and 4 more', a
+    problem said once already said as the same."""
+    if not later_count:
+        return str(issue)
+    said, named = {(issue.field, issue.message)}, []
+    for bad in later:
+        if (bad.field, bad.message) in said:
+            bad = Issue(code=bad.code, message="the same problem", line=bad.line, row=bad.row, field=bad.field)
+        said.add((bad.field, bad.message))
+        named.append(str(bad))
+    unnamed = later_count - len(later)
+    rows = f"{later_count} more bad row{'s' if later_count != 1 else ''}"
+    return f"{issue}; {rows}: {'; '.join(named)}" + (f"; and {unnamed} more" if unnamed else "")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -2017,24 +2036,58 @@ def validate_file(
 
 
 def iter_examples(path: str | os.PathLike, *, fmt: FileFormat, mapping: ColumnMapping,
-                  source: DataSource = WEB_UPLOAD) -> Iterator[dict[str, Any]]:
+                  source: DataSource = WEB_UPLOAD, rows_named: int = 1) -> Iterator[dict[str, Any]]:
     """Stream the examples of a dataset file; raises ``DatasetFormatError`` at the first bad row.
 
     This is how the engine reads data: the same readers and checks as ``validate_file``, their advice worded for
-    ``source``.
+    ``source``. With ``rows_named`` over 1, the first bad row stops the examples but not the reading: the rest of the
+    file is checked, without building examples, and the error names up to ``rows_named`` bad rows in all and counts
+    the others, as an upload's check does (the caller reads the file to its end anyway, or fails).
     """
     fmt = FileFormat(fmt)
     check_file(path, fmt=fmt)
     cells_are_strings = fmt is FileFormat.CSV
-    for item in iter_rows(path, fmt=fmt, source=source):
+    items = iter_rows(path, fmt=fmt, source=source)
+    for item in items:
         if type(item) is Issue:
-            raise DatasetFormatError(item)
-        example, problems = check_record(item.value, mapping=mapping, cells_are_strings=cells_are_strings,
-                                         source=source)
-        if problems:
+            first = item
+        else:
+            example, problems = check_record(item.value, mapping=mapping, cells_are_strings=cells_are_strings,
+                                             source=source)
+            if not problems:
+                yield example
+                continue
             field_name, code, message = problems[0]
-            raise DatasetFormatError(Issue(code=code, message=message, line=item.line, row=item.row, field=field_name))
-        yield example
+            first = Issue(code=code, message=message, line=item.line, row=item.row, field=field_name)
+        if rows_named <= 1:
+            raise DatasetFormatError(first)
+        later = _Pass(max_errors=rows_named - 1)  # the upload's collector: the first kept, all counted
+        _later_bad_rows(items, after=first, state=later, mapping=mapping, cells_are_strings=cells_are_strings,
+                        source=source)
+        raise DatasetFormatError(first, later=tuple(later.errors), later_count=later.error_count)
+
+
+def _later_bad_rows(items: Iterator[RawRow | Issue], *, after: Issue, state: _Pass, mapping: ColumnMapping,
+                    cells_are_strings: bool, source: DataSource) -> None:
+    """Report to ``state`` the first problem of each bad row of ``items`` (the rows after ``after``'s)."""
+    last_row = after.row
+    try:
+        for item in items:
+            if type(item) is Issue:
+                issue = item
+            else:
+                _example, problems = check_record(item.value, mapping=mapping, cells_are_strings=cells_are_strings,
+                                                  source=source)
+                if not problems:
+                    continue
+                field_name, code, message = problems[0]
+                issue = Issue(code=code, message=message, line=item.line, row=item.row, field=field_name)
+            if issue.row is not None and issue.row == last_row:
+                continue
+            last_row = issue.row
+            state.report(issue)
+    except DatasetFormatError as error:  # the rest cannot be read: that is its last problem
+        state.report(error.issue)
 
 
 def read_page(path: str | os.PathLike, *, fmt: FileFormat, mapping: ColumnMapping, offset: int,

@@ -911,3 +911,25 @@ def test_cli_data_errors_name_what_the_spec_can_set(demo_dir, tmp_path, capsys, 
     assert err.startswith(f"{path}: {data}: ") and advice in err
     for elsewhere in ("upload", "--kind", "--format", "--map", "command line", " API"):
         assert elsewhere not in err
+
+
+def test_cli_names_the_first_five_bad_rows_of_a_data_file_and_counts_the_rest(demo_dir, tmp_path, capsys):
+    """Session-33 audit: jaxengine train named the first bad row only, where an upload's check lists the first
+    problems and counts them all: a file with nine bad rows was mended and run again row by row."""
+    good = '{"prompt": "2 + 2?", "completion": "4"}\n'
+    empty = '{"prompt": "2 + 2?", "completion": ""}\n'
+    rows = [good, empty, good, empty, '{"prompt": 4, "completion": "4"}\n', empty, '{"prompt": "x"\n', empty, empty,
+            good, empty, empty]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(rows))
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"task": "sft", "model": str(demo_dir / "model"), "output_dir": str(tmp_path / "run"),
+                                    "data": {"train": str(data)}, "train": {"max_steps": 1}}))
+    assert main(["train", str(path), "--no-progress"]) == 2
+    assert capsys.readouterr().err == (
+        f"{path}: {data}: line 2, row 2, field 'completion': is an empty string; give it text or drop the row; "
+        "8 more bad rows: line 4, row 4, field 'completion': the same problem; line 5, row 5, field 'prompt': must be a "
+        'string, got a number: write it as text, in quotes ("4"); line 6, row 6, field \'completion\': the same '
+        "problem; line 7, row 7: broken JSON at column 15: Expecting ',' delimiter; each line must be one JSON "
+        "object; and 4 more\n")
+    assert not (tmp_path / "run").exists()
