@@ -327,3 +327,16 @@ def test_data_errors_name_what_eval_can_set(demo_dir, tmp_path, capsys, content,
     assert code == 2 and out == "" and advice in err
     for elsewhere in ("upload", "--kind", "--format", "data.columns", " API"):
         assert elsewhere not in err
+
+
+def test_data_errors_name_the_first_five_bad_rows(demo_dir, tmp_path, capsys):
+    """Session-33 audit: eval named the first bad row of --data only."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"prompt": "2 + 2?", "answer": "4"}\n' + '{"prompt": "", "answer": "4"}\n' * 7)
+    code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(data), "--metric",
+                              "exact_match")
+    assert code == 2 and out == ""
+    assert (f"--data {data}: line 2, row 2, field 'prompt': is an empty string; give it text or drop the row; 6 more "
+            "bad rows: line 3, row 3, field 'prompt': the same problem; line 4, row 4, field 'prompt': the same "
+            "problem; line 5, row 5, field 'prompt': the same problem; line 6, row 6, field 'prompt': the same "
+            "problem; and 2 more; exact_match needs") in err
