@@ -492,15 +492,16 @@ class GrpoGuard:
 # Building a GRPO job from a spec
 
 
-def read_prompts(path: str, *, tokenizer, columns: Mapping[str, str], max_prompt_tokens: int
+def read_prompts(path: str, *, tokenizer, columns: Mapping[str, str], max_prompt_tokens: int, source=None
                  ) -> tuple[list[dict], list[list[int]], dict[str, int]]:
     """The ``prompts`` rows of ``path``, their encoded prompts, and counts (rows kept, and dropped
-    because the prompt is longer than ``max_prompt_tokens``: no room left for ``max_new_tokens``)."""
+    because the prompt is longer than ``max_prompt_tokens``: no room left for ``max_new_tokens``); ``source`` as
+    ``pipeline.read_examples`` takes it."""
     from jaxengine.chat_template import ChatTemplateError
     from jaxengine.data.pipeline import DataError, encode_prompt, read_examples
 
     rows, prompt_ids, dropped = [], [], 0
-    for number, row in enumerate(read_examples(path, kind="prompts", columns=dict(columns)), start=1):
+    for number, row in enumerate(read_examples(path, kind="prompts", columns=dict(columns), source=source), start=1):
         try:
             ids = encode_prompt(tokenizer, row["prompt"])
         except ChatTemplateError as error:
@@ -565,6 +566,7 @@ def read_rl_prompts(spec, tokenizer, *, section: str, max_new_tokens: int, conte
     """``data.train`` and ``data.eval`` of an RL spec, keeping prompts that leave ``max_new_tokens``
     (``<section>.max_new_tokens``) of room in ``data.max_seq_len`` and in the model's ``context_length``
     (the sampler refuses a prompt and completion past it); a JobError when none is left."""
+    from jaxengine.data.pipeline import spec_source
     from jaxengine.job import JobError, eval_group_labels
 
     if max_new_tokens >= context_length:
@@ -576,11 +578,14 @@ def read_rl_prompts(spec, tokenizer, *, section: str, max_new_tokens: int, conte
         raise JobError(f"data.max_seq_len ({spec.data.max_seq_len}) leaves no room for a prompt before "
                        f"{section}.max_new_tokens ({max_new_tokens}); raise max_seq_len or lower max_new_tokens")
     read = dict(tokenizer=tokenizer, columns=spec.data.columns, max_prompt_tokens=max_prompt_tokens)
-    rows, prompt_ids, train_counts = read_prompts(spec.data.train, **read)
+    rows, prompt_ids, train_counts = read_prompts(spec.data.train, **read,
+                                                  source=spec_source("data.train", spec.task))
     if not rows:
         raise JobError(f"data.train: {spec.data.train} has no prompt of at most {max_prompt_tokens} tokens "
                        f"({train_counts})")
-    eval_rows, eval_prompt_ids, eval_counts = read_prompts(spec.data.eval, **read) if spec.data.eval else ([], [], {})
+    eval_rows, eval_prompt_ids, eval_counts = (read_prompts(spec.data.eval, **read,
+                                                            source=spec_source("data.eval", spec.task))
+                                               if spec.data.eval else ([], [], {}))
     options = getattr(spec, section)
     training = [WeightedReward(name=term.name, args=term.args) for term in options.rewards]
     scored = [*training, *(WeightedReward(name=term.name, args=term.args) for term in options.eval_metrics)]

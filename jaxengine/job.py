@@ -380,14 +380,15 @@ def _read_eval_rows(path: str, task: str, columns: dict[str, str]) -> list[dict]
     (the answer is the completion), so one held-out file serves loss and exact match."""
     from jaxengine.data import pipeline
 
+    source = pipeline.spec_source("data.eval", task)
     try:
-        return list(pipeline.read_examples(path, kind=pipeline.TASK_KINDS[task], columns=columns))
+        return list(pipeline.read_examples(path, kind=pipeline.TASK_KINDS[task], columns=columns, source=source))
     except pipeline.DataError as first_error:
         if task != "sft":
             raise
         prompt_column = {field: name for field, name in columns.items() if field == "prompt"}
         try:
-            rows = list(pipeline.read_examples(path, kind="prompts", columns=prompt_column))
+            rows = list(pipeline.read_examples(path, kind="prompts", columns=prompt_column, source=source))
         except pipeline.DataError as prompts_error:
             # The file is of the kind whose reading got further: chats with a bad third row were told the prompts
             # reading's error, that their first row lacked a 'prompt'.
@@ -779,7 +780,7 @@ def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, place
     encode = dict(task=spec.task, tokenizer=tokenizer, max_seq_len=spec.data.max_seq_len, loss_on=spec.data.loss_on,
                   vocab_size=job_model.config.vocab_size)
     train_rows = pipeline.read_examples(spec.data.train, kind=pipeline.TASK_KINDS[spec.task],
-                                        columns=spec.data.columns)
+                                        columns=spec.data.columns, source=pipeline.spec_source("data.train", spec.task))
     train_examples, train_stats = pipeline.encode_rows(train_rows, **encode, source=spec.data.train)
     eval_rows = _read_eval_rows(spec.data.eval, spec.task, spec.data.columns) if spec.data.eval else []
     eval_examples, eval_stats = pipeline.encode_rows(eval_rows, **encode, source=spec.data.eval)

@@ -625,8 +625,13 @@ def parse_spec(data: Any, *, source: str | None = None, _lines: dict[tuple, int]
         lines = _lines or {}
         # In the order of the file's lines (those of no line, a missing key, first): in the model's field order,
         # a file's problems read as lines 4, 6, 5.
+        errors = error.errors(include_url=False)
+        # A list with a bad element is also "too short" by the elements that passed: targets: [zz] read
+        # "peft.targets: ['zz']: give at least 1" beside the element's own problem, which names the allowed values.
+        element_lists = {tuple(err["loc"][:-1]) for err in errors if err["loc"] and isinstance(err["loc"][-1], int)}
+        errors = [err for err in errors if not (err["type"] == "too_short" and tuple(err["loc"]) in element_lists)]
         found = [(_line_for(tuple(part for part in err["loc"] if not _is_union_tag(part)), lines) or 0,
-                  _describe(err, source, lines)) for err in error.errors(include_url=False)]
+                  _describe(err, source, lines)) for err in errors]
         # A section for another task is checked once every field is valid; when some are not, it is
         # named too: under task grpo a "ppo:" section otherwise showed only as "grpo.rewards: required".
         task = data.get("task")

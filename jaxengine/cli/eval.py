@@ -68,6 +68,13 @@ def _columns(args: argparse.Namespace) -> dict[str, str]:
     return columns
 
 
+def _source():
+    """--data, whose problems' advice names eval's flags (--map), not an upload's or a job spec's settings."""
+    from jaxengine.data import formats
+
+    return formats.DataSource(entry=formats.Entry.EVAL, key="--data")
+
+
 def _read_rows(path: str, metric: str, columns: dict[str, str], answer_column: str = "answer") -> list[dict]:
     """The rows ``metric`` scores, each prompts row with its reference under ``answer`` (read from
     ``answer_column``)."""
@@ -76,7 +83,7 @@ def _read_rows(path: str, metric: str, columns: dict[str, str], answer_column: s
     if not set(columns) <= set(formats.KIND_FIELDS[formats.DatasetKind.PROMPTS]):
         return _sft_rows(path, columns)  # a completion or messages column was named: an sft file
     try:
-        rows = list(pipeline.read_examples(path, kind="prompts", columns=columns))
+        rows = list(pipeline.read_examples(path, kind="prompts", columns=columns, source=_source()))
     except pipeline.DataError as error:
         if metric == "exact_match":
             raise CliError(f"--data {error}; {NEEDS['exact_match']}") from None
@@ -103,7 +110,7 @@ def _sft_rows(path: str, columns: dict[str, str], prompts_error: DataError | Non
     from jaxengine.data import pipeline
 
     try:
-        return list(pipeline.read_examples(path, kind="sft", columns=columns))
+        return list(pipeline.read_examples(path, kind="sft", columns=columns, source=_source()))
     except pipeline.DataError as error:
         further = prompts_error is not None and (prompts_error.row or 0) > (error.row or 0)
         raise CliError(f"--data {prompts_error if further else error}; {NEEDS['loss']}") from None

@@ -17,6 +17,7 @@ from jaxengine.words import counted
 
 EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
+SOURCE = formats.DataSource(entry=formats.Entry.VALIDATE_DATA)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -57,12 +58,13 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"{path}: " + ("is a directory, not a file" if path.is_dir() else "no such file"))
         if args.max_errors < 0:
             raise ValueError(f"--max-errors must be 0 (count only) or more, got {args.max_errors}")
-        file_format = formats.FileFormat(args.file_format) if args.file_format else formats.detect_format(path.name)
+        file_format = (formats.FileFormat(args.file_format) if args.file_format
+                       else formats.detect_format(path.name, source=SOURCE))
         mapping = formats.ColumnMapping(kind=formats.DatasetKind(args.kind), columns=parse_mappings(args.mappings))
     except ValueError as error:
         print(f"jaxengine validate-data: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    report = formats.validate_file(path, fmt=file_format, mapping=mapping, max_errors=args.max_errors)
+    report = formats.validate_file(path, fmt=file_format, mapping=mapping, max_errors=args.max_errors, source=SOURCE)
     if args.json:
         print(json.dumps({
             "file": str(path), "format": file_format.value, "kind": mapping.kind.value, "ok": report.ok,

@@ -63,7 +63,8 @@ _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _JSON_WHITESPACE = frozenset(" \t\n\r") | {""}
 _SNIFF_BYTES = 8192
 _HISTOGRAM_BINS = 30
-# Rows named in the statistics' duplicate and one-sided-chat counts; the rest are counted only.
+# Rows named in the statistics' duplicate and one-sided-chat counts, and in the error of an engine's reading of a file
+# (pipeline.read_examples); the rest are counted only.
 ROWS_SHOWN = 5
 
 
@@ -109,7 +110,8 @@ EXTENSIONS: dict[str, FileFormat] = {
 }
 
 # Leading bytes of files given by mistake, and what to tell them. Like every message of these checks, in
-# words that fit the upload form, the API and the command line (validate-data, train, eval) alike.
+# words that fit the upload form, the API and the command line (validate-data, train, eval) alike; advice that names
+# a setting of one of them (a format, a kind, a column mapping) is worded for it by its ``DataSource``.
 _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x1f\x8b", "a gzip-compressed file: decompress it first"),
     (b"PK\x03\x04", "a zip archive: extract the dataset file from it first"),
@@ -148,11 +150,29 @@ class Issue:
 
 
 class DatasetFormatError(Exception):
-    """A problem that stops reading the file (or, from ``iter_examples``, the first bad row)."""
+    """A problem that stops reading the file (or, from ``iter_examples``, the first bad row); ``later``: the first
+    problems of the bad rows after it, ``later_count`` of them counted in all, where the reader went on to name them
+    (``iter_examples``'s ``rows_named``)."""
 
-    def __init__(self, issue: Issue):
-        super().__init__(str(issue))
-        self.issue = issue
+    def __init__(self, issue: Issue, *, later: tuple[Issue, ...] = (), later_count: int = 0):
+        super().__init__(_with_later_rows(issue, later, later_count))
+        self.issue, self.later, self.later_count = issue, later, later_count
+
+
+def _with_later_rows(issue: Issue, later: tuple[Issue, ...], later_count: int) -> str:
+    """'line 3, row 3: ...; 6 more bad rows: line 5, row 5: the same problem; line 8, row 8: ...; and 4 more', a
+    problem said once already said as the same."""
+    if not later_count:
+        return str(issue)
+    said, named = {(issue.field, issue.message)}, []
+    for bad in later:
+        if (bad.field, bad.message) in said:
+            bad = Issue(code=bad.code, message="the same problem", line=bad.line, row=bad.row, field=bad.field)
+        said.add((bad.field, bad.message))
+        named.append(str(bad))
+    unnamed = later_count - len(later)
+    rows = f"{later_count} more bad row{'s' if later_count != 1 else ''}"
+    return f"{issue}; {rows}: {'; '.join(named)}" + (f"; and {unnamed} more" if unnamed else "")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -225,13 +245,84 @@ class ValidationReport:
         return self.error_count == 0
 
 
+class Entry(StrEnum):
+    """The place a dataset file was given in, whose settings a problem's advice may name (``DataSource``)."""
+
+    UPLOAD = "upload"  # the web app's upload form and the REST API's upload: format, kind, column mapping
+    VALIDATE_DATA = "validate-data"  # jaxengine validate-data FILE --kind --format --map
+    SPEC = "spec"  # a job spec's data.train or data.eval (jaxengine train): data.columns; format by extension
+    EVAL = "eval"  # jaxengine eval --data (--metric decides the kind): --map; format by extension
+    LAUNCH = "launch"  # a run launched in the web app, on dataset versions uploaded there
+
+
+# The tasks that train on each kind, as jaxengine.spec.TASK_DATASET_KINDS says (spec imports this module).
+KIND_TASKS: dict[DatasetKind, str] = {DatasetKind.TEXT: "pretrain", DatasetKind.SFT: "sft",
+                                      DatasetKind.PREFERENCE: "reward or dpo", DatasetKind.PROMPTS: "grpo or ppo"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataSource:
+    """Where a dataset file came from, passed down to the checks so that the advice of a problem names what can be
+    set in that place: an upload's Format, Kind and Column mapping; validate-data's --format, --kind and --map; a job
+    spec's data.columns and task (``key``: the spec key the file was given as, ``task``: the spec's task); eval's
+    --map and --metric. A job spec and eval tell the format by the file's extension only, and have no kind to set."""
+
+    entry: Entry
+    key: str | None = None
+    task: str | None = None
+
+    def format_choice(self) -> str:
+        """How to give the format of a file whose extension says none, after "rename it with one of ...". """
+        return {Entry.UPLOAD: ", or give its format (Format on the upload form, file_format in the API)",
+                Entry.LAUNCH: ", or give its format (Format on the upload form, file_format in the API)",
+                Entry.VALIDATE_DATA: ", or give its format with --format",
+                Entry.SPEC: f" ({self.key or 'a job spec'}'s format is told by its extension)",
+                Entry.EVAL: " (--data's format is told by its extension)"}[self.entry]
+
+    def json_format(self) -> str:
+        """How to have a file read as one JSON array."""
+        if self.entry in (Entry.UPLOAD, Entry.LAUNCH):
+            return ("choose the format JSON (Format on the upload form, file_format in the API) or give the file "
+                    "the .json extension, and upload it again")
+        if self.entry is Entry.VALIDATE_DATA:
+            return "give --format json, or give the file the .json extension"
+        return "give the file the .json extension"
+
+    def mapping_place(self) -> str:
+        """Where a column mapping is set, as said in parentheses."""
+        return {Entry.UPLOAD: "Column mapping on the upload form, mapping in the API",
+                Entry.LAUNCH: "the Column mapping of a new version of the dataset, uploaded again",
+                Entry.VALIDATE_DATA: "--map FIELD=COLUMN", Entry.EVAL: "--map FIELD=COLUMN",
+                Entry.SPEC: "data.columns in the job spec"}[self.entry]
+
+    def kind_advice(self, *, kind: DatasetKind, other: DatasetKind) -> str:
+        """What to do with a file whose rows have the fields of ``other`` where ``kind``'s were read."""
+        if self.entry is Entry.UPLOAD:
+            return (f"if the file holds {other} rows, upload it as a dataset of kind {other} (Kind on the upload "
+                    "form, kind in the API)")
+        if self.entry is Entry.VALIDATE_DATA:
+            return f"if the file holds {other} rows, check it with --kind {other}"
+        if self.entry is Entry.EVAL:
+            return f"if the file holds {other} rows, jaxengine eval does not score them"
+        key = self.key or "the data"
+        if self.entry is Entry.LAUNCH:
+            return (f"{key} is read as {kind} rows: choose a dataset of kind {kind} for it, or upload the file as a "
+                    f"dataset of kind {other}, which {KIND_TASKS[other]} runs train on")
+        return (f"{key} of task {self.task or kind} is read as {kind} rows: give a file of {kind} rows for {key}"
+                + (f", or set task to {KIND_TASKS[other]}, which train on {other} rows" if key == "data.train" else ""))
+
+
+# The upload's words: what validate_file, iter_examples and detect_format say where no source is given.
+WEB_UPLOAD = DataSource(entry=Entry.UPLOAD)
+
+
 # --------------------------------------------------------------------------------------------
 # Format detection and whole-file checks
 
 
-def detect_format(filename: str, *, shown_as: str | None = None) -> FileFormat:
+def detect_format(filename: str, *, shown_as: str | None = None, source: DataSource = WEB_UPLOAD) -> FileFormat:
     """The file format from a file name's extension; ``ValueError`` names the accepted ones, and the file
-    as ``shown_as`` when given (the web app's, between bidi isolates)."""
+    as ``shown_as`` when given (the web app's, between bidi isolates), and how ``source`` gives a format."""
     suffix = Path(filename).suffix.lower()
     shown = filename if shown_as is None else shown_as
     try:
@@ -251,8 +342,8 @@ def detect_format(filename: str, *, shown_as: str | None = None) -> FileFormat:
             ) from None
         accepted = ", ".join(sorted(EXTENSIONS))
         raise ValueError(
-            f"cannot tell the format of '{shown}' from its extension: rename it with one of {accepted}, "
-            "or give its format (Format on the upload form, file_format in the API, --format on the command line)"
+            f"cannot tell the format of '{shown}' from its extension: rename it with one of {accepted}"
+            + source.format_choice()
         ) from None
 
 
@@ -355,8 +446,11 @@ def _line_too_long(raw: bytes, number: int, *, code: str) -> DatasetFormatError:
                 "into rows of their own, or check that the file's lines end with line breaks"))
 
 
-def iter_rows(path: str | os.PathLike, *, fmt: FileFormat) -> Iterator[RawRow | Issue]:
+def iter_rows(path: str | os.PathLike, *, fmt: FileFormat,
+              source: DataSource = WEB_UPLOAD) -> Iterator[RawRow | Issue]:
     """Stream the records of a file. Run ``check_file`` first for size/empty/binary checks."""
+    if FileFormat(fmt) is FileFormat.JSONL:
+        return _iter_jsonl(Path(path), source=source)
     readers = {
         FileFormat.JSONL: _iter_jsonl,
         FileFormat.JSON: _iter_json_array,
@@ -366,7 +460,7 @@ def iter_rows(path: str | os.PathLike, *, fmt: FileFormat) -> Iterator[RawRow | 
     return readers[FileFormat(fmt)](Path(path))
 
 
-def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
+def _iter_jsonl(path: Path, *, source: DataSource = WEB_UPLOAD) -> Iterator[RawRow | Issue]:
     """One JSON object per line; blank lines are skipped (they count as lines, not rows)."""
     with open(path, "rb") as handle:
         offset = 0
@@ -389,7 +483,7 @@ def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
                 if not raw.strip():
                     continue
                 if row == 0 and raw.lstrip().startswith(b"["):
-                    raise DatasetFormatError(_json_array_as_jsonl(line_number)) from None
+                    raise DatasetFormatError(_json_array_as_jsonl(line_number, source)) from None
                 if row == 0 and _ends_lines_with_cr(raw):
                     raise DatasetFormatError(_cr_line_endings(line_number)) from None
                 row += 1
@@ -398,7 +492,7 @@ def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
             # A list of messages is one chat, a row of its own (check_record says how to write it), not an array.
             if (row == 0 and type(value) is list and value and all(type(element) is dict for element in value)
                     and not all("role" in element for element in value)):
-                raise DatasetFormatError(_json_array_as_jsonl(line_number))
+                raise DatasetFormatError(_json_array_as_jsonl(line_number, source))
             row += 1
             if _keys_repeat(raw, value) and (repeated := _repeated_key_in_line(raw)) is not None:
                 yield _repeated_key_issue(repeated, line=line_number, row=row)
@@ -506,13 +600,12 @@ def _cr_line_endings(line: int) -> Issue:
                          "save it again with LF (or CRLF) line endings")
 
 
-def _json_array_as_jsonl(line: int) -> Issue:
+def _json_array_as_jsonl(line: int, source: DataSource) -> Issue:
     # Read line by line, an array gave a "broken JSON" problem for each of its lines (or, on one line,
     # "a row that is not an object"), and nothing said that the whole file was one array.
     return Issue(code="json", line=line,
                  message="the file is one JSON array (the layout of a .json file), not one JSON object per line: "
-                         "choose the format JSON (Format on the upload form, file_format in the API, --format on "
-                         "the command line) or give the file the .json extension, and upload it again")
+                         + source.json_format())
 
 
 # orjson refuses values nested deeper than 1024 levels; the json module (the JSON array reader, and the
@@ -1132,7 +1225,7 @@ def _json_type(value: Any) -> str:
     return type(value).__name__
 
 
-def _missing(mapping: ColumnMapping, field_name: str, record: dict, need: str) -> Problem:
+def _missing(mapping: ColumnMapping, field_name: str, record: dict, need: str, source: DataSource) -> Problem:
     if mapping.column_for(field_name) in record:  # there, but null
         return (field_name, "missing_field",
                 f"{mapping.describe(field_name)} is null: {need}; give it a value or drop the row")
@@ -1143,13 +1236,13 @@ def _missing(mapping: ColumnMapping, field_name: str, record: dict, need: str) -
         # 'Prompt' beside 'prompt' was listed among the row's columns, the difference left to be spotted.
         return (field_name, "missing_field",
                 f"missing {mapping.describe(field_name)}: {need}; this row has a column {near!r}, which differs from "
-                f"{wanted!r} only in letter case or spaces: rename the column {wanted!r}, or map it (Column mapping on "
-                "the upload form, mapping in the API, data.columns in a job spec, --map on the command line)")
+                f"{wanted!r} only in letter case or spaces: rename the column {wanted!r}, or map it "
+                f"({source.mapping_place()})")
     if field_name in record:  # mapped elsewhere, its own column there: a mapping carried over from an older file
         return (field_name, "missing_field",
                 f"missing {mapping.describe(field_name)}: {need}; this row has columns {columns}, and the row has a "
-                f"column '{field_name}' itself: clear the mapping of '{field_name}' to read it (Column mapping on the "
-                "upload form, mapping in the API, data.columns in a job spec, --map on the command line)")
+                f"column '{field_name}' itself: clear the mapping of '{field_name}' to read it "
+                f"({source.mapping_place()})")
     if not mapping.columns and (where := _WHOLE_CONVERSATION_IN.get(mapping.kind)) and {"role", "content"} <= set(record):
         # A chat log written one turn a row (conversation_id, role, content) was told to map a column, which none is.
         return (field_name, "missing_field",
@@ -1161,14 +1254,12 @@ def _missing(mapping: ColumnMapping, field_name: str, record: dict, need: str) -
         # Rows of another kind (preference pairs uploaded as sft) were told to map a column, which none of theirs is.
         return (field_name, "missing_field",
                 f"missing {mapping.describe(field_name)}: {need}; this row has columns {columns}, the fields of the "
-                f"{other} kind: if the file holds {other} rows, upload it as a dataset of kind {other} (Kind on the "
-                "upload form, kind in the API, --kind on the command line)")
+                f"{other} kind: {source.kind_advice(kind=mapping.kind, other=other)}")
     return (
         field_name,
         "missing_field",
         f"missing {mapping.describe(field_name)}: {need}; this row has columns {columns} "
-        "(map a differently named column to it: Column mapping on the upload form, mapping in the API, "
-        "data.columns in a job spec, --map on the command line)",
+        f"(map a differently named column to it: {source.mapping_place()})",
     )
 
 
@@ -1345,13 +1436,13 @@ def _not_an_object(value: Any, kind: DatasetKind) -> str:
 
 
 def check_record(
-    value: Any, *, mapping: ColumnMapping, cells_are_strings: bool = False
+    value: Any, *, mapping: ColumnMapping, cells_are_strings: bool = False, source: DataSource = WEB_UPLOAD
 ) -> tuple[dict[str, Any] | None, list[Problem]]:
     """Turn one raw record into an example of ``mapping.kind``, or return the problems found.
 
     An example holds the kind's fields under their own names (after the column mapping); for
     ``prompts`` every other column is kept too. ``cells_are_strings`` (CSV) lets a cell hold a
-    JSON-encoded message list.
+    JSON-encoded message list. ``source`` decides how a missing field's advice is worded.
     """
     kind = mapping.kind
     if type(value) is not dict:
@@ -1368,7 +1459,7 @@ def check_record(
     if kind is DatasetKind.TEXT:
         text = get("text")
         if text is _MISSING:
-            return None, [_missing(mapping, "text", value, "the text kind needs a 'text' field")]
+            return None, [_missing(mapping, "text", value, "the text kind needs a 'text' field", source)]
         _check_string(text, "text", problems)
         return (None if problems else {"text": text}), problems
 
@@ -1385,7 +1476,7 @@ def check_record(
         need = "the sft kind needs 'prompt' and 'completion', or 'messages'"
         for field_name, field_value in (("prompt", prompt), ("completion", completion)):
             if field_value is _MISSING:
-                problems.append(_missing(mapping, field_name, value, need))
+                problems.append(_missing(mapping, field_name, value, need, source))
             elif type(field_value) is list:
                 problems.append((field_name, "wrong_type", "must be a string, got a list (a chat?); for a chat, give "
                                                            "the whole conversation as 'messages', the completion as "
@@ -1402,13 +1493,13 @@ def check_record(
         chats = []
         for field_name, field_value in (("chosen", chosen), ("rejected", rejected)):
             if field_value is _MISSING:
-                problems.append(_missing(mapping, field_name, value, need))
+                problems.append(_missing(mapping, field_name, value, need, source))
             else:
                 chats.append(_check_text_or_messages(field_value, field_name, problems))
         if prompt is _MISSING:
             if not (len(chats) == 2 and all(chats)):
                 problems.append(_missing(mapping, "prompt", value, need + " (the prompt may be left out only when "
-                                         "'chosen' and 'rejected' are whole conversations)"))
+                                         "'chosen' and 'rejected' are whole conversations)", source))
             prompt = None
         else:
             _check_text_or_messages(prompt, "prompt", problems)
@@ -1416,7 +1507,7 @@ def check_record(
 
     prompt = get("prompt")
     if prompt is _MISSING:
-        return None, [_missing(mapping, "prompt", value, "the prompts kind needs a 'prompt' field")]
+        return None, [_missing(mapping, "prompt", value, "the prompts kind needs a 'prompt' field", source)]
     _check_text_or_messages(prompt, "prompt", problems)
     prompt_column = mapping.column_for("prompt")
     for key, item in value.items():  # references for reward functions, shown beside the run's samples
@@ -1852,7 +1943,7 @@ def _stat_fields(kind: DatasetKind) -> tuple[str, ...]:
 
 
 def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping, fmt: FileFormat,
-                     state: _Pass) -> None:
+                     state: _Pass, source: DataSource = WEB_UPLOAD) -> None:
     cells_are_strings = fmt is FileFormat.CSV
     fields = _stat_fields(mapping.kind)
     add = state.statistics.add
@@ -1876,7 +1967,8 @@ def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping,
             state.rows = row
             if not state.columns and type(value) is dict:
                 state.columns = tuple(value)
-            example, problems = check_record(value, mapping=mapping, cells_are_strings=cells_are_strings)
+            example, problems = check_record(value, mapping=mapping, cells_are_strings=cells_are_strings,
+                                             source=source)
             if problems:
                 for field_name, code, message in problems:
                     if len(state.errors) < state.max_errors:
@@ -1906,11 +1998,13 @@ def validate_file(
     mapping: ColumnMapping,
     max_bytes: int | None = None,
     max_errors: int = DEFAULT_MAX_ERRORS,
+    source: DataSource = WEB_UPLOAD,
 ) -> ValidationReport:
     """Validate a dataset file against its kind in one streaming pass and gather statistics.
 
     Errors are in file order; the first ``max_errors`` are kept and all are counted. Whole-file
-    problems (too large, empty, binary) are reported as the only error.
+    problems (too large, empty, binary) are reported as the only error. ``source``: where the file was given,
+    whose settings the problems' advice names.
     """
     fmt = FileFormat(fmt)
     try:
@@ -1918,7 +2012,7 @@ def validate_file(
     except DatasetFormatError as exc:
         return ValidationReport(row_count=0, error_count=1, errors=(exc.issue,), statistics={}, columns=())
     state = _Pass(max_errors=max_errors)
-    _validate_stream(iter_rows(path, fmt=fmt), mapping=mapping, fmt=fmt, state=state)
+    _validate_stream(iter_rows(path, fmt=fmt, source=source), mapping=mapping, fmt=fmt, state=state, source=source)
     if state.rows == 0 and state.error_count == 0:
         state.report(Issue(code="empty_file", message="the file has no rows; give a file with at least one record"))
     statistics: dict[str, Any] = {}
@@ -1941,22 +2035,59 @@ def validate_file(
     )
 
 
-def iter_examples(path: str | os.PathLike, *, fmt: FileFormat, mapping: ColumnMapping) -> Iterator[dict[str, Any]]:
+def iter_examples(path: str | os.PathLike, *, fmt: FileFormat, mapping: ColumnMapping,
+                  source: DataSource = WEB_UPLOAD, rows_named: int = 1) -> Iterator[dict[str, Any]]:
     """Stream the examples of a dataset file; raises ``DatasetFormatError`` at the first bad row.
 
-    This is how the engine reads data: the same readers and checks as ``validate_file``.
+    This is how the engine reads data: the same readers and checks as ``validate_file``, their advice worded for
+    ``source``. With ``rows_named`` over 1, the first bad row stops the examples but not the reading: the rest of the
+    file is checked, without building examples, and the error names up to ``rows_named`` bad rows in all and counts
+    the others, as an upload's check does (the caller reads the file to its end anyway, or fails).
     """
     fmt = FileFormat(fmt)
     check_file(path, fmt=fmt)
     cells_are_strings = fmt is FileFormat.CSV
-    for item in iter_rows(path, fmt=fmt):
+    items = iter_rows(path, fmt=fmt, source=source)
+    for item in items:
         if type(item) is Issue:
-            raise DatasetFormatError(item)
-        example, problems = check_record(item.value, mapping=mapping, cells_are_strings=cells_are_strings)
-        if problems:
+            first = item
+        else:
+            example, problems = check_record(item.value, mapping=mapping, cells_are_strings=cells_are_strings,
+                                             source=source)
+            if not problems:
+                yield example
+                continue
             field_name, code, message = problems[0]
-            raise DatasetFormatError(Issue(code=code, message=message, line=item.line, row=item.row, field=field_name))
-        yield example
+            first = Issue(code=code, message=message, line=item.line, row=item.row, field=field_name)
+        if rows_named <= 1:
+            raise DatasetFormatError(first)
+        later = _Pass(max_errors=rows_named - 1)  # the upload's collector: the first kept, all counted
+        _later_bad_rows(items, after=first, state=later, mapping=mapping, cells_are_strings=cells_are_strings,
+                        source=source)
+        raise DatasetFormatError(first, later=tuple(later.errors), later_count=later.error_count)
+
+
+def _later_bad_rows(items: Iterator[RawRow | Issue], *, after: Issue, state: _Pass, mapping: ColumnMapping,
+                    cells_are_strings: bool, source: DataSource) -> None:
+    """Report to ``state`` the first problem of each bad row of ``items`` (the rows after ``after``'s)."""
+    last_row = after.row
+    try:
+        for item in items:
+            if type(item) is Issue:
+                issue = item
+            else:
+                _example, problems = check_record(item.value, mapping=mapping, cells_are_strings=cells_are_strings,
+                                                  source=source)
+                if not problems:
+                    continue
+                field_name, code, message = problems[0]
+                issue = Issue(code=code, message=message, line=item.line, row=item.row, field=field_name)
+            if issue.row is not None and issue.row == last_row:
+                continue
+            last_row = issue.row
+            state.report(issue)
+    except DatasetFormatError as error:  # the rest cannot be read: that is its last problem
+        state.report(error.issue)
 
 
 def read_page(path: str | os.PathLike, *, fmt: FileFormat, mapping: ColumnMapping, offset: int,

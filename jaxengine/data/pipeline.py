@@ -389,17 +389,27 @@ def encode_rows(
     return examples, stats
 
 
-def read_examples(path: str | Path, *, kind: str, columns: dict[str, str] | None = None) -> Iterator[dict[str, Any]]:
+def spec_source(key: str, task: str) -> formats.DataSource:
+    """A job spec's data file, ``key`` (data.train, data.eval) of a ``task`` job: its problems name spec keys."""
+    return formats.DataSource(entry=formats.Entry.SPEC, key=key, task=task)
+
+
+def read_examples(path: str | Path, *, kind: str, columns: dict[str, str] | None = None,
+                  source: formats.DataSource | None = None) -> Iterator[dict[str, Any]]:
     """Stream the rows of a dataset file of ``kind`` (text | sft | preference | prompts; ``TASK_KINDS``
     maps tasks to kinds), checked by ``jaxengine.data.formats``; ``columns`` maps the kind's fields to
-    the file's column names (fields left out keep their own names)."""
+    the file's column names (fields left out keep their own names). ``source``: where the file was given
+    (default: a job spec's data file), whose settings the advice of a problem names. A bad row stops the rows; the
+    DataError names it and the next bad rows, up to ``formats.ROWS_SHOWN`` in all, and counts the rest."""
+    source = source or formats.DataSource(entry=formats.Entry.SPEC)
     try:
-        fmt = formats.detect_format(str(path))
+        fmt = formats.detect_format(str(path), source=source)
     except ValueError as error:  # no extension it can read
         raise DataError(str(error)) from None
     try:
         mapping = formats.ColumnMapping(kind=kind, columns=columns or {})
-        yield from formats.iter_examples(path, fmt=fmt, mapping=mapping)
+        yield from formats.iter_examples(path, fmt=fmt, mapping=mapping, source=source,
+                                         rows_named=formats.ROWS_SHOWN)
     except formats.DatasetFormatError as error:
         raise DataError(f"{path}: {error}", row=error.issue.row) from None
 

@@ -882,3 +882,54 @@ def test_the_demo_preset_lowers_the_loss_more_than_the_lora_preset_did(demo_dir,
         losses = [json.loads(line)["loss"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         drops[name] = np.mean(losses[:3]) - np.mean(losses[-3:])
     assert drops["LoRA"] > 0 and drops[DEMO_PRESET] >= 1.8 * drops["LoRA"], drops  # measured: 0.096 and 0.217
+
+
+PAIRS = '{"prompt": "2 + 2?", "chosen": "4", "rejected": "5"}\n'
+RENAMED = '{"question": "2 + 2?", "answer_text": "4"}\n'
+ARRAY = '[{"prompt": "2 + 2?", "completion": "4"},\n {"prompt": "3 + 3?", "completion": "6"}]\n'
+
+
+@pytest.mark.parametrize(("key", "content", "advice"), [
+    ("train", PAIRS, "data.train of task sft is read as sft rows: give a file of sft rows for data.train, or set "
+                     "task to reward or dpo, which train on preference rows"),
+    ("eval", PAIRS, "data.eval of task sft is read as sft rows: give a file of sft rows for data.eval"),
+    ("eval", RENAMED, "(map a differently named column to it: data.columns in the job spec)"),
+    ("train", ARRAY, "not one JSON object per line: give the file the .json extension"),
+], ids=["kind of data.train", "kind of data.eval", "mapping", "format"])
+def test_cli_data_errors_name_what_the_spec_can_set(demo_dir, tmp_path, capsys, key, content, advice):
+    """Session-33 audit: a spec's data file with rows of another kind was told to "upload it as a dataset of kind
+    preference (Kind on the upload form, kind in the API, --kind on the command line)", and one JSON array in a
+    .jsonl file to use "--format on the command line": neither is anything jaxengine train or its spec has."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text(content)
+    files = {"train": str(demo_dir / "data/sft.jsonl"), key: str(data)}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"task": "sft", "model": str(demo_dir / "model"), "output_dir": str(tmp_path / "run"),
+                                    "data": files, "train": {"max_steps": 1}}))
+    assert main(["train", str(path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{path}: {data}: ") and advice in err
+    for elsewhere in ("upload", "--kind", "--format", "--map", "command line", " API"):
+        assert elsewhere not in err
+
+
+def test_cli_names_the_first_five_bad_rows_of_a_data_file_and_counts_the_rest(demo_dir, tmp_path, capsys):
+    """Session-33 audit: jaxengine train named the first bad row only, where an upload's check lists the first
+    problems and counts them all: a file with nine bad rows was mended and run again row by row."""
+    good = '{"prompt": "2 + 2?", "completion": "4"}\n'
+    empty = '{"prompt": "2 + 2?", "completion": ""}\n'
+    rows = [good, empty, good, empty, '{"prompt": 4, "completion": "4"}\n', empty, '{"prompt": "x"\n', empty, empty,
+            good, empty, empty]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(rows))
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"task": "sft", "model": str(demo_dir / "model"), "output_dir": str(tmp_path / "run"),
+                                    "data": {"train": str(data)}, "train": {"max_steps": 1}}))
+    assert main(["train", str(path), "--no-progress"]) == 2
+    assert capsys.readouterr().err == (
+        f"{path}: {data}: line 2, row 2, field 'completion': is an empty string; give it text or drop the row; "
+        "8 more bad rows: line 4, row 4, field 'completion': the same problem; line 5, row 5, field 'prompt': must be a "
+        'string, got a number: write it as text, in quotes ("4"); line 6, row 6, field \'completion\': the same '
+        "problem; line 7, row 7: broken JSON at column 15: Expecting ',' delimiter; each line must be one JSON "
+        "object; and 4 more\n")
+    assert not (tmp_path / "run").exists()

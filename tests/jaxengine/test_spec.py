@@ -711,3 +711,11 @@ def test_a_batch_of_one_row_that_does_not_split_is_said_in_the_singular():
     spec = parse_spec(minimal(train={"max_steps": 10, "batch_size": 1}))
     assert batch_split_problem(spec, 2) == ("train.batch_size: 1 row does not split over parallel data × fsdp = 2 "
                                             "devices; give a multiple of 2, or move devices to parallel.tensor")
+
+
+def test_a_bad_list_element_is_named_once_without_the_list_called_too_short():
+    """Session-33 audit: targets: [zz] read "peft.targets: ['zz']: give at least 1" beside the element's own
+    problem; an empty list is still too short."""
+    assert problems_of(minimal(peft={"method": "lora", "targets": ["zz"]})) == [
+        "peft.targets.0: 'zz' is not one of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"]
+    assert problems_of(minimal(peft={"method": "lora", "targets": []})) == ["peft.targets: []: give at least 1"]

@@ -526,7 +526,9 @@ def _eval_groups_problem(path: str, modified_ns: int | None, file_format: str, k
 
     mapping = formats.ColumnMapping(kind=kind, columns=json.loads(columns))
     try:
-        group_labels(list(formats.iter_examples(Path(path), fmt=formats.FileFormat(file_format), mapping=mapping)),
+        launched = formats.DataSource(entry=formats.Entry.LAUNCH, key="data.eval")
+        group_labels(list(formats.iter_examples(Path(path), fmt=formats.FileFormat(file_format), mapping=mapping,
+                                                source=launched)),
                      group_by, source=source)
     except (ValueError, OSError, formats.DatasetFormatError) as error:
         return str(error).removeprefix("data.eval_group_by: ")

@@ -136,12 +136,25 @@ def _other_errors(errors: dict[str, list[str]], fields, row_prefixes: tuple[str,
     return {key: messages for key, messages in other.items() if messages}
 
 
+def _at_list_inputs(errors: dict[str, list[str]], fields) -> dict[str, list[str]]:
+    """``errors`` with a list element's problems (``peft.targets.0``: the value and the allowed ones) at the list's
+    input: under the form, they left the input showing nothing of what was wrong in it."""
+    lists = {field.name for field in fields if field.widget == "multi"}
+    placed: dict[str, list[str]] = {}
+    for key, problems in errors.items():
+        head, _dot, index = key.rpartition(".")
+        at = placed.setdefault(head if head in lists and index.isdigit() else key, [])
+        at.extend(problem for problem in problems if problem not in at)
+    return placed
+
+
 def _launch_context(project, membership, *, task: str, initial: dict[str, Any], errors: dict[str, list[str]],
                     yaml_text: str, mode: str, name: str, tags: str, preset_name: str | None,
                     sweep: str = "") -> dict[str, Any]:
     sections = form_sections(task)
     scale_out = scale_out_section(task)
     fields = [field for section in (*sections, scale_out) for field in section.fields]
+    errors = _at_list_inputs(errors, fields)
     # Reward rows show their own errors (``grpo.rewards.1.args.pattern``) in the row.
     row_prefixes = tuple(field.name + "." for field in fields if field.widget == "rewards")
     train_choices = selectors.dataset_choices(project=project, kinds=services.train_kinds(task))

@@ -193,7 +193,7 @@ def test_map_reads_fields_from_differently_named_columns(demo_dir, tmp_path, cap
     renamed(demo_dir / "data" / source, data, names)
     common = ["--model", str(demo_dir / "model"), "--metric", metric, "--limit", "3", "--max-new-tokens", "4"]
     code, unmapped, err = eval_cli(capsys, *common, "--data", str(data))
-    assert code == 2 and "--map on the command line" in err
+    assert code == 2 and "(map a differently named column to it: --map FIELD=COLUMN)" in err
     code, out, err = eval_cli(capsys, *common, "--data", str(data), *flags)
     assert code == 0, err
     code, expected, err = eval_cli(capsys, *common, "--data", str(demo_dir / "data" / source))
@@ -310,3 +310,33 @@ def test_loss_is_the_mean_completion_token_loss_transformers_gives(demo_dir, tmp
     assert np.sum(np.diff(chat_mask) == 1) == 2  # both assistant turns trained, the user turn between them not
     assert result["loss_tokens"] == len(losses) and result["count"] == 20
     assert result["value"] == pytest.approx(sum(losses) / len(losses), abs=1e-5)
+
+
+@pytest.mark.parametrize(("content", "advice"), [
+    ('{"prompt": "2 + 2?", "chosen": "4", "rejected": "5"}\n',
+     "the fields of the preference kind: if the file holds preference rows, jaxengine eval does not score them"),
+    ('[{"prompt": "2 + 2?", "answer": "4"},\n {"prompt": "3 + 3?", "answer": "6"}]\n',
+     "not one JSON object per line: give the file the .json extension"),
+], ids=["kind", "format"])
+def test_data_errors_name_what_eval_can_set(demo_dir, tmp_path, capsys, content, advice):
+    """Session-33 audit: eval's --data errors told the user to upload the file as a dataset of another kind, or to
+    give --format, which eval does not have."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text(content)
+    code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(data), "--metric", "loss")
+    assert code == 2 and out == "" and advice in err
+    for elsewhere in ("upload", "--kind", "--format", "data.columns", " API"):
+        assert elsewhere not in err
+
+
+def test_data_errors_name_the_first_five_bad_rows(demo_dir, tmp_path, capsys):
+    """Session-33 audit: eval named the first bad row of --data only."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"prompt": "2 + 2?", "answer": "4"}\n' + '{"prompt": "", "answer": "4"}\n' * 7)
+    code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(data), "--metric",
+                              "exact_match")
+    assert code == 2 and out == ""
+    assert (f"--data {data}: line 2, row 2, field 'prompt': is an empty string; give it text or drop the row; 6 more "
+            "bad rows: line 3, row 3, field 'prompt': the same problem; line 4, row 4, field 'prompt': the same "
+            "problem; line 5, row 5, field 'prompt': the same problem; line 6, row 6, field 'prompt': the same "
+            "problem; and 2 more; exact_match needs") in err

@@ -81,3 +81,19 @@ def test_a_field_mapped_twice_is_refused_naming_both_columns(tmp_path, capsys):
     assert capsys.readouterr().err == ("jaxengine validate-data: error: --map maps 'prompt' twice ('a', then 'b'); a "
                                        "field is read from one column: keep the --map you mean\n")
     assert main(["validate-data", "--kind", "sft", str(path), "--map", "prompt=a", "--map", "prompt=a"]) == 0
+
+
+def test_advice_names_the_flags_of_validate_data(tmp_path, capsys):
+    """Session-33 audit: the advice listed the upload form's fields, the API's and a job spec's beside the flags."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"question": "q", "answer": "a"}\n{"prompt": "q", "chosen": "a", "rejected": "b"}\n'
+                    '[{"prompt": "q"}]\n', encoding="utf-8")
+    assert main(["validate-data", str(path), "--kind", "sft"]) == 1
+    out = capsys.readouterr().out
+    assert "(map a differently named column to it: --map FIELD=COLUMN)" in out
+    assert "if the file holds preference rows, check it with --kind preference" in out
+    for elsewhere in ("upload", " API", "data.columns"):
+        assert elsewhere not in out
+    (tmp_path / "rows.txt").write_text('{"text": "a"}\n', encoding="utf-8")
+    assert main(["validate-data", str(tmp_path / "rows.txt"), "--kind", "text"]) == 2
+    assert capsys.readouterr().err.endswith(", or give its format with --format\n")

@@ -61,8 +61,22 @@ def test_detect_format(name, expected):
 
 def test_detect_format_rejects_unknown_extension():
     with pytest.raises(ValueError, match=r"'data\.txt'.*\.csv, \.json, \.jsonl.*or give its format \(Format on the "
-                                         r"upload form, file_format in the API, --format on the command line\)"):
+                                         r"upload form, file_format in the API\)$"):
         detect_format("data.txt")
+
+
+@pytest.mark.parametrize(("source", "advice"), [
+    (formats.WEB_UPLOAD, ", or give its format (Format on the upload form, file_format in the API)"),
+    (formats.DataSource(entry=formats.Entry.VALIDATE_DATA), ", or give its format with --format"),
+    (formats.DataSource(entry=formats.Entry.SPEC, key="data.eval"), " (data.eval's format is told by its extension)"),
+    (formats.DataSource(entry=formats.Entry.EVAL), " (--data's format is told by its extension)"),
+], ids=["upload", "validate-data", "spec", "eval"])
+def test_an_unknown_extension_is_told_how_its_entry_point_gives_a_format(source, advice):
+    """Session-33 audit: every entry point was told of the upload form's Format, the API's file_format and a
+    --format that jaxengine train and eval do not have."""
+    with pytest.raises(ValueError) as raised:
+        detect_format("data.txt", source=source)
+    assert str(raised.value).endswith(".parquet, .pq" + advice)
 
 
 @pytest.mark.parametrize(("name", "inner"), [("rows.jsonl.gz", "rows.jsonl"), ("rows.csv.zip", "rows.csv"),
@@ -166,8 +180,10 @@ def test_a_row_of_another_kind_is_named_as_that_kind(tmp_path, kind, row, other)
     assert report.error_count >= 1
     for issue in report.errors:
         assert issue.message.endswith(f", the fields of the {other} kind: if the file holds {other} rows, upload it as "
-                                      f"a dataset of kind {other} (Kind on the upload form, kind in the API, --kind on "
-                                      "the command line)")
+                                      f"a dataset of kind {other} (Kind on the upload form, kind in the API)")
+    checked = validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind=kind),
+                            source=formats.DataSource(entry=formats.Entry.VALIDATE_DATA))
+    assert checked.errors[0].message.endswith(f"if the file holds {other} rows, check it with --kind {other}")
 
 
 

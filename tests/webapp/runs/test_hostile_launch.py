@@ -323,3 +323,15 @@ def test_resuming_a_run_whose_saved_max_seq_len_is_past_the_models_positions_is_
     assert message.startswith("data.max_seq_len: 300 is past the model's 256 positions") and "with Duplicate" in message
     run.refresh_from_db()
     assert (run.status, run.attempt, len(sent_tasks.calls)) == (RunStatus.FAILED, 1, sent_before)
+
+
+def test_a_target_module_outside_the_choices_is_named_at_the_targets_input(team, catalog, client_for, sent_tasks):
+    """Session-33 audit: a crafted peft.targets=zz showed "['zz']: give at least 1" at the input, and the
+    element's own message (what was given, what is allowed) only under the form as peft.targets.0."""
+    page = client_for(team.teammate).post("/p/alpha/runs/new/", _form(catalog, **{
+        "peft.method": "lora", "peft.targets": ["zz"]})).content.decode()
+    field = page.split('data-key="peft.targets"')[1].split('data-key="')[0]
+    assert ("&#x27;zz&#x27; is not one of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"
+            in field)
+    assert "give at least 1" not in page and "peft.targets.0" not in page
+    assert Run.objects.count() == 0 and sent_tasks.calls == []
