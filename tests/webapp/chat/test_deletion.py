@@ -12,11 +12,6 @@ from webapp.core.bidi import isolated
 
 
 @pytest.fixture
-def sent(monkeypatch):
-    monkeypatch.setattr(services.celery_app, "send_task", lambda *args, **options: None)
-
-
-@pytest.fixture
 def model(team):
     make_base_model(team.project, name="tiny", path="/models/tiny")
     return selectors.model_choices(project=team.project)[0]

@@ -28,14 +28,6 @@ PERSONA_TEMPLATE = (
 
 
 @pytest.fixture
-def sent(monkeypatch):
-    calls = []
-    monkeypatch.setattr(services.celery_app, "send_task",
-                        lambda name, args, queue, **options: calls.append((name, args, queue)))
-    return calls
-
-
-@pytest.fixture
 def persona_model(team, tmp_path):
     """A base model with a real byte-level BPE tokenizer whose chat template reads persona, terse and style."""
     path = build_bpe_tokenizer_dir(tmp_path / "persona", chat_template=PERSONA_TEMPLATE)

@@ -20,15 +20,6 @@ from webapp.runs.channels import redis_client
 
 
 @pytest.fixture
-def sent(monkeypatch):
-    """The serve tasks enqueued, as (name, args, queue)."""
-    calls = []
-    monkeypatch.setattr(services.celery_app, "send_task",
-                        lambda name, args, queue, **options: calls.append((name, args, queue)))
-    return calls
-
-
-@pytest.fixture
 def base_model(team):
     return make_base_model(team.project, name="tiny", path="/models/tiny")
 
