@@ -10,7 +10,9 @@ and so does the renamed one when the registration is refused: nothing half-unpac
 
 The archive is untrusted: a member whose path leaves the folder (``..``, an absolute path), a link, a device or a
 pipe is refused, and so is an archive that would unpack to more than the limit, judged on the sizes it declares
-(before anything is written) and on the bytes written (a zip member's declared size can lie).
+(before anything is written) and on the bytes written (a zip member's declared size can lie), or to more files and
+folders than ``TEMPER_MODEL_UPLOAD_MAX_MEMBERS`` (millions of empty members use up a disk's inodes, not its bytes:
+a zip's are counted before anything is written, a tar's as it streams, stopping at the first past the limit).
 
 Unpacking runs in the request, not in a Celery task: it writes the bytes the request has just carried, from a
 local temporary file, faster than they came over the network, so it adds a fraction to a request that is long
@@ -179,7 +181,7 @@ def unpack_archive(archive: Path, *, archive_name: str, into: Path, max_bytes: i
         raise ArchiveError(f"{archive_name}: not a .zip, .tar or .tar.gz file; pack the model directory as one")
     unpack = _unpack_zip if lower.endswith(".zip") else _unpack_tar
     try:
-        unpack(archive, archive_name, into, max_bytes)
+        unpack(archive, archive_name, into, max_bytes, settings.TEMPER_MODEL_UPLOAD_MAX_MEMBERS)
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, RuntimeError, NotImplementedError) as error:
         raise ArchiveError(f"{archive_name}: not a readable {_kind(lower)} archive ({error}); pack it again") from None
     except OSError as error:  # reading the archive: a bad gzip stream (writing is _unwritable's)
@@ -190,9 +192,11 @@ def _kind(lower_name: str) -> str:
     return "zip" if lower_name.endswith(".zip") else "tar.gz" if lower_name.endswith((".gz", ".tgz")) else "tar"
 
 
-def _unpack_zip(archive: Path, archive_name: str, into: Path, max_bytes: int) -> None:
+def _unpack_zip(archive: Path, archive_name: str, into: Path, max_bytes: int, max_members: int) -> None:
     with zipfile.ZipFile(archive) as packed:
         members = packed.infolist()
+        if len(members) > max_members:
+            raise _too_many(archive_name, max_members)
         declared = 0
         for member in members:  # everything judged before anything is written
             _destination(into, member.filename, archive_name)
@@ -214,11 +218,13 @@ def _unpack_zip(archive: Path, archive_name: str, into: Path, max_bytes: int) ->
                 written = _write(source, destination, member.filename, archive_name, written, max_bytes)
 
 
-def _unpack_tar(archive: Path, archive_name: str, into: Path, max_bytes: int) -> None:
+def _unpack_tar(archive: Path, archive_name: str, into: Path, max_bytes: int, max_members: int) -> None:
     # Streamed ("r|*"): a .tar.gz is decompressed once, member after member, as a zip's central directory cannot be.
     declared = written = 0
     with tarfile.open(archive, mode="r|*") as packed:
-        for member in packed:
+        for count, member in enumerate(packed, start=1):
+            if count > max_members:
+                raise _too_many(archive_name, max_members)
             destination = _destination(into, member.name, archive_name)
             if not (member.isreg() or member.isdir()):
                 raise _special(archive_name, member.name, _tar_kind(member))
@@ -264,6 +270,12 @@ def _too_large(archive_name: str, max_bytes: int, *, declared: bool) -> ArchiveE
     return ArchiveError(f"{archive_name}: {how} more than {filesizeformat(max_bytes)} ({max_bytes} bytes, "
                         "TEMPER_MODEL_UPLOAD_MAX_BYTES); upload a smaller model, or ask an administrator to copy it "
                         "under the models root")
+
+
+def _too_many(archive_name: str, max_members: int) -> ArchiveError:
+    return ArchiveError(f"{archive_name}: it holds more than {max_members:,} files and folders "
+                        "(TEMPER_MODEL_UPLOAD_MAX_MEMBERS); a model directory holds a few dozen: pack the model "
+                        "directory alone, or ask an administrator to copy it under the models root")
 
 
 def _write(source: BinaryIO, destination: Path, member_name: str, archive_name: str, written: int,

@@ -148,6 +148,32 @@ def test_it_rejects_an_archive_whose_declared_sizes_pass_the_limit(team, models_
         "root")
 
 
+@pytest.mark.parametrize("archive_name", ["many.zip", "many.tar", "many.tar.gz"])
+def test_it_rejects_an_archive_of_more_members_than_the_limit(team, models_root, model_files, tmp_path, settings,
+                                                             archive_name):
+    """Millions of tiny members would use up the disk's inodes long before its bytes: the count is bounded
+    (TEMPER_MODEL_UPLOAD_MAX_MEMBERS), a zip's before anything is written, a tar's as it streams."""
+    settings.TEMPER_MODEL_UPLOAD_MAX_MEMBERS = 6
+    for index in range(5):
+        (model_files / f"extra-{index}.txt").write_text("x")
+    packer = zip_of if archive_name.endswith(".zip") else tar_of
+    archive = packer(tmp_path / archive_name, model_files)
+    members = len(list(model_files.iterdir()))
+    assert members > 6
+    assert refused_and_nothing_left(team.project, archive, models_root) == (
+        f"{archive_name}: it holds more than 6 files and folders (TEMPER_MODEL_UPLOAD_MAX_MEMBERS); a model directory "
+        "holds a few dozen: pack the model directory alone, or ask an administrator to copy it under the models root")
+
+
+def test_an_archive_of_as_many_members_as_the_limit_is_taken(team, models_root, model_files, tmp_path, settings):
+    settings.TEMPER_MODEL_UPLOAD_MAX_MEMBERS = len(list(model_files.iterdir()))
+    for packer, name in ((zip_of, "exact.zip"), (tar_of, "exact.tar")):
+        archive = packer(tmp_path / name, model_files)
+        model = basemodel_upload(project=team.project, name=name.replace(".", "-"), archive=archive,
+                                 archive_name=name, user=None)
+        assert len(list(Path(model.path).iterdir())) == settings.TEMPER_MODEL_UPLOAD_MAX_MEMBERS
+
+
 def test_a_zip_that_understates_its_sizes_is_refused_without_inflating_past_them(team, models_root, tmp_path):
     """A zip bomb: the central directory says a member is 10 bytes, its compressed data inflates to a megabyte.
     Nothing past the declared 10 bytes is inflated (zipfile stops there, and the checksum then fails); what is
