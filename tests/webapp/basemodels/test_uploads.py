@@ -244,6 +244,53 @@ def test_it_rejects_a_name_taken_by_a_folder_and_leaves_that_folder_alone(team, 
     assert not BaseModel.objects.exists()
 
 
+def test_an_empty_folder_made_under_the_name_while_it_unpacks_is_left_alone(team, models_root, model_files, tmp_path,
+                                                                           monkeypatch):
+    """os.rename replaces an empty folder on Linux: one made under the model's name while the archive unpacked (by
+    an administrator, another tool) was silently replaced. The folder is made at the last moment before the rename,
+    once the unpacked model is checked; the real unpacking and the real rename run."""
+    from webapp.basemodels import uploads
+
+    target = models_root.resolve() / "projects" / "alpha" / "uploaded"
+    check = uploads.read_model_facts
+
+    def checked_then_taken(*args, **kwargs):
+        facts = check(*args, **kwargs)
+        target.mkdir()
+        return facts
+
+    monkeypatch.setattr(uploads, "read_model_facts", checked_then_taken)
+    archive = zip_of(tmp_path / "tiny.zip", model_files)
+    assert refusal(team.project, archive, field="name") == (
+        f"{target} already exists: choose another name (or register that directory on the Register page, if it is the "
+        "model)")
+    assert left_in(models_root) == ["projects", "projects/alpha", "projects/alpha/uploaded"]
+    assert not BaseModel.objects.exists()
+
+
+@pytest.mark.parametrize("renameat2", ["kernel", "missing"])
+def test_rename_without_replacing_refuses_an_empty_folder(tmp_path, monkeypatch, renameat2):
+    """RENAME_NOREPLACE where the C library has renameat2; otherwise the name is claimed with mkdir first (it fails
+    on anything there) and only that claimed, empty folder is replaced."""
+    from webapp.basemodels import uploads
+
+    if renameat2 == "missing":
+        monkeypatch.setattr(uploads, "_RENAMEAT2", None)
+    source, target = tmp_path / "unpacked", tmp_path / "model"
+    source.mkdir()
+    (source / "config.json").write_text("{}")
+    target.mkdir()
+    with pytest.raises(FileExistsError):
+        uploads.rename_without_replacing(source, target)
+    assert list(target.iterdir()) == [] and (source / "config.json").read_text() == "{}"
+    target.rmdir()
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(FileExistsError):
+        uploads.rename_without_replacing(source, tmp_path / "dangling")
+    uploads.rename_without_replacing(source, target)
+    assert (target / "config.json").read_text() == "{}" and not source.exists()
+
+
 @pytest.mark.parametrize("name", ["../up", ".hidden", "a/b", "two words"])
 def test_it_rejects_a_name_that_is_no_folder_name(team, models_root, model_files, tmp_path, name):
     archive = zip_of(tmp_path / "tiny.zip", model_files)
