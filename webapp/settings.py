@@ -163,6 +163,8 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 TEMPER_MAX_UPLOAD_BYTES = env_int("TEMPER_MAX_UPLOAD_BYTES", 2 * 1024**3)
 # A base model's archive uploaded by a project owner (webapp.basemodels.uploads): the body, and what it unpacks to.
 TEMPER_MODEL_UPLOAD_MAX_BYTES = env_int("TEMPER_MODEL_UPLOAD_MAX_BYTES", 20 * 1000**3)
+# ... and the most files and folders it may hold: millions of empty ones would use up the disk's inodes.
+TEMPER_MODEL_UPLOAD_MAX_MEMBERS = env_int("TEMPER_MODEL_UPLOAD_MAX_MEMBERS", 10_000)
 TEMPER_METRICS_TOKEN = env_str("TEMPER_METRICS_TOKEN", "")
 # Addresses that may read /metrics without the token; none by default, not even 127.0.0.1: behind a reverse
 # proxy on the same host every request comes from there.

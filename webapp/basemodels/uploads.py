@@ -5,12 +5,15 @@ streams to a temporary file (``datasets.uploads.LimitedUploadHandler``, bounded 
 ``TEMPER_MODEL_UPLOAD_MAX_BYTES``; the ASGI guard refuses a larger body before it is read), and
 ``basemodel_upload`` unpacks it into a hidden folder beside its destination (``projects/<slug>/.upload-*``, on the
 same filesystem, so the last step is a rename), checks it with ``read_model_facts`` (the register form's checks and
-messages), renames it to ``projects/<slug>/<name>/`` and registers it. Whatever fails, the hidden folder goes,
-and so does the renamed one when the registration is refused: nothing half-unpacked, no row.
+messages), renames it to ``projects/<slug>/<name>/`` (``rename_without_replacing``: a folder made under that name
+meanwhile, even an empty one, is left alone and the name refused) and registers it. Whatever fails, the hidden
+folder goes, and so does the renamed one when the registration is refused: nothing half-unpacked, no row.
 
 The archive is untrusted: a member whose path leaves the folder (``..``, an absolute path), a link, a device or a
 pipe is refused, and so is an archive that would unpack to more than the limit, judged on the sizes it declares
-(before anything is written) and on the bytes written (a zip member's declared size can lie).
+(before anything is written) and on the bytes written (a zip member's declared size can lie), or to more files and
+folders than ``TEMPER_MODEL_UPLOAD_MAX_MEMBERS`` (millions of empty members use up a disk's inodes, not its bytes:
+a zip's are counted before anything is written, a tar's as it streams, stopping at the first past the limit).
 
 Unpacking runs in the request, not in a Celery task: it writes the bytes the request has just carried, from a
 local temporary file, faster than they came over the network, so it adds a fraction to a request that is long
@@ -19,6 +22,9 @@ anyway; and the temporary file is the web process's (``FILE_UPLOAD_TEMP_DIR``), 
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
 import os
 import re
 import shutil
@@ -110,17 +116,50 @@ def model_archive_unpack(*, project: Project, name: str, archive: Path, archive_
         except (ArchiveError, ModelDirError) as error:
             # The hidden folder is gone once this is read: the message names the archive instead.
             raise ValidationError({"archive": str(error).replace(str(partial), archive_name)}) from None
-        if _taken(target):  # made while this one unpacked
-            raise ValidationError({"name": _folder_taken(target)})
         try:
-            os.rename(model_dir, target)  # a folder with files made since the line above refuses it
-        except OSError:
-            if _taken(target):
-                raise ValidationError({"name": _folder_taken(target)}) from None
-            raise
+            rename_without_replacing(model_dir, target)
+        except FileExistsError:  # made while this one unpacked
+            raise ValidationError({"name": _folder_taken(target)}) from None
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return target
+
+
+def _libc_renameat2():
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):  # not glibc 2.28+ (musl, macOS)
+        return None
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    renameat2.restype = ctypes.c_int
+    return renameat2
+
+
+_RENAMEAT2 = _libc_renameat2()
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+
+
+def rename_without_replacing(source: Path, target: Path) -> None:
+    """Rename the folder ``source`` to ``target``; ``FileExistsError`` when anything is at ``target``, an empty folder
+    or a dangling link included (``os.rename`` replaces an empty folder on Linux). Linux's ``renameat2`` with
+    ``RENAME_NOREPLACE`` decides in one step; where the C library or the filesystem lacks it, ``mkdir`` claims the
+    name first (it fails on anything there) and the rename then replaces only that folder, still empty."""
+    if _RENAMEAT2 is not None:
+        if _RENAMEAT2(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), _RENAME_NOREPLACE) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # those: the filesystem or kernel lacks it
+            raise OSError(code, os.strerror(code), str(source), None, str(target))
+    target.mkdir()
+    try:
+        os.rename(source, target)
+    except BaseException as error:
+        with contextlib.suppress(OSError):  # not empty: someone wrote into the claimed folder, and it is theirs now
+            target.rmdir()
+        if isinstance(error, OSError) and error.errno == errno.ENOTEMPTY:
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(target)) from None
+        raise
 
 
 def _taken(path: Path) -> bool:
@@ -179,7 +218,7 @@ def unpack_archive(archive: Path, *, archive_name: str, into: Path, max_bytes: i
         raise ArchiveError(f"{archive_name}: not a .zip, .tar or .tar.gz file; pack the model directory as one")
     unpack = _unpack_zip if lower.endswith(".zip") else _unpack_tar
     try:
-        unpack(archive, archive_name, into, max_bytes)
+        unpack(archive, archive_name, into, max_bytes, settings.TEMPER_MODEL_UPLOAD_MAX_MEMBERS)
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, RuntimeError, NotImplementedError) as error:
         raise ArchiveError(f"{archive_name}: not a readable {_kind(lower)} archive ({error}); pack it again") from None
     except OSError as error:  # reading the archive: a bad gzip stream (writing is _unwritable's)
@@ -190,9 +229,11 @@ def _kind(lower_name: str) -> str:
     return "zip" if lower_name.endswith(".zip") else "tar.gz" if lower_name.endswith((".gz", ".tgz")) else "tar"
 
 
-def _unpack_zip(archive: Path, archive_name: str, into: Path, max_bytes: int) -> None:
+def _unpack_zip(archive: Path, archive_name: str, into: Path, max_bytes: int, max_members: int) -> None:
     with zipfile.ZipFile(archive) as packed:
         members = packed.infolist()
+        if len(members) > max_members:
+            raise _too_many(archive_name, max_members)
         declared = 0
         for member in members:  # everything judged before anything is written
             _destination(into, member.filename, archive_name)
@@ -214,11 +255,13 @@ def _unpack_zip(archive: Path, archive_name: str, into: Path, max_bytes: int) ->
                 written = _write(source, destination, member.filename, archive_name, written, max_bytes)
 
 
-def _unpack_tar(archive: Path, archive_name: str, into: Path, max_bytes: int) -> None:
+def _unpack_tar(archive: Path, archive_name: str, into: Path, max_bytes: int, max_members: int) -> None:
     # Streamed ("r|*"): a .tar.gz is decompressed once, member after member, as a zip's central directory cannot be.
     declared = written = 0
     with tarfile.open(archive, mode="r|*") as packed:
-        for member in packed:
+        for count, member in enumerate(packed, start=1):
+            if count > max_members:
+                raise _too_many(archive_name, max_members)
             destination = _destination(into, member.name, archive_name)
             if not (member.isreg() or member.isdir()):
                 raise _special(archive_name, member.name, _tar_kind(member))
@@ -264,6 +307,12 @@ def _too_large(archive_name: str, max_bytes: int, *, declared: bool) -> ArchiveE
     return ArchiveError(f"{archive_name}: {how} more than {filesizeformat(max_bytes)} ({max_bytes} bytes, "
                         "TEMPER_MODEL_UPLOAD_MAX_BYTES); upload a smaller model, or ask an administrator to copy it "
                         "under the models root")
+
+
+def _too_many(archive_name: str, max_members: int) -> ArchiveError:
+    return ArchiveError(f"{archive_name}: it holds more than {max_members:,} files and folders "
+                        "(TEMPER_MODEL_UPLOAD_MAX_MEMBERS); a model directory holds a few dozen: pack the model "
+                        "directory alone, or ask an administrator to copy it under the models root")
 
 
 def _write(source: BinaryIO, destination: Path, member_name: str, archive_name: str, written: int,

@@ -20,7 +20,7 @@ from webapp.basemodels.forms import BaseModelRegisterForm, BaseModelUploadForm
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.numbers import whole_number
-from webapp.core.submissions import deleted_once_or_refused, form_send_once, sent_once_or_refused
+from webapp.core.submissions import deleted_once_or_refused, form_send_once, form_sent_before, sent_once_or_refused
 from webapp.datasets.models import DatasetVersion
 from webapp.datasets.uploads import LimitedUploadHandler, body_too_large
 from webapp.projects.access import get_project_for_user
@@ -131,12 +131,14 @@ def _upload_checked(request, project, membership, handler: LimitedUploadHandler 
             return reverse("basemodels:detail", args=[project.slug, base_model.public_id])
 
         try:
-            # Unpacked before form_send_once's transaction, registered in it. A sending repeated once the first is
-            # registered is refused here, the name taken by what the first made.
+            # Unpacked before form_send_once's transaction, registered in it; a repeat is answered before unpacking.
+            # The archive is told by its name, size and ends, not read whole (a 20 GB one took minutes to hash).
+            if (first := form_sent_before(request, sample_files=True)) is not None:
+                return redirect(first)
             model_dir = uploads.model_archive_unpack(project=project, name=name, archive_name=archive.name,
                                                      archive=Path(archive.temporary_file_path()))
             try:
-                return redirect(form_send_once(request, create=register))
+                return redirect(form_send_once(request, create=register, sample_files=True))
             finally:
                 if not registered:  # refused before register() ran (a submission token too long): nothing kept
                     uploads.discard_unpacked(model_dir)

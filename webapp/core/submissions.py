@@ -10,7 +10,12 @@ and fails), and a repeat is answered with what the first made — the same redir
 and queues nothing. A sending that fails (a validation error) rolls its record back, so sending
 it again is tried again. The fields are part of the key: after Back, a form sent unchanged is a
 repeat, one the user changed is a new launch (a page the browser fetches again on Back has a new
-token; ``static/forms.js`` puts back the one the form was sent with). The API does the same for
+token; ``static/forms.js`` puts back the one the form was sent with). A file is part of the fields by its name, size
+and content; a form whose files run to gigabytes (a model archive) passes ``sample_files``, and its files are told
+apart by their name, size and first and last MiB: reading 20 GB to hash it took minutes, and a file changed only in
+its middle, sent again under the same one-time token, is not a case worth them (Back and a different file of the same
+size and ends). Such a form's view asks ``form_sent_before`` first, so that a repeat is answered before the minutes
+of work that precede its transaction (unpacking the archive). The API does the same for
 a request with an ``Idempotency-Key`` header (``request_send_once``), but there the key alone is
 the record's key, and the body's digest is kept beside it: a client's key stands for one request
 (the IETF idempotency-key draft, as Stripe), so the key sent again with another body is a mistake
@@ -48,6 +53,8 @@ KEEP_DAYS = 7
 MAX_TOKEN_CHARS = 200
 ALREADY_SENT = "This form was already sent; this is what it made. Change it to make another."
 GONE_ALREADY = "Nothing to delete: it is gone already (deleted meanwhile, perhaps by someone else)."
+# How much of each end of a file ``sample_files`` reads.
+SAMPLE_BYTES = 1024 * 1024
 # Fields that differ between two sendings of one form without the user changing anything.
 _NOT_FIELDS = {TOKEN_FIELD, "csrfmiddlewaretoken"}
 
@@ -87,8 +94,11 @@ def send_once(*, user, form: str, token: str, fields: bytes, create: Callable[[]
     if not token:
         return Sent(result=create(), created=True)
     _check_token_length(token, token_name=token_name)
-    key = hashlib.sha256(json.dumps([form, token]).encode() + b"\0" + fields).hexdigest()
-    return _record_once(user=user, key=key, body_digest="", create=create, path=form)
+    return _record_once(user=user, key=_form_key(form, token, fields), body_digest="", create=create, path=form)
+
+
+def _form_key(form: str, token: str, fields: bytes) -> str:
+    return hashlib.sha256(json.dumps([form, token]).encode() + b"\0" + fields).hexdigest()
 
 
 def _check_token_length(token: str, *, token_name: str) -> None:
@@ -124,29 +134,54 @@ def _forget_old_submissions() -> None:
     Submission.objects.filter(created_at__lt=timezone.now() - timedelta(days=KEEP_DAYS)).delete()
 
 
-def _form_fields(request: HttpRequest) -> bytes:
-    """The POSTed fields and files, in a stable order; files by name and content."""
+def _form_fields(request: HttpRequest, *, sample_files: bool = False) -> bytes:
+    """The POSTed fields and files, in a stable order; files by name, size and content (with ``sample_files``, the
+    content's first and last ``SAMPLE_BYTES`` only)."""
     digest = hashlib.sha256()
     fields = sorted((name, request.POST.getlist(name)) for name in request.POST if name not in _NOT_FIELDS)
     digest.update(json.dumps(fields).encode())
     for name in sorted(request.FILES):
         for upload in request.FILES.getlist(name):
             digest.update(b"\0" + json.dumps([name, upload.name, upload.size]).encode())
-            for chunk in upload.chunks():
-                digest.update(chunk)
+            if sample_files:
+                upload.seek(0)
+                digest.update(upload.read(SAMPLE_BYTES))
+                upload.seek(max(upload.size - SAMPLE_BYTES, 0))
+                digest.update(upload.read(SAMPLE_BYTES))
+            else:
+                for chunk in upload.chunks():
+                    digest.update(chunk)
             upload.seek(0)
     return digest.digest()
 
 
-def form_send_once(request: HttpRequest, *, create: Callable[[], str]) -> str:
+def form_send_once(request: HttpRequest, *, create: Callable[[], str], sample_files: bool = False) -> str:
     """The page to redirect to after the form of ``request`` was sent: ``create``'s (it
     makes the thing and returns that page's address), or, for a repeat, the first sending's, with
-    a note that says so (see the module note)."""
+    a note that says so (see the module note; ``sample_files`` there too)."""
     sent = send_once(user=request.user, form=request.path, token=request.POST.get(TOKEN_FIELD, ""),
-                     fields=_form_fields(request), create=create)
+                     fields=_form_fields(request, sample_files=sample_files), create=create)
     if not sent.created:
         messages.info(request, ALREADY_SENT)
     return sent.result
+
+
+def form_sent_before(request: HttpRequest, *, sample_files: bool = False) -> str | None:
+    """What the first sending of the form of ``request`` made, with ``form_send_once``'s note, when this sending
+    repeats it; else None. For a form whose work before ``form_send_once`` takes minutes: a repeat is answered
+    before that work (two sendings at once both pass here, and ``form_send_once`` decides between them).
+    A token too long is refused as ``form_send_once`` refuses it."""
+    token = request.POST.get(TOKEN_FIELD, "")
+    if not token:
+        return None
+    _check_token_length(token, token_name=TOKEN_FIELD)
+    key = _form_key(request.path, token, _form_fields(request, sample_files=sample_files))
+    first = Submission.objects.filter(user=request.user, key=key,
+                                      created_at__gte=timezone.now() - timedelta(days=KEEP_DAYS)).first()
+    if first is None:
+        return None
+    messages.info(request, ALREADY_SENT)
+    return first.result
 
 
 def sent_once_or_refused(request: HttpRequest, *, create: Callable[[], str], back: str) -> str:

@@ -2,14 +2,16 @@
 viewers and outsiders refused before anything is written; the ASGI guard takes a model-sized body from an owner
 only."""
 import asyncio
+import html
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
 from tests.webapp.basemodels.test_uploads import left_in, zip_of
-from tests.webapp.factories import make_team, write_model_dir
+from tests.webapp.factories import form_token, make_team, write_model_dir
 from webapp.basemodels.models import BaseModel
+from webapp.core.submissions import ALREADY_SENT, TOKEN_FIELD
 from webapp.datasets.uploads import MULTIPART_OVERHEAD_BYTES, RequestBodyLimit
 
 URL = "/p/alpha/models/upload/"
@@ -167,3 +169,41 @@ def test_a_refused_sending_keeps_no_unpacked_folder(team, models_root, client_fo
                                                  "archive": SimpleUploadedFile("tiny.zip", archive_bytes)})
     assert response.status_code == 400 and "submission_token is 201 characters long" in response.content.decode()
     assert left_in(models_root) in ([], ["projects", "projects/alpha"]) and not BaseModel.objects.exists()
+
+
+def test_the_same_sending_twice_gets_what_the_first_made(team, models_root, client_for, archive_bytes, monkeypatch):
+    """Back and send again, a proxy's retry: the second sending is told what the first made (the model's page), as
+    every form is, and unpacks nothing; it was refused with 'name taken' by the first's model."""
+    from webapp.basemodels import uploads
+
+    unpacked, unpack = [], uploads.unpack_archive
+
+    def noting(*args, **kwargs):
+        unpacked.append(kwargs["archive_name"])
+        return unpack(*args, **kwargs)
+
+    monkeypatch.setattr(uploads, "unpack_archive", noting)
+    owner = client_for(team.owner)
+    token = form_token(owner.get(URL).content.decode())
+    first, second = (owner.post(URL, {"name": "uploaded", TOKEN_FIELD: token,
+                                      "archive": SimpleUploadedFile("tiny.zip", archive_bytes)}) for _ in range(2))
+    model = BaseModel.objects.get(project=team.project)
+    assert first.status_code == second.status_code == 302
+    assert first["Location"] == second["Location"] == f"/p/alpha/models/{model.public_id}/"
+    assert ALREADY_SENT in html.unescape(owner.get(second["Location"]).content.decode())
+    assert unpacked == ["tiny.zip"]
+
+
+def test_another_archive_sent_with_the_same_token_is_another_sending(team, models_root, client_for, archive_bytes,
+                                                                     tmp_path):
+    owner = client_for(team.owner)
+    token = form_token(owner.get(URL).content.decode())
+    model_files = write_model_dir(tmp_path / "other" / "tiny")
+    (model_files / "README.md").write_text("another model")
+    other_bytes = zip_of(tmp_path / "other.zip", model_files).read_bytes()
+    first, second = (owner.post(URL, {"name": "uploaded", TOKEN_FIELD: token,
+                                      "archive": SimpleUploadedFile("tiny.zip", archive)})
+                     for archive in (archive_bytes, other_bytes))
+    assert first.status_code == 302 and second.status_code == 400
+    assert "already has a base model named &#x27;uploaded&#x27;" in second.content.decode()
+    assert BaseModel.objects.filter(project=team.project).count() == 1

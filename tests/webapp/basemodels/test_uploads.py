@@ -148,6 +148,32 @@ def test_it_rejects_an_archive_whose_declared_sizes_pass_the_limit(team, models_
         "root")
 
 
+@pytest.mark.parametrize("archive_name", ["many.zip", "many.tar", "many.tar.gz"])
+def test_it_rejects_an_archive_of_more_members_than_the_limit(team, models_root, model_files, tmp_path, settings,
+                                                             archive_name):
+    """Millions of tiny members would use up the disk's inodes long before its bytes: the count is bounded
+    (TEMPER_MODEL_UPLOAD_MAX_MEMBERS), a zip's before anything is written, a tar's as it streams."""
+    settings.TEMPER_MODEL_UPLOAD_MAX_MEMBERS = 6
+    for index in range(5):
+        (model_files / f"extra-{index}.txt").write_text("x")
+    packer = zip_of if archive_name.endswith(".zip") else tar_of
+    archive = packer(tmp_path / archive_name, model_files)
+    members = len(list(model_files.iterdir()))
+    assert members > 6
+    assert refused_and_nothing_left(team.project, archive, models_root) == (
+        f"{archive_name}: it holds more than 6 files and folders (TEMPER_MODEL_UPLOAD_MAX_MEMBERS); a model directory "
+        "holds a few dozen: pack the model directory alone, or ask an administrator to copy it under the models root")
+
+
+def test_an_archive_of_as_many_members_as_the_limit_is_taken(team, models_root, model_files, tmp_path, settings):
+    settings.TEMPER_MODEL_UPLOAD_MAX_MEMBERS = len(list(model_files.iterdir()))
+    for packer, name in ((zip_of, "exact.zip"), (tar_of, "exact.tar")):
+        archive = packer(tmp_path / name, model_files)
+        model = basemodel_upload(project=team.project, name=name.replace(".", "-"), archive=archive,
+                                 archive_name=name, user=None)
+        assert len(list(Path(model.path).iterdir())) == settings.TEMPER_MODEL_UPLOAD_MAX_MEMBERS
+
+
 def test_a_zip_that_understates_its_sizes_is_refused_without_inflating_past_them(team, models_root, tmp_path):
     """A zip bomb: the central directory says a member is 10 bytes, its compressed data inflates to a megabyte.
     Nothing past the declared 10 bytes is inflated (zipfile stops there, and the checksum then fails); what is
@@ -216,6 +242,53 @@ def test_it_rejects_a_name_taken_by_a_folder_and_leaves_that_folder_alone(team, 
     assert left_in(models_root) == ["projects", "projects/alpha", "projects/alpha/uploaded",
                                     "projects/alpha/uploaded/notes.txt"]
     assert not BaseModel.objects.exists()
+
+
+def test_an_empty_folder_made_under_the_name_while_it_unpacks_is_left_alone(team, models_root, model_files, tmp_path,
+                                                                           monkeypatch):
+    """os.rename replaces an empty folder on Linux: one made under the model's name while the archive unpacked (by
+    an administrator, another tool) was silently replaced. The folder is made at the last moment before the rename,
+    once the unpacked model is checked; the real unpacking and the real rename run."""
+    from webapp.basemodels import uploads
+
+    target = models_root.resolve() / "projects" / "alpha" / "uploaded"
+    check = uploads.read_model_facts
+
+    def checked_then_taken(*args, **kwargs):
+        facts = check(*args, **kwargs)
+        target.mkdir()
+        return facts
+
+    monkeypatch.setattr(uploads, "read_model_facts", checked_then_taken)
+    archive = zip_of(tmp_path / "tiny.zip", model_files)
+    assert refusal(team.project, archive, field="name") == (
+        f"{target} already exists: choose another name (or register that directory on the Register page, if it is the "
+        "model)")
+    assert left_in(models_root) == ["projects", "projects/alpha", "projects/alpha/uploaded"]
+    assert not BaseModel.objects.exists()
+
+
+@pytest.mark.parametrize("renameat2", ["kernel", "missing"])
+def test_rename_without_replacing_refuses_an_empty_folder(tmp_path, monkeypatch, renameat2):
+    """RENAME_NOREPLACE where the C library has renameat2; otherwise the name is claimed with mkdir first (it fails
+    on anything there) and only that claimed, empty folder is replaced."""
+    from webapp.basemodels import uploads
+
+    if renameat2 == "missing":
+        monkeypatch.setattr(uploads, "_RENAMEAT2", None)
+    source, target = tmp_path / "unpacked", tmp_path / "model"
+    source.mkdir()
+    (source / "config.json").write_text("{}")
+    target.mkdir()
+    with pytest.raises(FileExistsError):
+        uploads.rename_without_replacing(source, target)
+    assert list(target.iterdir()) == [] and (source / "config.json").read_text() == "{}"
+    target.rmdir()
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(FileExistsError):
+        uploads.rename_without_replacing(source, tmp_path / "dangling")
+    uploads.rename_without_replacing(source, target)
+    assert (target / "config.json").read_text() == "{}" and not source.exists()
 
 
 @pytest.mark.parametrize("name", ["../up", ".hidden", "a/b", "two words"])

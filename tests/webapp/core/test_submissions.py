@@ -170,3 +170,22 @@ def test_a_token_longer_than_the_limit_is_refused_not_cut(team):
                                 f"it may be at most {MAX_TOKEN_CHARS}"]}
     assert send_once(user=team.owner, form="/f/", token="k" * MAX_TOKEN_CHARS, fields=b"",
                      create=lambda: "/x/").created
+
+
+def test_a_large_upload_is_told_apart_by_its_name_size_and_ends_without_reading_its_middle(rf):
+    """A 20 GB model archive was read whole to tell a repeat (``sample_files``): its name, size and first and last
+    MiB tell a sending of the same file again, with the form's one-time token, which a changed form does not keep."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from webapp.core.submissions import SAMPLE_BYTES, _form_fields
+
+    def fields(content: bytes, *, name: str = "model.zip", sample_files: bool = True) -> bytes:
+        request = rf.post("/f/", {"name": "m", "archive": SimpleUploadedFile(name, content)})
+        return _form_fields(request, sample_files=sample_files)
+
+    content = bytes(range(256)) * (3 * SAMPLE_BYTES // 256)
+    middle, first, last = len(content) // 2, 10, len(content) - 10
+    changed = {at: content[:at] + b"\xff" + content[at + 1:] for at in (middle, first, last)}
+    assert fields(changed[middle]) == fields(content) != fields(changed[middle], sample_files=False)
+    others = {fields(changed[first]), fields(changed[last]), fields(content + b"x"), fields(content, name="b.zip")}
+    assert len(others) == 4 and fields(content) not in others
