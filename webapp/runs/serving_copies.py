@@ -35,6 +35,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from jaxengine.data import formats
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
@@ -53,6 +54,9 @@ MAKE_COPY_TASK = "worker.tasks.serve.make_serving_copy"
 AUTOMATIC_COPY_TASK = "worker.tasks.serve.quantize_run"  # a succeeded run's first copy (args: its directory)
 MAKE_COPY_QUEUE = "serve"  # the queue of the automatic copy (quantize_run): serve workers hold the engine
 EVAL_LIMIT = 64  # eval rows a copy is scored on, as for a run's copy
+# A base model's copy is measured on a dataset version chosen in its form ("Measure on"), uploaded in the web app: a
+# problem in it is told with the launch's words (the version's Column mapping), not a job spec's data.columns.
+MEASURED_ON = formats.DataSource(entry=formats.Entry.LAUNCH, key="the version to measure on")
 
 
 # Where copies are, and what is served ----------------------------------------------------------------
