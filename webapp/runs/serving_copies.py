@@ -459,10 +459,13 @@ def automatic_copy_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
 @transaction.atomic
 def serving_copy_finish(*, copy_pk: int, error: BaseException | str | None = None) -> ServingCopy:
     """Record that the copy is written (its figures are in its ``quantization.json``) or why it is not: an
-    exception the engine raised (shown with its type), or a reason already in words."""
-    copy = ServingCopy.objects.select_for_update(of=("self",)).get(pk=copy_pk)
+    exception the engine raised (shown with its type, the file of the version measured on named as the version, as
+    ``reporting.in_project_terms`` names a run's), or a reason already in words."""
+    copy = ServingCopy.objects.select_for_update(of=("self",)).select_related("eval_version__dataset").get(pk=copy_pk)
     copy.status = ServingCopyStatus.READY if error is None else ServingCopyStatus.FAILED
     reason = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    if copy.eval_version is not None:
+        reason = reason.replace(str(copy.eval_version.absolute_path), str(copy.eval_version))
     copy.error_message = "" if error is None else reason[:4000]
     copy.notice = ""
     copy.save(update_fields=["status", "error_message", "notice", "updated_at"])

@@ -608,8 +608,7 @@ def make_serving_copy(copy_pk: int) -> dict:
                 eval_limit=serving_copies.EVAL_LIMIT, eval_source=serving_copies.MEASURED_ON)
     except Exception as error:  # the model serves unquantized (or its earlier copy); the page says why
         logger.exception("serving copy %s failed", copy_pk)
-        serving_copies.serving_copy_finish(copy_pk=copy_pk, error=error)
-        return {"error": f"{type(error).__name__}: {error}"}
+        return {"error": serving_copies.serving_copy_finish(copy_pk=copy_pk, error=error).error_message}
     finally:  # it loaded a model twice over and compiled its scoring
         drop_retired_programs_past_high_water()
     if copy.run_id is not None and copy.step is None:  # the automatic copy's failure is no longer the story
