@@ -38,6 +38,7 @@ import numpy as np
 from flax import nnx
 
 from jaxengine import losses, rl
+from jaxengine.data.formats import Entry
 from jaxengine.data.pipeline import TokenBatch
 from jaxengine.rewards import (RewardError, WeightedReward, missing_reference_column, reference_answer, score_rewards,
                                unscorable_reference)
@@ -562,10 +563,12 @@ class RlPrompts:
     eval_group_labels: list[str] | None = None  # data.eval_group_by of each eval row
 
 
-def read_rl_prompts(spec, tokenizer, *, section: str, max_new_tokens: int, context_length: int) -> RlPrompts:
+def read_rl_prompts(spec, tokenizer, *, section: str, max_new_tokens: int, context_length: int,
+                    entry: Entry = Entry.SPEC) -> RlPrompts:
     """``data.train`` and ``data.eval`` of an RL spec, keeping prompts that leave ``max_new_tokens``
     (``<section>.max_new_tokens``) of room in ``data.max_seq_len`` and in the model's ``context_length``
-    (the sampler refuses a prompt and completion past it); a JobError when none is left."""
+    (the sampler refuses a prompt and completion past it); a JobError when none is left. ``entry``: where the spec
+    was given (``jaxengine.job.run_job``), whose settings the advice of a data problem names."""
     from jaxengine.data.pipeline import spec_source
     from jaxengine.job import JobError, eval_group_labels
 
@@ -579,12 +582,12 @@ def read_rl_prompts(spec, tokenizer, *, section: str, max_new_tokens: int, conte
                        f"{section}.max_new_tokens ({max_new_tokens}); raise max_seq_len or lower max_new_tokens")
     read = dict(tokenizer=tokenizer, columns=spec.data.columns, max_prompt_tokens=max_prompt_tokens)
     rows, prompt_ids, train_counts = read_prompts(spec.data.train, **read,
-                                                  source=spec_source("data.train", spec.task))
+                                                  source=spec_source("data.train", spec.task, entry))
     if not rows:
         raise JobError(f"data.train: {spec.data.train} has no prompt of at most {max_prompt_tokens} tokens "
                        f"({train_counts})")
     eval_rows, eval_prompt_ids, eval_counts = (read_prompts(spec.data.eval, **read,
-                                                            source=spec_source("data.eval", spec.task))
+                                                            source=spec_source("data.eval", spec.task, entry))
                                                if spec.data.eval else ([], [], {}))
     options = getattr(spec, section)
     training = [WeightedReward(name=term.name, args=term.args) for term in options.rewards]
@@ -661,17 +664,18 @@ def reference_weights(spec, job_model) -> Callable[[Any], Any]:
 
 
 def make_grpo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None,
-                      files: dict[str, dict[str, str]] | None = None):
+                      files: dict[str, dict[str, str]] | None = None, entry: Entry = Entry.SPEC):
     """The Trainer of a ``task: grpo`` spec (rollouts as its batch source) and the data summary;
     ``placement`` as the trainer takes it (e.g. a ``jaxengine.sharding.MeshPlacement``); ``files`` the spec's
-    ``jaxengine.job.data_files`` when the caller hashed them already (``run_job``), else hashed here."""
+    ``jaxengine.job.data_files`` when the caller hashed them already (``run_job``), else hashed here; ``entry`` as
+    ``run_job`` takes it."""
     from jaxengine.job import data_files
     from jaxengine.trainer import Trainer
 
     grpo, tokenizer, model = spec.grpo, job_model.tokenizer, job_model.model
     check_reward_models(grpo, section="grpo")
     prompts = read_rl_prompts(spec, tokenizer, section="grpo", max_new_tokens=grpo.max_new_tokens,
-                              context_length=job_model.config.max_position_embeddings)
+                              context_length=job_model.config.max_position_embeddings, entry=entry)
     pad_id = rollout_pad_id(tokenizer)
     config = rl_train_config(spec, rows=len(prompts.rows), files=data_files(spec) if files is None else files)
     reference = reference_weights(spec, job_model) if grpo.beta > 0 else None

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jaxengine.data.formats import Entry
 from jaxengine.spec import JobSpec, batch_split_problem, best_metric_for, dump_spec, total_steps_for
 
 DEMO_PRESET = "demo-tiny"
@@ -375,12 +376,13 @@ def _finished_summary(run_dir: Path) -> dict[str, Any] | None:
     return summary if isinstance(summary, dict) and summary.get("status") == "succeeded" else None
 
 
-def _read_eval_rows(path: str, task: str, columns: dict[str, str]) -> list[dict]:
+def _read_eval_rows(path: str, task: str, columns: dict[str, str], *, entry: Entry = Entry.SPEC) -> list[dict]:
     """Eval rows of the task's kind; for sft a ``prompts`` file with an ``answer`` column also works
-    (the answer is the completion), so one held-out file serves loss and exact match."""
+    (the answer is the completion), so one held-out file serves loss and exact match. ``entry``: where the spec came
+    from, whose settings a data problem's advice names (``run_job``)."""
     from jaxengine.data import pipeline
 
-    source = pipeline.spec_source("data.eval", task)
+    source = pipeline.spec_source("data.eval", task, entry)
     try:
         return list(pipeline.read_examples(path, kind=pipeline.TASK_KINDS[task], columns=columns, source=source))
     except pipeline.DataError as first_error:
@@ -684,10 +686,14 @@ def run_job(
     placement: Any = None,
     on_evaluation: Callable[[Any], None] | None = None,
     on_log: Callable[[str], None] | None = None,
+    entry: Entry = Entry.SPEC,
 ) -> dict[str, Any]:
     """Run ``spec`` to completion (or cancel/failure); writes the run directory and returns the summary.
     ``on_log`` hears of each line for the run's log: conversations trained one assistant turn per example
-    (``pipeline.split_by_turn_note``), a resume's changed settings (``Trainer.fit``).
+    (``pipeline.split_by_turn_note``), a resume's changed settings (``Trainer.fit``). ``entry``: where the spec was
+    given, whose settings the advice of a problem in its data files names: ``Entry.SPEC`` (jaxengine train:
+    data.columns, the task) or ``Entry.LAUNCH`` (the web app's worker: the launch form's dataset versions and the
+    Column mapping they were uploaded with).
 
     In a multi-host job (``jaxengine.distributed.initialize`` called first) every process calls this;
     the arrays are then global over all processes' devices (``placement``, default ``job_placement``)
@@ -720,13 +726,16 @@ def run_job(
     if spec.task == "grpo":
         from jaxengine.grpo import make_grpo_trainer
 
-        trainer, data_summary = make_grpo_trainer(spec, job_model, run_dir, placement=placement, files=files)
+        trainer, data_summary = make_grpo_trainer(spec, job_model, run_dir, placement=placement, files=files,
+                                                  entry=entry)
     elif spec.task == "ppo":
         from jaxengine.ppo import make_ppo_trainer
 
-        trainer, data_summary = make_ppo_trainer(spec, job_model, run_dir, placement=placement, files=files)
+        trainer, data_summary = make_ppo_trainer(spec, job_model, run_dir, placement=placement, files=files,
+                                                 entry=entry)
     else:
-        trainer, data_summary = _dataset_trainer(spec, job_model, run_dir, placement=placement, files=files)
+        trainer, data_summary = _dataset_trainer(spec, job_model, run_dir, placement=placement, files=files,
+                                                 entry=entry)
     if writes_files:  # once the model and the data are read: a job that cannot start leaves no spec behind
         (run_dir / "spec.yaml").write_text(dump_spec(spec_as_run(spec, job_model.model_dir)))
     if writes_files and on_log is not None:
@@ -762,9 +771,9 @@ def run_job(
 
 
 def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, placement: Any = None,
-                     files: dict[str, dict[str, str]]):
+                     files: dict[str, dict[str, str]], entry: Entry = Entry.SPEC):
     """The Trainer of a task that trains on a fixed dataset (pretrain, sft, reward, dpo) and the data summary;
-    ``files`` is ``data_files(spec)``, as ``run_job`` hashed them."""
+    ``files`` is ``data_files(spec)``, as ``run_job`` hashed them; ``entry`` as ``run_job`` takes it."""
     from jaxengine.data import pipeline
     from jaxengine.tasks import (
         REFERENCE_FREE,
@@ -780,9 +789,10 @@ def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, place
     encode = dict(task=spec.task, tokenizer=tokenizer, max_seq_len=spec.data.max_seq_len, loss_on=spec.data.loss_on,
                   vocab_size=job_model.config.vocab_size)
     train_rows = pipeline.read_examples(spec.data.train, kind=pipeline.TASK_KINDS[spec.task],
-                                        columns=spec.data.columns, source=pipeline.spec_source("data.train", spec.task))
+                                        columns=spec.data.columns,
+                                        source=pipeline.spec_source("data.train", spec.task, entry))
     train_examples, train_stats = pipeline.encode_rows(train_rows, **encode, source=spec.data.train)
-    eval_rows = _read_eval_rows(spec.data.eval, spec.task, spec.data.columns) if spec.data.eval else []
+    eval_rows = _read_eval_rows(spec.data.eval, spec.task, spec.data.columns, entry=entry) if spec.data.eval else []
     eval_examples, eval_stats = pipeline.encode_rows(eval_rows, **encode, source=spec.data.eval)
     if not train_examples:
         raise JobError(f"data.train: {spec.data.train} has no usable rows ({train_stats.to_dict()})")

@@ -40,6 +40,7 @@ import numpy as np
 from flax import nnx
 
 from jaxengine import grpo, losses, rl
+from jaxengine.data.formats import Entry
 from jaxengine.data.pipeline import TokenBatch
 from jaxengine.rewards import WeightedReward
 from jaxengine.sampler import Sampler, SamplingParams
@@ -304,17 +305,18 @@ def reward_terms(ppo: PpoSpec, *, max_seq_len: int) -> list[WeightedReward]:
 
 
 def make_ppo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None,
-                     files: dict[str, dict[str, str]] | None = None):
+                     files: dict[str, dict[str, str]] | None = None, entry: Entry = Entry.SPEC):
     """The Trainer of a ``task: ppo`` spec (rollouts as its batch source) and the data summary;
     ``placement`` as the trainer takes it (e.g. a ``jaxengine.sharding.MeshPlacement``); ``files`` the spec's
-    ``jaxengine.job.data_files`` when the caller hashed them already (``run_job``), else hashed here."""
+    ``jaxengine.job.data_files`` when the caller hashed them already (``run_job``), else hashed here; ``entry`` as
+    ``run_job`` takes it."""
     from jaxengine.job import data_files
     from jaxengine.trainer import Trainer
 
     ppo, tokenizer, model = spec.ppo, job_model.tokenizer, job_model.model
     grpo.check_reward_models(ppo, section="ppo")
     prompts = grpo.read_rl_prompts(spec, tokenizer, section="ppo", max_new_tokens=ppo.max_new_tokens,
-                                   context_length=job_model.config.max_position_embeddings)
+                                   context_length=job_model.config.max_position_embeddings, entry=entry)
     pad_id = grpo.rollout_pad_id(tokenizer)
     config = grpo.rl_train_config(spec, rows=len(prompts.rows), files=data_files(spec) if files is None else files)
     reference = grpo.reference_weights(spec, job_model) if ppo.kl_coef > 0 else None

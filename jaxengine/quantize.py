@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxengine.data.formats import DataSource
 from jaxengine.job import QUANTIZATION_FILE  # jax-free there, for its own check of a model directory
 from jaxengine.json_files import read_json_object
 from jaxengine.peft.quant import QuantizedWeight
@@ -486,15 +487,16 @@ def scoring_rows(rows: Sequence[dict], *, data_kind: str, limit: int = 64) -> tu
 def quantize_model_dir(model_dir: str | Path, out_dir: str | Path, *, scheme_name: str = "int8",
                        group_size: int | None = None, eval_path: str | Path | None = None,
                        eval_data_kind: str = "sft", eval_columns: dict[str, str] | None = None,
-                       eval_limit: int = 64) -> dict[str, Any]:
+                       eval_limit: int = 64, eval_source: DataSource | None = None) -> dict[str, Any]:
     """The serving copy ``out_dir`` of any merged model directory (a base model, an exported checkpoint),
     scored on up to ``eval_limit`` rows of the dataset file ``eval_path`` of ``eval_data_kind`` (none:
-    memory only)."""
+    memory only); ``eval_source``: where that file was chosen, whose settings a problem in it names
+    (``pipeline.read_examples``; the web app's serve worker gives the launch form's)."""
     from jaxengine.data.pipeline import read_examples
 
     rows, eval_kind = [], "sft"
     if eval_path is not None and eval_limit:
-        read = read_examples(eval_path, kind=eval_data_kind, columns=eval_columns)
+        read = read_examples(eval_path, kind=eval_data_kind, columns=eval_columns, source=eval_source)
         rows, eval_kind = scoring_rows(itertools.islice(read, eval_limit), data_kind=eval_data_kind, limit=eval_limit)
     return export_quantized(model_dir, out_dir, scheme=QuantScheme.named(scheme_name, group_size=group_size),
                             eval_rows=rows, eval_kind=eval_kind)

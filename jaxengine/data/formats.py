@@ -252,7 +252,8 @@ class Entry(StrEnum):
     VALIDATE_DATA = "validate-data"  # jaxengine validate-data FILE --kind --format --map
     SPEC = "spec"  # a job spec's data.train or data.eval (jaxengine train): data.columns; format by extension
     EVAL = "eval"  # jaxengine eval --data (--metric decides the kind): --map; format by extension
-    LAUNCH = "launch"  # a run launched in the web app, on dataset versions uploaded there
+    # a run launched in the web app, on dataset versions uploaded there (and a base model's serving copy measured on one)
+    LAUNCH = "launch"
 
 
 # The tasks that train on each kind, as jaxengine.spec.TASK_DATASET_KINDS says (spec imports this module).

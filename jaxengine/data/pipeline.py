@@ -389,9 +389,11 @@ def encode_rows(
     return examples, stats
 
 
-def spec_source(key: str, task: str) -> formats.DataSource:
-    """A job spec's data file, ``key`` (data.train, data.eval) of a ``task`` job: its problems name spec keys."""
-    return formats.DataSource(entry=formats.Entry.SPEC, key=key, task=task)
+def spec_source(key: str, task: str, entry: formats.Entry = formats.Entry.SPEC) -> formats.DataSource:
+    """A job spec's data file, ``key`` (data.train, data.eval) of a ``task`` job, given in ``entry``: its problems
+    name spec keys (``Entry.SPEC``, jaxengine train), or the launch form's settings (``Entry.LAUNCH``, a run launched
+    in the web app, whose worker trains the spec Temper resolved)."""
+    return formats.DataSource(entry=entry, key=key, task=task)
 
 
 def read_examples(path: str | Path, *, kind: str, columns: dict[str, str] | None = None,

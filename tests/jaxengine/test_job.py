@@ -913,6 +913,25 @@ def test_cli_data_errors_name_what_the_spec_can_set(demo_dir, tmp_path, capsys, 
         assert elsewhere not in err
 
 
+def test_cli_rl_data_errors_name_what_the_spec_can_set(demo_dir, tmp_path, capsys):
+    """GRPO and PPO read their prompts through grpo.read_prompts, which run_job tells where the spec came from: the
+    command line's spec keeps the spec's words (a run launched in the web app gets the launch form's:
+    tests/worker/test_launch_data_words.py)."""
+    data = tmp_path / "prompts.jsonl"
+    data.write_text('{"prompt": "2 + 2?", "answer": "4"}\n' + RENAMED)
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({
+        "task": "grpo", "model": str(demo_dir / "model"), "output_dir": str(tmp_path / "run"),
+        "data": {"train": str(data), "max_seq_len": 64}, "train": {"max_steps": 1, "batch_size": 2},
+        "grpo": {"num_generations": 2, "max_new_tokens": 4, "rewards": [{"name": "exact_match"}]}}))
+    assert main(["train", str(path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{path}: {data}: line 2, row 2, field 'prompt': ")
+    assert err.endswith("(map a differently named column to it: data.columns in the job spec)\n")
+    for elsewhere in ("upload", "Column mapping", "--map", " API"):
+        assert elsewhere not in err
+
+
 def test_cli_names_the_first_five_bad_rows_of_a_data_file_and_counts_the_rest(demo_dir, tmp_path, capsys):
     """Session-33 audit: jaxengine train named the first bad row only, where an upload's check lists the first
     problems and counts them all: a file with nine bad rows was mended and run again row by row."""

@@ -386,6 +386,32 @@ def test_a_serving_copy_asked_for_is_written_measured_and_then_served(db, model_
     assert serve.make_serving_copy(copy.pk) == {"dropped": copy.pk}  # a message delivered twice writes nothing
 
 
+def test_a_serving_copy_measured_on_a_version_with_a_bad_row_fails_with_the_web_apps_words(db, model_dir, tmp_path,
+                                                                                             settings):
+    """quantize_model_dir read the version chosen to measure on with a job spec's words: a row under another column
+    name was told to set "data.columns in the job spec", which the web app's serving copy form has none of."""
+    from tests.webapp.factories import make_base_model, make_ready_version, make_team
+    from webapp.runs.models import ServingCopy, ServingCopyStatus
+
+    settings.DATA_ROOT = tmp_path
+    team = make_team()
+    base_model = make_base_model(team.project, name="tiny", path=str(model_dir))
+    chats = make_ready_version(team.project, name="chats", rows=[
+        {"prompt": "Hello there", "completion": " general"}, {"prompt": "a b c", "reply": " d e"}])
+    copy = ServingCopy.objects.create(project=team.project, base_model=base_model, eval_version=chats)
+    outcome = serve.make_serving_copy(copy.pk)
+    copy.refresh_from_db()
+    assert copy.status == ServingCopyStatus.FAILED and outcome["error"] == copy.error_message
+    # The version by its name, as a run's error names it (reporting.in_project_terms): its path under the data root
+    # was named, which nobody chose and a user of the web cannot open.
+    assert copy.error_message.startswith("DataError: chats v1: line 2, row 2, field 'completion': missing 'completion'")
+    assert str(chats.absolute_path) not in copy.error_message
+    assert copy.error_message.endswith("(map a differently named column to it: the Column mapping of a new version "
+                                       "of the dataset, uploaded again)"), copy.error_message
+    assert "data.columns" not in copy.error_message
+    assert not (tmp_path / "serving-copies").exists() or not any((tmp_path / "serving-copies").rglob("quantization.json"))
+
+
 def test_a_serving_copy_that_fails_records_why_and_the_model_serves_unquantized(db, tmp_path, settings):
     from tests.webapp.factories import make_base_model, make_team
     from webapp.chat.selectors import model_choice

@@ -35,6 +35,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from jaxengine.data import formats
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
@@ -53,6 +54,9 @@ MAKE_COPY_TASK = "worker.tasks.serve.make_serving_copy"
 AUTOMATIC_COPY_TASK = "worker.tasks.serve.quantize_run"  # a succeeded run's first copy (args: its directory)
 MAKE_COPY_QUEUE = "serve"  # the queue of the automatic copy (quantize_run): serve workers hold the engine
 EVAL_LIMIT = 64  # eval rows a copy is scored on, as for a run's copy
+# A base model's copy is measured on a dataset version chosen in its form ("Measure on"), uploaded in the web app: a
+# problem in it is told with the launch's words (the version's Column mapping), not a job spec's data.columns.
+MEASURED_ON = formats.DataSource(entry=formats.Entry.LAUNCH, key="the version to measure on")
 
 
 # Where copies are, and what is served ----------------------------------------------------------------
@@ -455,10 +459,13 @@ def automatic_copy_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
 @transaction.atomic
 def serving_copy_finish(*, copy_pk: int, error: BaseException | str | None = None) -> ServingCopy:
     """Record that the copy is written (its figures are in its ``quantization.json``) or why it is not: an
-    exception the engine raised (shown with its type), or a reason already in words."""
-    copy = ServingCopy.objects.select_for_update(of=("self",)).get(pk=copy_pk)
+    exception the engine raised (shown with its type, the file of the version measured on named as the version, as
+    ``reporting.in_project_terms`` names a run's), or a reason already in words."""
+    copy = ServingCopy.objects.select_for_update(of=("self",)).select_related("eval_version__dataset").get(pk=copy_pk)
     copy.status = ServingCopyStatus.READY if error is None else ServingCopyStatus.FAILED
     reason = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    if copy.eval_version is not None:
+        reason = reason.replace(str(copy.eval_version.absolute_path), str(copy.eval_version))
     copy.error_message = "" if error is None else reason[:4000]
     copy.notice = ""
     copy.save(update_fields=["status", "error_message", "notice", "updated_at"])

@@ -605,11 +605,10 @@ def make_serving_copy(copy_pk: int) -> dict:
                 eval_path=version.absolute_path if version is not None else None,
                 eval_data_kind=version.dataset.kind if version is not None else "sft",
                 eval_columns=version.column_mapping if version is not None else None,
-                eval_limit=serving_copies.EVAL_LIMIT)
+                eval_limit=serving_copies.EVAL_LIMIT, eval_source=serving_copies.MEASURED_ON)
     except Exception as error:  # the model serves unquantized (or its earlier copy); the page says why
         logger.exception("serving copy %s failed", copy_pk)
-        serving_copies.serving_copy_finish(copy_pk=copy_pk, error=error)
-        return {"error": f"{type(error).__name__}: {error}"}
+        return {"error": serving_copies.serving_copy_finish(copy_pk=copy_pk, error=error).error_message}
     finally:  # it loaded a model twice over and compiled its scoring
         drop_retired_programs_past_high_water()
     if copy.run_id is not None and copy.step is None:  # the automatic copy's failure is no longer the story

@@ -1,6 +1,8 @@
 """``train`` queues: run one attempt of a training run (``train_run``), or one host's process of a
 multi-host run's attempt (``train_host``). Thin: claim the attempt, hand the engine a reporter,
-record the outcome (``webapp.runs.reporting`` and ``worker.multihost`` hold the logic)."""
+record the outcome (``webapp.runs.reporting`` and ``worker.multihost`` hold the logic). The engine is told the run was
+launched in the web app (``Entry.LAUNCH``), so that a problem in its data names the launch form's dataset versions and
+their Column mapping, not a job spec's data.columns, which a user of the web never wrote."""
 from __future__ import annotations
 
 import logging
@@ -10,6 +12,7 @@ from billiard.exceptions import WorkerLostError
 from celery import signals
 from django.conf import settings
 
+from jaxengine.data.formats import Entry
 from jaxengine.spec import parse_spec
 from webapp.celery import app
 from webapp.runs import pipelines, placement, reporting, services
@@ -60,7 +63,7 @@ def train_run(self, run_pk: int, attempt: int) -> None:
     try:
         summary = run_job(parse_spec(run.resolved_spec), should_stop=reporter.should_stop,
                           on_progress=reporter.on_progress, on_evaluation=reporter.on_evaluation,
-                          on_log=reporter.log_engine_line, progress_bar=False)
+                          on_log=reporter.log_engine_line, progress_bar=False, entry=Entry.LAUNCH)
     except Exception as error:
         logger.exception("run %s failed", run.public_id)
         try:
@@ -114,7 +117,7 @@ def train_host(self, run_pk: int, attempt: int, process_id: int, num_processes: 
                           should_stop=reporter.should_stop if reporter else None,
                           on_progress=reporter.on_progress if reporter else None,
                           on_evaluation=reporter.on_evaluation if reporter else None,
-                          on_log=reporter.log_engine_line if reporter else None)
+                          on_log=reporter.log_engine_line if reporter else None, entry=Entry.LAUNCH)
     except Exception as error:
         logger.exception("run %s: host %s failed", run.public_id, process_id)
         lost = liveness.wait_for_lost_peers()
