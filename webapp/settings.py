@@ -174,6 +174,9 @@ TEMPER_METRICS_ALLOW = env_networks("TEMPER_METRICS_ALLOW")
 TEMPER_TRUSTED_PROXIES = env_networks("TEMPER_TRUSTED_PROXIES")
 # Who may create a project (webapp.projects.selectors.may_create_project): any signed-in account, or staff only.
 TEMPER_PROJECT_CREATORS = env_choice("TEMPER_PROJECT_CREATORS", "everyone", ("everyone", "staff"))
+# The chat list, the arena and /v1/models look at every model's tokenizer, template and serving copy files on each
+# load: what stat says of them is kept this many seconds (webapp.core.file_stamps); 0 takes it on every look.
+TEMPER_MODEL_FILES_RECHECK_SECONDS = env_int("TEMPER_MODEL_FILES_RECHECK_SECONDS", 2, minimum=0, unit="seconds")
 # A sweep (webapp.runs.sweeps) launches at most this many runs: the product of its keys' value counts.
 TEMPER_SWEEP_MAX_RUNS = env_int("TEMPER_SWEEP_MAX_RUNS", 16)
 # Wrong passwords for one account from browsers it never signed in with, every address together, in the login

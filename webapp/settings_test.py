@@ -27,6 +27,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not Django's default in-memory test database, so that the Celery worker processes
     # started by integration and browser tests (tests/live.py) open the same database.
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_ROOT / "test-db.sqlite3")}
+# Model files are looked at on every request (webapp.core.file_stamps): tests write them and load a page at once.
+TEMPER_MODEL_FILES_RECHECK_SECONDS = 0
 # Serve warm-ups compile a model's programs in the background (tens of CPU seconds); the tests that are
 # about them turn them on.
 TEMPER_SERVE_WARMUP = False

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from webapp.basemodels.models import BaseModel
 from webapp.chat.models import ApiGeneration, Battle, Conversation, Message, MessageStatus
+from webapp.core import file_stamps
 from webapp.core.bidi import isolated
 from webapp.core.model_refs import chat_ref
 from webapp.projects.models import Membership, Project, Role
@@ -142,19 +143,13 @@ def thinking_defaults(choices: list[ModelChoice]) -> dict[str, bool]:
     return defaults
 
 
+_TEMPLATE_FILES = ("tokenizer_config.json", "chat_template.jinja", "chat_template_kwargs.json")
+
+
 def _template_files_stamp(path: str) -> tuple:
-    # A model written again at its path (a run exported anew) is read anew: the files' times and sizes, and their
-    # inode and change time, since a file renamed over the old one with its source's modification time kept (rsync -a,
-    # download tools), or copied in with it (cp -p), may keep the time and size but never both of those.
-    stamp = []
-    for name in ("tokenizer_config.json", "chat_template.jinja", "chat_template_kwargs.json"):
-        try:
-            status = (Path(path) / name).stat()
-        except OSError:
-            stamp.append(None)
-            continue
-        stamp.append((status.st_mtime_ns, status.st_size, status.st_ino, status.st_ctime_ns))
-    return tuple(stamp)
+    # A model written again at its path (a run exported anew) is read anew: the key of what is read from its files is
+    # their stamp (inode, times, size), itself taken at most every few seconds (webapp.core.file_stamps).
+    return file_stamps.stamp(path, _TEMPLATE_FILES)
 
 
 # Unbounded: the pickers ask this of every model of the project, in the same order, on every request. Bounded at 256,
@@ -214,7 +209,9 @@ def structured_template_variables(choice: ModelChoice) -> list[str]:
     return [name for name, kind in found[0].items() if kind == STRUCTURED] if found else []
 
 
-@functools.lru_cache(maxsize=256)
+# Unbounded, as _thinking_default and for its reason: the arena asks this of every model of the project on each load
+# (its compare mode's variables); an entry is a few names and values.
+@functools.lru_cache(maxsize=None)
 def _chat_variables(path: str, _stamp: tuple) -> tuple[dict[str, str], dict[str, Any]] | None:
     from jaxengine.chat_template import DEFAULT_CHAT_TEMPLATE, ChatTemplateError, chat_variables
 

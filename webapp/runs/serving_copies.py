@@ -38,6 +38,7 @@ from django.utils import timezone
 from jaxengine.data import formats
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
+from webapp.core import file_stamps
 from webapp.core.bidi import isolated
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
@@ -75,14 +76,16 @@ def copy_description(copy_dir: str | Path) -> dict[str, Any] | None:
     """A copy's ``quantization.json`` (its per-module list left out), or None while there is no whole copy.
 
     The chat's model picker asks this of every model of the project on every request, so the parsed file
-    is kept (``_description_at``) under its path and what ``stat`` says of it: a copy made again is a new
-    file renamed into place (another inode and modification time), read at once; an unchanged one costs a
-    ``stat``, not a read and a parse of its per-module list."""
-    path = Path(copy_dir) / QUANTIZATION_FILE
+    is kept (``_description_at``) under its path and its stamp (``webapp.core.file_stamps``: inode, times, size,
+    itself taken at most every few seconds): a copy made again is a new file renamed into place (another inode and
+    modification time), read once its stamp is taken again; an unchanged one costs no read, no parse of its
+    per-module list and, within those seconds, no ``stat``."""
+    (file_stamp,) = file_stamps.stamp(copy_dir, (QUANTIZATION_FILE,))
+    if file_stamp is None:  # no copy (yet), or unreadable now
+        return None
     try:
-        status = path.stat()
-        description = _description_at(str(path), status.st_ino, status.st_mtime_ns, status.st_size)
-    except OSError:  # no copy (yet), or unreadable now: not kept, so asked again next time
+        description = _description_at(str(Path(copy_dir) / QUANTIZATION_FILE), file_stamp)
+    except OSError:  # gone since its stamp was taken: not kept, so asked again next time
         return None
     return dict(description) if description is not None else None
 
@@ -91,8 +94,8 @@ DESCRIPTIONS_KEPT = 512  # parsed quantization.json files (a few KiB each once t
 
 
 @functools.lru_cache(maxsize=DESCRIPTIONS_KEPT)
-def _description_at(path: str, inode: int, mtime_ns: int, size: int) -> dict[str, Any] | None:
-    """The parsed file at ``path`` as it was when it had that inode, modification time and size (the key
+def _description_at(path: str, _stamp: tuple) -> dict[str, Any] | None:
+    """The parsed file at ``path`` as it was when it had that stamp (the key
     only: a rewritten file has another); None for one that is not a JSON object. Callers get a copy."""
     try:
         description = json.loads(Path(path).read_text())

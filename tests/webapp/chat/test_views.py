@@ -850,6 +850,51 @@ def test_a_project_of_hundreds_of_models_reads_no_tokenizer_again_on_each_load(t
     assert counts[0] == counts[1]
 
 
+@pytest.mark.parametrize("page", ["chat:list", "chat:arena"])
+def test_a_load_of_hundreds_of_models_stats_none_of_their_files_while_their_stamps_are_fresh(team, client_for, tmp_path,
+                                                                                           settings, monkeypatch, page):
+    """The chat list and the arena looked at each model's tokenizer, template and serving copy files (four ``stat`` calls a model, on
+    every load: 0.15 ms a model at 300, bench/pages_at_scale.py). Their stamps are kept per model directory for
+    TEMPER_MODEL_FILES_RECHECK_SECONDS (webapp.core.file_stamps): a load within them stats none, for 300 models as for
+    30, and one after them sees a model's files written anew."""
+    from webapp.basemodels.models import BaseModel
+    from webapp.core.name_case import name_key
+
+    thinker = thinking_model_dir(tmp_path / "thinker")
+    make_base_model(team.project, name="thinker", path=str(thinker))
+    chat_url = reverse(page, args=[team.project.slug])
+    client = client_for(team.teammate)
+    roots = (str(tmp_path), str(settings.DATA_ROOT))
+    looked_at = []
+    real_stat = os.stat
+
+    def counted_stat(path, *args, **kwargs):
+        if str(path).startswith(roots):
+            looked_at.append(str(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", counted_stat)
+    settings.TEMPER_MODEL_FILES_RECHECK_SECONDS = 600
+    for total in (30, 300):
+        BaseModel.objects.bulk_create([
+            BaseModel(project=team.project, name=f"model {index}", name_key=name_key(f"model {index}"),
+                      path=str(tmp_path / f"model-{index}"), architecture="LlamaForCausalLM", parameter_count=1,
+                      tokenizer_type="tokenizer.json", dtype="float32", size_bytes=1)
+            for index in range(BaseModel.objects.filter(project=team.project).count(), total)])
+        looked_at.clear()
+        client.get(chat_url)
+        assert len(looked_at) >= 4 * total  # the new models' stamps are taken
+        looked_at.clear()
+        page = client.get(chat_url).content.decode()
+        assert looked_at == []
+        assert 'name="thinking"' in page and page.count('<option value="bm_') >= total
+
+    (thinker / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages[0].content }}"}))
+    assert 'name="thinking"' in client.get(chat_url).content.decode()  # its stamp is still fresh
+    settings.TEMPER_MODEL_FILES_RECHECK_SECONDS = 0
+    assert 'name="thinking"' not in client.get(chat_url).content.decode()
+
+
 def test_the_thinking_switch_follows_a_changed_tokenizer_config(team, client_for, tmp_path):
     """Whether a model's template reads enable_thinking is cached by its files' times and sizes: a
     tokenizer_config.json written anew was read anew only when one of them changed. A model directory brought up to
