@@ -1351,6 +1351,13 @@ class BatchingServer:
         self.warmed.set()  # closed: no warm-up will run
 
     @property
+    def compiling(self) -> bool:
+        """Whether a program a batch did without is still to compile, or compiling, on the compile thread (it
+        starts once the server is idle): until then the process holds fewer programs than it will."""
+        with self._state_lock:
+            return self._missed or self._compiles_running > 0
+
+    @property
     def _warming(self) -> bool:
         return bool(self._warmups) or self._warm_batch.busy
 

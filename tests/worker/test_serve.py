@@ -13,6 +13,7 @@ from jaxengine import serving
 from jaxengine.programs import PROGRAMS
 from jaxengine.serving import load_serving_model
 from tests import factories
+from tests.live import wait_for
 from webapp.chat import channels
 from webapp.core.bidi import isolated
 from webapp.runs.channels import redis_client
@@ -647,7 +648,11 @@ def test_models_served_in_turn_leave_no_programs_behind(client, tmp_path, settin
         model_dir = factories.build_tiny_model_dir(tmp_path / f"context-{context}", context=context)
         done = serve.generate(request(model_dir, f"turn-{context}", model_key=f"turn-{context}", max_new_tokens=4))
         assert done["completion_tokens"] == 4, done
-        compiled[context] = id(serve.server_for(f"turn-{context}", str(model_dir))[0].decoder.compiled)
+        server = serve.server_for(f"turn-{context}", str(model_dir))[0]
+        compiled[context] = id(server.decoder.compiled)
+        # The programs the answer did without compile once the server is idle: counted before they were, a model's
+        # count came out low, and a later one's above it (under load, on CI).
+        wait_for(lambda: not server.compiling, timeout=120, what="the programs the answer did without")
         gc.collect()  # the programs of an evicted model's server, once its thread has ended (a cycle through jit)
         counts.append(live_programs())
     retired = PROGRAMS.retired_kept
