@@ -211,6 +211,9 @@ def family_for_hf_config(hf_config: dict[str, Any], *, source: str = "config.jso
 WHOLE_NUMBER_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                        "num_key_value_heads", "head_dim", "max_position_embeddings", "sliding_window",
                        "max_window_layers", "sliding_window_pattern", "_sliding_window_pattern")
+# Sizes among them, which 0 or below would not describe a model (a context of 0 was described as one by inspect).
+POSITIVE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                   "num_key_value_heads", "head_dim", "max_position_embeddings")
 NUMBER_FIELDS = ("rms_norm_eps", "rope_theta", "rope_local_base_freq", "query_pre_attn_scalar",
                  "attn_logit_softcapping", "final_logit_softcapping")
 OBJECT_FIELDS = ("rope_parameters", "rope_scaling", "text_config")
@@ -233,6 +236,8 @@ def hf_field_type_problem(hf_config: dict[str, Any], *, prefix: str = "") -> str
             continue
         if key in WHOLE_NUMBER_FIELDS and (isinstance(value, bool) or not isinstance(value, int)):
             expected = "a whole number"
+        elif key in POSITIVE_FIELDS and value <= 0:
+            expected = "a positive whole number"
         elif key in NUMBER_FIELDS and (isinstance(value, bool) or not isinstance(value, (int, float))):
             expected = "a number"
         elif key in OBJECT_FIELDS and not isinstance(value, dict):

@@ -206,10 +206,17 @@ def test_it_rejects_bad_input_with_one_line(tmp_path, model_dir, make_args, mess
      "field 'tie_word_embeddings' = 'false': expected true or false"),
     ({"architectures": "LlamaForCausalLM", "model_type": "llama"},
      "field 'architectures' = 'LlamaForCausalLM': expected a list of class names, e.g. [\"LlamaForCausalLM\"]"),
+    # Audit: a context of 0 (or below) was described by inspect as "context length 0".
+    ({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 0},
+     "field 'max_position_embeddings' = 0: expected a positive whole number"),
+    ({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 64, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": -8},
+     "field 'max_position_embeddings' = -8: expected a positive whole number"),
 ], ids=["missing field", "unsupported architecture", "a word for a number", "a number in quotes",
         "a word for the context", "rope not an object", "gemma3 word for a number", "gemma3 text_config",
         "a word for the eos id", "a word among the eos ids", "a bos id in quotes", "a word for a boolean",
-        "architectures not a list"])
+        "architectures not a list", "a context of 0", "a negative context"])
 @pytest.mark.parametrize("command", ["inspect", "generate"])
 def test_it_rejects_a_bad_config_with_one_line(tmp_path, capsys, config, message, command):
     (tmp_path / "config.json").write_text(json.dumps(config))
