@@ -28,6 +28,7 @@ from webapp.basemodels import services as basemodel_services
 from webapp.chat.tokens import TOKEN_PREFIX as PROJECT_TOKEN_PREFIX
 from webapp.core.auth_header import bearer_secret
 from webapp.core.bidi import isolated
+from webapp.core import json_bodies
 from webapp.core.forms import errors_by_key
 from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS, whole_number
 from webapp.core.sse import AccessLost, access_lost_when
@@ -175,24 +176,9 @@ def _body(request: HttpRequest, schema: type[pydantic.BaseModel]) -> Any:
 FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
 
 
-class DuplicateKey(ValueError):
-    pass
-
-
-def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object, refusing a key given twice: json keeps the last, so the first was dropped without a word (a
-    spec's YAML and a multipart upload refuse theirs too)."""
-    found: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in found:
-            raise DuplicateKey(f"{key!r} is given twice in one object; JSON keeps the last, so send it once")
-        found[key] = value
-    return found
-
-
 def _json_body(request: HttpRequest) -> Any:
     try:
-        return json.loads(request.body or b"{}", object_pairs_hook=_object_without_duplicates)
+        return json_bodies.loads(request.body or b"{}")
     except json.JSONDecodeError as error:
         # curl -F or --data-urlencode sends a form: JSON's words alone did not say what to send instead.
         remedy = (f"; it was sent as a form ({request.content_type}): send a JSON object with 'Content-Type: "
@@ -200,7 +186,7 @@ def _json_body(request: HttpRequest) -> Any:
                   if request.content_type in FORM_TYPES else "; send a JSON object")
         where = f"{error.msg} at line {error.lineno}"
         raise ValidationError({"__all__": f"the body is not JSON: {where}{remedy}"}) from None
-    except DuplicateKey as error:
+    except json_bodies.DuplicateKey as error:
         raise ValidationError({"__all__": str(error)}) from None
     except UnicodeDecodeError as error:  # a ValueError too: it was taken for the digit limit below
         raise ValidationError({"__all__": f"the body is not JSON in UTF-8: byte 0x{error.object[error.start]:02x} at "
@@ -311,11 +297,11 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
     if upload is None:
         raise ValidationError({"file": "attach the dataset file as the multipart field 'file'"})
     try:
-        mapping = json.loads(request.POST.get("mapping") or "{}", object_pairs_hook=_object_without_duplicates)
+        mapping = json_bodies.loads(request.POST.get("mapping") or "{}")
     except json.JSONDecodeError as error:
         raise ValidationError({"mapping": f"mapping is not JSON ({error.msg} at column {error.colno}): send a JSON "
                                           'object of field → column, e.g. {"prompt": "question"}'}) from None
-    except DuplicateKey as error:
+    except json_bodies.DuplicateKey as error:
         raise ValidationError({"mapping": f"mapping: {error}"}) from None
     except (ValueError, RecursionError):  # a number past Python's digit limit, nesting too deep
         raise ValidationError({"mapping": "mapping must be a JSON object of field → column"}) from None

@@ -55,10 +55,10 @@ from webapp.chat.openai_errors import body_problems, misspelt_field, with_misspe
 from webapp.chat.services import (FIRST_TOKEN_WAIT_SECONDS, GENERATE_TASK, api_generation_end, api_generation_start,
                                   generation_expiry_seconds)
 from webapp.chat.tokens import project_token_authenticate, project_token_refusal, project_token_standing
-from webapp.core import sse
+from webapp.core import json_bodies, sse
 from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS
 from webapp.core.streams import release_connections
-from webapp.core.text import lone_surrogate_problem
+from webapp.core.text import lone_surrogate_problem, shown_text
 from webapp.runs.channels import redis_client
 
 logger = logging.getLogger(__name__)
@@ -160,7 +160,7 @@ class _Body(_RequestObject):
         biases = {}
         for key, bias in logit_bias.items():
             if not (key.isascii() and key.isdecimal() and int(key) <= MAX_STORED_INT):
-                raise ValueError(f"{key!r} is not a token id: give token ids of the model's tokenizer as strings "
+                raise ValueError(f"{shown_text(key)} is not a token id: give token ids of the model's tokenizer as strings "
                                  'of digits, e.g. {"50256": -100}')
             if not -100 <= bias <= 100:
                 raise ValueError(f"the bias of token {key} is {bias}; give a number from -100 to 100")
@@ -311,7 +311,9 @@ class ChatBody(_Body):
 
         for name, value in (variables or {}).items():
             if problem := template_variable_problem(name, value):
-                raise ValueError(f"{name!r}: {problem}" if not problem.startswith(repr(name)) else problem)
+                # The problem names the name in full (repr): a 5,000-character name is shown cut short.
+                problem = problem.removeprefix(repr(name)).removeprefix(": ")
+                raise ValueError(f"{shown_text(name)}{'' if problem.startswith(' ') else ': '}{problem}")
         return variables
 
     @field_validator("tool_choice", "function_call")
@@ -471,9 +473,13 @@ def model(request: HttpRequest, model_id: str) -> HttpResponse:
         return _unauthorized(request)
     choice = selectors.model_choice(project=token.project, ref=model_id)
     if choice is None:
-        return _error(404, f"the model {model_id!r} does not exist in project {token.project.slug}; "
-                           "GET /v1/models lists them", code="model_not_found")
+        return _model_not_found(model_id, token)
     return JsonResponse(_model_json(choice, token))
+
+
+def _model_not_found(model_id: str, token) -> JsonResponse:
+    return _error(404, f"the model {shown_text(model_id)} does not exist in project {token.project.slug}; "
+                       "GET /v1/models lists them", code="model_not_found")
 
 
 def engine_seed(seed: int) -> int:
@@ -510,12 +516,14 @@ async def _start(request: HttpRequest, schema: type[_Body], prefix: str):
     if token is None:
         return await sync_to_async(_unauthorized)(request)
     try:
-        data = json.loads(request.body or b"{}")
+        data = json_bodies.loads(request.body or b"{}")
     except RequestDataTooBig:
         return _error(413, f"the body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes; send a shorter prompt",
                       code="request_too_large")
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         return _error(400, f"the body is not JSON: {error}")
+    except json_bodies.DuplicateKey as error:  # before ValueError, which it is
+        return _error(400, str(error), code="duplicate_key")
     except RecursionError:
         return _error(400, "the body nests too deeply to be a request")
     except ValueError:  # not a JSONDecodeError: a number past Python's digit limit
@@ -528,8 +536,7 @@ async def _start(request: HttpRequest, schema: type[_Body], prefix: str):
         return _invalid_body(error, schema)
     choice = await sync_to_async(selectors.model_choice)(project=token.project, ref=body.model)
     if choice is None:
-        return _error(404, f"the model {body.model!r} does not exist in project {token.project.slug}; "
-                           "GET /v1/models lists them", code="model_not_found")
+        return _model_not_found(body.model, token)
     return token, body, choice, f"{prefix}-{secrets.token_hex(12)}"
 
 

@@ -34,6 +34,7 @@ import pydantic_core
 from pydantic.fields import FieldInfo
 
 from webapp.api.problems import value_as_sent
+from webapp.core.text import SHOWN_TEXT_MAX_CHARS
 
 # What a value of each kind is, for "5 is not text (a JSON string)", by pydantic's error type and by Python type.
 _NOUNS = {str: "text (a JSON string)", int: "a whole number", float: "a number", bool: "true or false",
@@ -71,7 +72,8 @@ def _body_problem(problem: Any, *, schema: type[pydantic.BaseModel]) -> BodyProb
     shown, expected = value_as_sent(value), _expected(place.annotation, place.field)
     code = "invalid_value"
     if kind == "unknown_parameter":  # misspelt_problem's, raised for a key of the object at loc
-        path = f"{place.path}.{problem['ctx']['field']}" if place.path else problem["ctx"]["field"]
+        key = _key_shown(problem["ctx"]["field"])
+        path = f"{place.path}.{key}" if place.path else key
         return BodyProblem(message=f"{path}: {problem['msg']}", param=path, code=kind)
     if kind in ("value_error", "unsupported_value"):  # our validators' own words
         words = problem["msg"].removeprefix("Value error, ")
@@ -180,11 +182,17 @@ def _place(schema: type[pydantic.BaseModel], loc: tuple) -> _Place:
             path += f".{part}" if path else part
             annotation = field.annotation if field is not None else None
             continue
-        path += f"[{part}]" if isinstance(part, int) else f"[{json.dumps(part)}]"
+        path += f"[{part}]" if isinstance(part, int) else f"[{json.dumps(_key_shown(part), ensure_ascii=False)}]"
         arguments = typing.get_args(annotation)
         annotation = arguments[-1] if typing.get_origin(annotation) in (list, dict) and arguments else None
         field = _item_field(annotation)
     return _Place(path, annotation if not in_union else _union_at(schema, loc), field, in_union)
+
+
+def _key_shown(key: str) -> str:
+    """A key the client sent, as a path shows it: cut to ``SHOWN_TEXT_MAX_CHARS`` characters and "…" (a 5,000-character
+    key of logit_bias was the error's whole path)."""
+    return key if len(key) <= SHOWN_TEXT_MAX_CHARS else key[:SHOWN_TEXT_MAX_CHARS] + "…"
 
 
 def _item_field(annotation: Any) -> FieldInfo | None:

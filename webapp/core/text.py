@@ -46,6 +46,17 @@ def lone_surrogate_problem(value: str) -> str | None:
     return _surrogate_refused(surrogate.group(), surrogate.start()) if surrogate else None
 
 
+# Characters of a client's text (an id, a key) that an error shows: a whole 5,000-character id is no help in one.
+SHOWN_TEXT_MAX_CHARS = 100
+
+
+def shown_text(text: str) -> str:
+    """``text`` quoted as an error shows it (Python's repr), cut to ``SHOWN_TEXT_MAX_CHARS`` characters and "…"."""
+    if len(text) <= SHOWN_TEXT_MAX_CHARS:
+        return repr(text)
+    return repr(text[:SHOWN_TEXT_MAX_CHARS])[:-1] + "…" + repr(text)[-1]
+
+
 def storable_model_text(text: str) -> str:
     """A model's text with each NUL as U+FFFD: stored on PostgreSQL, and shown as what it is."""
     return text.replace(NUL, "\ufffd")

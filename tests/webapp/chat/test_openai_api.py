@@ -990,3 +990,55 @@ def test_bad_chat_template_kwargs_are_named(api, variables, message):
     error = response.json()["error"]
     assert error["message"].startswith(message), error
     assert error["param"].startswith("chat_template_kwargs") and error["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_a_key_given_twice_is_refused_naming_it(api, worker, path):
+    """Audit: /v1 kept the last of a key given twice (the first temperature was dropped without a word), which the
+    REST API refuses."""
+    model, headers = api
+    scripts, requests = worker
+    scripts.extend([ANSWER, ANSWER])  # what a body taken would be answered with
+    rest = '"messages": [{"role": "user", "content": "hi"}]' if path == "/v1/chat/completions" else '"prompt": "hi"'
+    body = f'{{"model": "{model.public_id}", {rest}, "temperature": 0, "temperature": 2}}'
+    response = post(path, body, headers)
+    assert response.status_code == 400, response.content
+    assert response.json() == {"error": {
+        "message": "'temperature' is given twice in one object; JSON keeps the last, so send it once",
+        "type": "invalid_request_error", "param": None, "code": "duplicate_key"}}
+    nested = '"messages": [{"role": "user", "role": "system", "content": "hi"}]'
+    if path == "/v1/chat/completions":
+        response = post(path, f'{{"model": "{model.public_id}", {nested}}}', headers)
+        assert response.status_code == 400 and "'role' is given twice" in response.json()["error"]["message"]
+    assert requests == []
+
+
+LONG_ID = "bm_" + "x" * 5000
+
+
+@pytest.mark.parametrize("ask", [
+    lambda model, headers: Client().get(f"/v1/models/{LONG_ID}", **headers),
+    lambda model, headers: post("/v1/chat/completions", {**CHAT, "model": LONG_ID}, headers),
+    lambda model, headers: post("/v1/completions", {"model": LONG_ID, "prompt": "hi"}, headers),
+    lambda model, headers: post("/v1/chat/completions", chat(model, logit_bias={LONG_ID: 1}), headers),
+    lambda model, headers: post("/v1/chat/completions", chat(model, chat_template_kwargs={"no-" + "x" * 5000: 1}),
+                                headers),
+    lambda model, headers: post("/v1/chat/completions", chat(model, chat_template_kwargs={"a" * 5000: {"x": 1}}),
+                                headers),
+    lambda model, headers: post("/v1/chat/completions", chat(model, **{"max_tokens": 5, "max_" + "_" * 5000 + "tokens": 5}),
+                                headers),
+    lambda model, headers: post("/v1/completions",
+                                f'{{"model": "{model.public_id}", "prompt": "hi", "{LONG_ID}": 1, "{LONG_ID}": 2}}',
+                                headers),
+])
+def test_an_error_shows_a_long_id_or_key_cut_short(api, worker, ask):
+    """Audit: a 404 repeated a 5,000-character model id in full; every place /v1 echoes a client's text in an error
+    shows at most its first 100 characters and "…"."""
+    model, headers = api
+    worker[0].append(ANSWER)  # what a body taken would be answered with
+    response = ask(model, headers)
+    assert 400 <= response.status_code < 500, response.content
+    error = response.json()["error"]
+    shown = error["message"] + (error["param"] or "")
+    assert "…" in shown and not any(letter * 101 in shown for letter in "xa_"), shown[:400]
+    assert len(error["message"]) < 1000 and len(error["param"] or "") < 200, error
