@@ -270,23 +270,31 @@ def sorts_every_row(queryset) -> bool:
     return "USE TEMP B-TREE FOR ORDER BY" in queryset.explain()
 
 
+def battles_up_to(team, models, total: int, *, outcomes: tuple[str, ...] = ()) -> None:
+    """Bulk-made battles of the teammate until the project has ``total``, each between the two ``models``; with
+    ``outcomes``, the n-th battle's is ``outcomes[n % len(outcomes)]``."""
+    from webapp.chat.models import Conversation
+
+    made = Battle.objects.filter(project=team.project).count()
+    sides = Conversation.objects.bulk_create([
+        Conversation(project=team.project, user=team.teammate, model_ref=model.public_id,
+                     model_label=f"Base model: {model.name}", in_arena=True)
+        for _ in range(made, total) for model in models])
+    Battle.objects.bulk_create([
+        Battle(project=team.project, user=team.teammate, prompt=f"Question {made + index}",
+               side_a=sides[2 * index], side_b=sides[2 * index + 1],
+               **({"outcome": outcomes[(made + index) % len(outcomes)]} if outcomes else {}))
+        for index in range(total - made)])
+
+
 def test_the_arena_lists_a_voters_latest_battles_without_sorting_all_of_them(team, client_for, models, sent):
     """The arena page's list of the voter's latest 50 battles sorted every battle of theirs in the project to find
     them (5,000 battles: 33 ms of the page's query time, bench/pages_at_scale.py): the (project, user, newest first)
     index gives them in order. The page shows the 50 latest, in as many queries for 60 battles as for 3."""
-    from webapp.chat.models import Conversation
-
     client = client_for(team.teammate)
     counts = []
     for total in (3, 60):
-        made = Battle.objects.filter(project=team.project).count()
-        sides = Conversation.objects.bulk_create([
-            Conversation(project=team.project, user=team.teammate, model_ref=model.public_id,
-                         model_label=f"Base model: {model.name}", in_arena=True)
-            for _ in range(made, total) for model in models])
-        Battle.objects.bulk_create([Battle(project=team.project, user=team.teammate, prompt=f"Question {made + index}",
-                                           side_a=sides[2 * index], side_b=sides[2 * index + 1])
-                                    for index in range(total - made)])
+        battles_up_to(team, models, total)
         with CaptureQueriesContext(connection) as queries:
             page = client.get(reverse("chat:arena", args=[team.project.slug])).content.decode()
         counts.append(len(queries))
@@ -338,20 +346,10 @@ def test_the_arena_counts_its_decisive_votes_from_an_index_without_reading_battl
     messages per battle (18 ms at 5,000 battles, bench/pages_at_scale.py). It is one count read from the battles'
     (project, outcome, blind, side_a, side_b) index alone, the failed answers found once: as many queries for 60
     battles as for 3, no battle row read."""
-    from webapp.chat.models import Conversation
-
     client = client_for(team.teammate)
     counts = []
     for total in (3, 60):
-        made = Battle.objects.filter(project=team.project).count()
-        sides = Conversation.objects.bulk_create([
-            Conversation(project=team.project, user=team.teammate, model_ref=model.public_id,
-                         model_label=f"Base model: {model.name}", in_arena=True)
-            for _ in range(made, total) for model in models])
-        Battle.objects.bulk_create([Battle(project=team.project, user=team.teammate, prompt=f"Question {made + index}",
-                                           side_a=sides[2 * index], side_b=sides[2 * index + 1],
-                                           outcome=("a", "b", "tie")[(made + index) % 3])
-                                    for index in range(total - made)])
+        battles_up_to(team, models, total, outcomes=("a", "b", "tie"))
         with CaptureQueriesContext(connection) as queries:
             assert decisive_votes_shown(client, team) == sum(1 for index in range(total) if index % 3 != 2)
         counts.append(len(queries))
