@@ -1665,6 +1665,7 @@ def runs_reap_lost(*, now: datetime | None = None) -> list[Run]:
     return reaped
 
 
+@transaction.atomic  # the settled attempt and its log line are read together: a page never sees one alone
 def run_attempt_lost(*, run: Run, why: str, now: datetime | None = None, last_heartbeat: datetime | None = None
                      ) -> Run | None:
     """Settle attempt ``run.attempt`` of a running run whose training process is gone (``why``, in words): queued

@@ -8,6 +8,7 @@ import pytest
 import yaml
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.db import OperationalError
 from django.utils import timezone
 
 from tests.webapp.factories import make_ready_version, thinking_model_dir
@@ -543,6 +544,32 @@ def test_a_requeued_lost_run_tells_its_open_pages(team, catalog, sent_tasks, dja
     assert public_id == run.public_id and event["type"] == "status" and event["status"] == "queued"
     # The reason the page shows until the next attempt starts: a notice, no failure's message.
     assert "was lost at step" in event["notice"] and event["message"] == ""
+
+
+def test_a_lost_attempt_and_its_log_line_are_one_write(team, catalog, sent_tasks, django_capture_on_commit_callbacks,
+                                                       monkeypatch):
+    """CI: a page (and the integration test) read the run re-queued as attempt 2 while its log did not yet say why:
+    the attempt was committed before the line was written. A failure between the two now leaves neither."""
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, worker_name="train@a", current_step=7,
+                                         started_at=timezone.now(), last_heartbeat=timezone.now())
+    run.refresh_from_db()
+    lines_before, writes_the_line = run.log_lines.count(), services.log_line
+
+    def database_gone(*args, **kwargs):
+        raise OperationalError("the database went away")
+
+    monkeypatch.setattr(services, "log_line", database_gone)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks, pytest.raises(OperationalError):
+        services.run_attempt_lost(run=run, why=KILLED)
+    run.refresh_from_db()
+    assert (run.status, run.attempt, run.worker_name, run.notice) == (RunStatus.RUNNING, 1, "train@a", "")
+    assert run.log_lines.count() == lines_before and callbacks == []  # nothing sent, no page told
+    monkeypatch.setattr(services, "log_line", writes_the_line)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.run_attempt_lost(run=run, why=KILLED) is not None
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED and run.attempt == 2 and KILLED in run.log_lines.last().message
 
 
 def test_a_lost_run_whose_cancel_was_asked_is_cancelled(team, catalog, sent_tasks, django_capture_on_commit_callbacks):
