@@ -175,6 +175,13 @@ def test_the_same_request_twice_gets_the_first_model(team, models_root, archive_
     assert [path for path in left_in(models_root) if path.count("/") == 2] == ["projects/alpha/uploaded"]
 
 
+def test_a_key_too_long_is_refused_before_anything_is_unpacked(team, models_root, archive_bytes, secrets, client):
+    response = post(client, secrets["owner"], upload(archive_bytes), key="k" * 201)
+    assert response.status_code == 400 and response.json() == {"errors": {"Idempotency-Key": [
+        "Idempotency-Key is 201 characters long; it may be at most 200"]}}
+    assert left_in(models_root) == [] and not BaseModel.objects.exists()
+
+
 def test_the_openapi_document_describes_the_upload(db, client):
     operation = client.get("/api/v1/openapi.json").json()["paths"]["/api/v1/projects/{slug}/base-models/"]["post"]
     form = operation["requestBody"]["content"]["multipart/form-data"]["schema"]
