@@ -304,7 +304,7 @@ ROUTES: dict[str, Route] = {
     "chat:v1_completions": Route(auth=Auth.PROJECT_TOKEN, body=_completion_body, methods={"POST": MEMBER},
                                  queues_a_generation=True),
 
-    "api:base_models": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ),
+    "api:base_models": Route(auth=Auth.API_TOKEN, kwargs=_project, methods={"GET": VIEWER, "POST": OWNER}),
     "api:base_model": Route(auth=Auth.API_TOKEN, kwargs=_api_base_model, methods={"GET": VIEWER, "DELETE": MEMBER}),
     "api:datasets": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ_MEMBER_WRITE),
     "api:dataset": Route(auth=Auth.API_TOKEN, kwargs=_api_dataset, methods={"GET": VIEWER, "DELETE": MEMBER}),

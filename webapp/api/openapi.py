@@ -50,8 +50,8 @@ ERRORS = {
                                   "schema": {"type": "string"}}}},
     "500": _json("The server failed (its log has the traceback): `{\"detail\": message}`.", schemas.Detail),
 }
-# Refused before the body is read (webapp.asgi): over TEMPER_MAX_UPLOAD_BYTES for an upload, else
-# DATA_UPLOAD_MAX_MEMORY_SIZE, each with 1 MB for framing.
+# Refused before the body is read (webapp.asgi): over TEMPER_MAX_UPLOAD_BYTES for a dataset upload,
+# TEMPER_MODEL_UPLOAD_MAX_BYTES for a model archive, else DATA_UPLOAD_MAX_MEMORY_SIZE, each with 1 MB for framing.
 TOO_LARGE = {"413": _json("The body is over the size this address takes: `{\"detail\": message}`.", schemas.Detail)}
 KEY_REUSED = {"422": _json("The Idempotency-Key was sent before with another body: "
                            "`{\"errors\": {\"Idempotency-Key\": [message]}}`; nothing was made.", schemas.FieldErrors)}
@@ -128,10 +128,28 @@ def build_document() -> dict[str, Any]:
     upload_operation = _operation("Upload a dataset (or a new version of one)", [SLUG, IDEMPOTENCY_KEY],
                                   status="201", answer=schemas.UploadOut)
     upload_operation["responses"].update(TOO_LARGE)  # its body is the multipart form below, not a schema's
+    model_upload = {"required": True, "content": {"multipart/form-data": {"schema": {
+        "type": "object", "required": ["name", "archive"], "additionalProperties": False,
+        "properties": {"name": {"type": "string", "maxLength": 100,
+                                "description": "The model's name here, and its folder's under the project's own "
+                                               "(projects/<slug>/<name>/): letters, digits, '.', '_' and '-', starting "
+                                               "with a letter or digit."},
+                       "archive": {"type": "string", "format": "binary",
+                                   "description": "A .zip, .tar or .tar.gz (.tgz) of a Hugging Face-format model "
+                                                  "directory (config.json, *.safetensors, tokenizer files), its files "
+                                                  "at the top or in one folder there; at most "
+                                                  "TEMPER_MODEL_UPLOAD_MAX_BYTES unpacked and "
+                                                  "TEMPER_MODEL_UPLOAD_MAX_MEMBERS files and folders."}}}}}}
+    model_upload_operation = _operation(
+        "Upload a model archive (an owner): unpacked into the project's own folder, checked as a registration is, "
+        "and registered (400 naming the field, or the archive's member, and what to do; nothing is kept)",
+        [SLUG, IDEMPOTENCY_KEY], status="201", response="the registered base model", answer=schemas.BaseModelOut)
+    model_upload_operation["responses"].update(TOO_LARGE)
     base = "/api/v1/projects/{slug}"
     paths = {
         f"{base}/base-models/": {"get": _operation("List the project's base models (the bm_… ids a run's model names)",
-                                                   [SLUG], answer=schemas.BaseModelList)},
+                                                   [SLUG], answer=schemas.BaseModelList),
+                                 "post": {**model_upload_operation, "requestBody": model_upload}},
         f"{base}/base-models/{{model_id}}/": {
             "get": _operation("A base model: architecture, size, tokenizer", [SLUG, BASE_MODEL],
                               answer=schemas.BaseModelOut),

@@ -11,9 +11,11 @@ import dataclasses
 import functools
 import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pydantic
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
@@ -25,6 +27,7 @@ from webapp.api.problems import problems_by_field, query_problems
 from webapp.api.services import token_authenticate, token_expired_at
 from webapp.basemodels import selectors as basemodel_selectors
 from webapp.basemodels import services as basemodel_services
+from webapp.basemodels import uploads as basemodel_uploads
 from webapp.chat.tokens import TOKEN_PREFIX as PROJECT_TOKEN_PREFIX
 from webapp.core.auth_header import bearer_secret
 from webapp.core.bidi import isolated
@@ -34,11 +37,12 @@ from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS, whole_number
 from webapp.core.sse import AccessLost, access_lost_when
 from webapp.core.streaming import download_label, file_download
 from webapp.core.templatetags.temper import when
-from webapp.core.submissions import IDEMPOTENCY_HEADER, IdempotencyKeyReused, Sent, request_send_once
+from webapp.core.submissions import (IDEMPOTENCY_HEADER, IdempotencyKeyReused, Sent, request_send_once,
+                                     request_sent_before)
 from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
-from webapp.datasets.uploads import one_file_per_upload_message
+from webapp.datasets.uploads import LimitedUploadHandler, body_too_large, one_file_per_upload_message
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
 from webapp.review import selectors as review_selectors
@@ -141,6 +145,24 @@ def api_view(methods: tuple[str, ...], *, query: tuple[str, ...] = ()) -> Callab
     return decorate
 
 
+def _multipart_checked(request: HttpRequest, *, text_fields: tuple[str, ...], file_field: str,
+                       several_files: Callable[[int], str], fields_sent: str) -> None:
+    """Refuse what Django's multipart parser would drop without a word: a field sent twice (it keeps the last;
+    ``several_files`` words the files sent as ``file_field``), and a field not among ``text_fields`` and
+    ``file_field`` (as a JSON body's unknown key is: "format" for file_format was dropped), each named with
+    ``fields_sent`` ("a model upload; send name and archive")."""
+    for field, sent in request.FILES.lists():
+        if len(sent) > 1:
+            raise ValidationError({field: several_files(len(sent))})
+    for field, sent in request.POST.lists():
+        if len(sent) > 1:
+            raise ValidationError({field: f"{len(sent)} parts named {field!r}: send one"})
+    unknown = [field for field in request.POST if field not in text_fields]
+    unknown += [field for field in request.FILES if field != file_field]
+    if unknown:
+        raise ValidationError({field: f"{field!r} is not a field of {fields_sent}" for field in unknown})
+
+
 @contextlib.contextmanager
 def _fields_as_sent(names: dict[str, str]) -> Iterator[None]:
     """Key a service's ``ValidationError`` by the request's field names: ``names`` maps a service
@@ -241,12 +263,51 @@ def _base_model_json(model) -> dict[str, Any]:
             "created_at": model.created_at.isoformat()}
 
 
-@api_view(("GET",))
+@api_view(("GET", "POST"))
 def base_models(request: HttpRequest, slug: str) -> JsonResponse:
-    """GET: the project's registered base models, by name: the ``bm_…`` ids a run's ``model`` names."""
+    """GET: the project's registered base models, by name: the ``bm_…`` ids a run's ``model`` names. POST (an
+    owner; multipart: ``name``, ``archive``): upload a model archive, unpacked into the project's own folder and
+    registered as the Upload page does (``uploads.basemodel_upload_once``); 201 with the model."""
+    if request.method == "POST":
+        return _base_model_upload(request, slug)
     project, _membership = get_project_for_user(request.user, slug)
     return JsonResponse({"base_models": [_base_model_json(model)
                                          for model in basemodel_selectors.basemodel_list(project=project)]})
+
+
+def _base_model_upload(request: HttpRequest, slug: str) -> JsonResponse:
+    # The role and the body's length are checked, and the bounded handler installed, before the body is parsed: the
+    # archive streams to a temporary file as the Upload page's does, and a non-owner's is never read.
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
+    limit = settings.TEMPER_MODEL_UPLOAD_MAX_BYTES
+    if body_too_large(request.META.get("CONTENT_LENGTH"), max_upload_bytes=limit):
+        return _error(413, detail=basemodel_uploads.archive_too_large_message(limit))
+    handler = LimitedUploadHandler(request, max_bytes=limit)
+    request.upload_handlers = [handler]
+    files = request.FILES  # parsed here: the archive streams to a temporary file, dropped once past the limit
+    if handler.exceeded:
+        return _error(413, detail=basemodel_uploads.archive_too_large_message(limit))
+    _multipart_checked(request, text_fields=("name",), file_field="archive",
+                       several_files=basemodel_uploads.several_archives_message,
+                       fields_sent="a model upload; send name and archive")
+    missing = {}
+    if "archive" not in files:
+        missing["archive"] = ("attach the model archive (a .zip, .tar or .tar.gz of its directory) as the multipart "
+                              "field 'archive', e.g. curl -F archive=@my-model.tar.gz")
+    if not request.POST.get("name", "").strip():
+        missing["name"] = ("send the model's name as the multipart field 'name' (also its folder's name: letters, "
+                           "digits, '.', '_' and '-')")
+    if missing:
+        raise ValidationError(missing)
+    # A retry is answered before the minutes of unpacking; the archive is told by its name, size and ends.
+    sent = request_sent_before(request, sample_files=True)
+    if sent is None:
+        archive = files["archive"]
+        sent = basemodel_uploads.basemodel_upload_once(
+            project=project, name=request.POST["name"], archive=Path(archive.temporary_file_path()),
+            archive_name=archive.name, user=request.user, made=lambda base_model: base_model.public_id,
+            send_once=lambda create: request_send_once(request, create=create, sample_files=True))
+    return _created(_base_model_json(basemodel_selectors.basemodel_get(project=project, public_id=sent.result)), sent)
 
 
 @api_view(("GET", "DELETE"))
@@ -280,19 +341,10 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
         return JsonResponse({"datasets": [_dataset_json(dataset) for dataset in page.rows],
                              "next": paging.next_link(request, sort="datasets", after=page.next_after)})
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
-    # Django keeps the last of a field sent twice: the first would be dropped without a word.
-    for field, sent in request.FILES.lists():
-        if len(sent) > 1:
-            raise ValidationError({field: one_file_per_upload_message(len(sent))})
-    for field, sent in request.POST.lists():
-        if len(sent) > 1:
-            raise ValidationError({field: f"{len(sent)} parts named {field!r}: send one"})
-    # As a JSON body's unknown key is: a misnamed field ("format" for file_format) was dropped without a word.
-    unknown = [field for field in request.POST if field not in UPLOAD_TEXT_FIELDS]
-    unknown += [field for field in request.FILES if field != "file"]
-    if unknown:
-        raise ValidationError({field: f"{field!r} is not a field of an upload; send file, kind, name (or dataset for a "
-                                      "new version), file_format, mapping" for field in unknown})
+    _multipart_checked(request, text_fields=UPLOAD_TEXT_FIELDS, file_field="file",
+                       several_files=one_file_per_upload_message,
+                       fields_sent="an upload; send file, kind, name (or dataset for a new version), file_format, "
+                                   "mapping")
     upload = request.FILES.get("file")
     if upload is None:
         raise ValidationError({"file": "attach the dataset file as the multipart field 'file'"})

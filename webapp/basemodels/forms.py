@@ -1,5 +1,6 @@
 from django import forms
 
+from webapp.basemodels.uploads import several_archives_message
 from webapp.datasets.forms import OneFileInput
 
 
@@ -17,8 +18,7 @@ class ArchiveField(forms.FileField):
 
     def to_python(self, data):
         if isinstance(data, list):
-            raise forms.ValidationError(f"{len(data)} files were sent: send the model as one archive (.zip, .tar or "
-                                        ".tar.gz of its directory)", code="several_files")
+            raise forms.ValidationError(several_archives_message(len(data)), code="several_files")
         return super().to_python(data)
 
 

@@ -19,6 +19,10 @@ Unpacking runs in the request, not in a Celery task: it writes the bytes the req
 local temporary file, faster than they came over the network, so it adds a fraction to a request that is long
 anyway; and the temporary file is the web process's (``FILE_UPLOAD_TEMP_DIR``), which a worker on another host
 (docker-compose.multihost.yml) could not read without one more full copy to a shared place.
+
+The Upload page (``basemodels.views.basemodel_upload``) and the REST API's ``POST base-models/``
+(``api.views.base_models``) both send through ``basemodel_upload_once``: the same checks, messages and limits, and a
+repeated sending answered with the first's model.
 """
 from __future__ import annotations
 
@@ -34,8 +38,9 @@ import tempfile
 import time
 import zipfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -56,6 +61,7 @@ CHUNK_BYTES = 1024 * 1024
 MACOS_METADATA = "__MACOSX"
 # A hidden upload folder this old is an abandoned one (see _remove_abandoned).
 ABANDONED_AFTER_SECONDS = 24 * 3600
+Sending = TypeVar("Sending")  # what a sending's once-only wrapper answers: a page's address, the API's Sent
 
 
 class ArchiveError(ValueError):
@@ -70,6 +76,42 @@ def basemodel_upload(*, project: Project, name: str, archive: Path, archive_name
     model_dir = model_archive_unpack(project=project, name=name, archive=archive, archive_name=archive_name,
                                      max_bytes=max_bytes)
     return model_archive_register(project=project, name=name, model_dir=model_dir, user=user)
+
+
+def basemodel_upload_once(*, project: Project, name: str, archive: Path, archive_name: str,
+                          user: AbstractBaseUser | None, send_once: Callable[[Callable[[], str]], Sending],
+                          made: Callable[[BaseModel], str]) -> Sending:
+    """``basemodel_upload`` for a sending acted on once, the Upload page's and the REST API's: ``send_once`` is
+    ``form_send_once`` or ``request_send_once`` bound to its request, and is given the ``create`` that registers the
+    model and returns ``made(base_model)`` (the model's page, its id). Unpacked first, outside any transaction;
+    registered inside ``send_once``'s; a folder unpacked for a sending refused before its registration (a token too
+    long) is removed. The caller answers a repeated sending before this (``form_sent_before``,
+    ``request_sent_before``), so that a repeat unpacks nothing."""
+    model_dir = model_archive_unpack(project=project, name=name, archive=archive, archive_name=archive_name)
+    registered = False
+
+    def register() -> str:
+        nonlocal registered
+        base_model = model_archive_register(project=project, name=name, model_dir=model_dir, user=user)
+        registered = True
+        return made(base_model)
+
+    try:
+        return send_once(register)
+    finally:
+        if not registered:
+            discard_unpacked(model_dir)
+
+
+def archive_too_large_message(limit: int) -> str:
+    """The refusal of an archive past ``TEMPER_MODEL_UPLOAD_MAX_BYTES`` as it arrives, on the page and in the API."""
+    return (f"the archive is over the {filesizeformat(limit)} model upload limit (TEMPER_MODEL_UPLOAD_MAX_BYTES); ask "
+            "an administrator to raise it, or to copy the model under the models root")
+
+
+def several_archives_message(count: int) -> str:
+    """The refusal of ``count`` files sent as the archive (the multipart parser keeps the last of them)."""
+    return f"{count} files were sent: send the model as one archive (.zip, .tar or .tar.gz of its directory)"
 
 
 def model_archive_register(*, project: Project, name: str, model_dir: Path, user: AbstractBaseUser | None) -> BaseModel:

@@ -10,7 +10,6 @@ from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_http_methods, require_POST
@@ -97,16 +96,11 @@ def basemodel_upload(request: HttpRequest, slug: str) -> HttpResponse:
     handler = None
     if request.method == "POST":
         if body_too_large(request.META.get("CONTENT_LENGTH"), max_upload_bytes=limit):
-            return _render_upload(request, project, membership, BaseModelUploadForm(), error=_archive_too_large(limit),
-                                  status=413)  # the body unread: the form stays unbound
+            return _render_upload(request, project, membership, BaseModelUploadForm(),
+                                  error=uploads.archive_too_large_message(limit), status=413)  # the form stays unbound
         handler = LimitedUploadHandler(request, max_bytes=limit)
         request.upload_handlers = [handler]
     return _upload_checked(request, project, membership, handler)
-
-
-def _archive_too_large(limit: int) -> str:
-    return (f"the archive is over the {filesizeformat(limit)} model upload limit (TEMPER_MODEL_UPLOAD_MAX_BYTES); ask "
-            "an administrator to raise it, or to copy the model under the models root")
 
 
 @csrf_protect
@@ -116,32 +110,24 @@ def _upload_checked(request, project, membership, handler: LimitedUploadHandler 
     form = BaseModelUploadForm(request.POST, request.FILES)
     if handler is not None and handler.exceeded:
         form.is_valid()  # cleans the other fields, so that add_error may add to them
-        form.add_error("archive", _archive_too_large(handler.max_bytes))
+        form.add_error("archive", uploads.archive_too_large_message(handler.max_bytes))
         return _render_upload(request, project, membership, form, status=413)
     if form.is_valid():
-        archive, name = form.cleaned_data["archive"], form.cleaned_data["name"]
-        registered = []
+        archive = form.cleaned_data["archive"]
 
-        def register() -> str:
-            base_model = uploads.model_archive_register(project=project, name=name, model_dir=model_dir,
-                                                        user=request.user)
-            registered.append(base_model)
+        def page_of(base_model) -> str:
             messages.success(request, f"Unpacked {isolated(archive.name)} into {base_model.path} and registered it "
                                       f"as {isolated(base_model.name)}.")
             return reverse("basemodels:detail", args=[project.slug, base_model.public_id])
 
         try:
-            # Unpacked before form_send_once's transaction, registered in it; a repeat is answered before unpacking.
             # The archive is told by its name, size and ends, not read whole (a 20 GB one took minutes to hash).
             if (first := form_sent_before(request, sample_files=True)) is not None:
                 return redirect(first)
-            model_dir = uploads.model_archive_unpack(project=project, name=name, archive_name=archive.name,
-                                                     archive=Path(archive.temporary_file_path()))
-            try:
-                return redirect(form_send_once(request, create=register, sample_files=True))
-            finally:
-                if not registered:  # refused before register() ran (a submission token too long): nothing kept
-                    uploads.discard_unpacked(model_dir)
+            return redirect(uploads.basemodel_upload_once(
+                project=project, name=form.cleaned_data["name"], archive=Path(archive.temporary_file_path()),
+                archive_name=archive.name, user=request.user, made=page_of,
+                send_once=lambda create: form_send_once(request, create=create, sample_files=True)))
         except ValidationError as error:
             add_service_errors(form, error)
     return _render_upload(request, project, membership, form, status=400)

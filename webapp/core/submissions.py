@@ -15,9 +15,9 @@ and content; a form whose files run to gigabytes (a model archive) passes ``samp
 apart by their name, size and first and last MiB: reading 20 GB to hash it took minutes, and a file changed only in
 its middle, sent again under the same one-time token, is not a case worth them (Back and a different file of the same
 size and ends). Such a form's view asks ``form_sent_before`` first, so that a repeat is answered before the minutes
-of work that precede its transaction (unpacking the archive). The API does the same for
-a request with an ``Idempotency-Key`` header (``request_send_once``), but there the key alone is
-the record's key, and the body's digest is kept beside it: a client's key stands for one request
+of work that precede its transaction (unpacking the archive). The API does the same for a request with an
+``Idempotency-Key`` header (``request_send_once``; ``request_sent_before`` ahead of such work), but there the key
+alone is the record's key, and the body's digest is kept beside it: a client's key stands for one request
 (the IETF idempotency-key draft, as Stripe), so the key sent again with another body is a mistake
 to report (``IdempotencyKeyReused``, a 422), neither a second thing made nor the first's answer
 passed off as this one's. A sending without a token (older scripts) is acted on every time.
@@ -251,18 +251,40 @@ def note_secret_already_shown(request: HttpRequest, *, tokens: QuerySet, token_i
     messages.info(request, secret_already_shown(token_name=name))
 
 
-def request_send_once(request: HttpRequest, *, create: Callable[[], str]) -> Sent:
+def request_send_once(request: HttpRequest, *, create: Callable[[], str], sample_files: bool = False) -> Sent:
     """``send_once`` for an API request with an ``Idempotency-Key`` header: the address and key are
-    the record's key, the body (a JSON body, or the fields and files of a form upload) is compared
-    with the first's. Sent again with the same body: what the first made; with another body:
-    ``IdempotencyKeyReused``. Without the header, ``create`` is called."""
+    the record's key, the body (a JSON body, or the fields and files of a form upload; ``sample_files`` as for
+    ``form_send_once``) is compared with the first's. Sent again with the same body: what the first made; with
+    another body: ``IdempotencyKeyReused``. Without the header, ``create`` is called."""
     token = request.headers.get(IDEMPOTENCY_HEADER, "")
     if not token:
         return Sent(result=create(), created=True)
+    key, body_digest = _request_key(request, token, sample_files=sample_files)
+    return _record_once(user=request.user, key=key, body_digest=body_digest, create=create, path=request.path)
+
+
+def request_sent_before(request: HttpRequest, *, sample_files: bool = False) -> Sent | None:
+    """What the first request under this ``Idempotency-Key`` made (``created`` False) when ``request`` repeats it,
+    ``IdempotencyKeyReused`` when that one's body was another; else None. ``form_sent_before`` for the API: asked
+    before minutes of work that precede ``request_send_once`` (unpacking a model archive)."""
+    token = request.headers.get(IDEMPOTENCY_HEADER, "")
+    if not token:
+        return None
+    key, body_digest = _request_key(request, token, sample_files=sample_files)
+    first = Submission.objects.filter(user=request.user, key=key,
+                                      created_at__gte=timezone.now() - timedelta(days=KEEP_DAYS)).first()
+    if first is None:
+        return None
+    if first.body_digest != body_digest:
+        raise IdempotencyKeyReused(path=request.path)
+    return Sent(result=first.result, created=False)
+
+
+def _request_key(request: HttpRequest, token: str, *, sample_files: bool) -> tuple[str, str]:
+    """The record's key of an API request sent with the ``Idempotency-Key`` ``token``, and its body's digest."""
     _check_token_length(token, token_name=IDEMPOTENCY_HEADER)
     form_body = request.content_type in ("multipart/form-data", "application/x-www-form-urlencoded")
-    body = _form_fields(request) if form_body else request.body
+    body = _form_fields(request, sample_files=sample_files) if form_body else request.body
     # "api" keeps these keys apart from the forms', whose digests take the fields in too.
     key = hashlib.sha256(json.dumps(["api", request.path, token]).encode()).hexdigest()
-    return _record_once(user=request.user, key=key, body_digest=hashlib.sha256(body).hexdigest(), create=create,
-                        path=request.path)
+    return key, hashlib.sha256(body).hexdigest()

@@ -110,9 +110,9 @@ class RequestBodyLimit:
     # could have Django spool gigabytes to disk at the login page, many requests at a time. The upload addresses
     # take more only from a sender who may upload there (``may_upload``), for the same reason.
     UPLOAD_PATHS = re.compile(r"/p/(?P<page>[^/]+)/datasets/(?:new|[^/]+/upload)/|/api/v1/projects/(?P<api>[^/]+)/datasets/")
-    # The base models' upload page (``basemodels.views.basemodel_upload``): a model's archive, up to
-    # ``max_model_upload_bytes``, from an owner of the project only.
-    MODEL_UPLOAD_PATH = re.compile(r"/p/(?P<page>[^/]+)/models/upload/")
+    # The base models' upload page (``basemodels.views.basemodel_upload``) and the REST API's ``POST base-models/``: a
+    # model's archive, up to ``max_model_upload_bytes``, from an owner of the project only.
+    MODEL_UPLOAD_PATH = re.compile(r"/p/(?P<page>[^/]+)/models/upload/|/api/v1/projects/(?P<api>[^/]+)/base-models/")
 
     def __init__(self, app, *, max_upload_bytes: int, max_other_bytes: int | None = None,
                  max_model_upload_bytes: int | None = None):
@@ -128,7 +128,7 @@ class RequestBodyLimit:
         path = scope.get("path", "")
         if (model := self.MODEL_UPLOAD_PATH.fullmatch(path)) is not None:
             limit, role, reasons, slug, api = (self.model_upload_bytes, Role.OWNER, ("model", "model sender"),
-                                               model["page"], False)
+                                               model["page"] or model["api"], model["api"] is not None)
         elif (upload := self.UPLOAD_PATHS.fullmatch(path)) is not None:
             limit, role, reasons, slug, api = (self.upload_bytes, Role.MEMBER, ("upload", "sender"),
                                                upload["page"] or upload["api"], upload["api"] is not None)
@@ -208,7 +208,8 @@ class RequestBodyLimit:
                        "the models root")
         elif reason == "model sender":
             message = (f"the request body is over the {self.other_bytes} bytes this address takes from a sender who "
-                       "may not upload here: a model archive is taken from a signed-in owner of the project")
+                       "may not upload here: a model archive is taken from an owner of the project (signed in, or "
+                       "in the REST API with an owner's token from the API tokens page)")
         elif reason == "sender":
             message = (f"the request body is over the {self.other_bytes} bytes this address takes from a sender who "
                        "may not upload here: a dataset file is taken from a signed-in member of the project (in the "

@@ -729,7 +729,7 @@ def test_openapi_document_describes_every_endpoint(world):
     assert query["task"]["schema"]["enum"][-1] == "external" and query["archived"]["schema"]["enum"] == ["0", "1"]
     assert query["limit"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 500} and "cursor" in query
     assert "next" in paths["/api/v1/projects/{slug}/runs/"]["get"]["responses"]["200"]["description"]
-    for path in ("runs", "datasets", "pipelines"):  # the POSTs that take an Idempotency-Key
+    for path in ("runs", "datasets", "pipelines", "base-models"):  # the POSTs that take an Idempotency-Key
         assert "another body" in paths[f"/api/v1/projects/{{slug}}/{path}/"]["post"]["responses"]["422"]["description"]
     assert "422" not in paths["/api/v1/projects/{slug}/runs/{run_id}/cancel/"]["post"]["responses"]
 
@@ -905,7 +905,7 @@ def test_an_address_without_its_slash_or_a_post_to_the_openapi_document_gets_jso
 @pytest.mark.parametrize("method,path,allowed", [
     ("delete", "/api/v1/projects/alpha/runs/", "GET, POST, HEAD"),
     ("get", "/api/v1/projects/alpha/runs/run_x/cancel/", "POST"),
-    ("put", "/api/v1/projects/alpha/base-models/", "GET, HEAD"),
+    ("put", "/api/v1/projects/alpha/base-models/", "GET, POST, HEAD"),
     ("post", "/api/v1/openapi.json", "GET, HEAD"),
 ])
 def test_a_wrong_method_is_told_the_allowed_ones_in_the_allow_header(db, method, path, allowed):
