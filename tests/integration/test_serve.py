@@ -29,7 +29,7 @@ def serve_worker(celery_workers, settings, redis_url):
 
 def send(model_dir, generation_id, **fields):
     app.send_task("worker.tasks.serve.generate", args=[{
-        "id": generation_id, "model_key": "tiny", "model_path": str(model_dir),
+        "id": generation_id, "model_key": "tiny", "model_path": str(model_dir), "project_slug": "alpha",
         "messages": [{"role": "user", "content": f"Hello {generation_id}"}], "temperature": 0.0} | fields])
 
 
@@ -79,7 +79,7 @@ def test_a_first_answers_time_limit_starts_once_its_programs_are_compiled(serve_
                                      tokenizer_style="sentencepiece")
     app.send_task("worker.tasks.serve.generate", args=[{
         "id": "limited-first", "model_key": "tiny-llama-fresh", "model_path": str(model_dir), "temperature": 0.0,
-        "messages": [{"role": "user", "content": "Hello"}], "max_new_tokens": 4, "timeout_seconds": 0.2}],
+        "project_slug": "alpha", "messages": [{"role": "user", "content": "Hello"}], "max_new_tokens": 4, "timeout_seconds": 0.2}],
         queue="serve")
     events = wait_for(lambda: finished(client, "limited-first"), timeout=120, workers=workers, what="the answer")
     assert [event.get("message") for event in events[:2]] == [LOADING, COMPILING]
@@ -134,7 +134,8 @@ def test_a_serving_copy_asked_for_is_written_by_the_serve_worker_then_served(ser
     assert served.path == str(serving_copies.base_model_copy_dir(base_model)) and served.quantization == "int4"
     app.send_task("worker.tasks.serve.generate", args=[{
         "id": "through-the-copy", "model_key": served.cache_key, "model_path": served.path,
-        "messages": [{"role": "user", "content": "Hello"}], "temperature": 0.0, "max_new_tokens": 6}], queue="serve")
+        "project_slug": team.project.slug, "messages": [{"role": "user", "content": "Hello"}], "temperature": 0.0,
+        "max_new_tokens": 6}], queue="serve")
     events = wait_for(lambda: finished(client, "through-the-copy"), timeout=90, workers=workers, what="the answer")
     assert events[-1]["type"] == "done" and events[-1]["completion_tokens"] == 6
 

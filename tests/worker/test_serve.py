@@ -36,7 +36,8 @@ def client(redis_server, settings):
 
 
 def request(model_dir, generation_id, **fields):
-    return {"id": generation_id, "model_key": "tiny", "model_path": str(model_dir), "messages": CONVERSATION,
+    return {"id": generation_id, "model_key": "tiny", "model_path": str(model_dir), "project_slug": "alpha",
+            "messages": CONVERSATION,
             "max_new_tokens": 12, "temperature": 0.0, **fields}
 
 
@@ -171,7 +172,7 @@ def test_prepare_loads_the_model_and_a_first_answer_then_compiles_nothing(client
     # of 64 tokens holds the conversation and its answer, with a part of the programs of the tiny model's 256.
     model_dir = factories.build_tiny_model_dir(tmp_path / "short-context", context=64)
     settings.TEMPER_SERVE_WARMUP = True
-    assert serve.prepare("tiny-prepared", str(model_dir)) == {"loaded": "tiny-prepared"}
+    assert serve.prepare("tiny-prepared", str(model_dir), "alpha") == {"loaded": "tiny-prepared"}
     server = serve._servers["tiny-prepared"]
     assert server.decoder.model.config.max_position_embeddings == 64
     assert server.warmed.wait(timeout=300)
@@ -183,7 +184,7 @@ def test_prepare_loads_the_model_and_a_first_answer_then_compiles_nothing(client
 
 def test_a_model_that_cannot_load_is_not_prepared_and_nothing_raises(client, tmp_path, settings):
     settings.TEMPER_SERVE_WARMUP = True
-    outcome = serve.prepare("missing", str(tmp_path / "no-such-model"))
+    outcome = serve.prepare("missing", str(tmp_path / "no-such-model"), "alpha")
     assert "no-such-model" in outcome["error"] and "missing" not in serve._servers
 
 
@@ -382,7 +383,7 @@ def test_a_serving_copy_asked_for_is_written_measured_and_then_served(db, model_
     assert served.path == str(tmp_path / "serving-copies" / base_model.public_id) and served.quantization == "int8"
     assert str(model_dir) not in served.path  # written outside the registered model's own directory
     done = serve.generate({"id": "from-copy", "model_key": served.cache_key, "model_path": served.path,
-                           "prompt": "Hello", "max_new_tokens": 4, "temperature": 0.0})
+                           "project_slug": team.project.slug, "prompt": "Hello", "max_new_tokens": 4, "temperature": 0.0})
     assert done["completion_tokens"] == 4 and "error" not in done
     assert serve.make_serving_copy(copy.pk) == {"dropped": copy.pk}  # a message delivered twice writes nothing
 

@@ -28,7 +28,7 @@ def test_an_engine_that_does_not_import_fails_the_answer_with_the_reason(redis_s
     monkeypatch.setitem(sys.modules, "jaxengine.serving", None)  # `from jaxengine.serving import …` raises ImportError
 
     result = serve.generate({"id": answer.public_id, "message": answer.public_id, "model_key": "tiny",
-                             "model_path": "/models/tiny", "messages": [{"role": "user", "content": "hi"}]})
+                             "model_path": "/models/tiny", "project_slug": "alpha", "messages": [{"role": "user", "content": "hi"}]})
 
     assert result["error"].startswith("the serve worker could not load the engine: ")
     assert "jaxengine.serving" in result["error"]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import errno
 import json
 import math
+import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -124,6 +125,43 @@ def hidden_from_project(path: Path, *, root: Path, project_slug: str) -> bool:
     return False
 
 
+def refuse_other_projects_folder(path: Path, *, root: Path, project_slug: str) -> None:
+    """``ModelDirError``, in the words a missing directory gets, when ``path`` (absolute) or a directory on its way
+    to it resolves into the folder of a project other than ``project_slug`` under ``root`` (resolved): registration
+    judges a path given by it (``resolve_model_dir``), every load a path stored earlier by it
+    (``check_registered_model_dir``)."""
+    if hidden_from_project(path, root=root, project_slug=project_slug):
+        raise _missing(path, root, project_slug)
+
+
+def check_registered_model_dir(path: str | Path, *, models_root: Path, project_slug: str) -> None:
+    """Refuse (``ModelDirError``, in registration's words) to load the model directory ``path`` for project
+    ``project_slug`` when it, a directory on its way to it, or a file linked in it now resolves into another
+    project's folder. Every load of a registered model asks this (the web before it sends a model to a worker, the
+    worker before it reads one): a registration made before the root was split between projects, or a link
+    swapped since, kept its stored path, and loading it read another project's model. Only the folder rule is
+    judged here: a directory gone is told by each load in its own words, and a path outside the root (a run's
+    export, under the data directory) has no project folder on its way."""
+    root = models_root.resolve()
+    model_dir = Path(path)
+    try:
+        refuse_other_projects_folder(model_dir, root=root, project_slug=project_slug)
+    except ModelDirError as error:
+        raise ModelDirError(f"{error}, and register it again from there (a registration keeps the path it was "
+                            "made with)") from None
+    try:
+        entries = list(os.scandir(model_dir))
+    except OSError:  # missing, or not a directory: the load says so
+        return
+    for entry in entries:
+        # The engine reads the directory's own files (config, weights, tokenizer); DirEntry.is_symlink costs no stat.
+        if entry.is_symlink():
+            resolved = _resolved(Path(entry.path))
+            if resolved.is_relative_to(root) and in_another_projects_folder(resolved.relative_to(root),
+                                                                            project_slug=project_slug):
+                raise _linked_into_another_project(Path(entry.path), root, project_slug)
+
+
 def resolve_model_dir(raw_path: str, *, models_root: Path, project_slug: str) -> Path:
     """Resolve ``raw_path`` (absolute, or relative to ``models_root``) to a real
     directory inside ``models_root`` that project ``project_slug`` may read (not in another
@@ -141,8 +179,7 @@ def resolve_model_dir(raw_path: str, *, models_root: Path, project_slug: str) ->
     # and with one message that shows only what was given: the form must not say whether a path outside
     # the root, or in another project's folder, exists, nor where a link points. Another project's folder
     # first: a link of its own out of the root would otherwise be told apart from a missing directory.
-    if hidden_from_project(candidate, root=root, project_slug=project_slug):
-        raise _missing(candidate, root, project_slug)
+    refuse_other_projects_folder(candidate, root=root, project_slug=project_slug)
     outside = ModelDirError(f"{candidate}: not a directory under the models root {root}; copy or move the model "
                             "under the root (symlinks there may not point outside it)")
     if not _resolved(candidate).is_relative_to(root):
@@ -178,10 +215,15 @@ def _inside_root(path: Path, models_root: Path, project_slug: str) -> Path:
         raise ModelDirError(f"{path} links to {resolved}, outside the models root {root}; "
                             "copy the file into the model's directory")
     if in_another_projects_folder(resolved.relative_to(root), project_slug=project_slug):
-        raise ModelDirError(f"{path} links out of the folders this project may read ({root / SHARED_FOLDER}, "
-                            f"{project_folder(models_root=root, project_slug=project_slug)}); copy the file into the "
-                            "model's directory")
+        raise _linked_into_another_project(path, root, project_slug)
     return path
+
+
+def _linked_into_another_project(path: Path, root: Path, project_slug: str) -> ModelDirError:
+    # Where the link points is not told: it is another project's folder.
+    return ModelDirError(f"{path} links out of the folders this project may read ({root / SHARED_FOLDER}, "
+                         f"{project_folder(models_root=root, project_slug=project_slug)}); copy the file into the "
+                         "model's directory")
 
 
 def _weight_files(model_dir: Path, models_root: Path, project_slug: str) -> list[Path]:

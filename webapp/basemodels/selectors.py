@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,7 +11,8 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404
 
-from webapp.basemodels.inspection import PROJECTS_FOLDER, being_unpacked, hidden_from_project, project_folder
+from webapp.basemodels.inspection import (PROJECTS_FOLDER, ModelDirError, being_unpacked, check_registered_model_dir,
+                                          hidden_from_project, project_folder)
 from webapp.basemodels.models import BaseModel
 from webapp.core.name_case import name_key
 from webapp.core.bidi import isolated
@@ -58,6 +60,36 @@ def demo_model(*, project: Project, public_id: str | None = None) -> BaseModel |
     if public_id is not None:
         models = models.filter(public_id=public_id)
     return models.order_by("pk").first()
+
+
+# (path, project slug) -> (monotonic time judged, refusal): load_refusal's answers for pages listing every model.
+_refusals: dict[tuple[str, str], tuple[float, str]] = {}
+
+
+def load_refusal(*, path: str, project_slug: str, listing: bool = False) -> str:
+    """Why the model directory ``path``, registered in project ``project_slug``, may not be loaded for it (registration's
+    words, ``inspection.check_registered_model_dir``: it now lies in another project's folder), or "". Every load of
+    a base model in the web asks this before it reads the directory or sends it to a worker. ``listing``: for a page
+    that lists every model of the project (the chat list, the arena, ``/v1/models``), judged again once the answer
+    kept is ``TEMPER_MODEL_FILES_RECHECK_SECONDS`` old, as those pages' file stamps are (``webapp.core.file_stamps``);
+    a turn sent, a launch and the workers judge the directory as it is."""
+    key = (path, project_slug)
+    now = time.monotonic()
+    if listing and (kept := _refusals.get(key)) is not None and now - kept[0] < settings.TEMPER_MODEL_FILES_RECHECK_SECONDS:
+        return kept[1]
+    try:
+        check_registered_model_dir(path, models_root=settings.MODELS_ROOT, project_slug=project_slug)
+    except ModelDirError as error:
+        refusal = str(error)
+    else:
+        refusal = ""
+    _refusals[key] = (now, refusal)
+    return refusal
+
+
+def base_model_refusal(*, base_model: BaseModel) -> str:
+    """``load_refusal`` of ``base_model``'s directory, for its project."""
+    return load_refusal(path=base_model.path, project_slug=base_model.project.slug)
 
 
 def may_unregister_base_model(*, membership: Membership, base_model: BaseModel) -> bool:

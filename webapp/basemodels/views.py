@@ -146,12 +146,16 @@ def _render_upload(request, project, membership, form, *, error: str | None = No
 def basemodel_detail(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug)
     base_model = selectors.basemodel_get(project=project, public_id=public_id)
-    return render(request, "basemodels/detail.html", _serving_copy_context(project, membership, base_model))
+    root = settings.MODELS_ROOT.resolve()
+    return render(request, "basemodels/detail.html", {
+        **_serving_copy_context(project, membership, base_model), "shared_folder": root / inspection.SHARED_FOLDER,
+        "own_folder": inspection.project_folder(models_root=root, project_slug=project.slug)})
 
 
 def _serving_copy_context(project, membership, base_model) -> dict:
     can_act = membership.can(Role.MEMBER)
     return {"project": project, "membership": membership, "base_model": base_model, "can_act": can_act,
+            "refusal": selectors.base_model_refusal(base_model=base_model),
             "can_delete": selectors.may_unregister_base_model(membership=membership, base_model=base_model),
             "serving_copy": serving_copies.base_model_serving_copy(base_model=base_model),
             "eval_versions": serving_copies.eval_version_choices(project=project) if can_act else None}

@@ -56,7 +56,7 @@ def battle_create(*, project: Project, user, prompt: str, choices: list[ModelCho
         if compare[0].ref == compare[1].ref:
             raise services.ChatError("pick two different models to compare")
         model_a, model_b = compare
-    elif len(choices) < 2:
+    elif len(choices := [choice for choice in choices if not choice.refused]) < 2:  # a blind draw skips refused ones
         raise services.ChatError("the arena needs at least two models in the project (base models or finished runs)")
     else:
         model_a, model_b = secrets.SystemRandom().sample(choices, 2)

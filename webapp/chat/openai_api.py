@@ -491,8 +491,10 @@ def engine_seed(seed: int) -> int:
     return int.from_bytes(digest, "big")
 
 
-def _request(body: _Body, choice, generation_id: str, *, messages=None, prompt=None) -> dict[str, Any]:
+def _request(body: _Body, choice, generation_id: str, *, project_slug: str, messages=None, prompt=None
+             ) -> dict[str, Any]:
     request = {"id": generation_id, "model_key": choice.cache_key, "model_path": choice.path,
+               "project_slug": project_slug,
                "max_new_tokens": body.budget, "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k,
                "seed": engine_seed(body.seed) if body.seed is not None else secrets.randbelow(2**31),
                "stop": body.stop_strings, "presence_penalty": body.presence_penalty,
@@ -537,6 +539,8 @@ async def _start(request: HttpRequest, schema: type[_Body], prefix: str):
     choice = await sync_to_async(selectors.model_choice)(project=token.project, ref=body.model)
     if choice is None:
         return _model_not_found(body.model, token)
+    if choice.refused:  # registered before its directory lay in another project's folder: never sent to a worker
+        return _error(409, choice.refused, code="model_not_loadable", param="model")
     return token, body, choice, f"{prefix}-{secrets.token_hex(12)}"
 
 
@@ -791,14 +795,16 @@ async def _complete(request: HttpRequest, endpoint: _Endpoint) -> HttpResponse:
         return _error(404, f"{' '.join(error.messages)} (GET /v1/models lists them)", code="model_not_found")
     response = None
     try:
-        response = await _answer(body, choice, generation_id, endpoint, token_id=token.pk)
+        response = await _answer(body, choice, generation_id, endpoint, token_id=token.pk,
+                                 project_slug=token.project.slug)
         return response
     finally:
         if not isinstance(response, StreamingHttpResponse):  # a stream ends the record where it ends (_stream)
             await sync_to_async(api_generation_end)(generation_id=generation_id)
 
 
-async def _answer(body: _Body, choice, generation_id: str, endpoint: _Endpoint, *, token_id: int) -> HttpResponse:
+async def _answer(body: _Body, choice, generation_id: str, endpoint: _Endpoint, *, token_id: int,
+                  project_slug: str) -> HttpResponse:
     """Queue the completion's generations and answer with their outcome, or a stream of it."""
     inputs = endpoint.inputs(body)
     # A generation per choice (a list of prompts); the answer's id is the one generation's when there is one.
@@ -806,7 +812,7 @@ async def _answer(body: _Body, choice, generation_id: str, endpoint: _Endpoint, 
                       else [f"{generation_id}-{index}" for index in range(len(inputs))])
     for one_id, one_input in zip(generation_ids, inputs):
         await sync_to_async(celery_app.send_task)(
-            GENERATE_TASK, args=[_request(body, choice, one_id, **one_input)], queue="serve",
+            GENERATE_TASK, args=[_request(body, choice, one_id, project_slug=project_slug, **one_input)], queue="serve",
             expires=generation_expiry_seconds())
     head = {"id": generation_id, "object": endpoint.chunk_object, "created": int(time.time()), "model": body.model}
     if body.stream:

@@ -13,6 +13,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from webapp.basemodels.models import BaseModel
+from webapp.basemodels.selectors import load_refusal
 from webapp.chat.models import ApiGeneration, Battle, Conversation, Message, MessageStatus
 from webapp.core import file_stamps
 from webapp.core.bidi import isolated
@@ -32,7 +33,9 @@ class ModelChoice:
     with the model's or run's name bidi-isolated and the copy named, for an ``<option>`` (``label`` is
     stored on conversations and compared, so it stays the plain name, whichever copy serves).
     ``template_kwargs`` are a run's model's chat template variables (``_template_kwargs``), sent with each of
-    its requests under a request's own."""
+    its requests under a request's own. ``refused``: why a base model may not be loaded for its project
+    (``webapp.basemodels.selectors.load_refusal``: its directory lies now in another project's folder), "" when it
+    may; a refused model is offered (its conversations say why), never sent to a worker nor its files read."""
 
     ref: str
     label: str
@@ -41,6 +44,7 @@ class ModelChoice:
     quantization: str = ""
     created: int = 0  # when the model was registered or its run finished (Unix seconds), for /v1/models
     template_kwargs: dict[str, Any] = field(default_factory=dict, compare=False)
+    refused: str = ""
 
     @property
     def cache_key(self) -> str:
@@ -62,6 +66,7 @@ class _Model:
     copy_dir: Path
     created: datetime | None
     archived: bool = False  # its run's: left out of the pickers
+    registered: bool = False  # a base model's: its directory, under the models root, judged at each load (load_refusal)
     template_kwargs: dict[str, Any] = field(default_factory=dict, compare=False)  # its run's: _template_kwargs
 
     @property
@@ -75,7 +80,7 @@ def _project_models(project: Project) -> list[_Model]:
     Only the columns named are read: the chat, ``/v1`` and the review form ask this on every request, and
     a run's JSON columns (spec, summary) cost more to load than everything else together."""
     models = [_Model(ref=model.public_id, before="Base model: ", name=model.name, source=model.path,
-                     copy_dir=base_model_copy_dir(model), created=model.created_at)
+                     copy_dir=base_model_copy_dir(model), created=model.created_at, registered=True)
               for model in BaseModel.objects.filter(project=project).order_by("name")
               .only("public_id", "name", "path", "created_at")]
     artifacts = (Artifact.objects.filter(run__project=project, kind__in=["model", "checkpoint"])
@@ -108,9 +113,12 @@ def _template_kwargs(variables: Any) -> dict[str, Any]:
     return dict(variables) if isinstance(variables, dict) else {}
 
 
-def _choice(model: _Model, *, shown_label: str) -> ModelChoice:
-    """``model`` with what serves it (a look at its copy's directory) and ``shown_label``, its label made
-    distinct from the project's other models' (``distinct_labels``)."""
+def _choice(model: _Model, *, shown_label: str, project: Project, listing: bool) -> ModelChoice:
+    """``model`` with what serves it (a look at its copy's directory), ``shown_label``, its label made
+    distinct from the project's other models' (``distinct_labels``), and why it may not be loaded, if so
+    (``load_refusal``; ``listing``: every model of the project is being listed)."""
+    refused = (load_refusal(path=model.source, project_slug=project.slug, listing=listing) if model.registered
+               else "")
     served = served_model(model.source, model.copy_dir)
     copy = f" · {served.scheme} serving copy" if served.scheme else ""
     option_label = f"{model.before}{isolated(model.name)}{model.after}{copy}"
@@ -119,7 +127,7 @@ def _choice(model: _Model, *, shown_label: str) -> ModelChoice:
     return ModelChoice(ref=model.ref, path=served.path, quantization=served.scheme, label=shown_label,
                        option_label=option_label,
                        created=int(model.created.timestamp()) if model.created is not None else 0,
-                       template_kwargs=model.template_kwargs)
+                       template_kwargs=model.template_kwargs, refused=refused)
 
 
 def distinct_labels(labels: dict[str, str]) -> dict[str, str]:
@@ -136,6 +144,8 @@ def thinking_defaults(choices: list[ModelChoice]) -> dict[str, bool]:
     on, as the template renders without it."""
     defaults = {}
     for choice in choices:
+        if choice.refused:
+            continue
         default = _thinking_default(choice.path, _template_files_stamp(choice.path))
         if default is not None:
             trained = choice.template_kwargs.get("enable_thinking", default)
@@ -193,7 +203,7 @@ class TemplateVariable:
 def chat_template_variables(choice: ModelChoice) -> dict[str, TemplateVariable]:
     """The variables of ``choice``'s chat template a conversation may set, by name in name order; none where its
     tokenizer files or template cannot be read (a chat with it says what is wrong with them)."""
-    found = _chat_variables(choice.path, _template_files_stamp(choice.path))
+    found = None if choice.refused else _chat_variables(choice.path, _template_files_stamp(choice.path))
     if found is None:
         return {}
     kinds, own_variables = found
@@ -205,7 +215,7 @@ def chat_template_variables(choice: ModelChoice) -> dict[str, TemplateVariable]:
 def structured_template_variables(choice: ModelChoice) -> list[str]:
     """The variables ``choice``'s chat template reads as a list or mapping (Llama 3's ``custom_tools``), in name order:
     ``chat_template_variables`` leaves them out, a form's text box being no list; a /v1 request's tools set them."""
-    found = _chat_variables(choice.path, _template_files_stamp(choice.path))
+    found = None if choice.refused else _chat_variables(choice.path, _template_files_stamp(choice.path))
     return [name for name, kind in found[0].items() if kind == STRUCTURED] if found else []
 
 
@@ -242,6 +252,8 @@ def rendered_prompt(*, model: ModelChoice, messages: list[dict[str, str]], varia
     messages; ``ChatTemplateError`` (file line and message) where the template fails on them."""
     from jaxengine.chat_template import DEFAULT_CHAT_TEMPLATE, render_chat_template
 
+    if model.refused:
+        return None
     settings = _tokenizer_settings(model.path, _template_files_stamp(model.path))
     if settings is None or not messages:
         return None
@@ -272,6 +284,8 @@ def encoded_prompt(*, model: ModelChoice, messages: list[dict[str, str]], variab
     from jaxengine.models.config import served_context
     from jaxengine.prompts import encode_prompt, fitted_conversation
 
+    if model.refused:
+        return None
     tokenizer = _tokenizer(model.path, _template_files_stamp(model.path))
     if tokenizer is None or not messages:
         return None
@@ -304,7 +318,8 @@ def model_choices(*, project: Project, archived: bool = False) -> list[ModelChoi
     still finds those by ref, for the conversations and API clients that use them."""
     models = _project_models(project)
     shown = distinct_labels({model.ref: model.label for model in models})  # as model_choice labels them
-    return [_choice(model, shown_label=shown[model.ref]) for model in models if archived or not model.archived]
+    return [_choice(model, shown_label=shown[model.ref], project=project, listing=True) for model in models
+            if archived or not model.archived]
 
 
 def model_choice(*, project: Project, ref: str) -> ModelChoice | None:
@@ -317,7 +332,7 @@ def model_choice(*, project: Project, ref: str) -> ModelChoice | None:
     if model is None:
         return None
     shown = distinct_labels({model.ref: model.label for model in models})
-    return _choice(model, shown_label=shown[model.ref])
+    return _choice(model, shown_label=shown[model.ref], project=project, listing=False)
 
 
 def unavailable_reason(*, project: Project, conversation: Conversation) -> str:

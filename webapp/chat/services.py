@@ -179,13 +179,18 @@ def conversation_delete(*, conversation: Conversation) -> None:
     logger.info("conversation %s deleted", public_id)
 
 
-def model_prepare(*, model: ModelChoice) -> None:
+def model_prepare(*, model: ModelChoice, project_slug: str) -> None:
     """Ask the serve worker to load ``model`` (and compile its programs) while the person writes their
     first message (``worker.tasks.serve.prepare``). A hint: it is sent once, without retries, and a
-    broker that is down costs the page nothing (the message itself reports that when sent)."""
+    broker that is down costs the page nothing (the message itself reports that when sent). A model its project may
+    not load (``ModelChoice.refused``) is not sent."""
+    if model.refused:
+        return
+
     def send() -> None:
         try:
-            celery_app.send_task(PREPARE_TASK, args=[model.cache_key, model.path], queue="serve", retry=False)
+            celery_app.send_task(PREPARE_TASK, args=[model.cache_key, model.path, project_slug], queue="serve",
+                                 retry=False)
         except OperationalError as error:
             logger.warning("could not ask the serve worker to prepare %s: %s", model.cache_key, error)
 
@@ -246,7 +251,7 @@ def check_turn_text(text: str, *, field: str, what: str) -> None:
 def _enqueue_answer(conversation: Conversation, model: ModelChoice) -> Message:
     answer = Message.objects.create(conversation=conversation, role=Role.ASSISTANT, status=MessageStatus.STREAMING)
     request = {"id": answer.public_id, "message": answer.public_id, "model_key": model.cache_key,
-               "model_path": model.path, "messages": history(conversation), "max_new_tokens": conversation.max_tokens,
+               "model_path": model.path, "project_slug": conversation.project.slug, "messages": history(conversation), "max_new_tokens": conversation.max_tokens,
                "temperature": conversation.temperature, "top_p": conversation.top_p, "top_k": conversation.top_k,
                "presence_penalty": conversation.presence_penalty, "frequency_penalty": conversation.frequency_penalty,
                "stop": conversation.stop,
@@ -275,7 +280,10 @@ def model_lock(*, project: Project, ref: str, label: str, doing: str, field: str
 
 
 def chat_model_lock(*, project: Project, model: ModelChoice, doing: str) -> None:
-    """``model_lock`` for a chat or arena turn, refused as a ``ChatError`` (the turn's state, not its text)."""
+    """``model_lock`` for a chat or arena turn, refused as a ``ChatError`` (the turn's state, not its text), as is a
+    model its project may not load (``ModelChoice.refused``), before anything is saved."""
+    if model.refused:
+        raise ChatError(model.refused)
     try:
         model_lock(project=project, ref=model.ref, label=model.label, doing=doing)
     except ValidationError as error:
@@ -288,7 +296,10 @@ def api_generation_start(*, token: ProjectToken, model: ModelChoice, generation_
     queued, under the lock of its project's and model's rows (``model_lock``): a deletion of either under way waits
     and is then refused, naming the completion (``selectors.answers_being_written``); one that committed first
     refuses the completion (``ValidationError``). ``api_generation_end`` deletes the row once the answer ends; the
-    project's rows their view left behind (a process that died) go here."""
+    project's rows their view left behind (a process that died) go here. A model its project may not load
+    (``ModelChoice.refused``) is refused (``ValidationError`` keyed ``model``)."""
+    if model.refused:
+        raise ValidationError({"model": model.refused})
     model_lock(project=token.project, ref=model.ref, label=model.label, doing="as the completion was being asked for")
     lost = timezone.now() - timedelta(seconds=generation_expiry_seconds())
     ApiGeneration.objects.filter(project=token.project, created_at__lt=lost).delete()

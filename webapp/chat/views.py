@@ -145,12 +145,14 @@ def chat_detail(request: HttpRequest, slug: str, conversation_id: str) -> HttpRe
     project, membership, conversation = _chat_conversation(request, slug, conversation_id)
     model = selectors.model_choice(project=project, ref=conversation.model_ref)
     if model is not None:  # loaded and compiling while the person reads and writes
-        services.model_prepare(model=model)
+        services.model_prepare(model=model, project_slug=project.slug)
+    unavailable = (model.refused if model is not None
+                   else selectors.unavailable_reason(project=project, conversation=conversation))
     return render(request, "chat/detail.html", {
         "project": project, "membership": membership, "conversation": conversation,
         **_prompt(conversation, model),
-        "chat_messages": list(conversation.messages.all()), "form": MessageForm(), "model_available": model is not None,
-        "unavailable": "" if model is not None else selectors.unavailable_reason(project=project, conversation=conversation)})
+        "chat_messages": list(conversation.messages.all()), "form": MessageForm(), "model_available": not unavailable,
+        "unavailable": unavailable})
 
 
 def _prompt(conversation, model) -> dict:
@@ -204,6 +206,8 @@ def _model_or_error(project, conversation):
     model = selectors.model_choice(project=project, ref=conversation.model_ref)
     if model is None:
         raise services.ChatError(selectors.unavailable_reason(project=project, conversation=conversation))
+    if model.refused:
+        raise services.ChatError(model.refused)
     return model
 
 

@@ -24,6 +24,7 @@ from kombu.exceptions import OperationalError
 
 from jaxengine.data import formats
 from webapp.basemodels.models import BaseModel
+from webapp.basemodels.selectors import base_model_refusal
 from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
 from webapp.core.text import checked_json, checked_name
@@ -296,6 +297,8 @@ def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetV
     result: dict[str, Any] = {"base_model": base_model.name, "tokenizer": base_model.tokenizer_type}
     rows, doing = 0, "loading the tokenizer"
     try:
+        if refusal := base_model_refusal(base_model=base_model):
+            raise TokenizerError(refusal)
         tokenizer = load_tokenizer(base_model.path)
         result["template_kwargs"] = dict(tokenizer.template_kwargs)
         doing = "reading row 1"

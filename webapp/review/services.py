@@ -565,6 +565,8 @@ def _generation_model(project: Project, field_name: str, ref: str) -> dict[str, 
     if choice is None:
         raise ValidationError({field_name: f"{ref!r} is not a model of {project.slug}: choose a base model, a "
                                            "succeeded run or an exported checkpoint"})
+    if choice.refused:  # registered before its directory lay in another project's folder
+        raise ValidationError({field_name: choice.refused})
     # template_kwargs: a run's model's variables as its Run row has them (the serve worker lays the Thinking switch over).
     return {"ref": choice.ref, "label": choice.label, "path": choice.path, "cache_key": choice.cache_key,
             "template_kwargs": choice.template_kwargs}

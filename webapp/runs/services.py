@@ -42,6 +42,7 @@ from jaxengine.spec import (TASK_DATASET_KINDS, JobSpec, SpecError, duplicate_ke
 from jaxengine.spec import load_yaml as load_spec_yaml
 from jaxengine.words import counted
 from webapp.basemodels.models import BaseModel
+from webapp.basemodels.selectors import base_model_refusal
 from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
 from webapp.core.model_refs import spec_ref
@@ -140,6 +141,9 @@ def _resolve_model(project: Project, reference: Any, errors) -> tuple[str, BaseM
         base_model = BaseModel.objects.filter(project=project, public_id=reference).first()
         if base_model is None:
             _add(errors, "model", f"{reference!r} is not a base model of {project.slug}")
+            return "", None, None
+        if refusal := base_model_refusal(base_model=base_model):  # registered before it lay in another project's folder
+            _add(errors, "model", refusal)
             return "", None, None
         return base_model.path, base_model, None
     if reference.startswith("run_"):

@@ -225,7 +225,12 @@ def final_model_copyable(run: Run) -> bool:
 
 def missing_model_files(base_model: BaseModel) -> str | None:
     """Why a copy of ``base_model`` cannot be made when its directory is gone (moved or deleted outside Temper,
-    which registered it and never owned it), naming the path and what to do; None while it is there."""
+    which registered it and never owned it), or lies now in another project's folder
+    (``basemodels.selectors.base_model_refusal``), naming the path and what to do; None while it is there."""
+    from webapp.basemodels.selectors import base_model_refusal  # basemodels.services imports this module
+
+    if refusal := base_model_refusal(base_model=base_model):
+        return refusal
     if Path(base_model.path).is_dir():
         return None
     return (f"the files of base model {isolated(base_model.name)} are missing: {base_model.path} is not there any more "

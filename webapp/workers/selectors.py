@@ -209,7 +209,7 @@ def _write_export(export_pk: Any, *, projects: set[int]) -> JobShown:
                          projects=projects)
 
 
-def _prepare(model_key: Any, model_path: Any = None, *, projects: set[int]) -> JobShown:
+def _prepare(model_key: Any, model_path: Any = None, project_slug: Any = None, *, projects: set[int]) -> JobShown:
     from webapp.basemodels.models import BaseModel
     from webapp.runs.models import Run
 

@@ -11,6 +11,7 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
 
+from webapp.basemodels.inspection import ModelDirError, check_registered_model_dir
 from webapp.celery import app
 from webapp.review import services
 from webapp.review.models import Campaign
@@ -54,6 +55,8 @@ def _generate(campaign: Campaign) -> None:
     try:
         prompts = services.generation_prompts(campaign=campaign)
         settings = services.GenerationSettings(**generation["sampling"])
+        for model in (generation["model_a"], generation["model_b"]):  # the web checked them; a folder may move since
+            _check_model_dir(model, project_slug=campaign.project.slug)
         # Model A answers every prompt first, then model B: the cache need hold only one at a time.
         answers_a = model_answers(generation["model_a"], prompts, settings, on_progress=lambda count: (
             services.generation_progress(campaign_id=campaign_id, answers=count)))
@@ -78,6 +81,15 @@ def _generate(campaign: Campaign) -> None:
 
 class GenerationError(Exception):
     """A prompt one of the models cannot take; the message names the model and the row."""
+
+
+def _check_model_dir(model: dict[str, Any], *, project_slug: str) -> None:
+    """``GenerationError`` naming ``model`` when its directory may not be loaded for the campaign's project
+    (``check_registered_model_dir``: it lies now in another project's folder)."""
+    try:
+        check_registered_model_dir(model["path"], models_root=django_settings.MODELS_ROOT, project_slug=project_slug)
+    except ModelDirError as error:
+        raise GenerationError(f"{model['label']} cannot be loaded: {error}") from None
 
 
 class GenerationStopped(Exception):

@@ -26,6 +26,7 @@ from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from jaxengine.chat_template import TEMPLATE_VARIABLES_MAX
+from webapp.basemodels.inspection import check_registered_model_dir
 from webapp.celery import app
 from webapp.chat import channels
 from webapp.chat import services as chat_services
@@ -64,7 +65,7 @@ class Message(BaseModel):
 
 
 class GenerateRequest(BaseModel):
-    """What the web sends: the generation id, the model (a cache key and its directory), either a
+    """What the web sends: the generation id, the model (a cache key and its directory, and the project asking), either a
     conversation (rendered with the model's chat template) or a raw ``prompt``, and sampling settings."""
 
     model_config = ConfigDict(extra="forbid")
@@ -73,6 +74,8 @@ class GenerateRequest(BaseModel):
     message: str | None = None
     model_key: str = Field(min_length=1)
     model_path: str = Field(min_length=1)
+    # The project asking, whose slug judges model_path before it is read (check_registered_model_dir).
+    project_slug: str = Field(min_length=1, max_length=100)
     messages: list[Message] | None = None
     # Variables for the model's chat template over the model's own (chat_template_kwargs.json): a /v1 request's
     # chat_template_kwargs, a conversation's Thinking switch. Checked by jaxengine.chat_template.template_variable_problem.
@@ -342,11 +345,15 @@ def shutdown(sender=None, **kwargs) -> None:
 
 
 @app.task(name="worker.tasks.serve.prepare")
-def prepare(model_key: str, model_path: str) -> dict:
-    """Load a model a person is about to talk to (a conversation just opened), so that its first answer
-    finds it loaded and, with ``TEMPER_SERVE_WARMUP``, compiling or compiled. A model that cannot load is
-    only logged: the answer that needs it reports the error to the person."""
+def prepare(model_key: str, model_path: str, project_slug: str | None = None) -> dict:
+    """Load a model a person is about to talk to (a conversation just opened) for project ``project_slug``, so that
+    its first answer finds it loaded and, with ``TEMPER_SERVE_WARMUP``, compiling or compiled. A model that cannot
+    load, or may not for that project (``check_registered_model_dir``), is only logged: the answer that needs it
+    reports the error to the person. A message without a project (sent before it was named) loads nothing."""
     try:
+        if not project_slug:
+            raise ValueError("no project named; the model is loaded by its first answer")
+        check_registered_model_dir(model_path, models_root=settings.MODELS_ROOT, project_slug=project_slug)
         server_for(model_key, model_path)
     except Exception as error:
         logger.warning("model %s (%s) not prepared: %s", model_key, model_path, error)
@@ -490,6 +497,8 @@ def generate(request: dict) -> dict:
         return _fail(events, request, f"the serve worker could not load the engine: {error}")
     try:
         parsed = GenerateRequest.model_validate(request)
+        check_registered_model_dir(parsed.model_path, models_root=settings.MODELS_ROOT,
+                                   project_slug=parsed.project_slug)
         if parsed.model_key not in _servers:  # a page shows it in place of the first token, for as long as it takes
             events.emit("status", message=LOADING)
         server, tokenizer = server_for(parsed.model_key, parsed.model_path)

@@ -14,6 +14,7 @@ from django.conf import settings
 
 from jaxengine.data.formats import Entry
 from jaxengine.spec import parse_spec
+from webapp.basemodels.inspection import check_registered_model_dir
 from webapp.celery import app
 from webapp.runs import pipelines, placement, reporting, services
 from webapp.runs.models import Run, RunStatus
@@ -61,6 +62,7 @@ def train_run(self, run_pk: int, attempt: int) -> None:
     reporter = reporting.RunReporter(run=run)
     reporter.start()
     try:
+        check_model_dir(run)
         summary = run_job(parse_spec(run.resolved_spec), should_stop=reporter.should_stop,
                           on_progress=reporter.on_progress, on_evaluation=reporter.on_evaluation,
                           on_log=reporter.log_engine_line, progress_bar=False, entry=Entry.LAUNCH)
@@ -73,6 +75,15 @@ def train_run(self, run_pk: int, attempt: int) -> None:
             pipelines.pipeline_advance(run=run)
         return
     _report_finished(run, reporter, summary)
+
+
+def check_model_dir(run: Run) -> None:
+    """``ModelDirError`` (registration's words) when the directory the run starts from may not be read by its
+    project: a base model registered before its directory lay in another project's folder, or linked into one since,
+    was launched (or resumed) from its stored path, and trained on that project's weights."""
+    model_path = run.resolved_spec.get("model")
+    if isinstance(model_path, str) and model_path:
+        check_registered_model_dir(model_path, models_root=settings.MODELS_ROOT, project_slug=run.project.slug)
 
 
 def _report_finished(run, reporter, summary) -> None:
@@ -111,6 +122,7 @@ def train_host(self, run_pk: int, attempt: int, process_id: int, num_processes: 
     if reporter is not None:
         reporter.start()
     try:
+        check_model_dir(run)
         distributed.initialize(distributed.ProcessGroup(
             coordinator_address=coordinator_address, num_processes=num_processes, process_id=process_id))
         summary = run_job(parse_spec(run.resolved_spec), progress_bar=False,
@@ -155,6 +167,7 @@ def export_checkpoint(run_pk: int, step: int) -> None:
     spec = parse_spec(run.resolved_spec)
     export_dir = run.output_dir / f"export-step-{step}"
     try:
+        check_model_dir(run)
         job_model = build_job_model(spec)
         trained, _meta = restore_trained_model(job_model.model, trainable=job_model.trainable, optim=spec.optim,
                                                checkpoint_dir=run.output_dir / "checkpoints", step=step)

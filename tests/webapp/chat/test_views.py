@@ -78,7 +78,7 @@ def test_opening_a_conversation_asks_the_serve_worker_to_load_its_model(team, cl
     with django_capture_on_commit_callbacks(execute=True):
         assert client_for(team.teammate).get(url("detail", conversation)).status_code == 200
     model = selectors.model_choice(project=team.project, ref=conversation.model_ref)
-    assert sent == [("worker.tasks.serve.prepare", [model.cache_key, "/models/tiny"], "serve")]
+    assert sent == [("worker.tasks.serve.prepare", [model.cache_key, "/models/tiny", team.project.slug], "serve")]
 
 
 def test_a_conversation_opens_while_the_broker_is_down(team, client_for, base_model, monkeypatch,
