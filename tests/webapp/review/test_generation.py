@@ -819,6 +819,27 @@ def test_the_chats_template_variables_are_kept_for_each_model_whose_template_rea
     assert list(Campaign.objects.values_list("name", flat=True)) == ["falcon vs heron"]
 
 
+def test_the_forms_switch_is_the_chat_panels_select(team, client_for, persona_and_plain, prompts_version):
+    """QA: terse, which the template only asks whether it holds, was a text box here and a true/false select in the
+    chat panel; it is the chat panel's field (webapp.chat.forms.template_variable_field), and what it sends is typed
+    as the chat's."""
+    from tests.webapp.chat.test_template_variables import field_tag
+
+    url = reverse("review:generate", args=[team.project.slug])
+    page = client_for(team.owner).get(url).content.decode()
+    assert field_tag(page, "terse").startswith("<select") and field_tag(page, "persona").startswith("<input")
+    fields = {"name": "pass 1", "model_a": persona_and_plain[0].public_id, "model_b": persona_and_plain[1].public_id,
+              "prompts_version": prompts_version.public_id, "prompt_count": 2, "max_new_tokens": 32,
+              "temperature": 0.5, "top_p": 0.9, "top_k": 0, "seed": 0, "required_reviews": 1,
+              "reviewers": [team.teammate.pk]}
+    response = client_for(team.owner).post(url, {**fields, "var_terse": "maybe"})
+    assert response.status_code == 400 and not Campaign.objects.filter(name="pass 1").exists()
+    assert "Select a valid choice" in " ".join(response.context["form"].errors["var_terse"])
+    response = client_for(team.owner).post(url, {**fields, "var_terse": "false"})
+    assert response.status_code == 302, response.content
+    assert Campaign.objects.get(name="pass 1").generation["model_a"]["template_variables"] == {"terse": False}
+
+
 def test_the_form_offers_the_variables_and_the_page_shows_them_escaped(team, client_for, persona_and_plain,
                                                                       prompts_version):
     url = reverse("review:generate", args=[team.project.slug])
