@@ -14,7 +14,7 @@ from webapp.core.bidi import isolated
 from webapp.core.text import LONG_TEXT_MAX_CHARS
 from webapp.review.models import MAX_REQUIRED_REVIEWS, Choice, Label
 from webapp.review.selectors import default_required_reviews, possible_reviewers, prompt_sources
-from webapp.review.services import MAX_GENERATED_PROMPTS
+from webapp.review.services import MAX_GENERATED_PROMPTS, TEMPLATE_CHECKED_PROMPTS
 
 
 class CampaignSettingsForm(forms.Form):
@@ -66,10 +66,13 @@ class CampaignCreateForm(CampaignSettingsForm):
 
 
 # A generated campaign's chat template variables, as the chat panel's but for two models.
+_VARIABLE_CHECKED = (f"The first {TEMPLATE_CHECKED_PROMPTS:,} prompts (all, for fewer) are rendered with it as the "
+                     "campaign is created; a prompt the template fails on is named by its row.")
 VARIABLE_HELP = ("Read by the chat template of model A or B: every prompt is rendered with it for the model whose "
-                 "template reads it, as the chat panel's. Empty: not sent (the model's own value).")
+                 "template reads it, as the chat panel's. Empty: not sent (the model's own value). " + _VARIABLE_CHECKED)
 VARIABLE_SWITCH_HELP = ("Read by the chat template of model A or B as a switch: every prompt is rendered with it for the "
-                        "model whose template reads it, as the chat panel's. Not sent: the model's own value.")
+                        "model whose template reads it, as the chat panel's. Not sent: the model's own value. "
+                        + _VARIABLE_CHECKED)
 
 
 class GeneratedCampaignForm(CampaignSettingsForm):
