@@ -581,8 +581,8 @@ def _generation_variables(project: Project, models: dict[str, dict[str, Any]], v
     checked as a conversation's, its template rendering each of the campaign's ``prompt_count`` first prompts of
     ``prompts_version`` (``TEMPLATE_CHECKED_PROMPTS`` at most) with them, as ``worker.tasks.review.model_answers`` will
     (a prompt the template fails on with them would otherwise be found only once the serve worker has loaded the
-    models); a ``ValidationError`` keyed
-    ``template_variables`` naming what is wrong (for a prompt, its row and the template's line)."""
+    models); a ``ValidationError`` keyed ``template_variables`` naming what is wrong (for a prompt, its row and the
+    template's line), or ``prompts_version`` where its file cannot be read."""
     # Imported here: webapp.chat.arena imports this module (a battle's votes go to review campaigns).
     from jaxengine.prompts import as_messages
     from webapp.chat.arena import side_template_variables
@@ -593,9 +593,16 @@ def _generation_variables(project: Project, models: dict[str, dict[str, Any]], v
         return {}, {}
     choices = tuple(model_choice(project=project, ref=model["ref"]) for model in models.values())
     sides = side_template_variables(values, choices)
-    prompts = ([(f"row {prompt.row} of the prompts {isolated(str(prompts_version))}", as_messages(prompt.prompt, "user"))
-                for prompt in _version_prompts(prompts_version, min(prompt_count, TEMPLATE_CHECKED_PROMPTS))]
-               if any(sides) else [])
+    if not any(sides):
+        return sides
+    source = isolated(str(prompts_version))
+    try:
+        prompts = [(f"row {prompt.row} of the prompts {source}", as_messages(prompt.prompt, "user"))
+                   for prompt in _version_prompts(prompts_version, min(prompt_count, TEMPLATE_CHECKED_PROMPTS))]
+    except (OSError, formats.DatasetFormatError) as error:
+        raise ValidationError({"prompts_version": (
+            f"the prompts {source} cannot be read to check the template variables against them ({error}); choose "
+            "another version, or ask an administrator about its file")}) from None
     return tuple(checked_template_variables(model=choice, variables=variables, enable_thinking=enable_thinking,
                                             prompts=prompts)
                  for choice, variables in zip(choices, sides))

@@ -872,6 +872,23 @@ def test_only_the_first_prompts_are_checked_and_the_form_says_how_many(team, cli
     assert campaign.generation["prompts"]["count"] == 3
 
 
+def test_prompts_whose_file_is_gone_are_named_not_a_traceback(team, prompts_version, tmp_path):
+    """The check reads the prompts' file as the campaign is made: a file gone from the data directory is a refusal
+    keyed prompts_version, with nothing made."""
+    from pathlib import Path
+
+    from tests.factories import build_bpe_tokenizer_dir
+
+    strict = make_base_model(team.project, name="strict", path=str(
+        build_bpe_tokenizer_dir(tmp_path / "strict", chat_template=STRICT_TEMPLATE)))
+    plain = make_base_model(team.project, name="plain", path=str(build_bpe_tokenizer_dir(tmp_path / "plain")))
+    Path(prompts_version.absolute_path).unlink()
+    with pytest.raises(ValidationError) as refused:
+        generate(team, [plain, strict], prompts_version, template_variables={"strict": "true"})
+    assert "cannot be read to check the template variables" in refused.value.message_dict["prompts_version"][0]
+    assert not Campaign.objects.exists()
+
+
 def test_the_forms_switch_is_the_chat_panels_select(team, client_for, persona_and_plain, prompts_version):
     """QA: terse, which the template only asks whether it holds, was a text box here and a true/false select in the
     chat panel; it is the chat panel's field (webapp.chat.forms.template_variable_field), and what it sends is typed
