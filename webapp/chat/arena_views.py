@@ -116,10 +116,11 @@ def _compare_variables(choices, sent: dict) -> list[dict]:
     reads it, both being picked: a blind battle takes none; ``models``, their labels) and its field (``field``, the
     chat panel's ``template_variable_field``: a switch's is a select), holding the value sent. ``shown``: so on a
     refused battle's form, which comes back as it was sent (``sent``'s models and ``variables``)."""
-    readers: dict[str, dict] = {}
+    readers: dict[str, dict[str, selectors.TemplateVariable]] = {}
     for choice in choices:
         for name, variable in selectors.chat_template_variables(choice).items():
-            readers.setdefault(name, {})[choice] = variable
+            readers.setdefault(name, {})[choice.ref] = variable
+    labels = {choice.ref: choice.label for choice in choices}
     picked = {sent.get("model_a"), sent.get("model_b")}
     compared = "" not in picked and None not in picked
     values = sent.get("variables", {})
@@ -127,12 +128,12 @@ def _compare_variables(choices, sent: dict) -> list[dict]:
     variables = []
     for name, models in sorted(readers.items()):
         field_name = f"{VARIABLE_PREFIX}{name}"
-        shown = compared and any(model.ref in picked for model in models)
+        shown = compared and any(ref in picked for ref in models)
         field = fields.fields[field_name] = template_variable_field(name=name, readers=models.values())
         field.widget.attrs.update({"aria-describedby": f"id_{field_name}_helptext",
-                                   "data-template-variable": json.dumps({model.ref: "" for model in models}),
+                                   "data-template-variable": json.dumps({ref: "" for ref in models}),
                                    **({} if shown else {"disabled": True})})
-        variables.append({"name": name, "field": fields[field_name], "models": [model.label for model in models],
+        variables.append({"name": name, "field": fields[field_name], "models": [labels[ref] for ref in models],
                           "shown": shown})
     return variables
 
