@@ -9,6 +9,7 @@ from tests.browser.test_review import log_in
 from tests.webapp.factories import make_base_model, make_team
 from webapp.core.bidi import isolated
 from webapp.chat import arena, selectors, services
+from webapp.chat.models import Battle
 from webapp.review import services as review_services
 from webapp.review.models import Campaign
 
@@ -108,3 +109,50 @@ def test_the_battle_form_names_its_fields(page, live_server):
     assert first["y"] == second["y"]
     box = form.bounding_box()
     assert second["x"] + second["width"] <= box["x"] + box["width"], "a long model name widens no select past the form"
+
+
+def test_a_switch_variable_is_the_chat_panels_select_in_the_arena_and_a_generated_campaign(page, live_server,
+                                                                                          monkeypatch, tmp_path):
+    """QA: terse, which the persona template only asks whether it holds, was a select of true/false in the chat panel
+    but a text box in the arena's compare mode and on the generated campaign form. Both show the chat panel's select,
+    shown and enabled as model A or B reads it, and send what is picked."""
+    from tests.factories import build_bpe_tokenizer_dir
+    from tests.webapp.chat.test_template_variables import PERSONA_TEMPLATE
+    from tests.webapp.factories import make_ready_version
+
+    monkeypatch.setattr(services.celery_app, "send_task", lambda *args, **kwargs: None)  # no serve worker answers
+    team = make_team()
+    persona = make_base_model(team.project, name="persona", path=str(
+        build_bpe_tokenizer_dir(tmp_path / "persona", chat_template=PERSONA_TEMPLATE)))
+    plain = make_base_model(team.project, name="plain", path=str(build_bpe_tokenizer_dir(tmp_path / "plain")))
+    make_ready_version(team.project, name="asks", kind="prompts", rows=[{"prompt": "Name a colour."}])
+    page = log_in(page.context, live_server.url, team.owner.username)
+
+    page.goto(f"{live_server.url}/p/alpha/arena/")
+    page.fill("#id_prompt", "Hi")
+    page.select_option("#id_model_a", persona.public_id)
+    page.select_option("#id_model_b", plain.public_id)
+    page.locator("#arena-variables summary").click()
+    terse = page.get_by_label("terse")
+    assert terse.evaluate("element => element.tagName") == "SELECT" and terse.is_enabled()
+    assert page.get_by_label("persona").evaluate("element => element.tagName") == "INPUT"
+    terse.select_option("true")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Battle").click()
+    battle = Battle.objects.get(project=team.project)
+    assert battle.side_a.template_variables == {"terse": True} and battle.side_b.template_variables == {}
+
+    page.goto(f"{live_server.url}/p/alpha/review/new/generated/")
+    page.fill("#id_name", "terse pass")
+    page.select_option("#id_model_a", plain.public_id)
+    page.select_option("#id_model_b", plain.public_id)
+    terse = page.get_by_label("terse (chat template variable)")
+    assert not terse.is_visible() and terse.is_disabled()  # neither model picked reads it
+    page.select_option("#id_model_b", persona.public_id)
+    assert terse.evaluate("element => element.tagName") == "SELECT" and terse.is_visible() and terse.is_enabled()
+    terse.select_option("false")
+    page.fill("#id_prompt_count", "1")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Generate and create campaign").click()
+    campaign = Campaign.objects.get(name="terse pass")
+    assert campaign.generation["model_b"]["template_variables"] == {"terse": False}

@@ -105,6 +105,9 @@ def loss_points(page) -> int:
 
 
 def test_launch_an_sft_run_watch_the_loss_grow_live_and_cancel_it(page, asgi_server, celery_workers, transactional_db):
+    """The whole way through with the real train worker: launch, watch it run, then Cancel… (Stop) it and confirm.
+    The page that cancels, a second tab on the run and the runs table all come to 'cancelled' without a reload, with
+    no Cancel… left and Resume offered: the worker's end reaches them as it reaches the database."""
     from django.conf import settings
 
     celery_workers.ensure("train")
@@ -134,12 +137,37 @@ def test_launch_an_sft_run_watch_the_loss_grow_live_and_cancel_it(page, asgi_ser
     assert int(page.locator("#progress-step").inner_text().replace(",", "")) > 0
     assert page.locator("#progress-total").inner_text() == "3,000"  # as the page's |grouped writes a count
 
+    # Two more tabs that only watch: the run's page (a teammate's, say) and the runs table.
+    watcher = page.context.new_page()
+    watcher.goto(page.url)
+    watcher.locator("#live-state", has_text="live").wait_for()
+    table = page.context.new_page()
+    table.goto(f"{asgi_server}/p/alpha/runs/")
+    row = table.locator(f'tr[data-run="{run.public_id}"]')
+    assert row.locator(".status").inner_text() == "running"
+    for tab in (watcher, table):
+        tab.evaluate("window.notReloaded = true")
+
     page.locator("#cancel-confirm summary").click()  # one click only opens the confirmation
-    page.get_by_role("button", name="Cancel live sft").click()
-    page.locator("#run-status .status-cancelled").wait_for(timeout=20_000)
+    assert page.locator("#run-status .status-running").is_visible()  # nothing is cancelled yet
+    with page.expect_navigation():
+        page.get_by_role("button", name="Cancel live sft").click()
+    page.evaluate("window.notReloaded = true")  # the page the cancel redirects to follows the rest live
+    for tab in (page, watcher):
+        tab.locator("#run-status .status-cancelled").wait_for(timeout=20_000)
+        assert tab.locator("#cancel-confirm").count() == 0 and tab.locator("#stopping-note").count() == 0
+        assert tab.get_by_role("button", name="Resume").is_visible()
+        assert tab.locator("#live-state").inner_text() == ""  # a finished run is no longer listened to
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED and 0 < run.current_step < 3000
-    assert page.get_by_role("button", name="Resume").is_visible()
+    step = f"{run.current_step:,}"
+    assert page.locator("#progress-step").inner_text() == watcher.locator("#progress-step").inner_text() == step
+    # The table reads its rows again every 5 s while a run in it is active.
+    row.locator(".status-cancelled").wait_for(timeout=15_000)
+    assert row.get_attribute("data-active") == ""
+    assert row.locator("td.num").first.inner_text() == f"{step} / 3,000"
+    for tab in (page, watcher, table):
+        assert tab.evaluate("window.notReloaded") is True
 
 
 def test_launch_a_run_with_a_layout_on_two_hosts_and_see_it_in_its_config(page, asgi_server, transactional_db):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -19,7 +20,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from webapp.chat import arena, selectors, services
 from webapp.chat.access import chat_access
 from webapp.chat.forms import (THINKING_CHOICES, THINKING_HELP, VARIABLE_PREFIX, ArenaExportForm, as_typed_text,
-                               thinking_choice)
+                               template_variable_field, thinking_choice)
 from webapp.chat.leaderboard import MIN_VOTES_FOR_INTERVAL
 from webapp.chat.models import Battle, BattleOutcome, MessageStatus
 from webapp.chat.services import ChatError
@@ -106,26 +107,35 @@ def _arena_page(request: HttpRequest, project: Project, membership: Membership, 
         "thinking_help": THINKING_HELP, "template_variables": variables,
         "variables_shown": any(variable["shown"] for variable in variables),
         "pairs": arena.decisive_battles(project=project).count(), "prompt_max_chars": services.MESSAGE_MAX_CHARS,
-        "variable_max_chars": services.TEMPLATE_VARIABLE_MAX_CHARS,
         "export_form": export_form or ArenaExportForm(), **_review_context(project, membership)}, status=status)
 
 
 def _compare_variables(choices, sent: dict) -> list[dict]:
     """Compare mode's chat template variables: each that some model's template reads, with those models (``readers``,
     their refs as JSON for forms.js, which shows, enables and sends a variable only where model A's or B's template
-    reads it, both being picked: a blind battle takes none; ``models``, their labels) and the value sent. ``shown``:
-    so on a refused battle's form, which comes back as it was sent (``sent``'s models and ``variables``)."""
-    readers: dict[str, list] = {}
+    reads it, both being picked: a blind battle takes none; ``models``, their labels) and its field (``field``, the
+    chat panel's ``template_variable_field``: a switch's is a select), holding the value sent. ``shown``: so on a
+    refused battle's form, which comes back as it was sent (``sent``'s models and ``variables``)."""
+    readers: dict[str, dict[str, selectors.TemplateVariable]] = {}
     for choice in choices:
-        for name in selectors.chat_template_variables(choice):
-            readers.setdefault(name, []).append(choice)
+        for name, variable in selectors.chat_template_variables(choice).items():
+            readers.setdefault(name, {})[choice.ref] = variable
+    labels = {choice.ref: choice.label for choice in choices}
     picked = {sent.get("model_a"), sent.get("model_b")}
     compared = "" not in picked and None not in picked
     values = sent.get("variables", {})
-    return [{"name": name, "field": f"{VARIABLE_PREFIX}{name}", "models": [model.label for model in models],
-             "readers": json.dumps({model.ref: "" for model in models}), "value": values.get(name, ""),
-             "shown": compared and any(model.ref in picked for model in models)}
-            for name, models in sorted(readers.items())]
+    fields = forms.Form(initial={f"{VARIABLE_PREFIX}{name}": value for name, value in values.items()})
+    variables = []
+    for name, models in sorted(readers.items()):
+        field_name = f"{VARIABLE_PREFIX}{name}"
+        shown = compared and any(ref in picked for ref in models)
+        field = fields.fields[field_name] = template_variable_field(name=name, readers=models.values())
+        field.widget.attrs.update({"aria-describedby": f"id_{field_name}_helptext",
+                                   "data-template-variable": json.dumps({ref: "" for ref in models}),
+                                   **({} if shown else {"disabled": True})})
+        variables.append({"name": name, "field": fields[field_name], "models": [labels[ref] for ref in models],
+                          "shown": shown})
+    return variables
 
 
 @login_required

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 
 from django import forms
 from django.core.exceptions import ValidationError
@@ -39,6 +40,21 @@ VARIABLE_BOOLEAN_CHOICES = [("", "Not sent (the model's default)"), ("true", "tr
 VARIABLE_HELP = ("Read by the model's chat template, sent with every turn; filled in with the model's own value where it "
                  "has one. Empty: not sent (sent empty where the model sets it).")
 VARIABLE_BOOLEAN_HELP = "Read by the model's chat template as a switch, sent with every turn."
+
+
+def template_variable_field(*, name: str, readers: Iterable[TemplateVariable], help_text: str = "",
+                            switch_help_text: str = "") -> forms.Field:
+    """The field of chat template variable ``name`` read by ``readers`` (a model's ``TemplateVariable`` each), alike
+    wherever one is set (this chat panel, the arena's compare mode, a generated review campaign): a select of true or
+    false, or not sent (the template's own default), where every reader reads it as a switch, with
+    ``switch_help_text``; a text box otherwise, with ``help_text``. What is sent is read by ``typed_template_value``."""
+    if all(variable.kind == "boolean" for variable in readers):
+        field = forms.ChoiceField(choices=VARIABLE_BOOLEAN_CHOICES, required=False, help_text=switch_help_text)
+    else:
+        field = forms.CharField(required=False, strip=False, max_length=TEMPLATE_VARIABLE_MAX_CHARS,
+                                help_text=help_text)
+    field.label = f"{name} (chat template variable)"
+    return field
 
 
 def as_typed_text(value) -> str:
@@ -203,8 +219,8 @@ class ConversationForm(forms.Form):
         return self.data.get("model") if self.is_bound else self.initial.get("model") or (choices[0].ref if choices else None)
 
     def _add_variables(self, choices: list[ModelChoice]) -> None:
-        """A field ``var_<name>`` for each chat template variable some model reads, after the sampling settings: a
-        select of true/false (or unset: the template's default) for a boolean, a text box otherwise. Each carries
+        """A field ``var_<name>`` for each chat template variable some model reads, after the sampling settings
+        (``template_variable_field``: a select of true/false, or unset, for a boolean, a text box otherwise). Each carries
         ``data-template-variable``, the models that read it with their defaults, by which forms.js shows it, enabled
         and set to the picked model's default, as the model select changes; the others are hidden and disabled, so the
         form sends only the picked model's."""
@@ -214,13 +230,8 @@ class ConversationForm(forms.Form):
                 by_name.setdefault(name, {})[ref] = variable
         picked = chat_ref(self._picked_model(choices) or "")
         for name, readers in sorted(by_name.items()):
-            boolean = all(variable.kind == "boolean" for variable in readers.values())
-            if boolean:
-                field = forms.ChoiceField(choices=VARIABLE_BOOLEAN_CHOICES, required=False)
-            else:
-                field = forms.CharField(required=False, strip=False, max_length=TEMPLATE_VARIABLE_MAX_CHARS)
-            field.label = f"{name} (chat template variable)"
-            field.help_text = VARIABLE_BOOLEAN_HELP if boolean else VARIABLE_HELP
+            field = template_variable_field(name=name, readers=readers.values(), help_text=VARIABLE_HELP,
+                                            switch_help_text=VARIABLE_BOOLEAN_HELP)
             field.widget.attrs["data-template-variable"] = json.dumps(
                 {ref: _as_typed(variable) for ref, variable in readers.items()})
             field.initially_hidden = picked not in readers

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -91,11 +92,14 @@ def conversation_create(*, project: Project, user, model: ModelChoice, system_pr
 
 
 def checked_template_variables(*, model: ModelChoice, variables: dict[str, Any], system_prompt: str = "",
-                               enable_thinking: bool | None = None) -> dict[str, Any]:
+                               enable_thinking: bool | None = None,
+                               prompts: Iterable[tuple[str, list[dict[str, Any]]]] | None = None) -> dict[str, Any]:
     """``variables`` for a conversation with ``model``, once each is a name its chat template reads
     (``selectors.chat_template_variables``) and a JSON scalar of at most ``TEMPLATE_VARIABLE_MAX_CHARS``, at most
     ``TEMPLATE_VARIABLES_MAX`` of them, and the template renders a first turn with them; else a ``ValidationError``
-    keyed ``template_variables`` naming the variable (or the template's line) and what to do."""
+    keyed ``template_variables`` naming the variable (or the template's line) and what to do. ``prompts``: the turns
+    the template is to render instead of a first turn, each with where it comes from (a generated review campaign's
+    prompts, by row), which a refusal names with the template's line."""
     if not variables:
         return {}
     readable = chat_template_variables(model)
@@ -113,8 +117,9 @@ def checked_template_variables(*, model: ModelChoice, variables: dict[str, Any],
         raise ValidationError({"template_variables": problems})
     turns = [{"role": "system", "content": system_prompt}] if system_prompt else []
     variables = dict(variables)
-    _check_renders(model=model, variables=variables, enable_thinking=enable_thinking,
-                   messages=[*turns, {"role": "user", "content": "Hello"}])
+    for where, messages in prompts if prompts is not None else [("", [*turns, {"role": "user", "content": "Hello"}])]:
+        _check_renders(model=model, variables=variables, enable_thinking=enable_thinking, messages=messages,
+                       where=where)
     return variables
 
 
@@ -147,23 +152,33 @@ def template_kwargs_of(conversation: Conversation, model: ModelChoice) -> dict[s
 
 
 def _check_renders(*, model: ModelChoice, variables: dict[str, Any], enable_thinking: bool | None,
-                   messages: list[dict[str, str]]) -> None:
+                   messages: list[dict[str, str]], where: str = "") -> None:
     """Refuse (``ValidationError`` keyed ``template_variables``) ``variables`` that ``model``'s chat template fails
-    on for ``messages``, before anything is sent: the serve worker would only fail the answer. Without variables the
-    template fails on the conversation itself, keyed ``chat_template``."""
+    on for ``messages`` (from ``where``, which the refusal begins with), before anything is sent: the serve worker
+    would only fail the answer. Without variables the template fails on the conversation itself, keyed
+    ``chat_template``."""
     probe = Conversation(template_variables=variables, enable_thinking=enable_thinking)
     try:
         rendered_prompt(model=model, messages=messages, variables=template_kwargs_of(probe, model))
     except ChatTemplateError as error:
+        if where:  # a generated campaign's prompt: the row and the template's line
+            raise ValidationError({"template_variables": (
+                f"{where}: the chat template of {isolated(model.label)} fails on it with the template variables "
+                f"{_shown_variables(variables)}: {error}. Nothing was made; give other values, or choose other "
+                "prompts")}) from None
         if not variables:  # the template itself refuses the conversation (changed since, or a system turn it refuses)
             raise ValidationError({"chat_template": (
                 f"the chat template of {isolated(model.label)} fails on this conversation: {error}. Nothing was sent; "
                 "start a new conversation with another model or without what the template refuses")}) from None
-        shown = ", ".join(f"{name} = {isolated(json.dumps(value, ensure_ascii=False)[:80])}"
-                          for name, value in variables.items())
         raise ValidationError({"template_variables": (
-            f"the chat template of {isolated(model.label)} fails with the template variables {shown}: {error}. "
-            "Nothing was sent; give other values (a new conversation with these settings keeps the rest)")}) from None
+            f"the chat template of {isolated(model.label)} fails with the template variables "
+            f"{_shown_variables(variables)}: {error}. Nothing was sent; give other values (a new conversation with "
+            "these settings keeps the rest)")}) from None
+
+
+def _shown_variables(variables: dict[str, Any]) -> str:
+    return ", ".join(f"{name} = {isolated(json.dumps(value, ensure_ascii=False)[:80])}"
+                     for name, value in variables.items())
 
 
 @transaction.atomic

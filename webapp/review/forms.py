@@ -7,14 +7,14 @@ from django import forms
 from jaxengine.words import counted
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
-from webapp.chat.forms import THINKING_CHOICES, THINKING_HELP, VARIABLE_PREFIX, ModelRefField, thinking_choice
-from webapp.chat.selectors import chat_template_variables, model_choices, thinking_defaults
-from webapp.chat.services import TEMPLATE_VARIABLE_MAX_CHARS
+from webapp.chat.forms import (THINKING_CHOICES, THINKING_HELP, VARIABLE_PREFIX, ModelRefField, template_variable_field,
+                               thinking_choice)
+from webapp.chat.selectors import TemplateVariable, chat_template_variables, model_choices, thinking_defaults
 from webapp.core.bidi import isolated
 from webapp.core.text import LONG_TEXT_MAX_CHARS
 from webapp.review.models import MAX_REQUIRED_REVIEWS, Choice, Label
 from webapp.review.selectors import default_required_reviews, possible_reviewers, prompt_sources
-from webapp.review.services import MAX_GENERATED_PROMPTS
+from webapp.review.services import MAX_GENERATED_PROMPTS, TEMPLATE_CHECKED_PROMPTS
 
 
 class CampaignSettingsForm(forms.Form):
@@ -65,6 +65,16 @@ class CampaignCreateForm(CampaignSettingsForm):
                             f"({counted(version.row_count, 'row', grouped=True)})")
 
 
+# A generated campaign's chat template variables, as the chat panel's but for two models.
+_VARIABLE_CHECKED = (f"The first {TEMPLATE_CHECKED_PROMPTS:,} prompts (all, for fewer) are rendered with it as the "
+                     "campaign is created; a prompt the template fails on is named by its row.")
+VARIABLE_HELP = ("Read by the chat template of model A or B: every prompt is rendered with it for the model whose "
+                 "template reads it, as the chat panel's. Empty: not sent (the model's own value). " + _VARIABLE_CHECKED)
+VARIABLE_SWITCH_HELP = ("Read by the chat template of model A or B as a switch: every prompt is rendered with it for the "
+                        "model whose template reads it, as the chat panel's. Not sent: the model's own value. "
+                        + _VARIABLE_CHECKED)
+
+
 class GeneratedCampaignForm(CampaignSettingsForm):
     """A campaign on two models' answers to the same prompts (``services.campaign_generate``)."""
 
@@ -104,25 +114,22 @@ class GeneratedCampaignForm(CampaignSettingsForm):
         self.order_fields(order[:order.index("seed") + 2] + variables + order[order.index("seed") + 2:])
 
     def _add_variables(self, choices) -> list[str]:
-        """A box ``var_<name>`` for each chat template variable a model of the project reads, as the arena's compare
-        mode offers them: ``data-template-variable`` lists the models reading it, by which forms.js shows and enables
+        """A field ``var_<name>`` for each chat template variable a model of the project reads, as the arena's compare
+        mode offers them (the chat panel's ``template_variable_field``: a switch's is a select): ``data-template-variable`` lists the models reading it, by which forms.js shows and enables
         it where model A's or B's template reads it and hides and disables it otherwise (so as served, for the models
         sent or the first one). Returns the fields' names."""
-        readers: dict[str, list[str]] = {}
+        readers: dict[str, dict[str, TemplateVariable]] = {}
         for choice in choices:
-            for name in chat_template_variables(choice):
-                readers.setdefault(name, []).append(choice.ref)
+            for name, variable in chat_template_variables(choice).items():
+                readers.setdefault(name, {})[choice.ref] = variable
         picked = ({self.data.get("model_a"), self.data.get("model_b")} if self.is_bound
                   else {choices[0].ref} if choices else set())
         names = []
-        for name, refs in sorted(readers.items()):
-            field = forms.CharField(
-                required=False, strip=False, max_length=TEMPLATE_VARIABLE_MAX_CHARS,
-                label=f"{name} (chat template variable)",
-                help_text="Read by the chat template of model A or B: every prompt is rendered with it for the model whose "
-                          "template reads it, as the chat panel's. Empty: not sent (the model's own value).")
-            field.widget.attrs["data-template-variable"] = json.dumps({ref: "" for ref in refs})
-            field.initially_hidden = not picked & set(refs)
+        for name, variables in sorted(readers.items()):
+            field = template_variable_field(name=name, readers=variables.values(), help_text=VARIABLE_HELP,
+                                            switch_help_text=VARIABLE_SWITCH_HELP)
+            field.widget.attrs["data-template-variable"] = json.dumps({ref: "" for ref in variables})
+            field.initially_hidden = not picked & set(variables)
             if field.initially_hidden:
                 field.widget.attrs["disabled"] = True
             self.fields[f"{VARIABLE_PREFIX}{name}"] = field

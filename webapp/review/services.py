@@ -520,6 +520,10 @@ def item_add(*, campaign: Campaign, prompt: Any, response_a: Any, response_b: An
 # ``generating`` (with a count of answers done) and has no items, and a failure leaves none behind.
 
 MAX_GENERATED_PROMPTS = 5000
+# A generated campaign's chat template variables are rendered at creation with this many of its first prompts at most
+# (the form says so), to keep the owner's request short: a large template takes a millisecond a prompt and model. A
+# prompt after them that the template fails on fails the generation, naming its row, as before.
+TEMPLATE_CHECKED_PROMPTS = 1_000
 PROMPT_SOURCE_KINDS = (formats.DatasetKind.PROMPTS, formats.DatasetKind.SFT, formats.DatasetKind.PREFERENCE)
 
 
@@ -573,10 +577,16 @@ def _generation_model(project: Project, field_name: str, ref: str) -> dict[str, 
 
 
 def _generation_variables(project: Project, models: dict[str, dict[str, Any]], values: dict[str, str], *,
-                          enable_thinking: bool | None) -> tuple[dict[str, Any], dict[str, Any]]:
+                          enable_thinking: bool | None, prompts_version: DatasetVersion, prompt_count: int
+                          ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``values`` (as typed) for model A and B: each model's those its chat template reads, typed as its own, and
-    checked as a conversation's; a ``ValidationError`` keyed ``template_variables`` naming what is wrong."""
+    checked as a conversation's, its template rendering each of the campaign's ``prompt_count`` first prompts of
+    ``prompts_version`` (``TEMPLATE_CHECKED_PROMPTS`` at most) with them, as ``worker.tasks.review.model_answers`` will
+    (a prompt the template fails on with them would otherwise be found only once the serve worker has loaded the
+    models); a ``ValidationError`` keyed ``template_variables`` naming what is wrong (for a prompt, its row and the
+    template's line), or ``prompts_version`` where its file cannot be read."""
     # Imported here: webapp.chat.arena imports this module (a battle's votes go to review campaigns).
+    from jaxengine.prompts import as_messages
     from webapp.chat.arena import side_template_variables
     from webapp.chat.services import checked_template_variables
 
@@ -584,8 +594,20 @@ def _generation_variables(project: Project, models: dict[str, dict[str, Any]], v
     if not values:
         return {}, {}
     choices = tuple(model_choice(project=project, ref=model["ref"]) for model in models.values())
-    return tuple(checked_template_variables(model=choice, variables=variables, enable_thinking=enable_thinking)
-                 for choice, variables in zip(choices, side_template_variables(values, choices)))
+    sides = side_template_variables(values, choices)
+    if not any(sides):
+        return sides
+    source = isolated(str(prompts_version))
+    try:
+        prompts = [(f"row {prompt.row} of the prompts {source}", as_messages(prompt.prompt, "user"))
+                   for prompt in _version_prompts(prompts_version, min(prompt_count, TEMPLATE_CHECKED_PROMPTS))]
+    except (OSError, formats.DatasetFormatError) as error:
+        raise ValidationError({"prompts_version": (
+            f"the prompts {source} cannot be read to check the template variables against them ({error}); choose "
+            "another version, or ask an administrator about its file")}) from None
+    return tuple(checked_template_variables(model=choice, variables=variables, enable_thinking=enable_thinking,
+                                            prompts=prompts)
+                 for choice, variables in zip(choices, sides))
 
 
 @transaction.atomic
@@ -619,9 +641,6 @@ def campaign_generate(
               "model_b": _generation_model(project, "model_b", model_b)}
     if models["model_a"]["ref"] == models["model_b"]["ref"]:
         raise ValidationError({"model_b": "choose two different models (or two checkpoints of one run)"})
-    for model, variables in zip(models.values(), _generation_variables(project, models, template_variables or {},
-                                                                       enable_thinking=sampling.enable_thinking)):
-        model["template_variables"] = variables
     if prompts_version.dataset.project_id != project.pk:
         raise ValidationError({"prompts_version": "choose a dataset version of this project"})
     if prompts_version.dataset.kind not in PROMPT_SOURCE_KINDS:
@@ -635,6 +654,10 @@ def campaign_generate(
                                                f"got {prompt_count}"})
     prompts = {"version": prompts_version.public_id, "label": str(prompts_version),
                "count": min(prompt_count, prompts_version.row_count or prompt_count)}
+    for model, variables in zip(models.values(), _generation_variables(
+            project, models, template_variables or {}, enable_thinking=sampling.enable_thinking,
+            prompts_version=prompts_version, prompt_count=prompts["count"])):
+        model["template_variables"] = variables
     # Before the campaign's row, as a chat turn: a deletion of either model (or of the project) and this
     # generation are taken one after the other, and the deletion then names the campaign (run_readers).
     for field_name, model in models.items():
@@ -676,15 +699,17 @@ def generation_prompts(*, campaign: Campaign) -> list[GenerationPrompt]:
                .filter(dataset__project=campaign.project_id, public_id=source["version"]).first())
     if version is None:
         raise ValidationError({"prompts_version": f"the prompts version {source['label']} has been deleted"})
+    return list(_version_prompts(version, source["count"]))
+
+
+def _version_prompts(version: DatasetVersion, count: int) -> Iterator[GenerationPrompt]:
     mapping = formats.ColumnMapping(kind=version.dataset.kind, columns=version.column_mapping)
     examples = formats.iter_examples(version.absolute_path, fmt=formats.FileFormat(version.format), mapping=mapping)
-    prompts = []
-    for row, example in enumerate(itertools.islice(examples, source["count"]), start=1):
+    for row, example in enumerate(itertools.islice(examples, count), start=1):
         prompt = prompt_of(example)
         if not prompt:
             raise ValidationError({"prompts_version": f"row {row} of {version}: the prompt is empty"})
-        prompts.append(GenerationPrompt(row=row, prompt=prompt))
-    return prompts
+        yield GenerationPrompt(row=row, prompt=prompt)
 
 
 def generation_begin(*, campaign_id: int) -> Campaign | None:

@@ -271,6 +271,31 @@ def test_an_outsider_still_gets_404(team, client_for, persona_model, sent):
         assert response.status_code == 404 and b"a secret persona" not in response.content
 
 
+def test_compare_mode_offers_a_switch_as_the_chat_panel_does(team, client_for, persona_model, sent, tmp_path):
+    """QA: compare mode showed terse, which the template only asks whether it holds, as a text box where the chat panel
+    shows a true/false select. It is the chat panel's field (forms.template_variable_field), kept as sent on a refused
+    battle."""
+    twin = make_base_model(team.project, name="twin", path=str(
+        build_bpe_tokenizer_dir(tmp_path / "twin", chat_template=PERSONA_TEMPLATE)))
+    client = client_for(team.teammate)
+    arena_url = reverse("chat:arena", args=[team.project.slug])
+    page = client.get(arena_url).content.decode()
+    assert field_tag(page, "terse").startswith("<select") and field_tag(page, "persona").startswith("<input")
+    assert "disabled" in field_tag(page, "terse")  # a blind battle (the default) takes none
+
+    pair = {"prompt": "Hi", "model_a": persona_model.public_id, "model_b": twin.public_id}
+    response = client.post(arena_url, {**pair, "var_terse": "true", "var_style": "jazz"})
+    assert response.status_code == 400 and "style must be plain or rhyme, not jazz" in said(response)
+    again = response.content.decode()
+    assert "disabled" not in field_tag(again, "terse")
+    assert 'value="true" selected' in again.split('name="var_terse"', 1)[1].split("</select>", 1)[0]
+    assert 'value="jazz"' in field_tag(again, "style")
+
+    assert client.post(arena_url, {**pair, "var_terse": "false", "var_style": ""}).status_code == 302
+    battle = Battle.objects.get(project=team.project)
+    assert battle.side_a.template_variables == battle.side_b.template_variables == {"terse": False}
+
+
 def test_compare_mode_sends_each_side_the_variables_its_template_reads(team, client_for, persona_model, sent,
                                                                        tmp_path):
     plain = make_base_model(team.project, name="plain", path=str(build_bpe_tokenizer_dir(tmp_path / "plain")))

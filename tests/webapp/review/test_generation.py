@@ -819,6 +819,97 @@ def test_the_chats_template_variables_are_kept_for_each_model_whose_template_rea
     assert list(Campaign.objects.values_list("name", flat=True)) == ["falcon vs heron"]
 
 
+# A switch that refuses system turns: a first "Hello" renders with it, the second prompt of SFT_ROWS does not.
+STRICT_TEMPLATE = ("{% for message in messages %}{% if strict and message.role == 'system' %}"
+                   "{{ raise_exception('strict takes no system turn') }}{% endif %}"
+                   "<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}"
+                   "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_the_variables_are_checked_against_the_campaigns_own_prompts(team, client_for, prompts_version, tmp_path):
+    """QA: the variables were checked on a "Hello" turn only, so one that a prompt of the campaign fails on was found
+    by the serve worker once it had loaded both models, and the campaign failed. Every prompt the campaign asks is
+    rendered with them at creation: a refusal names the prompt's row and the template's line, and nothing is made."""
+    from tests.factories import build_bpe_tokenizer_dir
+
+    strict = make_base_model(team.project, name="strict", path=str(
+        build_bpe_tokenizer_dir(tmp_path / "strict", chat_template=STRICT_TEMPLATE)))
+    plain = make_base_model(team.project, name="plain", path=str(build_bpe_tokenizer_dir(tmp_path / "plain")))
+    with pytest.raises(ValidationError) as refused:
+        generate(team, [plain, strict], prompts_version, prompt_count=3, template_variables={"strict": "true"})
+    message = " ".join(refused.value.message_dict["template_variables"]).replace("\u2068", "").replace("\u2069", "")
+    assert message.startswith("row 2 of the prompts chats v1: the chat template of Base model: strict fails on it "
+                              "with the template variables strict = true: chat template line 1: strict takes no "
+                              "system turn")
+    assert not Campaign.objects.exists()
+
+    url = reverse("review:generate", args=[team.project.slug])
+    fields = {"name": "strict pass", "model_a": plain.public_id, "model_b": strict.public_id,
+              "prompts_version": prompts_version.public_id, "prompt_count": 3, "max_new_tokens": 32,
+              "temperature": 0.5, "top_p": 0.9, "top_k": 0, "seed": 0, "required_reviews": 1,
+              "reviewers": [team.teammate.pk], "var_strict": "true"}
+    response = client_for(team.owner).post(url, fields)
+    assert response.status_code == 400 and not Campaign.objects.exists()
+    assert "row 2 of the prompts" in " ".join(response.context["form"].non_field_errors())
+    response = client_for(team.owner).post(url, {**fields, "prompt_count": 1})  # the first prompt alone renders
+    assert response.status_code == 302, response.content
+    assert Campaign.objects.get(name="strict pass").generation["model_b"]["template_variables"] == {"strict": True}
+
+
+def test_only_the_first_prompts_are_checked_and_the_form_says_how_many(team, client_for, prompts_version, tmp_path,
+                                                                      monkeypatch):
+    """The check renders ``TEMPLATE_CHECKED_PROMPTS`` prompts at most, so that the owner's request stays short; the
+    form says how many, and a later prompt the template fails on is left to the generation, which names its row."""
+    from tests.factories import build_bpe_tokenizer_dir
+
+    strict = make_base_model(team.project, name="strict", path=str(
+        build_bpe_tokenizer_dir(tmp_path / "strict", chat_template=STRICT_TEMPLATE)))
+    plain = make_base_model(team.project, name="plain", path=str(build_bpe_tokenizer_dir(tmp_path / "plain")))
+    page = client_for(team.owner).get(reverse("review:generate", args=[team.project.slug])).content.decode()
+    assert "The first 1,000 prompts (all, for fewer) are rendered with it as the campaign is created" in page
+    monkeypatch.setattr(services, "TEMPLATE_CHECKED_PROMPTS", 1)
+    campaign = generate(team, [plain, strict], prompts_version, prompt_count=3, template_variables={"strict": "true"})
+    assert campaign.generation["prompts"]["count"] == 3
+
+
+def test_prompts_whose_file_is_gone_are_named_not_a_traceback(team, prompts_version, tmp_path):
+    """The check reads the prompts' file as the campaign is made: a file gone from the data directory is a refusal
+    keyed prompts_version, with nothing made."""
+    from pathlib import Path
+
+    from tests.factories import build_bpe_tokenizer_dir
+
+    strict = make_base_model(team.project, name="strict", path=str(
+        build_bpe_tokenizer_dir(tmp_path / "strict", chat_template=STRICT_TEMPLATE)))
+    plain = make_base_model(team.project, name="plain", path=str(build_bpe_tokenizer_dir(tmp_path / "plain")))
+    Path(prompts_version.absolute_path).unlink()
+    with pytest.raises(ValidationError) as refused:
+        generate(team, [plain, strict], prompts_version, template_variables={"strict": "true"})
+    assert "cannot be read to check the template variables" in refused.value.message_dict["prompts_version"][0]
+    assert not Campaign.objects.exists()
+
+
+def test_the_forms_switch_is_the_chat_panels_select(team, client_for, persona_and_plain, prompts_version):
+    """QA: terse, which the template only asks whether it holds, was a text box here and a true/false select in the
+    chat panel; it is the chat panel's field (webapp.chat.forms.template_variable_field), and what it sends is typed
+    as the chat's."""
+    from tests.webapp.chat.test_template_variables import field_tag
+
+    url = reverse("review:generate", args=[team.project.slug])
+    page = client_for(team.owner).get(url).content.decode()
+    assert field_tag(page, "terse").startswith("<select") and field_tag(page, "persona").startswith("<input")
+    fields = {"name": "pass 1", "model_a": persona_and_plain[0].public_id, "model_b": persona_and_plain[1].public_id,
+              "prompts_version": prompts_version.public_id, "prompt_count": 2, "max_new_tokens": 32,
+              "temperature": 0.5, "top_p": 0.9, "top_k": 0, "seed": 0, "required_reviews": 1,
+              "reviewers": [team.teammate.pk]}
+    response = client_for(team.owner).post(url, {**fields, "var_terse": "maybe"})
+    assert response.status_code == 400 and not Campaign.objects.filter(name="pass 1").exists()
+    assert "Select a valid choice" in " ".join(response.context["form"].errors["var_terse"])
+    response = client_for(team.owner).post(url, {**fields, "var_terse": "false"})
+    assert response.status_code == 302, response.content
+    assert Campaign.objects.get(name="pass 1").generation["model_a"]["template_variables"] == {"terse": False}
+
+
 def test_the_form_offers_the_variables_and_the_page_shows_them_escaped(team, client_for, persona_and_plain,
                                                                       prompts_version):
     url = reverse("review:generate", args=[team.project.slug])
