@@ -818,11 +818,28 @@ def metric_names_note(*, project_id: int, names: Iterable[str]) -> None:
         ProjectMetricName.objects.bulk_create(rows, ignore_conflicts=True)
 
 
+def metric_names_rewritten(*, run: Run, before: Iterable[str]) -> None:
+    """``run``'s ``final_metrics``, which held the names ``before``, were just saved recomputed from its stored points
+    (an attempt that starts over drops the steps an earlier one logged, and a metric only those held): its names are
+    noted, and those it no longer holds leave the sort menu unless another run of the project holds them. Called in
+    the transaction that saved them, by every writer that replaces a run's ``final_metrics`` rather than adds to
+    them."""
+    metric_names_note(project_id=run.project_id, names=run.final_metrics)
+    _metric_names_forget(project_id=run.project_id, names=set(before) - set(run.final_metrics))
+
+
 def _metric_names_forget(*, project_id: int, names: Iterable[str]) -> None:
-    # The names of a run being deleted that no other run of its project holds leave the sort menu: sorting by one
-    # would order nothing. Archived runs still hold theirs (the table lists them).
-    gone = [name for name in sorted(set(names))
-            if not Run.objects.filter(project_id=project_id, final_metrics__has_key=name).exists()]
+    # Names a run no longer holds (deleted, or its final metrics recomputed without them) that no other run of its
+    # project holds leave the sort menu: sorting by one would order nothing. Archived runs still hold theirs (the
+    # table lists them). The rows are locked first, in order, so that two runs letting go of the same name at once
+    # (two deletions) take turns: the second sees the first's run gone, where each would have seen the other's
+    # still there and kept the name. Rare (a deletion, a restarted attempt): the check reads the project's runs.
+    names = sorted(set(names))
+    if not names:
+        return
+    list(ProjectMetricName.objects.select_for_update(of=("self",)).filter(project_id=project_id, name__in=names)
+         .order_by("name").values_list("pk", flat=True))
+    gone = [name for name in names if not Run.objects.filter(project_id=project_id, final_metrics__has_key=name).exists()]
     ProjectMetricName.objects.filter(project_id=project_id, name__in=gone).delete()
 
 
@@ -1992,10 +2009,11 @@ def run_finish_external(*, run: Run, status: str, message: str = "") -> Run:
     if status not in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED):
         raise ValidationError({"status": f"{status!r} is not one of succeeded, failed, cancelled"})
     run.status, run.error_message, run.finished_at = status, message, timezone.now()
+    before = Run.objects.filter(pk=run.pk).values_list("final_metrics", flat=True).get() or {}
     run.final_metrics = metric_summary(run)
     run.series_cache = series_cache_for(run)
     run.save(update_fields=["status", "error_message", "finished_at", "final_metrics", "series_cache"])
-    metric_names_note(project_id=run.project_id, names=run.final_metrics)
+    metric_names_rewritten(run=run, before=before)
     log_line(run, f"external run closed: {status}" + (f" ({message})" if message else ""))
     publish_status(run)
     return run
