@@ -875,12 +875,19 @@ def plan_warnings(plan: RunPlan, *, memory: Any = _NOT_CHECKED) -> list[str]:
     return warnings + [memory.warning] if memory is not None and memory.warning else warnings
 
 
+class CountingWarning(str):
+    """A warning whose figures a worker is still counting (``_turn_split_warnings``): the launch page's live check
+    asks again while one is among its warnings (``LaunchCheck.counting``)."""
+
+
 def _turn_split_warnings(plan: RunPlan, versions: list[tuple[str, DatasetVersion | None]]) -> list[str]:
     """An sft run whose model's chat template (with ``data.chat_template_kwargs``) renders earlier assistant turns
     otherwise than the latest (Qwen3's drops their reasoning) trains each conversation of several assistant turns
     one turn per example, each with the conversation before it (``jaxengine.data.pipeline``): said at its data key
-    with the examples and tokens that makes, estimated from what validation counted (``formats.TurnSplits``), or,
-    for a version validated before that was counted, what ``dataset_services.version_turn_splits`` counts now."""
+    with the examples and tokens that makes, estimated from what validation counted (``formats.TurnSplits``). A
+    version validated before that was counted is not counted here, in the request (one pass over its whole file): the
+    count is queued as its page queues it (``dataset_services.turn_splits_request``, once) and a ``CountingWarning``
+    says it is under way."""
     from jaxengine.chat_template import GENERATION_MARKER
     from jaxengine.data import formats
     from webapp.datasets import services as dataset_services
@@ -892,11 +899,24 @@ def _turn_split_warnings(plan: RunPlan, versions: list[tuple[str, DatasetVersion
     template, render = _chat_renderer(plan.tokenizer, plan.job.data.chat_template_kwargs)
     if GENERATION_MARKER.search(template) or not formats.turns_split_apart(render):
         return []
-    found = [(key, version, dataset_services.version_turn_splits(version=version) or {})
-             for key, version in versions if version is not None]
-    found = [(key, version, splits) for key, version, splits in found if splits.get("rows")]
-    warnings = []
-    for key, version, splits in found:
+    warnings: list[str] = []
+    for key, version in versions:
+        if version is None:
+            continue
+        splits = (version.statistics or {}).get("turn_splits")
+        if not isinstance(splits, dict):
+            if dataset_services.turn_splits_request(version=version):
+                warnings.append(CountingWarning(
+                    f"{key}: the model's chat template renders earlier assistant turns otherwise than the latest "
+                    "(Qwen3's drops their reasoning), so a conversation of several assistant turns is trained one "
+                    "assistant turn per example, each with the conversation before it; counting those of "
+                    f"{isolated(str(version))}… (it was validated before they were counted: a worker counts them now, "
+                    "and then this check and the version's page say how many). To train each conversation once, "
+                    "choose a model whose chat template marks assistant turns with {% generation %}, or set "
+                    "data.loss_on: all (every token trained, the user turns too)"))
+            continue
+        if not splits.get("rows"):
+            continue
         rows, split = version.row_count or 0, splits["rows"]
         examples = rows - split + splits.get("examples", 0)
         growth = splits.get("split_characters", 0) / max(splits.get("characters", 0), 1)
@@ -979,7 +999,8 @@ def _save_planned(*, public_id: str, project: Project, plan: RunPlan, user: Abst
         log_line(run, f"data.chat_template_kwargs: {', '.join(dropped)} of {plan.source_run.public_id}'s variables "
                       f"not carried on: the model's chat template never reads {'it' if len(dropped) == 1 else 'them'}")
     for warning in plan_warnings(plan):
-        log_line(run, warning, level=LogLevel.WARNING)
+        # A count still under way may find nothing to warn of (a version of single-turn chats): said, not warned.
+        log_line(run, warning, level=LogLevel.INFO if isinstance(warning, CountingWarning) else LogLevel.WARNING)
     _enqueue(run)
     return run
 
@@ -1054,6 +1075,8 @@ class LaunchCheck:
 
     warnings: list[str]
     memory: list[str]
+    # A warning's figures are being counted by a worker (``CountingWarning``): the page asks again in a moment.
+    counting: bool = False
 
 
 def launch_check(*, project: Project, spec: Any, axes: list[sweeps.SweepAxis], name: str = "",
@@ -1071,7 +1094,8 @@ def launch_check(*, project: Project, spec: Any, axes: list[sweeps.SweepAxis], n
         plans = [plan_run(project=project, spec=spec, output_dir=run_output_dir("launch-check"))]
     memory = [plan_memory(plan) for plan in plans]  # once a plan: it reads the pool's workers and models
     warnings = (warning for plan, check in zip(plans, memory) for warning in plan_warnings(plan, memory=check))
-    return LaunchCheck(warnings=list(dict.fromkeys(warnings)),
+    warnings = list(dict.fromkeys(warnings))
+    return LaunchCheck(warnings=warnings, counting=any(isinstance(warning, CountingWarning) for warning in warnings),
                        memory=list(dict.fromkeys(check.summary for check in memory if check is not None)))
 
 
