@@ -480,6 +480,27 @@ class JobModel:
     model_dir: Path
     trainable: Any
     quantization: dict[str, float] | None
+    # The model's own template variables its chat template never reads, left out of every chat this job renders and
+    # of its exports (``_without_unread_own_variables``), for the run's log to name once.
+    unread_variables_left_out: tuple[str, ...] = ()
+
+
+def _without_unread_own_variables(tokenizer: Any, spec: JobSpec) -> tuple[str, ...]:
+    """Take out of ``tokenizer.template_kwargs`` the model's own variables (its ``chat_template_kwargs.json``, or an
+    old export's run ``spec.yaml``) that its chat template never reads, and name them: they render nothing, and
+    written into the export they were carried on to every export made from it (an export from before launches left
+    such a name out of a new run's variables held them). The spec's own variables stay, read or not: its author was
+    warned at the launch (``spec_warnings``). A template that cannot be read drops nothing (rendering says why)."""
+    from jaxengine.chat_template import DEFAULT_CHAT_TEMPLATE, ChatTemplateError, template_variables
+
+    try:
+        reads = template_variables(tokenizer.chat_template or DEFAULT_CHAT_TEMPLATE)
+    except ChatTemplateError:
+        return ()
+    unread = tuple(sorted(set(tokenizer.template_kwargs) - set(spec.data.chat_template_kwargs) - reads))
+    for name in unread:
+        del tokenizer.template_kwargs[name]
+    return unread
 
 
 def build_job_model(spec: JobSpec, *, mesh=None) -> JobModel:
@@ -504,6 +525,7 @@ def build_job_model(spec: JobSpec, *, mesh=None) -> JobModel:
         raise JobError(f"model: {model_dir}: {error}") from None
     # Every chat this job renders (training rows, eval, RL prompts, samples) and the export's
     # chat_template_kwargs.json, so the model is chatted with as it was trained.
+    unread_left_out = _without_unread_own_variables(tokenizer, spec)
     tokenizer.template_kwargs.update(spec.data.chat_template_kwargs)
     model.remat = spec.train.remat
     trainable: Any = nnx.Param
@@ -530,7 +552,7 @@ def build_job_model(spec: JobSpec, *, mesh=None) -> JobModel:
         model = PolicyWithValueHead(model)
         trainable = nnx.Param if spec.peft.method == "none" else nnx.Any(trainable, HeadParam)
     return JobModel(model=model, config=config, tokenizer=tokenizer, model_dir=model_dir,
-                    trainable=trainable, quantization=quantization)
+                    trainable=trainable, quantization=quantization, unread_variables_left_out=unread_left_out)
 
 
 def export_trained(trained, spec: JobSpec, job_model: JobModel, export_dir: Path) -> dict[str, str]:
@@ -740,6 +762,11 @@ def run_job(
         (run_dir / "spec.yaml").write_text(dump_spec(spec_as_run(spec, job_model.model_dir)))
     if writes_files and on_log is not None:
         from jaxengine.data.pipeline import split_by_turn_note
+
+        if left_out := job_model.unread_variables_left_out:
+            on_log(f"chat_template_kwargs: {', '.join(left_out)} of {job_model.model_dir}'s own variables (its "
+                   "chat_template_kwargs.json) left out of this run's exports: the model's chat template never reads "
+                   f"{'it' if len(left_out) == 1 else 'them'}")
 
         for use in ("train", "eval"):
             stats = data_summary.get(use)

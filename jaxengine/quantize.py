@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxengine.data.formats import DataSource
+from jaxengine.data.formats import DataSource, Entry
 from jaxengine.job import QUANTIZATION_FILE  # jax-free there, for its own check of a model directory
 from jaxengine.json_files import read_json_object
 from jaxengine.peft.quant import QuantizedWeight
@@ -503,11 +503,14 @@ def quantize_model_dir(model_dir: str | Path, out_dir: str | Path, *, scheme_nam
 
 
 def quantize_run_export(run_dir: str | Path, *, scheme_name: str = "int8", group_size: int | None = None,
-                        eval_limit: int = 64, model_dir: str | Path | None = None) -> dict[str, Any]:
+                        eval_limit: int = 64, model_dir: str | Path | None = None,
+                        entry: Entry = Entry.SPEC) -> dict[str, Any]:
     """Write ``<model_dir>/quantized/`` from a run's merged model ``model_dir`` (default its final
     ``export/``; an exported checkpoint's ``export-step-N/`` too), scored on up to ``eval_limit`` rows of
     the run's ``data.eval`` (preference rows by their chosen answers; RL tasks' prompts by their
-    reference answers)."""
+    reference answers). ``entry``: where the run's spec came from, whose settings a problem in its eval data names,
+    as its training named them (``job.run_job``): a job spec's keys (``jaxengine export``), or the launch form's
+    (``Entry.LAUNCH``: the web app's workers, for a run launched there)."""
     from jaxengine.job import _read_eval_rows
     from jaxengine.spec import TASK_DATASET_KINDS, load_spec
 
@@ -516,7 +519,7 @@ def quantize_run_export(run_dir: str | Path, *, scheme_name: str = "int8", group
     spec = load_spec(run_dir / "spec.yaml")
     rows, eval_kind = [], "sft"
     if spec.data.eval and eval_limit:
-        rows, eval_kind = scoring_rows(_read_eval_rows(spec.data.eval, spec.task, spec.data.columns),
+        rows, eval_kind = scoring_rows(_read_eval_rows(spec.data.eval, spec.task, spec.data.columns, entry=entry),
                                        data_kind=TASK_DATASET_KINDS.get(spec.task, "prompts"), limit=eval_limit)
     return export_quantized(model_dir, model_dir / "quantized",
                             scheme=QuantScheme.named(scheme_name, group_size=group_size), eval_rows=rows,

@@ -173,7 +173,13 @@
           if (!response.ok) throw new Error("the server answered " + response.status);
           return response.json();
         })
-        .then(function (result) { if (number === asked) renderCheck(panel, result); })
+        .then(function (result) {
+          if (number !== asked) return;
+          renderCheck(panel, result);
+          // A worker is counting what a warning will say (an old dataset version's turn splits), as the
+          // version's page does: ask again in a moment, unless an edit asks first.
+          if (result.counting) { clearTimeout(timer); timer = setTimeout(check, 2000); }
+        })
         .catch(function (error) {
           if (number !== asked) return;
           panel.className = "launch-check";

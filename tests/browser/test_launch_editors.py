@@ -235,6 +235,43 @@ def test_the_form_says_what_a_launch_would_refuse_or_warn_of_as_it_is_filled_in(
     assert Run.objects.count() == 0
 
 
+def test_the_live_check_says_an_old_versions_turn_splits_are_being_counted_then_how_many(page, live_server, monkeypatch,
+                                                                                          tmp_path):
+    """The live check counted the turn splits of a version validated before they were counted in its request (one
+    pass over the whole file, each check). It queues the count and says it is counting; the page asks again by
+    itself, and says how many once the worker has stored the count, with nothing edited meanwhile."""
+    from pathlib import Path
+
+    from tests.factories import build_bpe_tokenizer_dir
+    from worker.tasks.datasets import count_turn_splits
+
+    sent = []
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda name, args=None, **kwargs: sent.append((name, tuple(args))))
+    team = make_team()
+    template = (Path(__file__).parents[1] / "jaxengine" / "tokenizer" / "real_templates" / "qwen3.jinja").read_text(
+        encoding="utf-8")
+    qwen3 = make_base_model(team.project, name="qwen3", path=str(build_bpe_tokenizer_dir(tmp_path / "qwen3",
+                                                                                       chat_template=template)))
+
+    def chat(*texts):
+        return {"messages": [{"role": ("user", "assistant")[index % 2], "content": text}
+                             for index, text in enumerate(texts)]}
+
+    # Made as validation made versions before it counted turn splits: none in its statistics.
+    old = make_ready_version(team.project, name="turns", kind="sft", rows=[chat("2+2?", "4", "3+3?", "6"), chat("Hi", "Hello")])
+    log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    page.select_option("#spec-model", qwen3.public_id)
+    page.select_option("#spec-data-train", old.public_id)
+    page.wait_for_function("() => (document.querySelector('#launch-check-form').innerText || '').includes('counting those of')")
+    assert sent == [("worker.tasks.datasets.count_turn_splits", (old.pk,))]
+    count_turn_splits(old.pk)  # the default queue's worker
+    page.wait_for_function("() => document.querySelector('#launch-check-form').innerText.includes("
+                           "'1 conversation of the 2 rows')", timeout=10_000)
+    assert "counting those of" not in page.locator("#launch-check-form").inner_text()
+    assert len(sent) == 1
+
+
 def test_the_live_check_says_the_memory_a_device_would_need(page, live_server):
     """QA: the launch form offered no estimate of memory: the live check now says ``jaxengine.memory``'s, and
     warns where the pool's devices are smaller."""

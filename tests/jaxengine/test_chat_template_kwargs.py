@@ -158,6 +158,26 @@ def test_the_job_renders_with_them_and_its_export_keeps_them(thinking_model, dem
     assert encode_prompt(load_tokenizer(export), messages) == encode_prompt(tokenizer, messages)
 
 
+def test_an_export_leaves_out_the_models_own_variables_its_template_never_reads_and_the_log_says_so(
+        thinking_model, demo_dir, tmp_path):
+    """An export's chat_template_kwargs.json was its model's own variables under the spec's: a name the template never
+    reads, which an export written before launches dropped them held (the web app's launch leaves such a name out of
+    a new run's Run row only), was carried on into every descendant's export. Left out of the export now, said once
+    in the run's log; the spec's own variables stay, read or not (its launch warned its author), and so do the model's
+    that the template reads."""
+    (thinking_model / "chat_template_kwargs.json").write_text(json.dumps({"enable_thinking": False, "persona": "pirate"}))
+    spec = parse_spec(_spec(thinking_model, tmp_path / "run", demo_dir / "data/sft.jsonl",
+                            chat_template_kwargs={"verbosity": "high"}))
+    lines = []
+    assert run_job(spec, progress_bar=False, on_log=lines.append)["status"] == "succeeded"
+    exported = json.loads((tmp_path / "run" / "export" / "chat_template_kwargs.json").read_text())
+    assert exported == {"enable_thinking": False, "verbosity": "high"}
+    assert [line for line in lines if "persona" in line] == [
+        f"chat_template_kwargs: persona of {thinking_model}'s own variables (its chat_template_kwargs.json) left out "
+        "of this run's exports: the model's chat template never reads it"]
+    assert not any("verbosity" in line or "enable_thinking" in line for line in lines)
+
+
 def test_an_export_without_the_file_takes_its_runs_variables(thinking_model, tmp_path):
     """An export made before exports kept chat_template_kwargs.json was served without the variables its run trained
     with (Qwen3 trained with thinking off answered thinking). Without the file, a run's export (export/,

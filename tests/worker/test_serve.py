@@ -414,6 +414,65 @@ def test_a_serving_copy_measured_on_a_version_with_a_bad_row_fails_with_the_web_
     assert not (tmp_path / "serving-copies").exists() or not any((tmp_path / "serving-copies").rglob("quantization.json"))
 
 
+def test_a_runs_serving_copy_on_an_eval_version_with_a_bad_row_fails_with_the_launchs_words(db, model_dir, tmp_path,
+                                                                                            settings, monkeypatch):
+    """quantize_run_export read a web run's data.eval with a job spec's words: a row under another column name was
+    told to set "data.columns in the job spec" (a run launched in the web app has no spec file to edit), and the
+    version's file was named by its path under the data root. Its serving copy made again, the automatic copy written
+    as the run succeeded and a pipeline's export stage all read it so; each now says what the launch's check says."""
+    import shutil
+
+    from jaxengine.spec import dump_spec, parse_spec
+    from tests.webapp.factories import make_base_model, make_ready_version, make_team
+    from webapp.runs import pipelines, reporting, serving_copies
+    from webapp.runs.models import PipelineStatus, Run, RunStatus, ServingCopy, ServingCopyStatus
+    from worker.tasks import train
+
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    settings.DATA_ROOT = tmp_path
+    team = make_team()
+    base_model = make_base_model(team.project, name="tiny", path=str(model_dir))
+    chats = make_ready_version(team.project, name="chats", rows=[{"prompt": "Hello there", "completion": " general"}])
+    held_out = make_ready_version(team.project, name="held-out", rows=[
+        {"prompt": "Hello there", "completion": " general"}, {"prompt": "a b c", "reply": " d e"}])
+    spec = {"task": "sft", "model": base_model.public_id,
+            "data": {"train": chats.public_id, "eval": held_out.public_id, "max_seq_len": 64},
+            "train": {"max_steps": 1}}
+    document = {"name": "to-serve", "stages": [{"name": "sft", "spec": spec},
+                                                {"name": "serve", "export": {"quantize": "int8"}}]}
+    pipeline = pipelines.pipeline_create(project=team.project, document=document, user=team.owner)
+    run = pipeline.runs.get()
+    run.output_dir.mkdir(parents=True)
+    (run.output_dir / "spec.yaml").write_text(dump_spec(parse_spec(run.resolved_spec)))
+    shutil.copytree(model_dir, run.output_dir / "export")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+    run = reporting.run_finish(run=Run.objects.get(pk=run.pk), summary={
+        "status": "succeeded", "step": 1, "export": {"model": str(run.output_dir / "export")}})
+    expected_start = "DataError: held-out v1: line 2, row 2, field 'completion': missing 'completion'"
+    expected_end = "(map a differently named column to it: the Column mapping of a new version of the dataset, uploaded again)"
+
+    def in_the_launchs_words(message: str) -> None:
+        assert expected_start in message and expected_end in message, message
+        assert "data.columns" not in message and str(held_out.absolute_path) not in message, message
+
+    copy = ServingCopy.objects.create(project=team.project, run=run)
+    outcome = serve.make_serving_copy(copy.pk)
+    copy.refresh_from_db()
+    assert copy.status == ServingCopyStatus.FAILED and outcome["error"] == copy.error_message
+    in_the_launchs_words(copy.error_message)
+    copy.delete()
+    settings.TEMPER_SERVE_QUANTIZE = "int8"
+    serve.quantize_run(str(run.output_dir))
+    card = serving_copies.final_serving_copy(run=run, automatic_scheme="int8")
+    assert card["state"] == "failed"
+    in_the_launchs_words(card["message"])
+    pipelines.pipeline_advance(run=run)
+    train.export_stage(pipeline.pk, 1)
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.FAILED
+    in_the_launchs_words(pipeline.message)
+
+
 def test_a_serving_copy_that_fails_records_why_and_the_model_serves_unquantized(db, tmp_path, settings):
     from tests.webapp.factories import make_base_model, make_team
     from webapp.chat.selectors import model_choice

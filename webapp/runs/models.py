@@ -246,8 +246,9 @@ class ProjectMetricName(models.Model):
     """A final metric some run of the project logged: what the runs table's sort menu offers
     (``selectors.project_metric_names``), read from these rows rather than from every run's ``final_metrics``.
     Every writer of a run's ``final_metrics`` adds its names in its transaction (``services.metric_names_note``);
-    a run's deletion takes out the names no other run of the project holds (``services.run_delete``), while an
-    archived run's stay: the table lists archived runs too, and sorts them by those."""
+    a run's deletion, and a writer that recomputes them without a name (an attempt that starts over drops the steps
+    an earlier one logged: ``services.metric_names_rewritten``), take out the names no other run of the project
+    holds, while an archived run's stay: the table lists archived runs too, and sorts them by those."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="metric_names")
     name = models.CharField(max_length=100)  # MetricPoint.name's

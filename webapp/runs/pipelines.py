@@ -724,6 +724,9 @@ def export_stage_finish(*, pipeline_pk: int, stage: int, description: dict[str, 
     if error is not None or failure is not None:
         pipeline.status = PipelineStatus.FAILED
         reason = failure if failure is not None else f"failed: {type(error).__name__}: {error}"
+        from webapp.runs.reporting import in_project_terms  # reporting builds on services, as this module does
+
+        reason = in_project_terms(run, reason)  # the run's eval version by name, not its file's path
         pipeline.message = (f"{label} {reason}; the result stays {run.name} "
                             f"({run.public_id}), its unquantized export")[:4000]
         level = "error"

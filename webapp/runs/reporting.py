@@ -71,7 +71,7 @@ from webapp.runs.selectors import MAX_POINTS, last_point_id, last_value, series_
 from webapp.runs.models import (
     Artifact, ArtifactKind, LogLevel, MetricPoint, Run, RunLogLine, RunStatus, Sample,
 )
-from webapp.runs.services import metric_names_note, publish_status
+from webapp.runs.services import metric_names_note, metric_names_rewritten, publish_status
 
 logger = logging.getLogger(__name__)
 
@@ -401,8 +401,13 @@ class RunReporter:
                 self._tokens = TokenCount(total=total, engine_count=engine_count)
             self.run.current_step = first_step - 1
             # Each metric's latest and range, as the table, the compare page and Tokens/s read them, without
-            # the deleted steps: the old latest, at a later step, held until this attempt passed it.
+            # the deleted steps: the old latest, at a later step, held until this attempt passed it. Saved now, in
+            # the transaction that deleted the points: a metric only those held leaves the sort menu with them.
             self._summary_metrics = metric_summary(self.run)
+            before = Run.objects.filter(pk=self.run.pk).values_list("final_metrics", flat=True).get() or {}
+            self.run.final_metrics = dict(self._summary_metrics)
+            Run.objects.filter(pk=self.run.pk).update(final_metrics=self.run.final_metrics)
+            metric_names_rewritten(run=self.run, before=before)
             self._buckets = series_buckets(run=self.run, reuse_stored=False)
             self._store_buckets()
             self._buckets_stored_at = time.monotonic()
@@ -595,12 +600,13 @@ def run_finish(*, run: Run, summary: dict[str, Any]) -> Run:
     run.summary = summary
     run.finished_at = timezone.now()
     run.current_step = int(summary.get("step", run.current_step))
+    before = run.final_metrics
     run.final_metrics = metric_summary(run)
     run.last_heartbeat = run.finished_at
     run.series_cache = series_cache_for(run)
     run.save(update_fields=["status", "error_message", "summary", "finished_at", "current_step", "final_metrics",
                             "last_heartbeat", "series_cache"])
-    metric_names_note(project_id=run.project_id, names=run.final_metrics)
+    metric_names_rewritten(run=run, before=before)
     for kind, key in ((ArtifactKind.MODEL, "model"), (ArtifactKind.ADAPTER, "adapter")):
         path = (summary.get("export") or {}).get(key)
         if path and Path(path).is_dir():
@@ -697,10 +703,11 @@ def _failed(run: Run, *, message: str) -> Run:
     run.status = RunStatus.FAILED
     run.error_message = message
     run.finished_at = timezone.now()
+    before = run.final_metrics
     run.final_metrics = metric_summary(run)
     run.series_cache = series_cache_for(run)
     run.save(update_fields=["status", "error_message", "finished_at", "final_metrics", "series_cache"])
-    metric_names_note(project_id=run.project_id, names=run.final_metrics)
+    metric_names_rewritten(run=run, before=before)
     RunLogLine.objects.create(run=run, message=f"failed: {run.error_message}", level=LogLevel.ERROR)
     publish_status(run)
     return run

@@ -822,11 +822,28 @@ def metric_names_note(*, project_id: int, names: Iterable[str]) -> None:
         ProjectMetricName.objects.bulk_create(rows, ignore_conflicts=True)
 
 
+def metric_names_rewritten(*, run: Run, before: Iterable[str]) -> None:
+    """``run``'s ``final_metrics``, which held the names ``before``, were just saved recomputed from its stored points
+    (an attempt that starts over drops the steps an earlier one logged, and a metric only those held): its names are
+    noted, and those it no longer holds leave the sort menu unless another run of the project holds them. Called in
+    the transaction that saved them, by every writer that replaces a run's ``final_metrics`` rather than adds to
+    them."""
+    metric_names_note(project_id=run.project_id, names=run.final_metrics)
+    _metric_names_forget(project_id=run.project_id, names=set(before) - set(run.final_metrics))
+
+
 def _metric_names_forget(*, project_id: int, names: Iterable[str]) -> None:
-    # The names of a run being deleted that no other run of its project holds leave the sort menu: sorting by one
-    # would order nothing. Archived runs still hold theirs (the table lists them).
-    gone = [name for name in sorted(set(names))
-            if not Run.objects.filter(project_id=project_id, final_metrics__has_key=name).exists()]
+    # Names a run no longer holds (deleted, or its final metrics recomputed without them) that no other run of its
+    # project holds leave the sort menu: sorting by one would order nothing. Archived runs still hold theirs (the
+    # table lists them). The rows are locked first, in order, so that two runs letting go of the same name at once
+    # (two deletions) take turns: the second sees the first's run gone, where each would have seen the other's
+    # still there and kept the name. Rare (a deletion, a restarted attempt): the check reads the project's runs.
+    names = sorted(set(names))
+    if not names:
+        return
+    list(ProjectMetricName.objects.select_for_update(of=("self",)).filter(project_id=project_id, name__in=names)
+         .order_by("name").values_list("pk", flat=True))
+    gone = [name for name in names if not Run.objects.filter(project_id=project_id, final_metrics__has_key=name).exists()]
     ProjectMetricName.objects.filter(project_id=project_id, name__in=gone).delete()
 
 
@@ -862,12 +879,19 @@ def plan_warnings(plan: RunPlan, *, memory: Any = _NOT_CHECKED) -> list[str]:
     return warnings + [memory.warning] if memory is not None and memory.warning else warnings
 
 
+class CountingWarning(str):
+    """A warning whose figures a worker is still counting (``_turn_split_warnings``): the launch page's live check
+    asks again while one is among its warnings (``LaunchCheck.counting``)."""
+
+
 def _turn_split_warnings(plan: RunPlan, versions: list[tuple[str, DatasetVersion | None]]) -> list[str]:
     """An sft run whose model's chat template (with ``data.chat_template_kwargs``) renders earlier assistant turns
     otherwise than the latest (Qwen3's drops their reasoning) trains each conversation of several assistant turns
     one turn per example, each with the conversation before it (``jaxengine.data.pipeline``): said at its data key
-    with the examples and tokens that makes, estimated from what validation counted (``formats.TurnSplits``), or,
-    for a version validated before that was counted, what ``dataset_services.version_turn_splits`` counts now."""
+    with the examples and tokens that makes, estimated from what validation counted (``formats.TurnSplits``). A
+    version validated before that was counted is not counted here, in the request (one pass over its whole file): the
+    count is queued as its page queues it (``dataset_services.turn_splits_request``, once) and a ``CountingWarning``
+    says it is under way."""
     from jaxengine.chat_template import GENERATION_MARKER
     from jaxengine.data import formats
     from webapp.datasets import services as dataset_services
@@ -879,11 +903,24 @@ def _turn_split_warnings(plan: RunPlan, versions: list[tuple[str, DatasetVersion
     template, render = _chat_renderer(plan.tokenizer, plan.job.data.chat_template_kwargs)
     if GENERATION_MARKER.search(template) or not formats.turns_split_apart(render):
         return []
-    found = [(key, version, dataset_services.version_turn_splits(version=version) or {})
-             for key, version in versions if version is not None]
-    found = [(key, version, splits) for key, version, splits in found if splits.get("rows")]
-    warnings = []
-    for key, version, splits in found:
+    warnings: list[str] = []
+    for key, version in versions:
+        if version is None:
+            continue
+        splits = (version.statistics or {}).get("turn_splits")
+        if not isinstance(splits, dict):
+            if dataset_services.turn_splits_request(version=version):
+                warnings.append(CountingWarning(
+                    f"{key}: the model's chat template renders earlier assistant turns otherwise than the latest "
+                    "(Qwen3's drops their reasoning), so a conversation of several assistant turns is trained one "
+                    "assistant turn per example, each with the conversation before it; counting those of "
+                    f"{isolated(str(version))}… (it was validated before they were counted: a worker counts them now, "
+                    "and then this check and the version's page say how many). To train each conversation once, "
+                    "choose a model whose chat template marks assistant turns with {% generation %}, or set "
+                    "data.loss_on: all (every token trained, the user turns too)"))
+            continue
+        if not splits.get("rows"):
+            continue
         rows, split = version.row_count or 0, splits["rows"]
         examples = rows - split + splits.get("examples", 0)
         growth = splits.get("split_characters", 0) / max(splits.get("characters", 0), 1)
@@ -966,7 +1003,8 @@ def _save_planned(*, public_id: str, project: Project, plan: RunPlan, user: Abst
         log_line(run, f"data.chat_template_kwargs: {', '.join(dropped)} of {plan.source_run.public_id}'s variables "
                       f"not carried on: the model's chat template never reads {'it' if len(dropped) == 1 else 'them'}")
     for warning in plan_warnings(plan):
-        log_line(run, warning, level=LogLevel.WARNING)
+        # A count still under way may find nothing to warn of (a version of single-turn chats): said, not warned.
+        log_line(run, warning, level=LogLevel.INFO if isinstance(warning, CountingWarning) else LogLevel.WARNING)
     _enqueue(run)
     return run
 
@@ -1041,6 +1079,8 @@ class LaunchCheck:
 
     warnings: list[str]
     memory: list[str]
+    # A warning's figures are being counted by a worker (``CountingWarning``): the page asks again in a moment.
+    counting: bool = False
 
 
 def launch_check(*, project: Project, spec: Any, axes: list[sweeps.SweepAxis], name: str = "",
@@ -1058,7 +1098,8 @@ def launch_check(*, project: Project, spec: Any, axes: list[sweeps.SweepAxis], n
         plans = [plan_run(project=project, spec=spec, output_dir=run_output_dir("launch-check"))]
     memory = [plan_memory(plan) for plan in plans]  # once a plan: it reads the pool's workers and models
     warnings = (warning for plan, check in zip(plans, memory) for warning in plan_warnings(plan, memory=check))
-    return LaunchCheck(warnings=list(dict.fromkeys(warnings)),
+    warnings = list(dict.fromkeys(warnings))
+    return LaunchCheck(warnings=warnings, counting=any(isinstance(warning, CountingWarning) for warning in warnings),
                        memory=list(dict.fromkeys(check.summary for check in memory if check is not None)))
 
 
@@ -1997,10 +2038,11 @@ def run_finish_external(*, run: Run, status: str, message: str = "") -> Run:
     if status not in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED):
         raise ValidationError({"status": f"{status!r} is not one of succeeded, failed, cancelled"})
     run.status, run.error_message, run.finished_at = status, message, timezone.now()
+    before = Run.objects.filter(pk=run.pk).values_list("final_metrics", flat=True).get() or {}
     run.final_metrics = metric_summary(run)
     run.series_cache = series_cache_for(run)
     run.save(update_fields=["status", "error_message", "finished_at", "final_metrics", "series_cache"])
-    metric_names_note(project_id=run.project_id, names=run.final_metrics)
+    metric_names_rewritten(run=run, before=before)
     log_line(run, f"external run closed: {status}" + (f" ({message})" if message else ""))
     publish_status(run)
     return run

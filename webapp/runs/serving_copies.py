@@ -474,6 +474,10 @@ def serving_copy_finish(*, copy_pk: int, error: BaseException | str | None = Non
     reason = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     if copy.eval_version is not None:
         reason = reason.replace(str(copy.eval_version.absolute_path), str(copy.eval_version))
+    if copy.run_id is not None:  # scored on the run's own eval set: its version by name
+        from webapp.runs.reporting import in_project_terms  # reporting builds on the services this module's users do
+
+        reason = in_project_terms(copy.run, reason)
     copy.error_message = "" if error is None else reason[:4000]
     copy.notice = ""
     copy.save(update_fields=["status", "error_message", "notice", "updated_at"])
@@ -524,6 +528,10 @@ def final_serving_copy(*, run: Run, automatic_scheme: str) -> dict[str, Any]:
         message = (run.output_dir / SERVING_COPY_ERROR_FILE).read_text()[:2000]
     except OSError:
         message = None
+    if message is not None:  # the serve worker wrote the engine's words: the run's files as the project names them
+        from webapp.runs.reporting import in_project_terms  # reporting builds on the services this module's users do
+
+        message = in_project_terms(run, message)
     if message is not None:
         return {"state": "failed", "message": message, "scheme": automatic_scheme, "served": "", "copy": None,
                 "automatic": True}

@@ -296,7 +296,8 @@ def run_check(request: HttpRequest, slug: str) -> JsonResponse:
     """The launch page's live check, as its editors are filled in (``static/runs_new.js``): what a
     launch of the posted editor would be refused for (``errors``, by key, as the page lists them after a
     refused launch), what it would warn of (``warnings``) and the memory a device would need for each run
-    (``memory``, ``jaxengine.memory``), from the same services as the launch; nothing is saved or queued."""
+    (``memory``, ``jaxengine.memory``), from the same services as the launch; nothing is saved, and nothing queued
+    but the count of an old version's turn splits (``counting``: the page asks again until it is stored)."""
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     task = request.POST.get("task", "sft")
     try:
@@ -309,8 +310,8 @@ def run_check(request: HttpRequest, slug: str) -> JsonResponse:
                                       axes=sweeps.axes_from_text(request.POST.get("sweep", "")))
     except ValidationError as error:
         errors = errors_by_key(error)
-        return JsonResponse({"errors": errors, "warnings": [], "memory": []})
-    return JsonResponse({"errors": {}, "warnings": check.warnings, "memory": check.memory})
+        return JsonResponse({"errors": errors, "warnings": [], "memory": [], "counting": False})
+    return JsonResponse({"errors": {}, "warnings": check.warnings, "memory": check.memory, "counting": check.counting})
 
 
 def _launch_sweep(request: HttpRequest, project, *, spec: dict[str, Any], axes, name: str, tags: str) -> str:

@@ -561,12 +561,13 @@ def quantize_run(run_dir: str) -> dict:
     memory, perplexity and greedy-agreement figures in ``quantization.json``; the chat serves it from then on.
     Acknowledged when done: a worker lost while writing leaves the message to another (the copy is written
     aside and renamed into place, so writing it again is safe)."""
+    from jaxengine.data.formats import Entry
     from jaxengine.quantize import quantize_run_export
     from webapp.runs.serving_copies import SERVING_COPY_ERROR_FILE
 
     error_file = Path(run_dir) / SERVING_COPY_ERROR_FILE
     try:
-        description = quantize_run_export(run_dir, scheme_name=settings.TEMPER_SERVE_QUANTIZE)
+        description = quantize_run_export(run_dir, scheme_name=settings.TEMPER_SERVE_QUANTIZE, entry=Entry.LAUNCH)
     except Exception as error:  # the merged export still serves; the run page says why there is no copy
         logger.exception("serving copy of %s failed", run_dir)
         message = f"{type(error).__name__}: {error}"
@@ -601,12 +602,13 @@ def make_serving_copy(copy_pk: int) -> dict:
         serving_copies.serving_copy_finish(copy_pk=copy_pk, error=missing)
         return {"error": missing}
     try:
+        from jaxengine.data.formats import Entry
         from jaxengine.quantize import quantize_model_dir, quantize_run_export
 
         source = serving_copies.source_dir(copy)
         if copy.run_id is not None:  # written inside export/ (the final model's) or the checkpoint's export
             description = quantize_run_export(copy.run.output_dir, scheme_name=copy.scheme, model_dir=source,
-                                              eval_limit=serving_copies.EVAL_LIMIT)
+                                              eval_limit=serving_copies.EVAL_LIMIT, entry=Entry.LAUNCH)
         else:
             version = copy.eval_version
             description = quantize_model_dir(

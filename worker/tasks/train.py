@@ -191,7 +191,7 @@ def export_stage(pipeline_pk: int, stage: int) -> None:
 
     try:
         description = quantize_run_export(run.output_dir, scheme_name=export["quantize"],
-                                          group_size=export.get("group_size"))
+                                          group_size=export.get("group_size"), entry=Entry.LAUNCH)
     except Exception as error:
         logger.exception("pipeline %s: export stage %s failed", pipeline_pk, stage)
         pipelines.export_stage_finish(pipeline_pk=pipeline_pk, stage=stage, error=error)

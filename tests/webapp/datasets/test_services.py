@@ -628,12 +628,14 @@ def validated_before_turn_splits(version: DatasetVersion) -> DatasetVersion:
     return DatasetVersion.objects.get(pk=version.pk)
 
 
-def test_turn_splits_a_version_was_validated_without_are_counted_when_a_launch_needs_them(team, tmp_path):
+def test_the_launch_check_on_a_version_validated_before_turn_splits_has_the_worker_count_them(
+        team, client, tmp_path, sent_tasks, django_capture_on_commit_callbacks):
     """Follow-up: a version validated before turn splits were counted had none in its statistics, so a launch on Qwen3
-    warned of nothing and its page said nothing. They are counted from its file when first needed, and kept (its page
-    has the worker count them: test_the_page_of_a_version_validated_before_turn_splits_has_the_worker_count_them)."""
+    warned of nothing. The launch page's live check then counted them in its request, one pass over the whole file (a
+    large old version held every check of the page for that long). It queues the count on the default queue instead,
+    as the version's page does (once), and warns that those conversations are being counted, with ``counting`` in its
+    answer so the page asks again; once the worker has stored the count it says how many, from the stored count."""
     from tests.webapp.factories import make_base_model
-    from webapp.runs import services as run_services
 
     rows = [_turns_chat("2+2?", "4", "3+3?", "6"), _turns_chat("Hi", "Hello")]
     counted = ready(team, name="turns", kind="sft", rows=rows).statistics["turn_splits"]
@@ -643,15 +645,40 @@ def test_turn_splits_a_version_was_validated_without_are_counted_when_a_launch_n
     qwen3 = make_base_model(team.project, name="qwen3", path=str(build_bpe_tokenizer_dir(
         tmp_path / "qwen3", chat_template=(REAL_TEMPLATES / "qwen3.jinja").read_text(encoding="utf-8")))).public_id
     spec = {"task": "sft", "model": qwen3, "data": {"train": old.public_id}, "train": {"max_steps": 2}}
-    assert run_services.launch_check(project=team.project, spec=spec, axes=[]).warnings == [
+    client.force_login(team.teammate)
+    form = {"mode": "yaml", "task": "sft", "spec_yaml": json.dumps(spec)}
+
+    def checked() -> dict:
+        with django_capture_on_commit_callbacks(execute=True):
+            return client.post(f"/p/{team.project.slug}/runs/new/check/", form).json()
+
+    sent_tasks.clear()
+    answer = checked()
+    assert "turn_splits" not in DatasetVersion.objects.get(pk=old.pk).statistics  # not counted by the request
+    assert answer["errors"] == {} and answer["counting"] is True
+    assert answer["warnings"] == [
+        "data.train: the model's chat template renders earlier assistant turns otherwise than the latest (Qwen3's "
+        "drops their reasoning), so a conversation of several assistant turns is trained one assistant turn per "
+        f"example, each with the conversation before it; counting those of {isolated('turns v1')}… (it was validated "
+        "before they were counted: a worker counts them now, and then this check and the version's page say how "
+        "many). To train each conversation once, choose a model whose chat template marks assistant turns with "
+        "{% generation %}, or set data.loss_on: all (every token trained, the user turns too)"]
+    assert sent_tasks == [(services.TURN_SPLITS_TASK, (old.pk,), "default")]
+    assert checked()["counting"] is True and len(sent_tasks) == 1  # asked again while queued: not queued again
+
+    from worker.tasks.datasets import count_turn_splits
+
+    count_turn_splits(old.pk)  # the worker's task, as the default queue's worker runs it
+    assert DatasetVersion.objects.get(pk=old.pk).statistics["turn_splits"] == counted
+    answer = checked()
+    assert answer["counting"] is False and answer["warnings"] == [
         f"data.train: the model's chat template renders earlier assistant turns otherwise than the latest (Qwen3's "
         f"drops their reasoning), so 1 conversation of the 2 rows of {isolated('turns v1')} is trained one assistant "
         "turn per example, each with the conversation before it: 3 examples instead of 2 rows, and about 1.3× the "
         "tokens (an estimate from the conversations' lengths in characters). To train each conversation once, choose "
         "a model whose chat template marks assistant turns with {% generation %}, or set data.loss_on: all (every "
         "token trained, the user turns too)"]
-    assert DatasetVersion.objects.get(pk=old.pk).statistics["turn_splits"] == counted  # kept: counted once
-    assert DatasetVersion.objects.get(pk=old.pk).statistics.keys() == {*old.statistics.keys(), "turn_splits"}
+    assert len(sent_tasks) == 1
     # Other kinds have none to count.
     prompts = ready(team, name="asked", kind="prompts", rows=[{"prompt": "2+2?"}])
     assert services.version_turn_splits(version=prompts) is None and "turn_splits" not in prompts.statistics

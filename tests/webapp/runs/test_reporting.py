@@ -82,6 +82,24 @@ def test_the_runs_table_sort_menu_offers_each_metric_once_the_worker_writes_it(r
         Run.objects.get(pk=running_run.pk).final_metrics) == ["epoch", "eval/loss", "learning_rate", "loss", "tokens"]
 
 
+def test_a_metric_a_restarted_attempt_no_longer_logs_leaves_the_sort_menu_unless_another_run_holds_it(running_run):
+    """An attempt that starts over (no checkpoint was saved) drops the steps an earlier attempt logged, and with them
+    the metrics only those steps held: the run's ``final_metrics`` loses them as the new attempt begins, and the sort
+    menu, which offered them, stops offering the ones no other run of the project holds (sorting by one ordered
+    nothing), while the attempt trains and once it ends."""
+    other = services.run_create(project=running_run.project, spec=running_run.spec, user=None, name="other")
+    Run.objects.filter(pk=other.pk).update(final_metrics={"eval/bleu": {"last": 0.5, "min": 0.5, "max": 0.5, "step": 1}})
+    report(running_run, [record(1), record(2, **{"eval/loss": 1.5, "eval/bleu": 0.25})])
+    assert {"eval/bleu", "eval/loss"} <= set(selectors.project_metric_names(project=running_run.project))
+    restarted = [record(1)]
+    report(Run.objects.get(pk=running_run.pk), restarted)
+    kept = ["epoch", "eval/bleu", "learning_rate", "loss", "tokens"]  # eval/bleu: the other run holds it
+    assert sorted(Run.objects.get(pk=running_run.pk).final_metrics) == [name for name in kept if name != "eval/bleu"]
+    assert selectors.project_metric_names(project=running_run.project) == kept
+    reporting.run_finish(run=Run.objects.get(pk=running_run.pk), summary={"status": "succeeded", "step": 1})
+    assert selectors.project_metric_names(project=running_run.project) == kept
+
+
 def test_progress_events_carry_the_latest_tokens_per_second(running_run):
     """The run page's Tokens/s read '—' all through a run: no event carried it, so it changed on a reload only."""
     reporter = reporting.RunReporter(run=running_run, flush_seconds=0.05, use_redis=False)

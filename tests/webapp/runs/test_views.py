@@ -1978,7 +1978,8 @@ def test_the_live_check_says_what_a_launch_would_warn_of_and_saves_nothing(team,
     assert answer["warnings"][0].startswith("optim.warmup_steps: 5 is not below the run's 5 optimizer steps")
     assert answer["warnings"][1].startswith("train.eval_every: 2 evaluates nothing, as data.eval is not given")
     fitting = {**form, "optim.warmup_steps": "1", "data.eval": catalog.prompts.public_id}
-    assert client.post("/p/alpha/runs/new/check/", fitting).json() == {"errors": {}, "warnings": [], "memory": []}
+    assert client.post("/p/alpha/runs/new/check/", fitting).json() == {"errors": {}, "warnings": [], "memory": [],
+                                                                           "counting": False}
     # Evaluating on the training version itself is said too.
     on_itself = client.post("/p/alpha/runs/new/check/", {**fitting, "data.eval": catalog.sft.public_id}).json()
     assert [warning.split(":")[0] for warning in on_itself["warnings"]] == ["data.eval"]
