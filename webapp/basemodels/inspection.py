@@ -39,7 +39,7 @@ from jaxengine.checkpoint.weights_check import check_weights_match_config
 from jaxengine.models.config import (NESTED_TEXT_CONFIG_FAMILIES, REQUIRED_CONFIG_FIELDS, VOCABULARY_ROWS,
                                      UnsupportedArchitectureError, family_for_hf_config, from_hf_config,
                                      hf_field_type_problem, vocab_size_mismatch)
-from jaxengine.tokenizer import TokenizerError, load_tokenizer
+from jaxengine.tokenizer import TokenizerError, UnknownEosTokenError, load_tokenizer
 
 # Real config.json files are a few KB (multimodal ones tens of KB); the registry stores and shows it.
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -249,6 +249,8 @@ def _tokenizer_vocab_size(model_dir: Path) -> int | None:
     # report why.
     try:
         return load_tokenizer(model_dir).vocab_size
+    except UnknownEosTokenError as error:  # readable, but no answer would end: refused now, not at the first chat
+        raise ModelDirError(f"{error}, then register it") from None
     except (TokenizerError, ChatTemplateError, OSError):
         return None
 

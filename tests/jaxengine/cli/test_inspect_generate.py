@@ -294,6 +294,24 @@ def test_inspect_refuses_a_config_that_does_not_describe_the_weights(tmp_path, m
 
 
 @pytest.mark.parametrize("command", ["generate", "inspect"])
+def test_an_eos_token_the_vocabulary_lacks_is_refused_in_one_line(tmp_path, model_dir, capsys, command):
+    """QA: it was given a new id past the weights' rows, and generate never stopped on it."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(model_dir, copy)
+    config = json.loads((copy / "tokenizer_config.json").read_text())
+    config["eos_token"] = "<|eot|>"
+    (copy / "tokenizer_config.json").write_text(json.dumps(config))
+    extra = ["--prompt", "x", "--max-new-tokens", "1"] if command == "generate" else []
+    assert main([command, "--model", str(copy), *extra]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"jaxengine {command}: error: {copy / 'tokenizer_config.json'}: eos_token '<|eot|>' is "
+                            f"not in the vocabulary ({copy / 'tokenizer.json'}) nor among its added tokens")
+    assert error.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", ["generate", "inspect"])
 def test_a_million_layers_is_refused_in_one_line_before_the_model_is_built(tmp_path, model_dir, command):
     """QA: ``num_hidden_layers: 1000000`` had generate build the model until it was killed for memory."""
     import shutil

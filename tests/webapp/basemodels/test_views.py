@@ -172,6 +172,23 @@ class TestRegister:
         assert message.format(weights=weights) in response.content.decode()
         assert not BaseModel.objects.exists()
 
+    def test_it_rejects_an_eos_token_the_vocabulary_lacks(self, team, models_root, client_for):
+        """QA: it was registered; its tokenizer gave the token a new id the weights have no row for, and the chat's
+        answers never ended on it."""
+        import json
+
+        model_dir = write_model_dir(models_root / "odd", tokenizer_ids=50)  # w0..w48 and <|end|>
+        (model_dir / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
+        response = client_for(team.owner).post(self.url, {"name": "odd", "path": "odd"})
+        assert response.status_code == 400
+        folder = models_root.resolve() / "odd"
+        assert (f"{folder / 'tokenizer_config.json'}: eos_token &#x27;&lt;/s&gt;&#x27; is not in the vocabulary "
+                f"({folder / 'tokenizer.json'}) nor among its added tokens") in response.content.decode()
+        assert "or remove the field, then register it" in response.content.decode()
+        assert not BaseModel.objects.exists()
+        (model_dir / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|end|>"}))
+        assert client_for(team.owner).post(self.url, {"name": "odd", "path": "odd"}).status_code == 302
+
     def test_it_rejects_symlink_escape(self, team, models_root, tmp_path, client_for):
         outside = write_model_dir(tmp_path / "outside")
         (models_root / "sneaky").symlink_to(outside, target_is_directory=True)
