@@ -19,7 +19,9 @@ Special tokens come from ``tokenizer_config.json`` (``bos_token``, ``eos_token``
 ``unk_token``, ``added_tokens_decoder``, ``extra_special_tokens``/``additional_special_tokens``), from
 ``special_tokens_map.json`` (only when the config has no ``added_tokens_decoder``, as in
 ``transformers``), and ``generation_config.json`` adds its ``eos_token_id`` (an int or a list) to
-``eos_ids`` and fills ``bos_id``/``pad_id`` when the tokenizer config names none.
+``eos_ids`` and fills ``bos_id``/``pad_id`` when the tokenizer config names none. A named token the vocabulary
+lacks is added as a new one, as transformers adds it, except ``eos_token``: its new id would be one the model's
+weights never learned to write, so answers would never end on it, and it is refused (``UnknownEosTokenError``).
 
 This module does not import jax, so the web process may use it.
 """
@@ -30,7 +32,7 @@ import dataclasses
 import json
 import re
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,11 @@ _SPACE_MARK = "\u2581"  # SentencePiece's "▁", which stands for a space inside
 
 class TokenizerError(ValueError):
     """A tokenizer directory cannot be loaded; the message names the file and what to fix."""
+
+
+class UnknownEosTokenError(TokenizerError):
+    """The named ``eos_token`` is not in the vocabulary. transformers adds it as a new token, whose id the model's
+    embedding, fixed by its weights, has no trained row for: a generation would never stop on it."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -86,6 +93,8 @@ class TokenizerSettings:
     generation_eos_ids: tuple[int, ...]
     generation_bos_id: int | None
     generation_pad_id: int | None
+    # The file each of ``named_tokens`` was read from (tokenizer_config.json or special_tokens_map.json).
+    named_token_files: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 def chat_template_file(model_dir: str | Path, settings: TokenizerSettings) -> Path | None:
@@ -214,6 +223,7 @@ def read_tokenizer_settings(model_dir: str | Path, *, run_spec_variables: bool =
     config_path = model_dir / TOKENIZER_CONFIG_FILE
     config = _read_json(config_path)
     named = {key: _token_content(config.get(key), path=config_path, field=key) for key in NAMED_SPECIAL_TOKENS}
+    named_files = dict.fromkeys(named, TOKENIZER_CONFIG_FILE)
     extra = _extra_special_tokens(config, path=config_path)
     if "added_tokens_decoder" not in config:
         map_path = model_dir / SPECIAL_TOKENS_MAP_FILE
@@ -221,6 +231,7 @@ def read_tokenizer_settings(model_dir: str | Path, *, run_spec_variables: bool =
         for key in NAMED_SPECIAL_TOKENS:
             if key in special_tokens_map:
                 named[key] = _token_content(special_tokens_map[key], path=map_path, field=key)
+                named_files[key] = SPECIAL_TOKENS_MAP_FILE
         extra = extra or _extra_special_tokens(special_tokens_map, path=map_path)
     added_tokens = _added_tokens(config, path=config_path)
     generation_path = model_dir / GENERATION_CONFIG_FILE
@@ -240,6 +251,7 @@ def read_tokenizer_settings(model_dir: str | Path, *, run_spec_variables: bool =
         generation_eos_ids=_int_list(generation.get("eos_token_id"), path=generation_path, field="eos_token_id"),
         generation_bos_id=generation_bos[0] if generation_bos else None,
         generation_pad_id=generation_pad[0] if generation_pad else None,
+        named_token_files={key: named_files[key] for key, value in named.items() if value is not None},
     )
 
 
@@ -280,6 +292,20 @@ class Tokenizer(abc.ABC):
     @abc.abstractmethod
     def special_ids(self) -> frozenset[int]:
         """Ids that ``decode(skip_special_tokens=True)`` drops."""
+
+    def _refuse_an_eos_token_outside(self, vocabulary_file: str, *, in_vocabulary: Callable[[str], bool]) -> None:
+        """``UnknownEosTokenError`` when the named ``eos_token`` is neither in the vocabulary (``in_vocabulary``) nor
+        among the added tokens the configs declare: it was made up a new id, and the answers never ended on it."""
+        content = self.settings.named_tokens.get("eos_token")
+        if content is None or in_vocabulary(content) or any(
+                token.content == content for token in self.settings.added_tokens):
+            return
+        source = self.model_dir / self.settings.named_token_files.get("eos_token", TOKENIZER_CONFIG_FILE)
+        raise UnknownEosTokenError(
+            f"{source}: eos_token {content!r} is not in the vocabulary ({self.model_dir / vocabulary_file}) nor among "
+            "its added tokens, so it would get a new id the model's weights have no trained row for, and generation "
+            "would never stop on it; set eos_token to the token this model ends its answers with (one its vocabulary "
+            "holds, as its chat template writes it after each turn), or remove the field")
 
     def _named_id(self, name: str) -> int | None:
         content = self.settings.named_tokens.get(name)
@@ -381,6 +407,8 @@ class HuggingFaceTokenizer(Tokenizer):
         # Prompts are padded and truncated by the sampler and the data pipeline, never here.
         self._tokenizer.no_padding()
         self._tokenizer.no_truncation()
+        self._refuse_an_eos_token_outside(TOKENIZER_JSON_FILE,
+                                          in_vocabulary=lambda content: self._tokenizer.token_to_id(content) is not None)
         known = set(self._tokenizer.get_added_tokens_decoder().values())
         known_contents = {token.content for token in known}
         missing = [
@@ -438,6 +466,8 @@ class SentencePieceTokenizer(Tokenizer):
         self._processor = sentencepiece.SentencePieceProcessor(model_proto=proto.SerializeToString())
         self._piece_count = piece_count = self._processor.get_piece_size()
 
+        self._refuse_an_eos_token_outside(SENTENCEPIECE_FILE,
+                                          in_vocabulary=lambda content: self._piece_id(content) is not None)
         self._added_by_content: dict[str, AddedToken] = {token.content: token for token in settings.added_tokens}
         next_id = max([piece_count - 1, *(token.id for token in settings.added_tokens)]) + 1
         for content in dict.fromkeys([*settings.named_tokens.values(), *settings.extra_special_tokens]):

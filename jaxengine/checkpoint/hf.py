@@ -30,8 +30,8 @@ from safetensors.numpy import save_file
 
 from jaxengine.checkpoint import safetensors_header
 from jaxengine.checkpoint.safetensors_header import INDEX_FILE, SINGLE_FILE
+from jaxengine.checkpoint.weights_check import check_weights_match_config
 from jaxengine.models import CausalLM, ModelConfig, build_model, family_module, from_hf_config, to_hf_config
-from jaxengine.models.config import VOCABULARY_ROWS, vocab_size_mismatch
 from jaxengine.json_files import read_json_object
 
 # Files that make a saved directory usable by a tokenizer / generation loader.
@@ -165,40 +165,30 @@ def load_hf_model(model_dir: str | Path, *, param_dtype=jnp.float32, compute_dty
 
     With ``mesh``, every parameter is placed with the sharding its logical axes get under
     ``rules`` (default ``jaxengine.sharding.DEFAULT_RULES``). Raises ``CheckpointError`` for
-    a missing tensor or a shape mismatch and ``UnsupportedArchitectureError`` for an
+    a config.json that does not describe the weights (``weights_check.check_weights_match_config``, from the
+    headers, before the model is built) or a damaged file, and ``UnsupportedArchitectureError`` for an
     architecture no family implements.
     """
     from jaxengine.sharding import DEFAULT_RULES, logical_to_sharding
 
     model_dir = Path(model_dir)
-    _, config = read_hf_config(model_dir)
+    hf_config, config = read_hf_config(model_dir)
     prefixes = family_module(config.family).WEIGHT_PREFIXES
-    abstract_model = nnx.eval_shape(
-        lambda: build_model(config, rngs=nnx.Rngs(0), param_dtype=param_dtype, compute_dtype=compute_dtype))
-    graphdef, abstract_state = nnx.split(abstract_model)
     loaded = []
     with contextlib.ExitStack() as stack:
         checkpoint = SafetensorsDir(model_dir, stack)
+        # Before anything is built: a config.json far off its weights (a million layers) had the build run out
+        # of memory before a tensor was compared.
+        check_weights_match_config(model_dir, hf_config, config, error=CheckpointError)
+        abstract_model = nnx.eval_shape(
+            lambda: build_model(config, rngs=nnx.Rngs(0), param_dtype=param_dtype, compute_dtype=compute_dtype))
+        graphdef, abstract_state = nnx.split(abstract_model)
         for path, variable in nnx.to_flat_state(abstract_state):
             candidates = tuple(dict.fromkeys(hf_weight_name(path, prefix=prefix)[0] for prefix in prefixes))
             _, transposed = hf_weight_name(path)
-            name, file, array = checkpoint.read(candidates)
+            _, _, array = checkpoint.read(candidates)  # of the shape the check above found
             if transposed:
                 array = array.T
-            expected = tuple(variable.shape)
-            if tuple(array.shape) != expected:
-                stored = tuple(reversed(array.shape)) if transposed else tuple(array.shape)
-                expected_stored = tuple(reversed(expected)) if transposed else expected
-                if name.endswith(VOCABULARY_ROWS) and stored[1:] == expected_stored[1:]:
-                    raise CheckpointError(vocab_size_mismatch(model_dir / "config.json", config.vocab_size,
-                                                              name, file, stored[0], remedy="use"))
-                raise CheckpointError(
-                    f"tensor {name!r} in {file} has shape {stored}, expected "
-                    f"{tuple(reversed(expected)) if transposed else expected} from config.json "
-                    f"({config.family}: hidden_size={config.hidden_size}, num_heads={config.num_heads}, "
-                    f"num_kv_heads={config.num_kv_heads}, head_dim={config.head_dim}, "
-                    f"intermediate_size={config.intermediate_size}, vocab_size={config.vocab_size})"
-                )
             array = np.ascontiguousarray(array.astype(param_dtype))
             if mesh is None:
                 value = jnp.asarray(array)

@@ -1,7 +1,7 @@
 """``jaxengine inspect --model DIR [--json]``: what a Hugging Face model directory holds.
 
 Architecture and family, parameter count (of the weights the safetensors files hold, from their headers:
-no tensor is read), the dtype config.json declares and the dtypes stored in the safetensors files, context
+no tensor is read; a config.json that does not describe them is refused, as generate and train refuse it), the dtype config.json declares and the dtypes stored in the safetensors files, context
 length, main sizes, and the tokenizer (backend, vocabulary, special ids, chat template). A tokenizer file
 that cannot be read is bad input, like a bad config.json; a directory without any tokenizer is described
 (tokenizer: none).
@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from jaxengine.checkpoint.safetensors_header import INDEX_FILE, SINGLE_FILE
+from jaxengine.checkpoint.weights_check import check_weights_match_config
 from jaxengine.cli import command_description
-from jaxengine.cli.model_dir import checked_model_dir, read_model_config, run_reporting_errors, safetensors_summary
+from jaxengine.cli.model_dir import (CliError, checked_model_dir, read_model_config, run_reporting_errors,
+                                     safetensors_summary)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,10 +38,13 @@ def human_count(count: int) -> str:
 
 def describe(model_dir: Path) -> dict[str, Any]:
     """The facts ``inspect`` prints, as a JSON-ready dict."""
+    from jaxengine.job import QUANTIZATION_FILE
     from jaxengine.tokenizer import SENTENCEPIECE_FILE, TOKENIZER_JSON_FILE, load_tokenizer
 
     hf_config, config = read_model_config(model_dir)
     weights = safetensors_summary(model_dir)
+    if not (model_dir / QUANTIZATION_FILE).is_file():  # a serving copy's codes are checked against its source when it is made
+        check_weights_match_config(model_dir, hf_config, config, error=CliError)
     if not any((model_dir / name).is_file() for name in (TOKENIZER_JSON_FILE, SENTENCEPIECE_FILE)):
         tokenizer_facts: dict[str, Any] = {
             "type": None, "problem": f"no {TOKENIZER_JSON_FILE} or {SENTENCEPIECE_FILE} in {model_dir}"}

@@ -6,8 +6,8 @@ scaling, sliding-window layers, rope variants). Each family module
 (``jaxengine/models/<family>.py``) knows how to read and write its Hugging Face
 ``config.json`` and names its size presets; this module dispatches to them.
 
-This module imports no jax at module level: family modules are imported lazily inside the
-functions that need them, so that a jax-free caller can import ``ModelConfig``.
+This module and the family modules import no jax at module level (a family's NNX class is made on
+first use, ``model_class``), so that a jax-free caller (the web app) reads a config.json as the engine does.
 """
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import dataclasses
 import importlib
 import json
 import math
+import threading
+import types
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,9 +25,9 @@ LAYER_TYPES = ("full_attention", "sliding_attention")
 ACTIVATIONS = ("silu", "gelu_pytorch_tanh")
 ROPE_TYPES = ("llama3", "linear")
 
-# Family name -> module under jaxengine.models. Each module defines ARCHITECTURES, MODEL_TYPES (its
-# entries below), config_from_hf(dict) -> ModelConfig, config_to_hf(ModelConfig) -> dict, PRESETS and
-# hf_param_names(ModelConfig).
+# Family name -> module under jaxengine.models. Each module defines ARCHITECTURES, MODEL_TYPES,
+# WEIGHT_PREFIXES (its entries below), config_from_hf(dict) -> ModelConfig, config_to_hf(ModelConfig) -> dict,
+# PRESETS, and MODEL_CLASS (its named CausalLM subclass, made on first use: ``model_class``).
 FAMILY_MODULES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3"}
 # What each family reads: config.json's ``architectures`` entries, and its ``model_type`` when it names
 # no architecture. Here rather than in the family modules, which import jax, so that the web app can
@@ -34,6 +36,10 @@ FAMILY_ARCHITECTURES = {"llama": ("LlamaForCausalLM",), "qwen2": ("Qwen2ForCausa
                         "qwen3": ("Qwen3ForCausalLM",),
                         "gemma3": ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")}
 FAMILY_MODEL_TYPES = {"llama": ("llama",), "qwen2": ("qwen2",), "qwen3": ("qwen3",), "gemma3": ("gemma3_text", "gemma3")}
+# The prefixes of the tensor names in each family's checkpoints: "model.<our path>" ("lm_head.weight" for the head);
+# Gemma 3 multimodal ones nest the text model deeper (transformers 5, then transformers 4).
+FAMILY_WEIGHT_PREFIXES = {"llama": ("model.",), "qwen2": ("model.",), "qwen3": ("model.",),
+                          "gemma3": ("model.", "model.language_model.", "language_model.model.")}
 # The config.json fields each family cannot do without (its config_from_hf raises without them; Gemma 3
 # fills every field from Gemma3TextConfig's defaults), for the web app to check at registration.
 _LLAMA_LIKE_REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
@@ -179,6 +185,25 @@ def family_module(family: str):
     if family not in FAMILY_MODULES:
         raise ValueError(f"unknown model family {family!r}; supported: {tuple(FAMILY_MODULES)}")
     return importlib.import_module(f"jaxengine.models.{FAMILY_MODULES[family]}")
+
+
+_MODEL_CLASSES: dict[str, type] = {}
+_MODEL_CLASSES_LOCK = threading.Lock()
+
+
+def model_class(module_name: str, class_name: str, doc: str) -> type:
+    """A family's named ``CausalLM`` subclass (``LlamaForCausalLM``, ...), made once, on first use: it imports jax,
+    which reading a config.json through the family module must not (the web app reads one at registration).
+    One class per name, whichever thread asks first: a model's graph holds its class."""
+    with _MODEL_CLASSES_LOCK:
+        if class_name not in _MODEL_CLASSES:
+            from jaxengine.models.transformer import CausalLM
+
+            def body(namespace: dict) -> None:
+                namespace.update(__doc__=doc, __module__=module_name, __qualname__=class_name)
+
+            _MODEL_CLASSES[class_name] = types.new_class(class_name, (CausalLM,), exec_body=body)
+        return _MODEL_CLASSES[class_name]
 
 
 def supported_architectures() -> tuple[str, ...]:

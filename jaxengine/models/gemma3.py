@@ -20,19 +20,20 @@ from typing import Any
 from jaxengine.models.config import (
     FAMILY_ARCHITECTURES,
     FAMILY_MODEL_TYPES,
+    FAMILY_WEIGHT_PREFIXES,
     ModelConfig,
     RopeScaling,
     eos_ids_from_hf,
     eos_ids_to_hf,
+    model_class,
     rope_from_hf,
     rope_to_hf,
 )
-from jaxengine.models.transformer import CausalLM
 
 ARCHITECTURES = FAMILY_ARCHITECTURES["gemma3"]
 MODEL_TYPES = FAMILY_MODEL_TYPES["gemma3"]
 # Text-only checkpoints, transformers 5 multimodal ones, transformers 4 multimodal ones.
-WEIGHT_PREFIXES = ("model.", "model.language_model.", "language_model.model.")
+WEIGHT_PREFIXES = FAMILY_WEIGHT_PREFIXES["gemma3"]
 # Gemma3TextConfig's defaults: multimodal configs omit text_config fields that equal them.
 TEXT_DEFAULTS: dict[str, Any] = {
     "vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
@@ -41,13 +42,6 @@ TEXT_DEFAULTS: dict[str, Any] = {
     "rope_local_base_freq": 10_000.0, "query_pre_attn_scalar": 256, "sliding_window": 4096,
     "sliding_window_pattern": 6, "tie_word_embeddings": True, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
 }
-
-
-class Gemma3ForCausalLM(CausalLM):
-    """Gemma 3 text causal language model (see ``CausalLM`` for the call API)."""
-
-
-MODEL_CLASS = Gemma3ForCausalLM
 
 
 def _text_config(hf: dict[str, Any]) -> dict[str, Any]:
@@ -186,3 +180,11 @@ PRESETS = {
         tie_word_embeddings=True, bos_token_id=2, eos_token_ids=(1,), pad_token_id=0,
     ),
 }
+
+
+def __getattr__(name: str):
+    # The NNX class imports jax, which reading a config.json must not: the web app reads one through this module.
+    if name in ("Gemma3ForCausalLM", "MODEL_CLASS"):
+        return model_class(__name__, "Gemma3ForCausalLM",
+                           "Gemma 3 text causal language model (see ``CausalLM`` for the call API).")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

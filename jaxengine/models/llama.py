@@ -12,24 +12,21 @@ from typing import Any
 from jaxengine.models.config import (
     FAMILY_ARCHITECTURES,
     FAMILY_MODEL_TYPES,
+    FAMILY_WEIGHT_PREFIXES,
     ModelConfig,
     RopeScaling,
     eos_ids_from_hf,
     eos_ids_to_hf,
+    model_class,
     require,
     rope_from_hf,
     rope_to_hf,
 )
-from jaxengine.models.transformer import CausalLM
 
 ARCHITECTURES = FAMILY_ARCHITECTURES["llama"]
 MODEL_TYPES = FAMILY_MODEL_TYPES["llama"]
 # Hugging Face checkpoints name parameters "model.<our path>" ("lm_head.weight" for the head).
-WEIGHT_PREFIXES = ("model.",)
-
-
-class LlamaForCausalLM(CausalLM):
-    """Llama 3.x causal language model (see ``CausalLM`` for the call API)."""
+WEIGHT_PREFIXES = FAMILY_WEIGHT_PREFIXES["llama"]
 
 
 def llama_like_fields(hf: dict[str, Any], *, family: str) -> dict[str, Any]:
@@ -138,4 +135,10 @@ PRESETS = {
     ),
 }
 
-MODEL_CLASS = LlamaForCausalLM
+
+def __getattr__(name: str):
+    # The NNX class imports jax, which reading a config.json must not: the web app reads one through this module.
+    if name in ("LlamaForCausalLM", "MODEL_CLASS"):
+        return model_class(__name__, "LlamaForCausalLM",
+                           "Llama 3.x causal language model (see ``CausalLM`` for the call API).")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

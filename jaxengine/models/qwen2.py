@@ -8,20 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from jaxengine.models.config import FAMILY_ARCHITECTURES, FAMILY_MODEL_TYPES, ModelConfig
+from jaxengine.models.config import (FAMILY_ARCHITECTURES, FAMILY_MODEL_TYPES, FAMILY_WEIGHT_PREFIXES, ModelConfig,
+                                     model_class)
 from jaxengine.models.llama import llama_like_fields, llama_like_to_hf
-from jaxengine.models.transformer import CausalLM
 
 ARCHITECTURES = FAMILY_ARCHITECTURES["qwen2"]
 MODEL_TYPES = FAMILY_MODEL_TYPES["qwen2"]
-WEIGHT_PREFIXES = ("model.",)
-
-
-class Qwen2ForCausalLM(CausalLM):
-    """Qwen 2.5 causal language model (see ``CausalLM`` for the call API)."""
-
-
-MODEL_CLASS = Qwen2ForCausalLM
+WEIGHT_PREFIXES = FAMILY_WEIGHT_PREFIXES["qwen2"]
 
 
 def sliding_layer_fields(hf: dict[str, Any], num_layers: int) -> dict[str, Any]:
@@ -76,3 +69,11 @@ PRESETS = {
         tie_word_embeddings=False, qkv_bias=True, bos_token_id=1, eos_token_ids=(2,), pad_token_id=0,
     ),
 }
+
+
+def __getattr__(name: str):
+    # The NNX class imports jax, which reading a config.json must not: the web app reads one through this module.
+    if name in ("Qwen2ForCausalLM", "MODEL_CLASS"):
+        return model_class(__name__, "Qwen2ForCausalLM",
+                           "Qwen 2.5 causal language model (see ``CausalLM`` for the call API).")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,21 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from jaxengine.models.config import FAMILY_ARCHITECTURES, FAMILY_MODEL_TYPES, ModelConfig
+from jaxengine.models.config import (FAMILY_ARCHITECTURES, FAMILY_MODEL_TYPES, FAMILY_WEIGHT_PREFIXES, ModelConfig,
+                                     model_class)
 from jaxengine.models.llama import llama_like_fields, llama_like_to_hf
 from jaxengine.models.qwen2 import sliding_layer_fields, sliding_layer_to_hf
-from jaxengine.models.transformer import CausalLM
 
 ARCHITECTURES = FAMILY_ARCHITECTURES["qwen3"]
 MODEL_TYPES = FAMILY_MODEL_TYPES["qwen3"]
-WEIGHT_PREFIXES = ("model.",)
-
-
-class Qwen3ForCausalLM(CausalLM):
-    """Qwen 3 dense causal language model (see ``CausalLM`` for the call API)."""
-
-
-MODEL_CLASS = Qwen3ForCausalLM
+WEIGHT_PREFIXES = FAMILY_WEIGHT_PREFIXES["qwen3"]
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
@@ -58,3 +51,11 @@ PRESETS = {
         tie_word_embeddings=True, qk_norm=True, bos_token_id=1, eos_token_ids=(2,), pad_token_id=0,
     ),
 }
+
+
+def __getattr__(name: str):
+    # The NNX class imports jax, which reading a config.json must not: the web app reads one through this module.
+    if name in ("Qwen3ForCausalLM", "MODEL_CLASS"):
+        return model_class(__name__, "Qwen3ForCausalLM",
+                           "Qwen 3 dense causal language model (see ``CausalLM`` for the call API).")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -58,21 +58,32 @@ def make_team(*, slug: str = "alpha") -> Team:
     )
 
 
+# The tensors of write_model_dir's config.json: what registration and the loader expect of it.
+TINY_LLAMA_SHAPES = {
+    "model.embed_tokens.weight": (64, 8), "model.norm.weight": (8,),
+    "model.layers.0.input_layernorm.weight": (8,), "model.layers.0.post_attention_layernorm.weight": (8,),
+    **{f"model.layers.0.self_attn.{name}_proj.weight": (8, 8) for name in "qkvo"},
+    "model.layers.0.mlp.gate_proj.weight": (16, 8), "model.layers.0.mlp.up_proj.weight": (16, 8),
+    "model.layers.0.mlp.down_proj.weight": (8, 16),
+}
+TINY_LLAMA_PARAMETERS = 64 * 8 + 8 + 2 * 8 + 4 * 8 * 8 + 3 * 16 * 8  # 1176
+
+
 def write_model_dir(
     model_dir, *, shapes: dict[str, tuple[int, ...]] | None = None, shards: int = 1, tokenizer: str = "tokenizer.json",
     tokenizer_ids: int | None = None,
 ):
-    """Write a minimal Hugging Face-format directory: config.json (a vocabulary of 64),
-    float32 zero tensors of ``shapes`` split over ``shards`` safetensors files (with an
-    index when sharded) and an empty tokenizer file named ``tokenizer`` — or, with
-    ``tokenizer_ids``, a word-level ``tokenizer.json`` of that many ids, the last one an
-    added special token. Returns the directory."""
+    """Write a minimal Hugging Face-format directory: config.json (a one-layer Llama of width 8 over a vocabulary
+    of 64, tied embeddings), float32 zero tensors of ``shapes`` (default: those that config describes,
+    ``TINY_LLAMA_PARAMETERS`` of them) split over ``shards`` safetensors files (with an index when sharded) and an
+    empty tokenizer file named ``tokenizer`` — or, with ``tokenizer_ids``, a word-level ``tokenizer.json`` of that
+    many ids, the last one an added special token. Returns the directory."""
     import json
 
     import numpy as np
     from safetensors.numpy import save_file
 
-    shapes = shapes or {"embed.weight": (64, 8), "layer.weight": (8, 8), "norm.weight": (8,)}
+    shapes = shapes or TINY_LLAMA_SHAPES
     model_dir.mkdir(parents=True, exist_ok=True)
     config = {
         "architectures": ["LlamaForCausalLM"],
@@ -80,6 +91,7 @@ def write_model_dir(
         "max_position_embeddings": 256,
         "vocab_size": 64,
         "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "tie_word_embeddings": True,
     }
     (model_dir / "config.json").write_text(json.dumps(config))
     names = sorted(shapes)

@@ -36,10 +36,11 @@ from pathlib import Path, PurePath
 
 from jaxengine.chat_template import ChatTemplateError
 from jaxengine.checkpoint import safetensors_header
+from jaxengine.checkpoint.weights_check import check_weights_match_config
 from jaxengine.models.config import (NESTED_TEXT_CONFIG_FAMILIES, REQUIRED_CONFIG_FIELDS, VOCABULARY_ROWS,
-                                     UnsupportedArchitectureError, family_for_hf_config, hf_field_type_problem,
-                                     vocab_size_mismatch)
-from jaxengine.tokenizer import TokenizerError, load_tokenizer
+                                     UnsupportedArchitectureError, family_for_hf_config, from_hf_config,
+                                     hf_field_type_problem, vocab_size_mismatch)
+from jaxengine.tokenizer import TokenizerError, UnknownEosTokenError, load_tokenizer
 
 # Real config.json files are a few KB (multimodal ones tens of KB); the registry stores and shows it.
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -290,6 +291,8 @@ def _tokenizer_vocab_size(model_dir: Path) -> int | None:
     # report why.
     try:
         return load_tokenizer(model_dir).vocab_size
+    except UnknownEosTokenError as error:  # readable, but no answer would end: refused now, not at the first chat
+        raise ModelDirError(f"{error}, then register it") from None
     except (TokenizerError, ChatTemplateError, OSError):
         return None
 
@@ -370,6 +373,13 @@ def read_model_facts(model_dir: Path, *, models_root: Path, project_slug: str) -
     for tensor, file, rows in vocabulary_rows:
         if vocab_size is not None and rows != vocab_size:  # refused now, not when a run first loads it
             raise ModelDirError(vocab_size_mismatch(config_path, vocab_size, tensor, file, rows, remedy="register"))
+    # The weights, as the loader checks them before it builds the model: a config.json that does not describe them
+    # (a million layers, a hidden_size far off) was registered, and the first run or chat on it ran out of memory.
+    try:
+        model_config = from_hf_config(config, source=str(config_path))
+    except (ValueError, TypeError, KeyError) as error:
+        raise ModelDirError(f"{config_path}: {error}") from None
+    check_weights_match_config(model_dir, config, model_config, error=ModelDirError, remedy="register", files=files)
     for name in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"):
         if (model_dir / name).exists():
             _inside_root(model_dir / name, models_root, project_slug)

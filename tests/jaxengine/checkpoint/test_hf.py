@@ -51,16 +51,6 @@ def test_sharded_checkpoint_loads(sharded_tiny_hf_model_dir):
     assert np.abs(difference).max() <= 1e-4
 
 
-def test_missing_tensor_is_named(tiny_hf_model_dir, tmp_path):
-    model_dir = copy_model_dir(tiny_hf_model_dir("llama"), tmp_path / "model")
-    tensors = load_file(str(model_dir / "model.safetensors"))
-    del tensors["model.layers.1.mlp.down_proj.weight"]
-    save_file(tensors, str(model_dir / "model.safetensors"))
-    with pytest.raises(CheckpointError, match=r"tensor 'model.layers.1.mlp.down_proj.weight' is missing from "
-                                              r"the checkpoint .*model.safetensors"):
-        load_hf_model(model_dir)
-
-
 @pytest.mark.parametrize("damage", ["cut short", "not safetensors"])
 def test_a_corrupt_weights_file_is_named(tiny_hf_model_dir, tmp_path, damage):
     """QA: a model.safetensors cut short (a copy that did not finish) or not one at all said only
@@ -87,19 +77,6 @@ def test_an_index_that_is_not_a_weight_map_is_named(sharded_tiny_hf_model_dir, t
     with pytest.raises(CheckpointError, match=rf"^{index}: not a safetensors index \(.+\); it must be a JSON object "
                                               r"whose \"weight_map\" maps each tensor name to its file$"):
         load_hf_model(model_dir)
-
-
-def test_shape_mismatch_names_tensor_shapes_and_file(tiny_hf_model_dir, tmp_path):
-    model_dir = copy_model_dir(tiny_hf_model_dir("qwen2"), tmp_path / "model")
-    config = json.loads((model_dir / "config.json").read_text())
-    config["intermediate_size"] = 96
-    (model_dir / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError) as error:
-        load_hf_model(model_dir)
-    message = str(error.value)
-    assert "tensor 'model.layers.0.mlp.down_proj.weight'" in message
-    assert "has shape (64, 128), expected (64, 96)" in message
-    assert str(model_dir / "model.safetensors") in message and "intermediate_size=96" in message
 
 
 @pytest.mark.parametrize("kind", ["llama", "gemma3"])

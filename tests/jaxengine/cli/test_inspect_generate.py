@@ -275,9 +275,9 @@ def test_generate_reads_a_quantized_serving_copy_as_the_chat_serves_it(tmp_path,
     assert output["token_ids"] == expected.token_ids and len(expected.token_ids) == 6
 
 
-def test_inspect_counts_the_parameters_the_weights_hold_not_those_config_json_implies(tmp_path, model_dir):
-    """QA: the count was worked out from config.json, so a config that does not describe the weights
-    beside it (here: a wider MLP) was reported as if it did."""
+def test_inspect_refuses_a_config_that_does_not_describe_the_weights(tmp_path, model_dir, capsys):
+    """QA: the count was worked out from config.json, so a config that does not describe the weights beside it
+    (here: a wider MLP) was reported as if it did; now it is refused, as generate and train refuse it."""
     import shutil
 
     copy = tmp_path / "copy"
@@ -285,10 +285,53 @@ def test_inspect_counts_the_parameters_the_weights_hold_not_those_config_json_im
     config = json.loads((copy / "config.json").read_text())
     config["intermediate_size"] *= 2
     (copy / "config.json").write_text(json.dumps(config))
-    reference = transformers.AutoModelForCausalLM.from_pretrained(model_dir)
-    result = run_cli("inspect", "--model", str(copy), "--json")
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["parameters"] == sum(p.numel() for p in reference.parameters())
+    assert main(["inspect", "--model", str(copy)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"jaxengine inspect: error: {copy / 'config.json'} does not describe the weights: "
+                            f"'model.layers.0.mlp.gate_proj.weight' in {copy / 'model.safetensors'} has shape "
+                            f"[{config['intermediate_size'] // 2}, ")
+    assert f"(intermediate_size = {config['intermediate_size']})" in error and error.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", ["generate", "inspect"])
+def test_an_eos_token_the_vocabulary_lacks_is_refused_in_one_line(tmp_path, model_dir, capsys, command):
+    """QA: it was given a new id past the weights' rows, and generate never stopped on it."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(model_dir, copy)
+    config = json.loads((copy / "tokenizer_config.json").read_text())
+    config["eos_token"] = "<|eot|>"
+    (copy / "tokenizer_config.json").write_text(json.dumps(config))
+    extra = ["--prompt", "x", "--max-new-tokens", "1"] if command == "generate" else []
+    assert main([command, "--model", str(copy), *extra]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"jaxengine {command}: error: {copy / 'tokenizer_config.json'}: eos_token '<|eot|>' is "
+                            f"not in the vocabulary ({copy / 'tokenizer.json'}) nor among its added tokens")
+    assert error.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", ["generate", "inspect"])
+def test_a_million_layers_is_refused_in_one_line_before_the_model_is_built(tmp_path, model_dir, command):
+    """QA: ``num_hidden_layers: 1000000`` had generate build the model until it was killed for memory."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(model_dir, copy)
+    config = json.loads((copy / "config.json").read_text())
+    layers = config["num_hidden_layers"]
+    config["num_hidden_layers"] = 1_000_000
+    (copy / "config.json").write_text(json.dumps(config))
+    extra = ["--prompt", "x", "--max-new-tokens", "1"] if command == "generate" else []
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    result = subprocess.run([sys.executable, "-m", "jaxengine", command, "--model", str(copy), *extra], cwd=REPO,
+                            env=env, capture_output=True, text=True, timeout=90)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        f"jaxengine {command}: error: {copy / 'config.json'}: num_hidden_layers is 1000000, but the weights hold "
+        f"{layers} layers (the last, layer {layers - 1}, in {copy / 'model.safetensors'}); set num_hidden_layers to "
+        f"{layers}, or use the weights this config.json was written for\n")
+
 
 
 @pytest.mark.parametrize("scheme", ["int8", "int4"])

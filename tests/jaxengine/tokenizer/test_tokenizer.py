@@ -148,6 +148,32 @@ def test_special_tokens_map_json_is_read_when_config_has_no_added_tokens(tmp_pat
     assert ours.eos_ids == [ours.token_to_id("<|im_end|>")]
 
 
+@pytest.mark.parametrize("backend, source", [("sentencepiece", "tokenizer_config.json"), ("qwen", "tokenizer_config.json"),
+                                             ("qwen", "special_tokens_map.json")])
+def test_an_eos_token_the_vocabulary_lacks_is_refused_naming_file_field_and_token(tmp_path, backend, source):
+    """QA: transformers adds such a token with a new id, past the ids the model's weights were trained on; the
+    answers never ended on it, and nothing said why."""
+    model_dir = (factories.build_sentencepiece_tokenizer_dir(tmp_path / "tok") if backend == "sentencepiece"
+                 else factories.build_bpe_tokenizer_dir(tmp_path / "tok", style="qwen"))
+    config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    if source == "special_tokens_map.json":  # read only where the config has no added_tokens_decoder
+        del config["added_tokens_decoder"], config["eos_token"]
+        (model_dir / source).write_text(json.dumps({"eos_token": {"content": "<|eot|>"}}))
+    else:
+        config["eos_token"] = "<|eot|>"
+    (model_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    reference = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+    assert reference.eos_token_id == len(reference) - 1, "transformers makes up an id for it"
+    vocabulary = "tokenizer.model" if backend == "sentencepiece" else "tokenizer.json"
+    with pytest.raises(TokenizerError) as error:
+        load_tokenizer(model_dir)
+    assert str(error.value) == (
+        f"{model_dir / source}: eos_token '<|eot|>' is not in the vocabulary ({model_dir / vocabulary}) nor among its "
+        "added tokens, so it would get a new id the model's weights have no trained row for, and generation would "
+        "never stop on it; set eos_token to the token this model ends its answers with (one its vocabulary holds, as "
+        "its chat template writes it after each turn), or remove the field")
+
+
 def test_added_token_missing_from_tokenizer_json_is_added_like_transformers(tmp_path):
     model_dir = factories.build_bpe_tokenizer_dir(tmp_path, style="qwen")
     config = json.loads((model_dir / "tokenizer_config.json").read_text())

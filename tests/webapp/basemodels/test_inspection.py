@@ -3,7 +3,7 @@ import struct
 
 import pytest
 
-from tests.webapp.factories import write_model_dir
+from tests.webapp.factories import TINY_LLAMA_PARAMETERS, write_model_dir
 from webapp.basemodels.inspection import ModelDirError, read_model_facts, resolve_model_dir
 
 
@@ -17,8 +17,7 @@ def root(tmp_path):
 def test_it_reads_a_single_file_model(root):
     model_dir = write_model_dir(root / "tiny")
     facts = read_model_facts(resolve_model_dir("tiny", models_root=root, project_slug="alpha"), models_root=root, project_slug="alpha")
-    # 64*8 + 8*8 + 8 = 584 parameters, all float32.
-    assert facts.parameter_count == 584
+    assert facts.parameter_count == TINY_LLAMA_PARAMETERS  # all float32
     assert (facts.architecture, facts.model_type, facts.dtype) == ("LlamaForCausalLM", "llama", "F32")
     assert (facts.context_length, facts.vocab_size, facts.tokenizer_type) == (256, 64, "tokenizer.json")
     assert facts.weight_files == ("model.safetensors",)
@@ -72,7 +71,7 @@ def test_tokenizer_files_it_cannot_read_leave_the_vocabulary_unknown_not_a_serve
 def test_it_sums_a_sharded_model_via_its_index(root):
     write_model_dir(root / "sharded", shards=3, tokenizer="tokenizer.model")
     facts = read_model_facts(resolve_model_dir(str(root / "sharded"), models_root=root, project_slug="alpha"), models_root=root, project_slug="alpha")
-    assert facts.parameter_count == 584
+    assert facts.parameter_count == TINY_LLAMA_PARAMETERS
     assert len(facts.weight_files) == 3
     assert facts.tokenizer_type == "sentencepiece"
 
@@ -210,10 +209,10 @@ def test_it_refuses_an_architecture_no_family_loads_naming_the_supported_ones(ro
     assert "BertForMaskedLM" in message and "config.json" in message
     assert all(name in message for name in ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Gemma3ForCausalLM"))
     # A config naming no architecture is read by its model_type, as the engine reads it.
-    (model_dir / "config.json").write_text(json.dumps({"model_type": "qwen2", "vocab_size": 64, "hidden_size": 8,
+    (model_dir / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 64, "hidden_size": 8,
                                                         "intermediate_size": 16, "num_hidden_layers": 1,
-                                                        "num_attention_heads": 2}))
-    assert read_model_facts(resolve_model_dir("bert", models_root=root, project_slug="alpha"), models_root=root, project_slug="alpha").architecture == "qwen2"
+                                                        "num_attention_heads": 2, "tie_word_embeddings": True}))
+    assert read_model_facts(resolve_model_dir("bert", models_root=root, project_slug="alpha"), models_root=root, project_slug="alpha").architecture == "llama"
 
 
 def _with_config(model_dir, **changes):

@@ -2,7 +2,7 @@
 import pytest
 from django.core.exceptions import ValidationError
 
-from tests.webapp.factories import write_model_dir
+from tests.webapp.factories import TINY_LLAMA_PARAMETERS, TINY_LLAMA_SHAPES, write_model_dir
 from webapp.basemodels.models import BaseModel
 from webapp.basemodels.services import basemodel_register
 
@@ -23,7 +23,8 @@ def registered(team, models_root):
 def test_register_records_the_facts(registered, models_root):
     assert registered.public_id.startswith("bm_")
     assert registered.path == str((models_root / "tiny").resolve())
-    assert (registered.parameter_count, registered.context_length, registered.vocab_size) == (584, 256, 64)
+    assert (registered.parameter_count, registered.context_length, registered.vocab_size) == (
+        TINY_LLAMA_PARAMETERS, 256, 64)
 
 
 def test_register_rejects_duplicates(registered, team):
@@ -142,6 +143,52 @@ class TestRegister:
         assert message in response.content
         assert not BaseModel.objects.exists()
 
+    @pytest.mark.parametrize("config_fields, tensors, message", [
+        ({"num_hidden_layers": 1_000_000}, {}, "config.json: num_hidden_layers is 1000000, but the weights hold 1 layers "
+         "(the last, layer 0, in {weights}); set num_hidden_layers to 1, or register the weights this config.json was "
+         "written for"),
+        ({"hidden_size": 4096}, {}, "config.json does not describe the weights: &#x27;model.embed_tokens.weight&#x27; in "
+         "{weights} has shape [64, 8] in its header, [64, 4096] from config.json (hidden_size = 4096); "),
+        ({}, {"model.layers.0.mlp.up_proj.weight": None}, "config.json does not describe the weights: "
+         "&#x27;model.layers.0.mlp.up_proj.weight&#x27; of shape [16, 8] is missing from {weights}; correct the "
+         "config.json fields named, or register the weights this config.json was written for"),
+        ({}, {"model.layers.1.input_layernorm.weight": (8,)}, "config.json: num_hidden_layers is 1, but "
+         "&#x27;model.layers.1.input_layernorm.weight&#x27; in {weights} is layer 1: the weights hold 2 layers; set "
+         "num_hidden_layers to 2, or register the weights this config.json was written for"),
+    ], ids=["a million layers", "hidden_size far off", "a layer tensor missing", "a layer beyond the count"])
+    def test_it_rejects_a_config_that_does_not_describe_the_weights(self, team, models_root, client_for,
+                                                                   config_fields, tensors, message):
+        """QA: these were registered (the count came from the headers), and the first run or chat built the model
+        config.json describes: a million layers got the worker killed for memory."""
+        import json
+
+        shapes = {name: shape for name, shape in {**TINY_LLAMA_SHAPES, **tensors}.items() if shape is not None}
+        model_dir = write_model_dir(models_root / "odd", shapes=shapes)
+        config = json.loads((model_dir / "config.json").read_text())
+        (model_dir / "config.json").write_text(json.dumps({**config, **config_fields}))
+        response = client_for(team.owner).post(self.url, {"name": "odd", "path": "odd"})
+        assert response.status_code == 400
+        weights = models_root.resolve() / "odd" / "model.safetensors"
+        assert message.format(weights=weights) in response.content.decode()
+        assert not BaseModel.objects.exists()
+
+    def test_it_rejects_an_eos_token_the_vocabulary_lacks(self, team, models_root, client_for):
+        """QA: it was registered; its tokenizer gave the token a new id the weights have no row for, and the chat's
+        answers never ended on it."""
+        import json
+
+        model_dir = write_model_dir(models_root / "odd", tokenizer_ids=50)  # w0..w48 and <|end|>
+        (model_dir / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
+        response = client_for(team.owner).post(self.url, {"name": "odd", "path": "odd"})
+        assert response.status_code == 400
+        folder = models_root.resolve() / "odd"
+        assert (f"{folder / 'tokenizer_config.json'}: eos_token &#x27;&lt;/s&gt;&#x27; is not in the vocabulary "
+                f"({folder / 'tokenizer.json'}) nor among its added tokens") in response.content.decode()
+        assert "or remove the field, then register it" in response.content.decode()
+        assert not BaseModel.objects.exists()
+        (model_dir / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|end|>"}))
+        assert client_for(team.owner).post(self.url, {"name": "odd", "path": "odd"}).status_code == 302
+
     def test_it_rejects_symlink_escape(self, team, models_root, tmp_path, client_for):
         outside = write_model_dir(tmp_path / "outside")
         (models_root / "sneaky").symlink_to(outside, target_is_directory=True)
@@ -154,7 +201,7 @@ class TestDetail:
     def test_it_works(self, registered, team, client_for):
         response = client_for(team.viewer).get(f"/p/alpha/models/{registered.public_id}/")
         assert response.status_code == 200
-        assert b"584" in response.content and b"tokenizer.json" in response.content
+        assert f"({TINY_LLAMA_PARAMETERS})".encode() in response.content and b"tokenizer.json" in response.content
 
     def test_it_shows_a_padded_vocabulary_with_both_sizes(self, team, models_root, client_for):
         write_model_dir(models_root / "padded", tokenizer_ids=50)

@@ -1,4 +1,5 @@
 """``manage.py temper_setup``: admin, demo project, demo base model; idempotent."""
+import json
 import sys
 from io import StringIO
 
@@ -7,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from jaxengine.demo import corpus
-from tests.webapp.factories import write_model_dir
+from tests.webapp.factories import TINY_LLAMA_PARAMETERS, TINY_LLAMA_SHAPES, write_model_dir
 from webapp.basemodels.models import BaseModel
 from webapp.core.management.commands import temper_setup
 from webapp.datasets import services as dataset_services
@@ -90,18 +91,20 @@ def test_it_builds_the_demo_model_with_the_engine_command(db, models_root, monke
         script = (
             "import json, sys, numpy as np; from pathlib import Path; from safetensors.numpy import save_file;"
             "model = Path(sys.argv[1]) / 'model'; model.mkdir(parents=True);"
-            "(model / 'config.json').write_text(json.dumps({'architectures': ['LlamaForCausalLM'], 'vocab_size': 7,"
-            " 'hidden_size': 3, 'intermediate_size': 6, 'num_hidden_layers': 1, 'num_attention_heads': 1}));"
+            "(model / 'config.json').write_text(json.dumps({'architectures': ['LlamaForCausalLM'], 'vocab_size': 64,"
+            " 'hidden_size': 8, 'intermediate_size': 16, 'num_hidden_layers': 1, 'num_attention_heads': 2,"
+            " 'tie_word_embeddings': True}));"
             "(model / 'tokenizer.json').write_text('{}');"
-            "save_file({'w': np.zeros((7, 3), np.float32)}, str(model / 'model.safetensors'))"
+            "save_file({name: np.zeros(shape, np.float32) for name, shape in json.loads(sys.argv[2]).items()},"
+            " str(model / 'model.safetensors'))"
         )
-        return [sys.executable, "-c", script, str(out_dir)]
+        return [sys.executable, "-c", script, str(out_dir), json.dumps(TINY_LLAMA_SHAPES)]
 
     monkeypatch.setattr(temper_setup, "demo_base_command", fake_command)
     output = run_setup()
     assert "building into" in output
     assert "about 5 minutes on 2 idle CPU cores, with no output meanwhile; TEMPER_DEMO_MODEL=0 skips it" in output
-    assert BaseModel.objects.get(project__slug="demo").parameter_count == 21
+    assert BaseModel.objects.get(project__slug="demo").parameter_count == TINY_LLAMA_PARAMETERS
 
 
 def test_it_carries_on_without_the_engine_command(db, models_root, monkeypatch):
