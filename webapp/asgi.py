@@ -2,12 +2,17 @@
 import logging
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
-application = get_asgi_application()
+django.setup(set_prefix=False)  # as django.core.asgi.get_asgi_application does
 
-from django.conf import settings  # noqa: E402  (configured by get_asgi_application)
+from django.conf import settings  # noqa: E402  (configured by django.setup)
+
+from webapp.core.asgi_requests import MeasuredBodyASGIHandler  # noqa: E402
+
+# A body sent chunked (no Content-Length) is read as sent: webapp.core.asgi_requests.
+application = MeasuredBodyASGIHandler()
 
 from webapp.core.streaming import LeaveCutDownloadsUnfinished, QuietAboutCutDownloads  # noqa: E402
 from webapp.datasets.uploads import RequestBodyLimit  # noqa: E402

@@ -1,5 +1,6 @@
-"""Two concurrent sendings of one form on PostgreSQL: the unique key lets one make the thing; the
-other waits for its commit and is answered with what it made (``webapp.core.submissions``)."""
+"""Two concurrent sendings of one form on PostgreSQL: the committed claim lets one do the work, its ``prepare``
+(outside any transaction) included; the other waits for it and is answered with what it made
+(``webapp.core.submissions``)."""
 from __future__ import annotations
 
 import pytest
@@ -22,7 +23,11 @@ from webapp.core.submissions import send_once
 
 assert connection.vendor == "postgresql", connection.vendor
 user = get_user_model().objects.create_user("pg-once", password="unused-password")
-made, results, barrier = [], [], threading.Barrier(2)
+made, prepared, results, barrier = [], [], [], threading.Barrier(2)
+
+def prepare():
+    prepared.append(threading.get_ident())
+    time.sleep(0.5)  # the work before the transaction: the other sending arrives meanwhile
 
 def create():
     made.append(threading.get_ident())
@@ -32,7 +37,8 @@ def create():
 def send():
     barrier.wait()
     try:
-        results.append(send_once(user=user, form="/runs/new/", token="t", fields=b"same", create=create))
+        results.append(send_once(user=user, form="/runs/new/", token="t", fields=b"same", create=create,
+                                 prepare=prepare))
     finally:
         connection.close()
 
@@ -41,7 +47,7 @@ for thread in threads:
     thread.start()
 for thread in threads:
     thread.join()
-assert len(made) == 1, made
+assert len(made) == 1 and len(prepared) == 1, (made, prepared)
 assert sorted(result.created for result in results) == [False, True], results
 assert [result.result for result in results] == ["/made/", "/made/"], results
 print("ok")

@@ -11,7 +11,7 @@ from django.core.handlers.asgi import ASGIHandler
 from django.utils.module_loading import import_string
 
 from webapp.core.metrics import REQUEST_DURATION
-from webapp.datasets.uploads import RequestBodyLimit
+from webapp.datasets.uploads import MULTIPART_OVERHEAD_BYTES, RequestBodyLimit
 
 
 def test_every_middleware_runs_in_the_event_loop():
@@ -92,3 +92,109 @@ def test_the_upload_guards_413_has_the_security_headers_of_djangos_answers(setti
     assert (b"strict-transport-security" in expected) == secure
     assert {name: guard_headers.get(name) for name in expected} == expected
     assert not (set(SECURITY_HEADERS) - set(expected)) & set(guard_headers)
+
+
+def call_chunked(app, path: str, body: bytes, *, headers: list[tuple[bytes, bytes]], chunk_bytes: int = 4096
+                 ) -> tuple[int, bytes]:
+    """``path`` POSTed through ``app`` with ``Transfer-Encoding: chunked`` and no ``Content-Length`` (curl
+    -H 'Transfer-Encoding: chunked', a client streaming a file it does not measure): the body in pieces."""
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(b"host", b"127.0.0.1"), (b"transfer-encoding", b"chunked"), *headers],
+             "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000)}
+    pieces = [body[at:at + chunk_bytes] for at in range(0, len(body), chunk_bytes)]
+    messages = [{"type": "http.request", "body": piece, "more_body": index < len(pieces) - 1}
+                for index, piece in enumerate(pieces)]
+    started: dict = {}
+    answer = bytearray()
+
+    async def receive():
+        if messages:
+            return messages.pop(0)
+        await asyncio.Event().wait()
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            started.update(message)
+        else:
+            answer.extend(message.get("body", b""))
+
+    asyncio.run(app(scope, receive, send))
+    return started["status"], bytes(answer)
+
+
+def multipart(fields: dict[str, str], files: dict[str, tuple[str, bytes]]) -> tuple[bytes, bytes]:
+    """A multipart/form-data body of ``fields`` and ``files`` (name: (file name, content)), and its content type."""
+    boundary = b"temper-chunked-boundary"
+    parts = [b'--%s\r\nContent-Disposition: form-data; name="%s"\r\n\r\n%s\r\n' % (boundary, name.encode(), value.encode())
+             for name, value in fields.items()]
+    parts += [b'--%s\r\nContent-Disposition: form-data; name="%s"; filename="%s"\r\n'
+              b"Content-Type: application/octet-stream\r\n\r\n%s\r\n" % (boundary, name.encode(), file_name.encode(), content)
+              for name, (file_name, content) in files.items()]
+    return b"".join(parts) + b"--%s--\r\n" % boundary, b"multipart/form-data; boundary=" + boundary
+
+
+@pytest.fixture
+def chunked_world(settings, tmp_path):
+    """An owner's token, a model archive and the models root, for uploads sent chunked."""
+    from tests.webapp.basemodels.test_uploads import zip_of
+    from tests.webapp.factories import make_team, write_model_dir
+    from webapp.api.services import token_create
+
+    settings.MODELS_ROOT = tmp_path / "models"
+    team = make_team()
+    headers = [(b"authorization", f"Bearer {token_create(user=team.owner, name='script')[1]}".encode())]
+    archive = zip_of(tmp_path / "tiny.zip", write_model_dir(tmp_path / "source" / "tiny")).read_bytes()
+    return team, headers, archive
+
+
+@pytest.mark.django_db(transaction=True)  # the handler's threads use their own database connections
+def test_a_model_archive_sent_chunked_is_uploaded(chunked_world):
+    """A multipart body sent chunked reached the upload views empty (Django's parser reads CONTENT_LENGTH bytes, none
+    without the header) and the client was told to attach the archive it had attached."""
+    from webapp.asgi import application
+    from webapp.basemodels.models import BaseModel
+
+    team, headers, archive = chunked_world
+    body, content_type = multipart({"name": "chunked"}, {"archive": ("tiny.zip", archive)})
+    status, answer = call_chunked(application, "/api/v1/projects/alpha/base-models/", body,
+                                  headers=[*headers, (b"content-type", content_type)])
+    assert status == 201, answer
+    assert BaseModel.objects.get(project=team.project).name == "chunked"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_dataset_file_sent_chunked_is_uploaded(chunked_world, monkeypatch):
+    from webapp.asgi import application
+    from webapp.datasets import services
+    from webapp.datasets.models import DatasetVersion
+
+    checks = []
+    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue: checks.append(name))
+    team, headers, _archive = chunked_world
+    rows = b"".join(b'{"prompt": "question %d", "response": "answer"}\n' % number for number in range(500))
+    body, content_type = multipart({"kind": "sft", "name": "sent-chunked"}, {"file": ("rows.jsonl", rows)})
+    status, answer = call_chunked(application, "/api/v1/projects/alpha/datasets/", body,
+                                  headers=[*headers, (b"content-type", content_type)])
+    assert status == 201, answer
+    version = DatasetVersion.objects.get(dataset__project=team.project, dataset__name="sent-chunked")
+    assert version.absolute_path.read_bytes() == rows and len(checks) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_upload_sent_chunked_is_held_to_the_same_limit(chunked_world, tmp_path):
+    """Counted as it arrives by the guard in front of the handler, as webapp.asgi chains them: past the model upload
+    limit, a 413 naming it, and nothing unpacked."""
+    from webapp.basemodels.models import BaseModel
+    from webapp.core.asgi_requests import MeasuredBodyASGIHandler
+
+    _team, headers, archive = chunked_world
+    # The limit leaves MULTIPART_OVERHEAD_BYTES for the framing: the archive is past both.
+    archive += b"\0" * (MULTIPART_OVERHEAD_BYTES + 10_000)
+    body, content_type = multipart({"name": "chunked"}, {"archive": ("tiny.zip", archive)})
+    app = RequestBodyLimit(MeasuredBodyASGIHandler(), max_upload_bytes=10_000, max_other_bytes=100,
+                           max_model_upload_bytes=10_000)
+    status, answer = call_chunked(app, "/api/v1/projects/alpha/base-models/", body,
+                                  headers=[*headers, (b"content-type", content_type)], chunk_bytes=64 * 1024)
+    assert status == 413 and b"model upload limit" in answer and b"TEMPER_MODEL_UPLOAD_MAX_BYTES" in answer
+    assert not BaseModel.objects.exists() and not (tmp_path / "models" / "projects" / "alpha" / "chunked").exists()

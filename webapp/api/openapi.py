@@ -28,8 +28,9 @@ BASE_MODEL = {"name": "model_id", "in": "path", "required": True, "schema": {"ty
 IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"},
                    "description": "Sent again with the same key and body, the request is answered with what the first "
                                   "made (header Idempotent-Replayed: true) and nothing is queued again; sent again with "
-                                  "another body, it is refused (422). At most 200 characters (a longer key: 400); "
-                                  "kept for 7 days."}
+                                  "another body, it is refused (422); sent again while the first is still being "
+                                  "processed, it waits for the first (20 seconds at most, then 409: try again). At "
+                                  "most 200 characters (a longer key: 400); kept for 7 days."}
 
 
 def _json(description: str, model: type[BaseModel] | tuple[type[BaseModel], ...]) -> dict[str, Any]:
@@ -55,6 +56,9 @@ ERRORS = {
 TOO_LARGE = {"413": _json("The body is over the size this address takes: `{\"detail\": message}`.", schemas.Detail)}
 KEY_REUSED = {"422": _json("The Idempotency-Key was sent before with another body: "
                            "`{\"errors\": {\"Idempotency-Key\": [message]}}`; nothing was made.", schemas.FieldErrors)}
+IN_PROGRESS = {"409": _json("The first request sent with this Idempotency-Key is still being processed (a retry "
+                            "sent while it works): `{\"detail\": message}`; nothing more was made: try again in a "
+                            "minute to get what it made.", schemas.Detail)}
 # Every body the API answers with (webapp.api.schemas), the components the responses refer to.
 ANSWERS = (schemas.BaseModelList, schemas.BaseModelOut, schemas.DatasetList, schemas.DatasetDetail,
            schemas.DatasetVersionOut, schemas.UploadOut, schemas.RunPage, schemas.RunDetail, schemas.RunOut,
@@ -76,7 +80,7 @@ def _operation(summary: str, parameters: list, *, body: type[BaseModel] | None =
     answer = {"description": response} if answer is None else _json(response, answer)
     operation: dict[str, Any] = {"summary": summary, "parameters": parameters + (query or []),
                                  "responses": {status: answer, **ERRORS, **(TOO_LARGE if body is not None else {}),
-                                               **(KEY_REUSED if IDEMPOTENCY_KEY in parameters else {})}}
+                                               **(KEY_REUSED | IN_PROGRESS if IDEMPOTENCY_KEY in parameters else {})}}
     if body is not None:
         operation["requestBody"] = _body(body)
     return operation

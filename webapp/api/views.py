@@ -37,8 +37,8 @@ from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS, whole_number
 from webapp.core.sse import AccessLost, access_lost_when
 from webapp.core.streaming import download_label, file_download
 from webapp.core.templatetags.temper import when
-from webapp.core.submissions import (IDEMPOTENCY_HEADER, IdempotencyKeyReused, Sent, request_send_once,
-                                     request_sent_before)
+from webapp.core.submissions import (IDEMPOTENCY_HEADER, IdempotencyKeyReused, Sent, SendingInProgress,
+                                     request_send_once)
 from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
@@ -129,6 +129,8 @@ def api_view(methods: tuple[str, ...], *, query: tuple[str, ...] = ()) -> Callab
                 return _error(404, detail=str(error) or "not found")
             except IdempotencyKeyReused as error:
                 return _error(422, errors={IDEMPOTENCY_HEADER: [str(error)]})
+            except SendingInProgress as error:  # a ValidationError too: before that
+                return _error(409, detail=error.message)
             except PermissionDenied as error:
                 return _error(403, detail=str(error))
             except ValidationError as error:
@@ -300,13 +302,12 @@ def _base_model_upload(request: HttpRequest, slug: str) -> JsonResponse:
     if missing:
         raise ValidationError(missing)
     # A retry is answered before the minutes of unpacking; the archive is told by its name, size and ends.
-    sent = request_sent_before(request, sample_files=True)
-    if sent is None:
-        archive = files["archive"]
-        sent = basemodel_uploads.basemodel_upload_once(
-            project=project, name=request.POST["name"], archive=Path(archive.temporary_file_path()),
-            archive_name=archive.name, user=request.user, made=lambda base_model: base_model.public_id,
-            send_once=lambda create: request_send_once(request, create=create, sample_files=True))
+    archive = files["archive"]
+    sent = basemodel_uploads.basemodel_upload_once(
+        project=project, name=request.POST["name"], archive=Path(archive.temporary_file_path()),
+        archive_name=archive.name, user=request.user, made=lambda base_model: base_model.public_id,
+        send_once=lambda create, prepare: request_send_once(request, create=create, prepare=prepare,
+                                                            sample_files=True))
     return _created(_base_model_json(basemodel_selectors.basemodel_get(project=project, public_id=sent.result)), sent)
 
 

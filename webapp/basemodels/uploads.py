@@ -21,8 +21,8 @@ anyway; and the temporary file is the web process's (``FILE_UPLOAD_TEMP_DIR``), 
 (docker-compose.multihost.yml) could not read without one more full copy to a shared place.
 
 The Upload page (``basemodels.views.basemodel_upload``) and the REST API's ``POST base-models/``
-(``api.views.base_models``) both send through ``basemodel_upload_once``: the same checks, messages and limits, and a
-repeated sending answered with the first's model.
+(``api.views.base_models``) both send through ```basemodel_upload_once``: the same checks, messages and limits, and a
+repeated sending (even one sent while the first still unpacks) answered with the first's model.
 """
 from __future__ import annotations
 
@@ -79,27 +79,31 @@ def basemodel_upload(*, project: Project, name: str, archive: Path, archive_name
 
 
 def basemodel_upload_once(*, project: Project, name: str, archive: Path, archive_name: str,
-                          user: AbstractBaseUser | None, send_once: Callable[[Callable[[], str]], Sending],
+                          user: AbstractBaseUser | None,
+                          send_once: Callable[[Callable[[], str], Callable[[], None]], Sending],
                           made: Callable[[BaseModel], str]) -> Sending:
     """``basemodel_upload`` for a sending acted on once, the Upload page's and the REST API's: ``send_once`` is
-    ``form_send_once`` or ``request_send_once`` bound to its request, and is given the ``create`` that registers the
-    model and returns ``made(base_model)`` (the model's page, its id). Unpacked first, outside any transaction;
-    registered inside ``send_once``'s; a folder unpacked for a sending refused before its registration (a token too
-    long) is removed. The caller answers a repeated sending before this (``form_sent_before``,
-    ``request_sent_before``), so that a repeat unpacks nothing."""
-    model_dir = model_archive_unpack(project=project, name=name, archive=archive, archive_name=archive_name)
-    registered = False
+    ``form_send_once`` or ``request_send_once`` bound to its request, called with the ``create`` that registers the
+    model and returns ``made(base_model)`` (the model's page, its id) and the ``prepare`` that unpacks it. The sending
+    is claimed first, so that a repeat, even one sent while the first still unpacks, unpacks nothing and is answered
+    with the first's model; unpacked outside any transaction, registered inside the sending's; a folder unpacked for
+    a sending that is not registered after all is removed."""
+    model_dir: Path | None = None
+    sent = False
+
+    def unpack() -> None:
+        nonlocal model_dir
+        model_dir = model_archive_unpack(project=project, name=name, archive=archive, archive_name=archive_name)
 
     def register() -> str:
-        nonlocal registered
-        base_model = model_archive_register(project=project, name=name, model_dir=model_dir, user=user)
-        registered = True
-        return made(base_model)
+        return made(model_archive_register(project=project, name=name, model_dir=model_dir, user=user))
 
     try:
-        return send_once(register)
+        answer = send_once(register, unpack)
+        sent = True
+        return answer
     finally:
-        if not registered:
+        if model_dir is not None and not sent:  # unpacked, then refused (its registration rolled back)
             discard_unpacked(model_dir)
 
 

@@ -19,7 +19,7 @@ from webapp.basemodels.forms import BaseModelRegisterForm, BaseModelUploadForm
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.numbers import whole_number
-from webapp.core.submissions import deleted_once_or_refused, form_send_once, form_sent_before, sent_once_or_refused
+from webapp.core.submissions import deleted_once_or_refused, form_send_once, sent_once_or_refused
 from webapp.datasets.models import DatasetVersion
 from webapp.datasets.uploads import LimitedUploadHandler, body_too_large
 from webapp.projects.access import get_project_for_user
@@ -122,12 +122,11 @@ def _upload_checked(request, project, membership, handler: LimitedUploadHandler 
 
         try:
             # The archive is told by its name, size and ends, not read whole (a 20 GB one took minutes to hash).
-            if (first := form_sent_before(request, sample_files=True)) is not None:
-                return redirect(first)
             return redirect(uploads.basemodel_upload_once(
                 project=project, name=form.cleaned_data["name"], archive=Path(archive.temporary_file_path()),
                 archive_name=archive.name, user=request.user, made=page_of,
-                send_once=lambda create: form_send_once(request, create=create, sample_files=True)))
+                send_once=lambda create, prepare: form_send_once(request, create=create, prepare=prepare,
+                                                                 sample_files=True)))
         except ValidationError as error:
             add_service_errors(form, error)
     return _render_upload(request, project, membership, form, status=400)

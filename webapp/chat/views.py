@@ -28,7 +28,7 @@ from webapp.chat.access import chat_access, get_conversation_for_user, get_messa
 from webapp.core.auth_header import DEFAULT_TOKEN_LIFETIME, TOKEN_LIFETIME_CHOICES, token_expiry
 from webapp.core.bidi import isolated
 from webapp.core.numbers import whole_number
-from webapp.core.submissions import (deleted_once_or_refused, form_send_once, form_send_once_secret,
+from webapp.core.submissions import (SendingInProgress, deleted_once_or_refused, form_send_once, form_send_once_secret,
                                      note_secret_already_shown)
 from webapp.core.views import post_answered_with_a_page
 
@@ -86,7 +86,10 @@ def chat_list(request: HttpRequest, slug: str) -> HttpResponse:
                 enable_thinking=form.enable_thinking(), template_variables=form.template_variables())
             return reverse("chat:detail", kwargs={"slug": project.slug, "conversation_id": conversation.public_id})
 
-        return redirect(form_send_once(request, create=start))
+        try:
+            return redirect(form_send_once(request, create=start))
+        except SendingInProgress as error:  # the same form sent twice, the first still at work
+            form.add_error(None, error)
     return _list_page(request, project, membership, form, status=400 if request.method == "POST" else 200)
 
 

@@ -12,12 +12,15 @@ class Submission(models.Model):
     made (the address of its page, or its id). Unique per user, so of two identical sendings, even
     concurrent ones, one makes it and the other is answered with the first's ``result``. An API
     request's ``key`` digests its address and key alone, and ``body_digest`` its body: the key
-    stands for one request, and another body sent under it is refused."""
+    stands for one request, and another body sent under it is refused. ``claimed_by`` marks a sending still at work
+    (a random mark of its own; empty once ``result`` is filled in): an identical sending meanwhile waits for it
+    (``webapp.core.submissions``), and ``created_at`` is when it was claimed."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     key = models.CharField(max_length=64)
     body_digest = models.CharField(max_length=64, blank=True)
     result = models.CharField(max_length=512, blank=True)
+    claimed_by = models.CharField(max_length=32, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:

@@ -3,20 +3,26 @@
 Design note: ``static/forms.js`` stops a double click, but not two identical POSTs from a script, a
 proxy that retries, or Back and send again: each launched a run and queued its task. Every such
 form carries a one-time token (``{% submission_token %}``, a hidden field), and its view makes
-the thing through ``form_send_once``: in one transaction it stores a ``Submission`` keyed by the
-user, the address posted to, the token and the fields sent (a digest), then calls the service. The
-unique key decides between concurrent sendings (the second INSERT waits for the first's commit
-and fails), and a repeat is answered with what the first made — the same redirect, with a note —
-and queues nothing. A sending that fails (a validation error) rolls its record back, so sending
-it again is tried again. The fields are part of the key: after Back, a form sent unchanged is a
+the thing through ``form_send_once``: it claims a ``Submission`` keyed by the user, the address posted to, the
+token and the fields sent (a digest), in a transaction of its own, committed before the work starts, then calls the
+service and fills in what it made in the service's transaction. The unique key decides between concurrent sendings:
+the second finds the first's claim and waits for it (polling the row, at most ``WAIT_FOR_FIRST_SECONDS``), then is
+answered with what the first made — the same redirect, with a note — and queues nothing; still unfinished, it is
+refused with ``SendingInProgress`` ("try again in a minute": a 409 in the API, a message on the page). The claim is
+committed first, not in the service's transaction, because some work precedes that transaction (``prepare``:
+unpacking a model archive, minutes outside any transaction): a retry that arrived meanwhile saw nothing and unpacked
+too, to be refused "name taken". A sending that fails (a validation error) gives its claim up, so sending it again
+is tried again (and a retry waiting on it takes it); a claim whose process died (a restart mid-upload) is taken over
+once it is ``CLAIM_TAKEN_OVER_AFTER`` old, longer than a sending's work takes (a model archive unpacks in minutes),
+and the first's work, were it still going, is then rolled back, not kept twice. The fields are part of the key:
+after Back, a form sent unchanged is a
 repeat, one the user changed is a new launch (a page the browser fetches again on Back has a new
 token; ``static/forms.js`` puts back the one the form was sent with). A file is part of the fields by its name, size
 and content; a form whose files run to gigabytes (a model archive) passes ``sample_files``, and its files are told
 apart by their name, size and first and last MiB: reading 20 GB to hash it took minutes, and a file changed only in
 its middle, sent again under the same one-time token, is not a case worth them (Back and a different file of the same
-size and ends). Such a form's view asks ``form_sent_before`` first, so that a repeat is answered before the minutes
-of work that precede its transaction (unpacking the archive). The API does the same for a request with an
-``Idempotency-Key`` header (``request_send_once``; ``request_sent_before`` ahead of such work), but there the key
+size and ends). The API does the same for a request with an
+``Idempotency-Key`` header (``request_send_once``), but there the key
 alone is the record's key, and the body's digest is kept beside it: a client's key stands for one request
 (the IETF idempotency-key draft, as Stripe), so the key sent again with another body is a mistake
 to report (``IdempotencyKeyReused``, a 422), neither a second thing made nor the first's answer
@@ -32,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -55,6 +62,13 @@ ALREADY_SENT = "This form was already sent; this is what it made. Change it to m
 GONE_ALREADY = "Nothing to delete: it is gone already (deleted meanwhile, perhaps by someone else)."
 # How much of each end of a file ``sample_files`` reads.
 SAMPLE_BYTES = 1024 * 1024
+# How long a sending waits for an identical one already at work to finish, and how often it looks.
+WAIT_FOR_FIRST_SECONDS = 20.0
+POLL_SECONDS = 0.25
+# A claim this old is a dead process's, taken over by the next identical sending (see the module note).
+CLAIM_TAKEN_OVER_AFTER = timedelta(minutes=30)
+STILL_BEING_PROCESSED = ("The same request is still being processed (sent twice: a retry, or a second click); "
+                         "try again in a minute to get what it made.")
 # Fields that differ between two sendings of one form without the user changing anything.
 _NOT_FIELDS = {TOKEN_FIELD, "csrfmiddlewaretoken"}
 
@@ -82,19 +96,36 @@ class IdempotencyKeyReused(Exception):
                          "a new request, or the first body again to get what it made.")
 
 
+class SendingInProgress(ValidationError):
+    """The same sending is still at work after ``WAIT_FOR_FIRST_SECONDS`` (see the module note): a ``ValidationError``
+    so that a page shows it as it shows a refusal (nothing was made); the API answers it with a 409."""
+
+    def __init__(self):
+        super().__init__(STILL_BEING_PROCESSED)
+
+
 def send_once(*, user, form: str, token: str, fields: bytes, create: Callable[[], str],
-              token_name: str = TOKEN_FIELD) -> Sent:
+              token_name: str = TOKEN_FIELD, prepare: Callable[[], None] | None = None) -> Sent:
     """Call ``create`` (it makes the thing and returns its page address or id) unless ``user``
     sent ``form`` (the address posted to) with this ``token`` and these ``fields`` in the last
     ``KEEP_DAYS``; then return what that made.
 
-    ``create``'s errors propagate and leave no record. Without a token, ``create`` is called. A
-    token longer than ``MAX_TOKEN_CHARS`` is refused (a ``ValidationError`` on ``token_name``)
-    rather than cut: two keys that differ past the cut would be one sending."""
+    ``create``'s errors propagate and leave no record. ``prepare``: work done first, once the sending is claimed,
+    outside any transaction (unpacking an archive); ``create`` then runs in a transaction of its own. Without a
+    token, both are called. A token longer than ``MAX_TOKEN_CHARS`` is refused (a ``ValidationError`` on
+    ``token_name``) rather than cut: two keys that differ past the cut would be one sending. An identical sending
+    still at work after ``WAIT_FOR_FIRST_SECONDS``: ``SendingInProgress``."""
     if not token:
-        return Sent(result=create(), created=True)
+        return _unrecorded(create=create, prepare=prepare)
     _check_token_length(token, token_name=token_name)
-    return _record_once(user=user, key=_form_key(form, token, fields), body_digest="", create=create, path=form)
+    return _record_once(user=user, key=_form_key(form, token, fields), body_digest="", create=create, path=form,
+                        prepare=prepare)
+
+
+def _unrecorded(*, create: Callable[[], str], prepare: Callable[[], None] | None) -> Sent:
+    if prepare is not None:
+        prepare()
+    return Sent(result=create(), created=True)
 
 
 def _form_key(form: str, token: str, fields: bytes) -> str:
@@ -107,31 +138,73 @@ def _check_token_length(token: str, *, token_name: str) -> None:
                                            f"it may be at most {MAX_TOKEN_CHARS}"})
 
 
-def _record_once(*, user, key: str, body_digest: str, create: Callable[[], str], path: str) -> Sent:
-    """Store ``key`` for ``user`` and call ``create``, in one transaction; when ``key`` is stored
-    already, what its first sending made, or ``IdempotencyKeyReused`` if that sending's
-    ``body_digest`` differs (form sendings store none: their fields are part of their key)."""
-    _forget_old_submissions()
-    with transaction.atomic():
-        try:
-            with transaction.atomic():
-                submission = Submission.objects.create(user=user, key=key, body_digest=body_digest)
-        except IntegrityError:
-            first = Submission.objects.get(user=user, key=key)
-            if first.body_digest != body_digest:
-                raise IdempotencyKeyReused(path=path) from None
-            return Sent(result=first.result, created=False)
-        result = create()
-        Submission.objects.filter(pk=submission.pk).update(result=result)
+def _record_once(*, user, key: str, body_digest: str, create: Callable[[], str], path: str,
+                 prepare: Callable[[], None] | None = None) -> Sent:
+    """Claim ``key`` for ``user`` (``_claim``), then call ``prepare`` and ``create``, the latter in a transaction that
+    also stores what it made; a failure gives the claim up. When ``key`` is claimed already, what its first sending
+    made (``_claim``)."""
+    claim = _claim(user=user, key=key, body_digest=body_digest, path=path)
+    if isinstance(claim, Sent):
+        return claim
+    pk, claimed_by = claim
+    try:
+        if prepare is not None:
+            prepare()
+        with transaction.atomic():
+            result = create()
+            # The claim, taken over meanwhile (this sending outlived CLAIM_TAKEN_OVER_AFTER): the one that took it
+            # makes the thing, and this work is rolled back rather than kept twice.
+            if not Submission.objects.filter(pk=pk, claimed_by=claimed_by).update(result=result, claimed_by=""):
+                raise SendingInProgress()
+    except BaseException:
+        Submission.objects.filter(pk=pk, claimed_by=claimed_by).delete()
+        raise
     return Sent(result=result, created=True)
 
 
+def _claim(*, user, key: str, body_digest: str, path: str) -> tuple[int, str] | Sent:
+    """Store ``key`` for ``user`` as claimed, in a transaction of its own: the claim's id and mark. When it is stored
+    already: what its first sending made, once that is done (waited for, ``WAIT_FOR_FIRST_SECONDS`` at most, then
+    ``SendingInProgress``); ``IdempotencyKeyReused`` if that sending's ``body_digest`` differs (form sendings store
+    none: their fields are part of their key); the claim itself when that sending gave it up (it failed) or died
+    holding it (``CLAIM_TAKEN_OVER_AFTER``)."""
+    give_up_at = time.monotonic() + WAIT_FOR_FIRST_SECONDS
+    claimed_by = secrets.token_hex(16)
+    while True:
+        # Read first: on SQLite an INSERT waits for the write lock, which the first's service holds while it works.
+        first = Submission.objects.filter(user=user, key=key, created_at__gte=_kept_since()).first()
+        if first is None:
+            try:
+                with transaction.atomic():
+                    _forget_old_submissions()
+                    return Submission.objects.create(user=user, key=key, body_digest=body_digest,
+                                                     claimed_by=claimed_by).pk, claimed_by
+            except IntegrityError:  # claimed meanwhile
+                continue
+        if first.body_digest != body_digest:
+            raise IdempotencyKeyReused(path=path)
+        if not first.claimed_by:
+            return Sent(result=first.result, created=False)
+        now = timezone.now()
+        if first.created_at < now - CLAIM_TAKEN_OVER_AFTER:
+            if Submission.objects.filter(pk=first.pk, claimed_by=first.claimed_by).update(claimed_by=claimed_by,
+                                                                                           created_at=now):
+                return first.pk, claimed_by
+            continue
+        if time.monotonic() >= give_up_at:
+            raise SendingInProgress()
+        time.sleep(POLL_SECONDS)
+
+
 def _forget_old_submissions() -> None:
-    """Delete the records past ``KEEP_DAYS``. Before a sending's transaction, not inside it: a
-    token older than that is then a new sending (its stale record would otherwise still be
-    found), and on PostgreSQL one sending does not hold the row locks of everyone's old records
-    while its service runs (another sending's delete of the same rows would wait on it)."""
-    Submission.objects.filter(created_at__lt=timezone.now() - timedelta(days=KEEP_DAYS)).delete()
+    """Delete the records past ``KEEP_DAYS`` (a token older than that is a new sending). In a claim's transaction,
+    not in the service's: on PostgreSQL one sending then holds no row locks of everyone's old records while its
+    service runs (another sending's delete of the same rows would wait on it)."""
+    Submission.objects.filter(created_at__lt=_kept_since()).delete()
+
+
+def _kept_since():
+    return timezone.now() - timedelta(days=KEEP_DAYS)
 
 
 def _form_fields(request: HttpRequest, *, sample_files: bool = False) -> bytes:
@@ -155,33 +228,16 @@ def _form_fields(request: HttpRequest, *, sample_files: bool = False) -> bytes:
     return digest.digest()
 
 
-def form_send_once(request: HttpRequest, *, create: Callable[[], str], sample_files: bool = False) -> str:
+def form_send_once(request: HttpRequest, *, create: Callable[[], str], sample_files: bool = False,
+                   prepare: Callable[[], None] | None = None) -> str:
     """The page to redirect to after the form of ``request`` was sent: ``create``'s (it
     makes the thing and returns that page's address), or, for a repeat, the first sending's, with
-    a note that says so (see the module note; ``sample_files`` there too)."""
+    a note that says so (see the module note; ``sample_files`` and ``prepare`` there and in ``send_once``)."""
     sent = send_once(user=request.user, form=request.path, token=request.POST.get(TOKEN_FIELD, ""),
-                     fields=_form_fields(request, sample_files=sample_files), create=create)
+                     fields=_form_fields(request, sample_files=sample_files), create=create, prepare=prepare)
     if not sent.created:
         messages.info(request, ALREADY_SENT)
     return sent.result
-
-
-def form_sent_before(request: HttpRequest, *, sample_files: bool = False) -> str | None:
-    """What the first sending of the form of ``request`` made, with ``form_send_once``'s note, when this sending
-    repeats it; else None. For a form whose work before ``form_send_once`` takes minutes: a repeat is answered
-    before that work (two sendings at once both pass here, and ``form_send_once`` decides between them).
-    A token too long is refused as ``form_send_once`` refuses it."""
-    token = request.POST.get(TOKEN_FIELD, "")
-    if not token:
-        return None
-    _check_token_length(token, token_name=TOKEN_FIELD)
-    key = _form_key(request.path, token, _form_fields(request, sample_files=sample_files))
-    first = Submission.objects.filter(user=request.user, key=key,
-                                      created_at__gte=timezone.now() - timedelta(days=KEEP_DAYS)).first()
-    if first is None:
-        return None
-    messages.info(request, ALREADY_SENT)
-    return first.result
 
 
 def sent_once_or_refused(request: HttpRequest, *, create: Callable[[], str], back: str) -> str:
@@ -251,33 +307,19 @@ def note_secret_already_shown(request: HttpRequest, *, tokens: QuerySet, token_i
     messages.info(request, secret_already_shown(token_name=name))
 
 
-def request_send_once(request: HttpRequest, *, create: Callable[[], str], sample_files: bool = False) -> Sent:
+def request_send_once(request: HttpRequest, *, create: Callable[[], str], sample_files: bool = False,
+                      prepare: Callable[[], None] | None = None) -> Sent:
     """``send_once`` for an API request with an ``Idempotency-Key`` header: the address and key are
     the record's key, the body (a JSON body, or the fields and files of a form upload; ``sample_files`` as for
     ``form_send_once``) is compared with the first's. Sent again with the same body: what the first made; with
-    another body: ``IdempotencyKeyReused``. Without the header, ``create`` is called."""
+    another body: ``IdempotencyKeyReused``; while the first is still at work: ``SendingInProgress``. Without the
+    header, ``prepare`` and ``create`` are called."""
     token = request.headers.get(IDEMPOTENCY_HEADER, "")
     if not token:
-        return Sent(result=create(), created=True)
+        return _unrecorded(create=create, prepare=prepare)
     key, body_digest = _request_key(request, token, sample_files=sample_files)
-    return _record_once(user=request.user, key=key, body_digest=body_digest, create=create, path=request.path)
-
-
-def request_sent_before(request: HttpRequest, *, sample_files: bool = False) -> Sent | None:
-    """What the first request under this ``Idempotency-Key`` made (``created`` False) when ``request`` repeats it,
-    ``IdempotencyKeyReused`` when that one's body was another; else None. ``form_sent_before`` for the API: asked
-    before minutes of work that precede ``request_send_once`` (unpacking a model archive)."""
-    token = request.headers.get(IDEMPOTENCY_HEADER, "")
-    if not token:
-        return None
-    key, body_digest = _request_key(request, token, sample_files=sample_files)
-    first = Submission.objects.filter(user=request.user, key=key,
-                                      created_at__gte=timezone.now() - timedelta(days=KEEP_DAYS)).first()
-    if first is None:
-        return None
-    if first.body_digest != body_digest:
-        raise IdempotencyKeyReused(path=request.path)
-    return Sent(result=first.result, created=False)
+    return _record_once(user=request.user, key=key, body_digest=body_digest, create=create, path=request.path,
+                        prepare=prepare)
 
 
 def _request_key(request: HttpRequest, token: str, *, sample_files: bool) -> tuple[str, str]:

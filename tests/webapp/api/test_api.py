@@ -730,8 +730,10 @@ def test_openapi_document_describes_every_endpoint(world):
     assert query["limit"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 500} and "cursor" in query
     assert "next" in paths["/api/v1/projects/{slug}/runs/"]["get"]["responses"]["200"]["description"]
     for path in ("runs", "datasets", "pipelines", "base-models"):  # the POSTs that take an Idempotency-Key
-        assert "another body" in paths[f"/api/v1/projects/{{slug}}/{path}/"]["post"]["responses"]["422"]["description"]
-    assert "422" not in paths["/api/v1/projects/{slug}/runs/{run_id}/cancel/"]["post"]["responses"]
+        responses = paths[f"/api/v1/projects/{{slug}}/{path}/"]["post"]["responses"]
+        assert "another body" in responses["422"]["description"]
+        assert "still being processed" in responses["409"]["description"]
+    assert not {"409", "422"} & set(paths["/api/v1/projects/{slug}/runs/{run_id}/cancel/"]["post"]["responses"])
 
 
 def test_the_tokens_page_shows_a_new_token_once(world, client_for):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 import zipfile
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -17,7 +18,7 @@ from django.template.defaultfilters import filesizeformat
 from django.test import Client
 from pydantic import TypeAdapter
 
-from tests.webapp.basemodels.test_upload_views import run_the_guard
+from tests.webapp.basemodels.test_upload_views import run_the_guard, sent_at_once, slowed_unpacking
 from tests.webapp.basemodels.test_uploads import left_in, tar_of, zip_of
 from tests.webapp.factories import make_team, write_model_dir
 from webapp.api import schemas
@@ -251,3 +252,46 @@ def test_the_readme_example_uploads_a_model(models_root, tmp_path, client):
     assert [answer.status_code for answer in answers] == [201, 201] and answers[1]["Idempotent-Replayed"] == "true"
     assert answers[0].json()["id"] == model.public_id and model.name == fields["name"]
     assert model.path == str(models_root.resolve() / "projects" / "demo" / fields["name"])
+
+
+@pytest.mark.django_db(transaction=True)  # two requests at once, each on its own connection
+def test_a_retry_sent_while_the_first_unpacks_gets_the_first_model(tmp_path, settings, monkeypatch):
+    """A client that times out and retries while its first request still unpacks: the retry waits for the first and
+    is answered with its model (both passed the early 'sent before?' check, and the retry was refused 'name taken')."""
+    team, (root, archive) = make_team(), _archive_in(tmp_path, settings)
+    owner = token_create(user=team.owner, name="script")[1]
+    slowed_unpacking(monkeypatch, 1.0)
+    first, second = sent_at_once(*[lambda client: post(client, owner, upload(archive), key="retried")] * 2)
+    assert (first.status_code, second.status_code) == (201, 201), (first.content, second.content)
+    model = BaseModel.objects.get(project=team.project)
+    assert first.json()["id"] == second.json()["id"] == model.public_id
+    assert sorted(answer.get("Idempotent-Replayed", "") for answer in (first, second)) == ["", "true"]
+    assert [path for path in left_in(root) if path.count("/") == 2] == ["projects/alpha/uploaded"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_still_waiting_when_the_wait_ends_is_told_to_try_again(tmp_path, settings, monkeypatch):
+    from webapp.core import submissions
+
+    team, (root, archive) = make_team(), _archive_in(tmp_path, settings)
+    owner = token_create(user=team.owner, name="script")[1]
+    slowed_unpacking(monkeypatch, 3.0)
+    monkeypatch.setattr(submissions, "WAIT_FOR_FIRST_SECONDS", 0.5)
+
+    def retried_late(client):
+        time.sleep(1.0)  # the first has claimed the key and is unpacking
+        return post(client, owner, upload(archive), key="slow")
+
+    first, second = sent_at_once(lambda client: post(client, owner, upload(archive), key="slow"), retried_late)
+    assert first.status_code == 201, first.content
+    assert second.status_code == 409 and second.json() == {"detail": submissions.STILL_BEING_PROCESSED}
+    third = post(Client(), owner, upload(archive), key="slow")  # later: the first's model
+    assert third.status_code == 201 and third.json()["id"] == first.json()["id"] and third["Idempotent-Replayed"]
+    assert BaseModel.objects.count() == 1
+    assert [path for path in left_in(root) if path.count("/") == 2] == ["projects/alpha/uploaded"]
+
+
+def _archive_in(tmp_path, settings) -> tuple[Path, bytes]:
+    root = settings.MODELS_ROOT = tmp_path / "models"
+    root.mkdir()
+    return root, zip_of(tmp_path / "tiny.zip", write_model_dir(tmp_path / "source" / "tiny")).read_bytes()

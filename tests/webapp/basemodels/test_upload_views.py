@@ -3,15 +3,19 @@ viewers and outsiders refused before anything is written; the ASGI guard takes a
 only."""
 import asyncio
 import html
+import threading
+import time
+from collections.abc import Callable
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
 from django.test import Client
 
 from tests.webapp.basemodels.test_uploads import left_in, zip_of
 from tests.webapp.factories import form_token, make_team, write_model_dir
 from webapp.basemodels.models import BaseModel
-from webapp.core.submissions import ALREADY_SENT, TOKEN_FIELD
+from webapp.core.submissions import ALREADY_SENT, STILL_BEING_PROCESSED, TOKEN_FIELD
 from webapp.datasets.uploads import MULTIPART_OVERHEAD_BYTES, RequestBodyLimit
 
 URL = "/p/alpha/models/upload/"
@@ -207,3 +211,73 @@ def test_another_archive_sent_with_the_same_token_is_another_sending(team, model
     assert first.status_code == 302 and second.status_code == 400
     assert "already has a base model named &#x27;uploaded&#x27;" in second.content.decode()
     assert BaseModel.objects.filter(project=team.project).count() == 1
+
+
+def slowed_unpacking(monkeypatch, seconds: float) -> None:
+    """The real unpacking, started ``seconds`` late: a first sending still unpacking when a retry of it arrives."""
+    from webapp.basemodels import uploads
+
+    unpack = uploads.unpack_archive
+
+    def slowly(*args, **kwargs):
+        time.sleep(seconds)
+        return unpack(*args, **kwargs)
+
+    monkeypatch.setattr(uploads, "unpack_archive", slowly)
+
+
+def sent_at_once(*requests: Callable[[Client], object]) -> list:
+    """Each of ``requests`` made by a client of its own in a thread of its own, all at once; their answers."""
+    answers, barrier = [None] * len(requests), threading.Barrier(len(requests))
+
+    def send(index: int) -> None:
+        barrier.wait()
+        try:
+            answers[index] = requests[index](Client())
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=send, args=(index,)) for index in range(len(requests))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return answers
+
+
+
+def owner_sending(team, token: str, archive: bytes, *, late: float = 0.0) -> Callable[[Client], object]:
+    """The owner's sending of the Upload page's form under ``token``, ``late`` seconds after the others."""
+    def send(client: Client):
+        client.force_login(team.owner)
+        time.sleep(late)
+        return client.post(URL, {"name": "uploaded", TOKEN_FIELD: token,
+                                 "archive": SimpleUploadedFile("tiny.zip", archive)})
+    return send
+
+
+@pytest.mark.django_db(transaction=True)  # two requests at once, each on its own connection
+def test_a_double_click_sent_at_once_makes_one_model(models_root, archive_bytes, monkeypatch):
+    """Two sendings of the form at the same moment, the first still unpacking when the second arrives: the second
+    waits and lands on the first's model (it was refused 'name taken', having found no record of the first)."""
+    team = make_team()
+    slowed_unpacking(monkeypatch, 1.0)
+    first, second = sent_at_once(*[owner_sending(team, "double-click", archive_bytes)] * 2)
+    model = BaseModel.objects.get(project=team.project)
+    assert (first.status_code, second.status_code) == (302, 302), (first.content, second.content)
+    assert first["Location"] == second["Location"] == f"/p/alpha/models/{model.public_id}/"
+    assert [path for path in left_in(models_root) if path.count("/") == 2] == ["projects/alpha/uploaded"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sending_whose_twin_is_still_unpacking_is_told_to_try_again(models_root, archive_bytes, monkeypatch):
+    from webapp.core import submissions
+
+    team = make_team()
+    slowed_unpacking(monkeypatch, 3.0)
+    monkeypatch.setattr(submissions, "WAIT_FOR_FIRST_SECONDS", 0.5)
+    first, second = sent_at_once(owner_sending(team, "slow", archive_bytes),
+                                 owner_sending(team, "slow", archive_bytes, late=1.0))
+    assert first.status_code == 302 and second.status_code == 400
+    assert STILL_BEING_PROCESSED in html.unescape(second.content.decode())
+    assert BaseModel.objects.count() == 1

@@ -947,3 +947,24 @@ def test_a_checkpoint_is_taken_in_every_spelling_the_product_shows(team, base_mo
     key = f"{run.public_id}:step-10@{tmp_path / 'export-step-10'}"
     [shown] = current_jobs_shown(jobs=[f"worker.tasks.serve.prepare {[key]!r}"], projects={team.project.pk})
     assert shown.doing == "loading checkpoint 10 of" and shown.name == "tuned"
+
+
+def test_a_new_conversation_sent_while_its_twin_is_at_work_is_told_to_try_again(team, client_for, base_model, rf,
+                                                                                  monkeypatch):
+    """The same form sent twice, the first still at work when the second's wait ends: the page says so (it was a
+    server error: the refusal was raised through a view that expected none)."""
+    import html
+
+    from webapp.core import submissions
+    from webapp.core.models import Submission
+
+    monkeypatch.setattr(submissions, "WAIT_FOR_FIRST_SECONDS", 0.1)
+    address = reverse("chat:list", args=[team.project.slug])
+    fields = {"model": base_model.public_id, "system_prompt": "Be brief.", "temperature": "0.5", "top_p": "0.9",
+              "top_k": "40", "max_tokens": "64", submissions.TOKEN_FIELD: "clicked-twice"}
+    key = submissions._form_key(address, "clicked-twice", submissions._form_fields(rf.post(address, fields)))
+    Submission.objects.create(user=team.teammate, key=key, claimed_by="the-first-sending")
+    response = client_for(team.teammate).post(address, fields)
+    assert response.status_code == 400
+    assert submissions.STILL_BEING_PROCESSED in html.unescape(response.content.decode())
+    assert not Conversation.objects.filter(project=team.project).exists()

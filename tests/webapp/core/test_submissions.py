@@ -15,7 +15,10 @@ from tests.webapp.factories import form_token, form_tokens, make_base_model, mak
 from webapp.core.models import Submission
 from webapp.api.models import ApiToken
 from webapp.chat.models import ProjectToken
-from webapp.core.submissions import KEEP_DAYS, MAX_TOKEN_CHARS, TOKEN_FIELD, secret_already_shown, send_once
+from webapp.core import submissions
+from webapp.core.models import SetupStep
+from webapp.core.submissions import (CLAIM_TAKEN_OVER_AFTER, KEEP_DAYS, MAX_TOKEN_CHARS, TOKEN_FIELD, SendingInProgress,
+                                     secret_already_shown, send_once)
 from webapp.datasets import services as dataset_services
 
 
@@ -92,6 +95,102 @@ def test_two_concurrent_sendings_make_one_thing(transactional_db, team):
     assert len(made) == 1
     assert sorted(result.created for result in results) == [False, True]
     assert [result.result for result in results] == ["/made/", "/made/"]
+
+
+def sent_in_threads(*sendings) -> list:
+    """Each of ``sendings`` called in a thread of its own, all at once; what each returned or raised."""
+    outcomes, barrier = [None] * len(sendings), threading.Barrier(len(sendings))
+
+    def send(index: int) -> None:
+        barrier.wait()
+        try:
+            outcomes[index] = sendings[index]()
+        except Exception as error:
+            outcomes[index] = error
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=send, args=(index,)) for index in range(len(sendings))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes
+
+
+def test_work_before_the_transaction_is_done_once_for_two_sendings_at_once(transactional_db, team):
+    """``prepare`` (a model archive unpacked, outside any transaction) ran for both sendings when they came at the
+    same moment: the sending is claimed, and committed, before it."""
+    prepared = []
+
+    def sending():
+        return send_once(user=team.owner, form="/upload/", token="t", fields=b"same", create=lambda: "/made/",
+                         prepare=lambda: (prepared.append(1), time.sleep(0.5)))
+
+    outcomes = sent_in_threads(sending, sending)
+    assert len(prepared) == 1
+    assert sorted((sent.result, sent.created) for sent in outcomes) == [("/made/", False), ("/made/", True)]
+
+
+def test_a_sending_waiting_on_one_that_fails_is_tried_again(transactional_db, team):
+    made = []
+
+    def refused():
+        time.sleep(0.5)
+        raise ValidationError({"name": "taken"})
+
+    def sending(create, late=0.0):
+        time.sleep(late)
+        return send_once(user=team.owner, form="/f/", token="t", fields=b"", create=create)
+
+    first, second = sent_in_threads(lambda: sending(refused), lambda: sending(lambda: made.append(1) or "/ok/", 0.2))
+    assert isinstance(first, ValidationError)
+    assert (second.result, second.created, made) == ("/ok/", True, [1])
+
+
+def test_a_sending_still_at_work_when_the_wait_ends_is_refused_with_try_again(transactional_db, team, monkeypatch):
+    monkeypatch.setattr(submissions, "WAIT_FOR_FIRST_SECONDS", 0.3)
+
+    def slow():
+        time.sleep(1.5)
+        return "/made/"
+
+    def sending(late=0.0):
+        time.sleep(late)
+        return send_once(user=team.owner, form="/f/", token="t", fields=b"", create=slow)
+
+    first, second = sent_in_threads(sending, lambda: sending(late=0.2))
+    assert first.created and isinstance(second, SendingInProgress)
+    assert second.messages == [submissions.STILL_BEING_PROCESSED]
+    assert send_once(user=team.owner, form="/f/", token="t", fields=b"", create=slow) == \
+        submissions.Sent(result="/made/", created=False)
+
+
+def test_a_claim_left_by_a_dead_process_is_taken_over_once_old(team, monkeypatch):
+    monkeypatch.setattr(submissions, "WAIT_FOR_FIRST_SECONDS", 0.1)
+    send = lambda: send_once(user=team.owner, form="/f/", token="t", fields=b"", create=lambda: "/made/")  # noqa: E731
+    claim = Submission.objects.create(user=team.owner, key=submissions._form_key("/f/", "t", b""),
+                                      claimed_by="a-process-that-died")
+    with pytest.raises(SendingInProgress):
+        send()
+    Submission.objects.filter(pk=claim.pk).update(created_at=timezone.now() - CLAIM_TAKEN_OVER_AFTER
+                                                  - timedelta(seconds=1))
+    assert send() == submissions.Sent(result="/made/", created=True)
+    assert list(Submission.objects.values_list("result", "claimed_by")) == [("/made/", "")]
+
+
+def test_a_sending_whose_claim_was_taken_over_keeps_nothing_it_made(transactional_db, team):
+    """It outlived ``CLAIM_TAKEN_OVER_AFTER`` and a retry took its claim (committed while it prepared): the retry's
+    work is the one kept."""
+    def create():
+        SetupStep.objects.create(name="made-by-the-first")
+        return "/made/"
+
+    with pytest.raises(SendingInProgress):
+        send_once(user=team.owner, form="/f/", token="t", fields=b"", create=create,
+                  prepare=lambda: Submission.objects.update(claimed_by="the-retry-that-took-it"))
+    assert not SetupStep.objects.filter(name="made-by-the-first").exists()
+    assert list(Submission.objects.values_list("claimed_by", flat=True)) == ["the-retry-that-took-it"]
 
 
 def test_the_same_project_sent_twice_is_created_once(team, client_for):

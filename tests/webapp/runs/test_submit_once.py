@@ -257,3 +257,30 @@ def test_the_api_launches_a_sweep_once_per_idempotency_key(team, catalog, client
     assert first.json() == second.json()
     assert [run["id"] for run in first.json()["runs"]] == list(Run.objects.order_by("id").values_list("public_id", flat=True))
     assert Run.objects.count() == 2 and len(sent_tasks.calls) == 2
+
+
+def test_a_launch_and_an_upload_sent_twice_at_once_are_made_once(transactional_db, team, catalog, sent_tasks):
+    """Two identical requests at the same moment (a client's retry while the first still works), each on its own
+    connection: one run, one dataset, and the second answered with the first's."""
+    from tests.webapp.basemodels.test_upload_views import sent_at_once
+
+    secret = token_create(user=team.teammate, name="script")[1]
+    body = json.dumps({"spec": sft_spec(catalog)})
+
+    def launch(client):
+        return client.post("/api/v1/projects/alpha/runs/", body, content_type="application/json",
+                           HTTP_AUTHORIZATION=f"Bearer {secret}", HTTP_IDEMPOTENCY_KEY="launch-at-once")
+
+    def upload(client):
+        return client.post("/api/v1/projects/alpha/datasets/", {
+            "name": "at-once", "kind": "sft", "file": SimpleUploadedFile("c.jsonl", b'{"prompt": "a", "completion": "b"}\n')},
+            HTTP_AUTHORIZATION=f"Bearer {secret}", HTTP_IDEMPOTENCY_KEY="upload-at-once")
+
+    for send, made in ((launch, lambda: Run.objects.get().public_id),
+                       (upload, lambda: DatasetVersion.objects.get(dataset__name="at-once").dataset.public_id)):
+        first, second = sent_at_once(send, send)
+        assert (first.status_code, second.status_code) == (201, 201), (first.content, second.content)
+        ids = [answer.json()["id"] if send is launch else answer.json()["dataset"]["id"] for answer in (first, second)]
+        assert ids == [made()] * 2
+        assert sorted(answer.get("Idempotent-Replayed", "") for answer in (first, second)) == ["", "true"]
+    assert len(sent_tasks.calls) == 2  # the run's task and the dataset's check, each queued once
