@@ -33,6 +33,7 @@ import os
 import re
 import shutil
 import stat
+import gzip
 import tarfile
 import tempfile
 import time
@@ -58,6 +59,7 @@ ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
 # The name is the folder's too: one path component, no hidden or special name.
 FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 CHUNK_BYTES = 1024 * 1024
+GZIP_MAGIC = b"\x1f\x8b"
 MACOS_METADATA = "__MACOSX"
 # A hidden upload folder this old is an abandoned one (see _remove_abandoned).
 ABANDONED_AFTER_SECONDS = 24 * 3600
@@ -302,25 +304,42 @@ def _unpack_zip(archive: Path, archive_name: str, into: Path, max_bytes: int, ma
 
 
 def _unpack_tar(archive: Path, archive_name: str, into: Path, max_bytes: int, max_members: int) -> None:
-    # Streamed ("r|*"): a .tar.gz is decompressed once, member after member, as a zip's central directory cannot be.
+    # Streamed ("r|"): a .tar.gz is decompressed once, member after member, as a zip's central directory cannot be.
+    # A gzip stream is read through GzipFile, drained to its end once the tar is: tarfile's own stream reader never
+    # checks gzip's CRC, and damage late in the stream can inflate into wrong bytes without a deflate error.
+    with open(archive, "rb") as raw:
+        gzipped = raw.read(2) == GZIP_MAGIC
+        raw.seek(0)
+        if not gzipped:
+            with tarfile.open(fileobj=raw, mode="r|*") as packed:  # a plain tar (or bz2/xz, as tar -a packs them)
+                _unpack_tar_members(packed, archive_name, into, max_bytes, max_members)
+            return
+        with gzip.GzipFile(fileobj=raw, mode="rb") as inflated:
+            with tarfile.open(fileobj=inflated, mode="r|") as packed:
+                _unpack_tar_members(packed, archive_name, into, max_bytes, max_members)
+            while inflated.read(CHUNK_BYTES):  # the rest (tar's zero blocks): the CRC and length are checked at the end
+                pass
+
+
+def _unpack_tar_members(packed: tarfile.TarFile, archive_name: str, into: Path, max_bytes: int,
+                        max_members: int) -> None:
     declared = written = 0
-    with tarfile.open(archive, mode="r|*") as packed:
-        for count, member in enumerate(packed, start=1):
-            if count > max_members:
-                raise _too_many(archive_name, max_members)
-            destination = _destination(into, member.name, archive_name)
-            if not (member.isreg() or member.isdir()):
-                raise _special(archive_name, member.name, _tar_kind(member))
-            declared += member.size
-            if declared > max_bytes:
-                raise _too_large(archive_name, max_bytes, declared=True)
-            if destination is None:
-                continue
-            if member.isdir():
-                _make_folder(destination, member.name, archive_name)
-                continue
-            source = packed.extractfile(member)
-            written = _write(source, destination, member.name, archive_name, written, max_bytes)
+    for count, member in enumerate(packed, start=1):
+        if count > max_members:
+            raise _too_many(archive_name, max_members)
+        destination = _destination(into, member.name, archive_name)
+        if not (member.isreg() or member.isdir()):
+            raise _special(archive_name, member.name, _tar_kind(member))
+        declared += member.size
+        if declared > max_bytes:
+            raise _too_large(archive_name, max_bytes, declared=True)
+        if destination is None:
+            continue
+        if member.isdir():
+            _make_folder(destination, member.name, archive_name)
+            continue
+        source = packed.extractfile(member)
+        written = _write(source, destination, member.name, archive_name, written, max_bytes)
 
 
 def _destination(into: Path, member_name: str, archive_name: str) -> Path | None:

@@ -374,6 +374,19 @@ def test_it_rejects_a_corrupt_gzip_stream(team, models_root, model_files, tmp_pa
         "cut.tar.gz: not a readable tar.gz archive (")
 
 
+def test_it_rejects_a_tar_gz_whose_gzip_checksum_does_not_match_its_bytes(team, models_root, model_files, tmp_path):
+    """Damage late in a .tar.gz can inflate into wrong bytes with no deflate error, and tarfile's stream reader
+    never checks gzip's CRC: the damaged weights were unpacked and registered. A wrong CRC in the trailer stands for
+    any such damage: the bytes unpacked are not the bytes packed."""
+    archive = tar_of(tmp_path / "late.tar.gz", model_files)
+    packed = bytearray(archive.read_bytes())
+    packed[-8:-4] = bytes(byte ^ 0xFF for byte in packed[-8:-4])  # the trailer's CRC32 of the uncompressed bytes
+    archive.write_bytes(bytes(packed))
+    assert refused_and_nothing_left(team.project, archive, models_root) == (
+        "late.tar.gz: not a readable tar.gz archive (CRC check failed 0x%x != 0x%x); pack it again"
+        % (int.from_bytes(packed[-8:-4], "little"), int.from_bytes(packed[-8:-4], "little") ^ 0xFFFFFFFF))
+
+
 def test_an_upload_removes_the_folders_of_uploads_killed_while_they_unpacked(team, models_root, model_files,
                                                                              tmp_path):
     """A process killed mid-unpack (a restart, the memory killer) cannot clean up: its hidden folder stayed."""
