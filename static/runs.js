@@ -110,8 +110,9 @@
     plot.style.minHeight = "";
     var chosen = chosenLayout(plot, figure.traces);
     plot.dataset.view = JSON.stringify(chosen);
-    window.Plotly.newPlot(plot, figure.traces, Object.assign(figure.layout, chosen), { displayModeBar: false, responsive: true });
+    window.Plotly.newPlot(plot, figure.traces, Object.assign(figure.layout, chosen), axes.PLOT_CONFIG);
     describeChart(plot);
+    axes.keepZoom(plot);
     plot.on("plotly_click", function (event) {
       if (!event.points || !event.points.length) return;
       var point = event.points[0];  // a smoothed point is its chart's point at the same index
@@ -125,13 +126,13 @@
   function chosenLayout(plot, traces) {
     var points = traces.filter(function (trace) { return trace.uid !== SMOOTHED; }), key = plot.dataset.metric;
     var log = axes.logApplies(points, logY.checked), title = axes.title(key, points, logY.checked);
-    var titleRoom = (title.lines - 1) * NOTE_ROOM;
+    var titleRoom = (title.lines - 1) * NOTE_ROOM, revision = axes.viewRevision(xAxis.value, logY.checked);
     var chosen = {
       height: Number(plot.dataset.height) + titleRoom, margin: { l: 56, r: 12, t: 28 + titleRoom, b: 36 },
       title: { text: title.text, font: { size: 13 } },
-      uirevision: axes.viewRevision(xAxis.value, logY.checked),  // the reader's zoom lasts across redraws
+      uirevision: revision,  // the reader's zoom lasts across redraws
       xaxis: Object.assign({ zeroline: false }, axes.xAxis(xAxis.value, traces)),
-      yaxis: Object.assign(axes.yAxis(key, traces, log), { zeroline: false }),
+      yaxis: Object.assign(axes.yAxis(key, traces, log, axes.zoomedY(plot, revision)), { zeroline: false }),
     };
     if (SHADED_CHARTS.indexOf(key) >= 0) chosen.shapes = noSignalShapes(positions.get(plot)[0]);
     return chosen;
@@ -145,7 +146,7 @@
     var view = JSON.stringify(chosen);
     if (!again && view === plot.dataset.view) return;
     plot.dataset.view = view;
-    window.Plotly.react(plot, plot.data.slice(), Object.assign({}, plot.layout, chosen));
+    window.Plotly.react(plot, plot.data.slice(), axes.withShownRange(plot, Object.assign({}, plot.layout, chosen)));
   }
 
   var X_HOVER = { step: "step %{x}", tokens: "%{x} tokens", time: "%{x} s" };

@@ -1150,6 +1150,51 @@ def test_a_zoomed_run_chart_keeps_its_y_zoom_when_a_live_point_changes_its_value
     assert high_step >= 22 and low <= 1e-4 and high >= 9e-4, (low_step, high_step, low, high)
 
 
+def test_a_zoomed_log_chart_keeps_its_y_zoom_when_a_live_point_changes_its_values(page, asgi_server, redis_url,
+                                                                                   transactional_db, settings):
+    """QA: on a log scale, a box zoom on the learning rate's chart of one value lost its y range to the next live point
+    that changed the chart's values, as the linear chart's did before (the linear one's fix does not hold on a log
+    axis: plotly reads autorangeoptions' bounds there as exponents but checks them as values). The zoom stays until a
+    double click, which shows the whole run on the log axis and then follows the live points."""
+    from webapp.runs import reporting
+
+    settings.REDIS_URL = redis_url
+    team = make_team(slug="logzoomrun")
+    run = Run.objects.create(project=team.project, name="zoomed", task="sft", status=RunStatus.RUNNING,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                             total_steps=400, current_step=20)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="learning_rate", value=3e-4,
+                                                 wall_time=float(step), tokens=10 * step) for step in range(1, 21)])
+    log_in(page, asgi_server, team.viewer.username)
+    page.goto(f"{asgi_server}/p/logzoomrun/runs/{run.public_id}/?log=1")
+    page.locator("#live-state", has_text="live").wait_for()
+    page.locator('.plot[data-metric="learning_rate"] .nsewdrag').first.wait_for()
+    assert page.evaluate("() => document.querySelector(`.plot[data-metric='learning_rate']`)._fullLayout.yaxis.type")\
+        == "log"
+    zoomed = zoom_box(page, "learning_rate")  # the y range in decades (log10) on a log axis
+    assert 2 < zoomed[0] < zoomed[1] < 16 and math.log10(1.5e-4) < zoomed[2] < zoomed[3] < math.log10(6e-4), zoomed
+
+    def send(step: int, value: float) -> None:
+        reporting.publish_event(run.public_id, {"type": "metrics", "points": [
+            {"step": step, "name": "learning_rate", "value": value, "tokens": 10 * step, "wall_time": float(step)}]})
+        page.wait_for_function(f"() => document.querySelector(`.plot[data-metric='learning_rate']`).data[0].x.length"
+                               f" === {step}", timeout=10_000)
+        page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+
+    send(21, 1e-4)  # the decay begins: the chart's one value is two now
+    assert page.evaluate(X_AND_Y_RANGES, "learning_rate") == pytest.approx(zoomed)
+    send(22, 5e-5)  # and later points keep it too
+    assert page.evaluate(X_AND_Y_RANGES, "learning_rate") == pytest.approx(zoomed)
+    unzoom(page, "learning_rate")
+    page.wait_for_function(f"() => ({X_AND_Y_RANGES})('learning_rate')[1] >= 22")
+    low_step, high_step, low, high = page.evaluate(X_AND_Y_RANGES, "learning_rate")
+    assert low_step <= 1 and high_step >= 22 and low <= math.log10(5e-5) and high >= math.log10(3e-4), \
+        (low_step, high_step, low, high)
+    send(23, 9e-4)  # a point above the whole run's axis: the axis grows to it
+    low_step, high_step, low, high = page.evaluate(X_AND_Y_RANGES, "learning_rate")
+    assert high_step >= 23 and low <= math.log10(5e-5) and high >= math.log10(9e-4), (low_step, high_step, low, high)
+
+
 def done_and_training_runs(monkeypatch, *, slug: str, max_steps: int, done_steps: int, training_steps: int):
     """A team and two sft runs of its project, "done" (succeeded) and "training" (running), with a loss of 5 / step
     at steps 1.. ``done_steps`` and 1.. ``training_steps`` (a step's tokens and time are the step), for the compare
@@ -1192,21 +1237,25 @@ def test_a_zoomed_compare_chart_keeps_its_zoom_as_the_page_follows_a_running_run
     assert low <= 1 and high >= 20, (low, high)
 
 
-def test_a_zoomed_compare_chart_keeps_its_y_zoom_as_a_running_runs_values_change(page, live_server, monkeypatch):
+@pytest.mark.parametrize("scale", ["linear", "log"])
+def test_a_zoomed_compare_chart_keeps_its_y_zoom_as_a_running_runs_values_change(page, live_server, monkeypatch, scale):
     """QA: as on the run page, the compare page's box zoom on a chart of one value (the learning rate during warmup) lost
-    its y range when the page, read again, found a running run's value changed; a double click shows the whole runs."""
-    team, runs = done_and_training_runs(monkeypatch, slug="yzoomcompare", max_steps=30, done_steps=20,
-                                        training_steps=10)
+    its y range when the page, read again, found a running run's value changed, on a linear axis and on a log one; a
+    double click shows the whole runs."""
+    shown = math.log10 if scale == "log" else float  # plotly's range of a log axis is in decades
+    slug = f"yzoomcompare{scale}"
+    team, runs = done_and_training_runs(monkeypatch, slug=slug, max_steps=30, done_steps=20, training_steps=10)
     for run, steps in ((runs[0], range(1, 21)), (runs[1], range(1, 11))):
         MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="learning_rate", value=3e-4,
                                                      wall_time=float(step), tokens=step) for step in steps])
     test_projects.log_in(page, live_server.url, team.viewer.username)
-    page.goto(f"{live_server.url}/p/yzoomcompare/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    page.goto(f"{live_server.url}/p/{slug}/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}"
+              + ("&log=1" if scale == "log" else ""))
     points = "() => document.querySelector('.plot[data-metric=\"learning_rate\"]').data.map(t => t.x.length).join()"
     page.wait_for_function(f"() => {{ try {{ return ({points})() === '20,10'; }} catch (e) {{ return false; }} }}")
     page.locator('.plot[data-metric="learning_rate"] .nsewdrag').first.wait_for()
     zoomed = zoom_box(page, "learning_rate")
-    assert 2 < zoomed[0] < zoomed[1] < 16 and 1.5e-4 < zoomed[2] < zoomed[3] < 4.5e-4, zoomed
+    assert 2 < zoomed[0] < zoomed[1] < 16 and shown(1.5e-4) < zoomed[2] < zoomed[3] < shown(6e-4), zoomed
     MetricPoint.objects.bulk_create([MetricPoint(run=runs[1], step=step, name="learning_rate", value=1e-4,
                                                  wall_time=float(step), tokens=step) for step in range(11, 16)])
     page.wait_for_function(f"() => ({points})() === '20,15'", timeout=15_000)
@@ -1215,7 +1264,8 @@ def test_a_zoomed_compare_chart_keeps_its_y_zoom_as_a_running_runs_values_change
     unzoom(page, "learning_rate")
     page.wait_for_function(f"() => ({X_AND_Y_RANGES})('learning_rate')[1] >= 20")
     low_step, high_step, low, high = page.evaluate(X_AND_Y_RANGES, "learning_rate")
-    assert low_step <= 1 and high_step >= 20 and low <= 1e-4 and high >= 3e-4, (low_step, high_step, low, high)
+    assert low_step <= 1 and high_step >= 20 and low <= shown(1e-4) and high >= shown(3e-4), \
+        (low_step, high_step, low, high)
 
 
 def test_a_metric_of_one_value_is_drawn_on_an_axis_around_that_value(page, live_server, monkeypatch):
