@@ -209,7 +209,10 @@
     plot.setAttribute("aria-hidden", "true");
     var caption = document.createElement("figcaption");
     caption.className = "visually-hidden";
-    figure.append(plot, caption);
+    var download = window.TemperPlotDownload.button(plot, key, chartsElement.dataset.downloadName, function () {
+      drawChart(plot);
+    });
+    figure.append(plot, download, caption);
     chartsElement.insertBefore(figure, firstChartAfter(key));
     charts[key] = plot;
     positions.set(plot, traces.map(noPositions));

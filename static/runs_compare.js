@@ -161,7 +161,7 @@
         plot.className = "plot";
         plot.dataset.metric = chart.key;
         plot.setAttribute("aria-hidden", "true");  // plotly's SVG reads as tick labels
-        figure.appendChild(plot);
+        figure.append(plot, window.TemperPlotDownload.button(plot, chart.key, holder.dataset.downloadName));
         holder.insertBefore(figure, previous ? previous.nextSibling : holder.firstChild);
       }
       previous = plot.parentNode;

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 import subprocess
 import sys
 import time
 import urllib.parse
 import urllib.request
+import zlib
 from pathlib import Path
 
 import pytest
@@ -1593,6 +1595,48 @@ def open_a_sweeps_comparison(page, live_server, monkeypatch, *, slug: str, width
     page.wait_for_function("() => { const p = document.querySelector('.plot[data-metric=\"loss\"]');"
                            " return p && p.data && p.data.length === 3; }")
     return runs
+
+
+def png_picture(path) -> tuple[int, int, tuple[int, ...]]:
+    """The width and height of the PNG file at ``path`` and its top left pixel (RGBA): whatever filter its first row
+    was written with, that pixel is stored as it is (it has no pixel left of it nor above)."""
+    data = Path(path).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:8]
+    width, height, depth, color = struct.unpack(">IIBB", data[16:26])
+    assert (depth, color) == (8, 6), (depth, color)  # 8 bits a channel, RGBA
+    position, compressed = 8, b""
+    while position < len(data):
+        length, kind = struct.unpack(">I4s", data[position:position + 8])
+        if kind == b"IDAT":
+            compressed += data[position + 8:position + 8 + length]
+        position += 12 + length
+    return width, height, tuple(zlib.decompress(compressed)[1:5])
+
+
+def test_a_chart_downloads_as_a_picture_of_it_as_shown(page, live_server, monkeypatch):
+    """QA (a W&B user putting a curve in a report): no chart of the run or compare page could be saved as a picture
+    (plotly's own bar, with its camera, is hidden there). Each chart's button downloads it as drawn, zoom and all, at
+    its size, on a white background (the page draws it on a transparent one, which a dark viewer made unreadable)."""
+    runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="pngcompare")
+    zoomed = zoom_x(page, "loss")
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download the loss chart as PNG").click()
+    assert download.value.suggested_filename == "pngcompare-compare-loss.png"
+    size = page.evaluate("() => { const layout = document.querySelector('.plot[data-metric=\"loss\"]')._fullLayout;"
+                         " return [layout.width, layout.height]; }")
+    width, height, corner = png_picture(download.value.path())
+    assert abs(width - size[0]) <= 1 and height == size[1] and corner == (255, 255, 255, 255), (width, height, size,
+                                                                                                corner)
+    assert page.evaluate(X_RANGE, "loss") == pytest.approx(zoomed)  # the chart itself is left as it was
+    MetricPoint.objects.bulk_create([MetricPoint(run=runs[0], step=step, name="eval/loss", value=2.0 / step,
+                                                 wall_time=float(step), tokens=step) for step in range(1, 4)])
+    page.goto(f"{live_server.url}/p/pngcompare/runs/{runs[0].public_id}/")
+    page.locator('.plot[data-metric="eval/loss"] .main-svg').first.wait_for()
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download the eval/loss chart as PNG").click()
+    assert download.value.suggested_filename == f"pngcompare-{runs[0].public_id}-eval_loss.png"
+    width, height, corner = png_picture(download.value.path())
+    assert height == 240 and width > 300 and corner == (255, 255, 255, 255), (width, height, corner)
 
 
 def test_a_compare_points_hover_names_its_whole_run(page, live_server, monkeypatch):
