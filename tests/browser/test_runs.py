@@ -1639,6 +1639,23 @@ def test_a_chart_downloads_as_a_picture_of_it_as_shown(page, live_server, monkey
     assert height == 240 and width > 300 and corner == (255, 255, 255, 255), (width, height, corner)
 
 
+def test_a_runs_page_downloads_its_metrics_as_csv(page, live_server, monkeypatch):
+    """QA (a W&B user taking a run's curves to a notebook): the compare page offered every stored point as a CSV, a
+    run's own page nothing; there a reader had to tick the run and another in the table to get them. The run's page
+    downloads its own points, every one, named for the run."""
+    runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="csvrun")
+    MetricPoint.objects.bulk_create([MetricPoint(run=runs[1], step=step, name="eval/loss", value=2.0 / step,
+                                                 wall_time=float(step), tokens=step) for step in range(1, 4)])
+    page.goto(f"{live_server.url}/p/csvrun/runs/{runs[1].public_id}/")
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Download metrics (CSV)").click()
+    assert download.value.suggested_filename == f"csvrun-{runs[1].public_id}-metrics.csv"
+    rows = Path(download.value.path()).read_text().splitlines()
+    assert rows[0] == "run_id,run_name,step,metric,value,tokens,wall_time"
+    assert [row.split(",")[3] for row in rows[1:]] == ["eval/loss"] * 3 + ["loss"] * 5
+    assert {row.split(",")[0] for row in rows[1:]} == {runs[1].public_id}
+
+
 def test_a_compare_points_hover_names_its_whole_run(page, live_server, monkeypatch):
     """QA: plotly cut a trace's name in the hover label to 15 characters, so the runs of a sweep, named
     alike but for their ends, all read "lr-sweep · learn…": the value could not be told to its run."""
