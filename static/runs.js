@@ -58,18 +58,22 @@
   if (askedWeight > 0 && askedWeight <= Number(emaInput.max)) emaInput.value = askedWeight;
   function smoothingWeight() { return Number(emaInput.value); }
 
-  function smoothChart(plot) {
+  // ``redrawn``: the chart is drawn again (fitView's ``again``) right after, so its traces are changed in place for that
+  // drawing. Redrawn first by plotly on its own, the smoothed line of a chart whose x axis was just chosen was drawn
+  // on the old one, and the chart's drawing on the new one found no trace changed, fitted no axis to them and drew
+  // plotly's default x axis, -1 to 6, far from the points.
+  function smoothChart(plot, redrawn) {
     if (!plot.dataset.single) return;
     var figure = undrawn.get(plot), traces = figure ? figure.traces : plot.data, weight = smoothingWeight();
-    var points = traces[0], smoothed = traces[1];
+    var points = traces[0], smoothed = traces[1], inPlace = Boolean(figure || redrawn);
     if (!weight) {
       if (!smoothed) return;
-      if (figure) traces.splice(1, 1); else window.Plotly.deleteTraces(plot, 1);
-      if (figure) points.opacity = 1; else window.Plotly.restyle(plot, { opacity: 1 }, [0]);
+      if (inPlace) traces.splice(1, 1); else window.Plotly.deleteTraces(plot, 1);
+      if (inPlace) points.opacity = 1; else window.Plotly.restyle(plot, { opacity: 1 }, [0]);
       return;
     }
     var xs = Array.prototype.slice.call(points.x), ys = window.TemperSmoothing.ema(Array.prototype.slice.call(points.y), weight);
-    if (figure) {
+    if (inPlace) {
       points.opacity = 0.3;
       if (smoothed) Object.assign(smoothed, { x: xs, y: ys });
       else traces.push(smoothedTrace(xs, ys));
@@ -167,7 +171,7 @@
   function showChoices() {
     Object.keys(charts).forEach(function (key) {
       placeTraces(charts[key]);
-      smoothChart(charts[key]);
+      smoothChart(charts[key], true);
       fitView(charts[key], true);
     });
   }

@@ -989,6 +989,29 @@ def test_the_run_page_smooths_its_curves_as_points_come(page, asgi_server, redis
     assert page.evaluate(loss) == [[[4.0, 2.0], 1]] and "ema=" not in page.url  # the stored points (step 3 was only sent)
 
 
+def test_a_smoothed_run_chart_drawn_by_another_x_axis_shows_its_points(page, live_server, monkeypatch):
+    """QA (a W&B user who smooths, then reads by tokens): with the smoothing on, choosing another x axis drew each
+    smoothed chart on plotly's default axis, -1 to 6, its points far off it, an empty chart. The smoothed line was
+    redrawn first, on the old axis, so the chart's redraw on the new one found nothing changed to fit its axes to."""
+    runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="smoothaxis")  # loss at tokens 100..500
+    Run.objects.filter(pk=runs[0].pk).update(status=RunStatus.SUCCEEDED)
+    page.goto(f"{live_server.url}/p/smoothaxis/runs/{runs[0].public_id}/?ema=0.5")
+    page.locator('.plot[data-metric="loss"] .nsewdrag').first.wait_for()
+    page.select_option("#x-axis", "tokens")
+    page.wait_for_function("() => document.querySelector(`.plot[data-metric='loss']`).layout.xaxis.title.text"
+                           " === 'tokens'")
+    page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+    low, high = page.evaluate(X_RANGE, "loss")
+    assert low <= 100 and high >= 500, (low, high)
+    assert page.evaluate("() => document.querySelector(`.plot[data-metric='loss']`).data.map(t => t.x[4])") == [500, 500]
+    page.select_option("#x-axis", "time")
+    page.wait_for_function("() => document.querySelector(`.plot[data-metric='loss']`).layout.xaxis.title.text"
+                           " === 'seconds'")
+    page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+    low, high = page.evaluate(X_RANGE, "loss")
+    assert low <= 0 and high >= 8, (low, high)  # 2 s a step from the first
+
+
 def test_the_run_page_draws_by_tokens_or_time_and_on_a_log_scale_as_the_compare_page(
         page, asgi_server, redis_url, transactional_db, settings):
     """QA (a W&B user reading one run): the compare page drew by step, tokens or time and on a log scale, the run
