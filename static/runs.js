@@ -41,9 +41,16 @@
   var startTime = chartsElement.dataset.startTime === "" ? null : Number(chartsElement.dataset.startTime);
   var NOTE_ROOM = 16;  // pixels of a line of a chart's title (the log axis's note)
 
+  // The title of a chart's hover, by the x axis chosen; each line's value is under it, named (hoverOf).
+  var X_HOVER = { step: "step %{x}", tokens: "%{x} tokens", time: "%{x} s" };
+  function hoverOf(trace) { return (trace.name || "value") + ": %{y:.5g}<extra></extra>"; }
+
   function layoutFor(name) {
     return {
       height: 240, margin: { l: 56, r: 12, t: 28, b: 36 }, title: { text: literal(name), font: { size: 13 } },
+      // A chart by group is read across its groups at one step, a smoothed one as its value and its smoothed value
+      // there (as on the compare page): the hover lists every line at that x, under its title (chosenLayout).
+      hovermode: "x unified", hoverlabel: { bgcolor: "#ffffff" },  // its box: the chart's own background is transparent
       xaxis: { title: { text: "step" }, zeroline: false },
       yaxis: { zeroline: false, title: { text: window.TemperPlotAxis.unitOf(name) } },
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { size: 11 }, showlegend: false,
@@ -135,7 +142,8 @@
       height: Number(plot.dataset.height) + titleRoom, margin: { l: 56, r: 12, t: 28 + titleRoom, b: 36 },
       title: { text: title.text, font: { size: 13 } },
       uirevision: revision,  // the reader's zoom lasts across redraws
-      xaxis: Object.assign({ zeroline: false }, axes.xAxis(xAxis.value, traces)),
+      xaxis: Object.assign({ zeroline: false, unifiedhovertitle: { text: X_HOVER[xAxis.value] } },
+                           axes.xAxis(xAxis.value, traces)),
       yaxis: Object.assign(axes.yAxis(key, traces, log, axes.zoomedY(plot, revision)), { zeroline: false }),
     };
     if (SHADED_CHARTS.indexOf(key) >= 0) chosen.shapes = noSignalShapes(positions.get(plot)[0]);
@@ -153,18 +161,12 @@
     window.Plotly.react(plot, plot.data.slice(), axes.withShownRange(plot, Object.assign({}, plot.layout, chosen)));
   }
 
-  var X_HOVER = { step: "step %{x}", tokens: "%{x} tokens", time: "%{x} s" };
-  function hoverOf(trace) {
-    return (trace.name ? trace.name + ", " : "") + X_HOVER[xAxis.value] + ": %{y:.5g}<extra></extra>";
-  }
-
   // Each line's x by the axis chosen, from its points' positions (the smoothed line follows in smoothChart).
   function placeTraces(plot) {
     var figure = undrawn.get(plot), traces = figure ? figure.traces : plot.data, records = positions.get(plot);
     traces.forEach(function (trace, index) {
       if (trace.uid === SMOOTHED) return;
       trace.x = records[index][xAxis.value].slice();
-      trace.hovertemplate = hoverOf(trace);
     });
   }
 

@@ -118,8 +118,9 @@
       xaxis: axes.xAxis(axis, traces),
       yaxis: axes.yAxis(chart.key, traces, log, axes.zoomedY(plot, revision)),
       legend: { orientation: "h", yref: "container", y: 0, yanchor: "bottom", font: { size: 10 } },
-      // The whole name: plotly cuts it at 15 characters, and a sweep's runs differ only at their ends.
-      hoverlabel: { namelength: -1 },
+      // The whole name: plotly cuts it at 15 characters, and a sweep's runs differ only at their ends. The unified
+      // hover's box took the chart's transparent background where the chart has no legend, its text over the lines.
+      hoverlabel: { namelength: -1, bgcolor: "#ffffff" },
       showlegend: chart.grouped || withLegend.indexOf(chart) >= 0,
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { size: 11 },
     };

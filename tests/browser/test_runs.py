@@ -461,6 +461,55 @@ def test_eval_metrics_by_group_share_one_chart(page, asgi_server, transactional_
                                       "eval/exact_match/<b>x</b>"])
 
 
+def hover_at_step(page, name: str, step: float) -> str:
+    """Move the mouse over chart ``name`` at x ``step``, halfway up: the text of the hover label then shown."""
+    x, y = page.evaluate("""([name, step]) => {
+        const plot = document.querySelector(`.plot[data-metric='${name}']`);
+        const box = plot.querySelector('.nsewdrag').getBoundingClientRect();
+        return [box.left + plot._fullLayout.xaxis.l2p(step), box.top + box.height / 2]; }""", [name, step])
+    page.mouse.move(x, y)
+    hover = f"() => document.querySelector(`.plot[data-metric='{name}'] .hoverlayer`).textContent"
+    page.wait_for_function(f"() => ({hover})() !== ''")
+    return " | ".join(page.locator(f'.plot[data-metric="{name}"] .hoverlayer text').all_text_contents())
+
+
+def hover_box_is_opaque(page, name: str) -> bool:
+    """Whether the box of chart ``name``'s unified hover (shown) hides the lines under it: the charts' own background is
+    transparent, and plotly's box took it, its text then read over the lines."""
+    return page.evaluate("""name => { const box = document.querySelector(`.plot[data-metric='${name}'] .hoverlayer rect.bg`);
+        return getComputedStyle(box).fillOpacity === '1'; }""", name)
+
+
+def test_a_run_chart_hovers_every_line_at_a_step(page, live_server, monkeypatch):
+    """QA (a W&B user reading the tasks of an evaluation at one step): hovering the run page's chart by group named
+    only the closest group's value, and a smoothed chart's hover one of its value and its smoothed value; the compare
+    page's lists every line at that x. The run page's does too, under the step's title, in a box that hides the lines
+    under it (the compare page's box without a legend on its chart let them show through)."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="runhover")
+    run = services.run_create(project=team.project, spec=eval_grouped_by_task_spec(team.project), user=team.owner,
+                              name="grouped")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    values = {"eval/exact_match/even": 0.25, "eval/exact_match/smallest": 0.75, "loss": 1.0}
+    MetricPoint.objects.bulk_create([
+        MetricPoint(run=run, step=step, name=name, value=value * step, wall_time=float(step), tokens=10 * step)
+        for step in (10, 20, 30) for name, value in values.items()])
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/runhover/runs/{run.public_id}/?ema=0.5")
+    page.locator('.plot[data-metric="eval/exact_match by task"] .nsewdrag').first.wait_for()
+    label = hover_at_step(page, "eval/exact_match by task", 20)
+    assert "step 20" in label and "even: 5" in label and "smallest: 15" in label, label
+    page.locator('.plot[data-metric="loss"] .nsewdrag').first.wait_for()
+    label = hover_at_step(page, "loss", 20)
+    # The debiased EMA at 0.5 of 10, 20: (0.25 * 10 + 0.5 * 20) / 0.75.
+    assert "step 20" in label and "value: 20" in label and "smoothed: 16.667" in label, label
+    assert hover_box_is_opaque(page, "loss")
+    page.select_option("#x-axis", "tokens")
+    page.wait_for_function("() => document.querySelector(`.plot[data-metric='loss']`)._fullLayout.xaxis.range[1] >= 300")
+    label = hover_at_step(page, "loss", 200)
+    assert "200 tokens" in label and "value: 20" in label, label
+
+
 def test_compare_draws_each_metrics_groups_in_one_chart(page, asgi_server, transactional_db, monkeypatch):
     """As on the run page, eval/exact_match/<task> of runs grouped by task share one chart, here a line
     per run and group: a group's color, a run's dash. The overall metric keeps its chart of a line
@@ -1938,6 +1987,8 @@ def test_compare_hovers_every_run_at_a_step_and_says_what_a_log_axis_leaves_out(
     open_a_reward_model_and_a_dpo_run_compared(page, live_server, monkeypatch, slug="hover")
     loss = '.plot[data-metric="loss"]'
     assert page.evaluate(f"() => document.querySelector('{loss}')._fullLayout.hovermode") == "x unified"
+    label = hover_at_step(page, "reward margin", 2)  # a chart without the legend
+    assert "scorer" in label and "policy" in label and hover_box_is_opaque(page, "reward margin"), label
     page.check("#log-y")
     margin = '.plot[data-metric="reward margin"]'
     page.wait_for_function(f"() => document.querySelector('{margin}')._fullLayout.yaxis.type === 'log'")
