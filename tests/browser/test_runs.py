@@ -283,12 +283,12 @@ def test_the_compare_final_metrics_sort_by_a_column_and_mark_each_columns_best(p
             ".map(c => [c.closest('tr').cells[0].querySelector('a').textContent, c.cellIndex])")
     assert page.evaluate(names) == ["a", "b", "c"]
     assert sorted(page.evaluate(best)) == [["b", 1], ["c", 2]]  # the lowest loss, the highest accuracy
-    page.get_by_role("button", name="eval/accuracy").click()
+    page.locator("#compare-finals th[data-sort='eval/accuracy'] button").click()
     page.wait_for_function(f"() => ({names})().join() === 'c,a,b'")  # best first: the highest
     assert page.locator("#compare-finals th[aria-sort]").get_attribute("aria-sort") == "descending"
-    page.get_by_role("button", name="loss").click()
+    page.locator("#compare-finals th[data-sort='loss'] button").click()
     page.wait_for_function(f"() => ({names})().join() === 'b,a,c'")  # best first: the lowest
-    page.get_by_role("button", name="loss").click()
+    page.locator("#compare-finals th[data-sort='loss'] button").click()
     page.wait_for_function(f"() => ({names})().join() === 'c,a,b'")
     page.wait_for_function("() => new URLSearchParams(location.search).get('finals') === '-loss'")
     page.reload()
