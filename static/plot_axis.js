@@ -16,8 +16,12 @@
    chart's axis was an explicit range, and the live point that made the values differ (or changed the one value)
    asked another, which threw the y zoom away. So a linear y axis is always autoranged, a one-value chart's held to
    its range by autorangeoptions, and what the page asks of the range never changes; a double click autoranges anew.
-   A log axis of one value keeps its explicit range: plotly applies autorangeoptions' bounds to a log axis's exponents
-   as values (minallowed, include), so there a zoom still gives way when the value changes. */
+   A log axis of one value keeps its explicit range: plotly 4.1.1 uses autorangeoptions' bounds on a log axis as
+   exponents but checks them as values (minallowed and maxallowed are dropped unless both exponents are above 0, include
+   is compared with the log of an exponent), so none of them holds it. There the reader's y zoom is kept by hand
+   instead (keepZoom: the range of their last zoom, in decades, from plotly's relayout event) and asked for explicitly
+   while the view lasts (zoomedY), so that the live point that makes the values differ asks the range shown; a double
+   click (autorange) lets it go. */
 window.TemperPlotAxis = (function () {
   "use strict";
 
@@ -66,7 +70,15 @@ window.TemperPlotAxis = (function () {
 
   var X_TITLES = { step: "step", tokens: "tokens", time: "seconds" };
 
+  // plot element -> { revision, range }: the y range of the reader's last zoom (plotly's range: decades on a log axis)
+  // and the view (layout.uirevision) it was made in.
+  var zoomedYRanges = new WeakMap();
+
   return {
+    // The charts' plotly config. A double click autoranges: plotly's own first went back to the range of the chart's
+    // first drawing where that was explicit (a log axis of one value), and the reader's zoom kept by hand (keepZoom)
+    // would then have held the chart there as later points came.
+    PLOT_CONFIG: { displayModeBar: false, responsive: true, doubleClick: "autosize" },
     // Whether ``traces`` are drawn on a log axis when one is asked for: only with a value above 0.
     logApplies: function (traces, logAsked) { return Boolean(logAsked) && anyAboveZero(traces); },
     // The x axis by ``axis`` (step, tokens or time) of ``traces``, as layout properties: steps and tokens are whole
@@ -75,9 +87,36 @@ window.TemperPlotAxis = (function () {
       return Object.assign({ title: { text: X_TITLES[axis] } },
                            axis === "time" ? { tickmode: "auto" } : this.wholeXTicks(traces));
     },
-    // The y axis of metric ``name``'s ``traces``, on a log scale or not (logApplies), as layout properties.
-    yAxis: function (name, traces, log) {
-      return Object.assign({ type: log ? "log" : "linear", title: { text: this.unitOf(name) } }, this.yRange(traces, log));
+    // The y axis of metric ``name``'s ``traces``, on a log scale or not (logApplies), as layout properties; a log axis
+    // the reader zoomed (``zoomed``: zoomedY's range) stays at that zoom.
+    yAxis: function (name, traces, log, zoomed) {
+      var range = log && zoomed ? { autorange: false, range: zoomed.slice() } : this.yRange(traces, log);
+      return Object.assign({ type: log ? "log" : "linear", title: { text: this.unitOf(name) } }, range);
+    },
+    // Follow the reader's zooms of drawn chart ``plot`` (once, after its first drawing): the y range they zoomed to,
+    // until a double click autoranges it.
+    keepZoom: function (plot) {
+      plot.on("plotly_relayout", function (edit) {
+        if (edit["yaxis.autorange"]) zoomedYRanges.delete(plot);
+        var range = edit["yaxis.range"] || ("yaxis.range[0]" in edit ? [edit["yaxis.range[0]"], edit["yaxis.range[1]"]] : null);
+        if (range) zoomedYRanges.set(plot, { revision: plot.layout.uirevision, range: range });
+      });
+    },
+    // The y range ``plot``'s reader zoomed to in the view ``revision`` (viewRevision) and not autoranged since, or null.
+    zoomedY: function (plot, revision) {
+      var zoomed = zoomedYRanges.get(plot);
+      return zoomed && zoomed.revision === revision ? zoomed.range : null;
+    },
+    // ``layout``, drawn chart ``plot``'s next, for Plotly.react: an autoranged y axis in the same view carries the range
+    // the chart shows. Plotly's react takes an autoranged axis's range from the layout before only where what was asked
+    // before the reader's last change of it was autorange too: once a double click had autoranged an axis asked at an
+    // explicit range (a log axis of one value, a zoom kept by hand), the next ask of autorange drew it at plotly's
+    // default range, -1 to 4 (decades: 0.1 to 10k), far from the points. The range carried is only a start: an
+    // autoranged axis is fitted to the points again whenever they change.
+    withShownRange: function (plot, layout) {
+      var shown = plot.layout && plot.layout.yaxis && plot.layout.yaxis.range;
+      if (!shown || layout.yaxis.autorange !== true || plot.layout.uirevision !== layout.uirevision) return layout;
+      return Object.assign({}, layout, { yaxis: Object.assign({}, layout.yaxis, { range: shown.slice() }) });
     },
     // A chart's title: its name (text, static/plot_text.js), and under it a line for each note a reader must know to
     // read it (``notes``: a shared chart's metrics) and the points a log axis leaves out. On one line they ran past a

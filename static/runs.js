@@ -41,9 +41,16 @@
   var startTime = chartsElement.dataset.startTime === "" ? null : Number(chartsElement.dataset.startTime);
   var NOTE_ROOM = 16;  // pixels of a line of a chart's title (the log axis's note)
 
+  // The title of a chart's hover, by the x axis chosen; each line's value is under it, named (hoverOf).
+  var X_HOVER = { step: "step %{x}", tokens: "%{x} tokens", time: "%{x} s" };
+  function hoverOf(trace) { return (trace.name || "value") + ": %{y:.5g}<extra></extra>"; }
+
   function layoutFor(name) {
     return {
       height: 240, margin: { l: 56, r: 12, t: 28, b: 36 }, title: { text: literal(name), font: { size: 13 } },
+      // A chart by group is read across its groups at one step, a smoothed one as its value and its smoothed value
+      // there (as on the compare page): the hover lists every line at that x, under its title (chosenLayout).
+      hovermode: "x unified", hoverlabel: { bgcolor: "#ffffff" },  // its box: the chart's own background is transparent
       xaxis: { title: { text: "step" }, zeroline: false },
       yaxis: { zeroline: false, title: { text: window.TemperPlotAxis.unitOf(name) } },
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { size: 11 }, showlegend: false,
@@ -58,18 +65,22 @@
   if (askedWeight > 0 && askedWeight <= Number(emaInput.max)) emaInput.value = askedWeight;
   function smoothingWeight() { return Number(emaInput.value); }
 
-  function smoothChart(plot) {
+  // ``redrawn``: the chart is drawn again (fitView's ``again``) right after, so its traces are changed in place for that
+  // drawing. Redrawn first by plotly on its own, the smoothed line of a chart whose x axis was just chosen was drawn
+  // on the old one, and the chart's drawing on the new one found no trace changed, fitted no axis to them and drew
+  // plotly's default x axis, -1 to 6, far from the points.
+  function smoothChart(plot, redrawn) {
     if (!plot.dataset.single) return;
     var figure = undrawn.get(plot), traces = figure ? figure.traces : plot.data, weight = smoothingWeight();
-    var points = traces[0], smoothed = traces[1];
+    var points = traces[0], smoothed = traces[1], inPlace = Boolean(figure || redrawn);
     if (!weight) {
       if (!smoothed) return;
-      if (figure) traces.splice(1, 1); else window.Plotly.deleteTraces(plot, 1);
-      if (figure) points.opacity = 1; else window.Plotly.restyle(plot, { opacity: 1 }, [0]);
+      if (inPlace) traces.splice(1, 1); else window.Plotly.deleteTraces(plot, 1);
+      if (inPlace) points.opacity = 1; else window.Plotly.restyle(plot, { opacity: 1 }, [0]);
       return;
     }
     var xs = Array.prototype.slice.call(points.x), ys = window.TemperSmoothing.ema(Array.prototype.slice.call(points.y), weight);
-    if (figure) {
+    if (inPlace) {
       points.opacity = 0.3;
       if (smoothed) Object.assign(smoothed, { x: xs, y: ys });
       else traces.push(smoothedTrace(xs, ys));
@@ -110,8 +121,9 @@
     plot.style.minHeight = "";
     var chosen = chosenLayout(plot, figure.traces);
     plot.dataset.view = JSON.stringify(chosen);
-    window.Plotly.newPlot(plot, figure.traces, Object.assign(figure.layout, chosen), { displayModeBar: false, responsive: true });
+    window.Plotly.newPlot(plot, figure.traces, Object.assign(figure.layout, chosen), axes.PLOT_CONFIG);
     describeChart(plot);
+    axes.keepZoom(plot);
     plot.on("plotly_click", function (event) {
       if (!event.points || !event.points.length) return;
       var point = event.points[0];  // a smoothed point is its chart's point at the same index
@@ -125,13 +137,14 @@
   function chosenLayout(plot, traces) {
     var points = traces.filter(function (trace) { return trace.uid !== SMOOTHED; }), key = plot.dataset.metric;
     var log = axes.logApplies(points, logY.checked), title = axes.title(key, points, logY.checked);
-    var titleRoom = (title.lines - 1) * NOTE_ROOM;
+    var titleRoom = (title.lines - 1) * NOTE_ROOM, revision = axes.viewRevision(xAxis.value, logY.checked);
     var chosen = {
       height: Number(plot.dataset.height) + titleRoom, margin: { l: 56, r: 12, t: 28 + titleRoom, b: 36 },
       title: { text: title.text, font: { size: 13 } },
-      uirevision: axes.viewRevision(xAxis.value, logY.checked),  // the reader's zoom lasts across redraws
-      xaxis: Object.assign({ zeroline: false }, axes.xAxis(xAxis.value, traces)),
-      yaxis: Object.assign(axes.yAxis(key, traces, log), { zeroline: false }),
+      uirevision: revision,  // the reader's zoom lasts across redraws
+      xaxis: Object.assign({ zeroline: false, unifiedhovertitle: { text: X_HOVER[xAxis.value] } },
+                           axes.xAxis(xAxis.value, traces)),
+      yaxis: Object.assign(axes.yAxis(key, traces, log, axes.zoomedY(plot, revision)), { zeroline: false }),
     };
     if (SHADED_CHARTS.indexOf(key) >= 0) chosen.shapes = noSignalShapes(positions.get(plot)[0]);
     return chosen;
@@ -145,12 +158,7 @@
     var view = JSON.stringify(chosen);
     if (!again && view === plot.dataset.view) return;
     plot.dataset.view = view;
-    window.Plotly.react(plot, plot.data.slice(), Object.assign({}, plot.layout, chosen));
-  }
-
-  var X_HOVER = { step: "step %{x}", tokens: "%{x} tokens", time: "%{x} s" };
-  function hoverOf(trace) {
-    return (trace.name ? trace.name + ", " : "") + X_HOVER[xAxis.value] + ": %{y:.5g}<extra></extra>";
+    window.Plotly.react(plot, plot.data.slice(), axes.withShownRange(plot, Object.assign({}, plot.layout, chosen)));
   }
 
   // Each line's x by the axis chosen, from its points' positions (the smoothed line follows in smoothChart).
@@ -159,14 +167,13 @@
     traces.forEach(function (trace, index) {
       if (trace.uid === SMOOTHED) return;
       trace.x = records[index][xAxis.value].slice();
-      trace.hovertemplate = hoverOf(trace);
     });
   }
 
   function showChoices() {
     Object.keys(charts).forEach(function (key) {
       placeTraces(charts[key]);
-      smoothChart(charts[key]);
+      smoothChart(charts[key], true);
       fitView(charts[key], true);
     });
   }
@@ -208,7 +215,10 @@
     plot.setAttribute("aria-hidden", "true");
     var caption = document.createElement("figcaption");
     caption.className = "visually-hidden";
-    figure.append(plot, caption);
+    var download = window.TemperPlotDownload.button(plot, key, chartsElement.dataset.downloadName, function () {
+      drawChart(plot);
+    });
+    figure.append(plot, download, caption);
     chartsElement.insertBefore(figure, firstChartAfter(key));
     charts[key] = plot;
     positions.set(plot, traces.map(noPositions));

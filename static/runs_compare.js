@@ -99,28 +99,28 @@
   // to the figure's bottom edge, and once drawn its height is measured and added to the bottom
   // margin and to the figure, under the room the axis needs.
   var AXIS_ROOM = 44; // pixels under the plot for the x axis's numbers and title
-  var PLOT_CONFIG = { displayModeBar: false, responsive: true };
   var NOTE_ROOM = 16;  // pixels of a line of the title
   var axes = window.TemperPlotAxis;  // static/plot_axis.js: the x axis, the log scale, the title's notes, as the run page's
 
-  function layout(chart, allTraces, axis, legendHeight) {
+  function layout(plot, chart, allTraces, axis, legendHeight) {
     // The axes and notes are of the runs shown: a hidden run's values neither stretch nor pin them.
     var traces = allTraces.filter(function (each) { return each.visible !== "legendonly"; });
     var log = axes.logApplies(traces, logY.checked);
     var title = axes.title(chart.key, traces, logY.checked, chart.shared ? [chart.metrics.join(" · ")] : []);
-    var titleRoom = (title.lines - 1) * NOTE_ROOM;
+    var titleRoom = (title.lines - 1) * NOTE_ROOM, revision = axes.viewRevision(axis, logY.checked);
     return {
       height: (chart.grouped ? 300 : 260) + legendHeight + titleRoom,
       margin: { l: 56, r: 12, t: 28 + titleRoom, b: AXIS_ROOM + legendHeight },
       title: { text: title.text, font: { size: 13 } },
-      uirevision: axes.viewRevision(axis, logY.checked),  // the reader's zoom lasts across the page's redraws
+      uirevision: revision,  // the reader's zoom lasts across the page's redraws
       // Curves are read across runs at one step (or tokens, or time): the hover lists every line there.
       hovermode: "x unified",
       xaxis: axes.xAxis(axis, traces),
-      yaxis: axes.yAxis(chart.key, traces, log),
+      yaxis: axes.yAxis(chart.key, traces, log, axes.zoomedY(plot, revision)),
       legend: { orientation: "h", yref: "container", y: 0, yanchor: "bottom", font: { size: 10 } },
-      // The whole name: plotly cuts it at 15 characters, and a sweep's runs differ only at their ends.
-      hoverlabel: { namelength: -1 },
+      // The whole name: plotly cuts it at 15 characters, and a sweep's runs differ only at their ends. The unified
+      // hover's box took the chart's transparent background where the chart has no legend, its text over the lines.
+      hoverlabel: { namelength: -1, bgcolor: "#ffffff" },
       showlegend: chart.grouped || withLegend.indexOf(chart) >= 0,
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { size: 11 },
     };
@@ -140,7 +140,8 @@
     if (height === reserved) return;
     plot.dataset.legendHeight = height;
     var chart = charts.filter(function (each) { return each.key === plot.dataset.metric; })[0];
-    window.Plotly.react(plot, plot.data, layout(chart, plot.data, xAxis.value, height), PLOT_CONFIG);
+    window.Plotly.react(plot, plot.data, axes.withShownRange(plot, layout(plot, chart, plot.data, xAxis.value, height)),
+                        axes.PLOT_CONFIG);
   }
 
   function draw() {
@@ -161,7 +162,7 @@
         plot.className = "plot";
         plot.dataset.metric = chart.key;
         plot.setAttribute("aria-hidden", "true");  // plotly's SVG reads as tick labels
-        figure.appendChild(plot);
+        figure.append(plot, window.TemperPlotDownload.button(plot, chart.key, holder.dataset.downloadName));
         holder.insertBefore(figure, previous ? previous.nextSibling : holder.firstChild);
       }
       previous = plot.parentNode;
@@ -173,9 +174,12 @@
       var wasHidden = previous.hidden;
       previous.hidden = !matchesFilter(chart);
       var traces = chart.lines.map(function (line) { return trace(chart, line, axis, weight); });
-      window.Plotly.react(plot, traces, layout(chart, traces, axis, Number(plot.dataset.legendHeight || 0)), PLOT_CONFIG);
+      window.Plotly.react(plot, traces, axes.withShownRange(plot, layout(plot, chart, traces, axis,
+                                                                         Number(plot.dataset.legendHeight || 0))),
+                          axes.PLOT_CONFIG);
       if (wasHidden && !previous.hidden) window.Plotly.Plots.resize(plot);
       if (created) {
+        axes.keepZoom(plot);
         plot.on("plotly_afterplot", function () { fitLegend(plot); });
         plot.on("plotly_legendclick", function (event) { return hideFromLegend(plot, event, toggle); });
         plot.on("plotly_legenddoubleclick", function (event) { return hideFromLegend(plot, event, showAlone); });

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 import subprocess
 import sys
 import time
 import urllib.parse
 import urllib.request
+import zlib
 from pathlib import Path
 
 import pytest
@@ -309,12 +311,12 @@ def test_the_compare_final_metrics_sort_by_a_column_and_mark_each_columns_best(p
             ".map(c => [c.closest('tr').cells[0].querySelector('a').textContent, c.cellIndex])")
     assert page.evaluate(names) == ["a", "b", "c"]
     assert sorted(page.evaluate(best)) == [["b", 1], ["c", 2]]  # the lowest loss, the highest accuracy
-    page.get_by_role("button", name="eval/accuracy").click()
+    page.locator("#compare-finals th[data-sort='eval/accuracy'] button").click()
     page.wait_for_function(f"() => ({names})().join() === 'c,a,b'")  # best first: the highest
     assert page.locator("#compare-finals th[aria-sort]").get_attribute("aria-sort") == "descending"
-    page.get_by_role("button", name="loss").click()
+    page.locator("#compare-finals th[data-sort='loss'] button").click()
     page.wait_for_function(f"() => ({names})().join() === 'b,a,c'")  # best first: the lowest
-    page.get_by_role("button", name="loss").click()
+    page.locator("#compare-finals th[data-sort='loss'] button").click()
     page.wait_for_function(f"() => ({names})().join() === 'c,a,b'")
     page.wait_for_function("() => new URLSearchParams(location.search).get('finals') === '-loss'")
     page.reload()
@@ -485,6 +487,55 @@ def test_eval_metrics_by_group_share_one_chart(page, asgi_server, transactional_
     metrics = page.evaluate("() => [...document.querySelectorAll('.plot')].map(p => p.dataset.metric)")
     assert sorted(metrics) == sorted(["loss", "eval/exact_match", "eval/exact_match by task",
                                       "eval/exact_match/<b>x</b>"])
+
+
+def hover_at_step(page, name: str, step: float) -> str:
+    """Move the mouse over chart ``name`` at x ``step``, halfway up: the text of the hover label then shown."""
+    x, y = page.evaluate("""([name, step]) => {
+        const plot = document.querySelector(`.plot[data-metric='${name}']`);
+        const box = plot.querySelector('.nsewdrag').getBoundingClientRect();
+        return [box.left + plot._fullLayout.xaxis.l2p(step), box.top + box.height / 2]; }""", [name, step])
+    page.mouse.move(x, y)
+    hover = f"() => document.querySelector(`.plot[data-metric='{name}'] .hoverlayer`).textContent"
+    page.wait_for_function(f"() => ({hover})() !== ''")
+    return " | ".join(page.locator(f'.plot[data-metric="{name}"] .hoverlayer text').all_text_contents())
+
+
+def hover_box_is_opaque(page, name: str) -> bool:
+    """Whether the box of chart ``name``'s unified hover (shown) hides the lines under it: the charts' own background is
+    transparent, and plotly's box took it, its text then read over the lines."""
+    return page.evaluate("""name => { const box = document.querySelector(`.plot[data-metric='${name}'] .hoverlayer rect.bg`);
+        return getComputedStyle(box).fillOpacity === '1'; }""", name)
+
+
+def test_a_run_chart_hovers_every_line_at_a_step(page, live_server, monkeypatch):
+    """QA (a W&B user reading the tasks of an evaluation at one step): hovering the run page's chart by group named
+    only the closest group's value, and a smoothed chart's hover one of its value and its smoothed value; the compare
+    page's lists every line at that x. The run page's does too, under the step's title, in a box that hides the lines
+    under it (the compare page's box without a legend on its chart let them show through)."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="runhover")
+    run = services.run_create(project=team.project, spec=eval_grouped_by_task_spec(team.project), user=team.owner,
+                              name="grouped")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    values = {"eval/exact_match/even": 0.25, "eval/exact_match/smallest": 0.75, "loss": 1.0}
+    MetricPoint.objects.bulk_create([
+        MetricPoint(run=run, step=step, name=name, value=value * step, wall_time=float(step), tokens=10 * step)
+        for step in (10, 20, 30) for name, value in values.items()])
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/runhover/runs/{run.public_id}/?ema=0.5")
+    page.locator('.plot[data-metric="eval/exact_match by task"] .nsewdrag').first.wait_for()
+    label = hover_at_step(page, "eval/exact_match by task", 20)
+    assert "step 20" in label and "even: 5" in label and "smallest: 15" in label, label
+    page.locator('.plot[data-metric="loss"] .nsewdrag').first.wait_for()
+    label = hover_at_step(page, "loss", 20)
+    # The debiased EMA at 0.5 of 10, 20: (0.25 * 10 + 0.5 * 20) / 0.75.
+    assert "step 20" in label and "value: 20" in label and "smoothed: 16.667" in label, label
+    assert hover_box_is_opaque(page, "loss")
+    page.select_option("#x-axis", "tokens")
+    page.wait_for_function("() => document.querySelector(`.plot[data-metric='loss']`)._fullLayout.xaxis.range[1] >= 300")
+    label = hover_at_step(page, "loss", 200)
+    assert "200 tokens" in label and "value: 20" in label, label
 
 
 def test_compare_draws_each_metrics_groups_in_one_chart(page, asgi_server, transactional_db, monkeypatch):
@@ -1015,6 +1066,29 @@ def test_the_run_page_smooths_its_curves_as_points_come(page, asgi_server, redis
     assert page.evaluate(loss) == [[[4.0, 2.0], 1]] and "ema=" not in page.url  # the stored points (step 3 was only sent)
 
 
+def test_a_smoothed_run_chart_drawn_by_another_x_axis_shows_its_points(page, live_server, monkeypatch):
+    """QA (a W&B user who smooths, then reads by tokens): with the smoothing on, choosing another x axis drew each
+    smoothed chart on plotly's default axis, -1 to 6, its points far off it, an empty chart. The smoothed line was
+    redrawn first, on the old axis, so the chart's redraw on the new one found nothing changed to fit its axes to."""
+    runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="smoothaxis")  # loss at tokens 100..500
+    Run.objects.filter(pk=runs[0].pk).update(status=RunStatus.SUCCEEDED)
+    page.goto(f"{live_server.url}/p/smoothaxis/runs/{runs[0].public_id}/?ema=0.5")
+    page.locator('.plot[data-metric="loss"] .nsewdrag').first.wait_for()
+    page.select_option("#x-axis", "tokens")
+    page.wait_for_function("() => document.querySelector(`.plot[data-metric='loss']`).layout.xaxis.title.text"
+                           " === 'tokens'")
+    page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+    low, high = page.evaluate(X_RANGE, "loss")
+    assert low <= 100 and high >= 500, (low, high)
+    assert page.evaluate("() => document.querySelector(`.plot[data-metric='loss']`).data.map(t => t.x[4])") == [500, 500]
+    page.select_option("#x-axis", "time")
+    page.wait_for_function("() => document.querySelector(`.plot[data-metric='loss']`).layout.xaxis.title.text"
+                           " === 'seconds'")
+    page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+    low, high = page.evaluate(X_RANGE, "loss")
+    assert low <= 0 and high >= 8, (low, high)  # 2 s a step from the first
+
+
 def test_the_run_page_draws_by_tokens_or_time_and_on_a_log_scale_as_the_compare_page(
         page, asgi_server, redis_url, transactional_db, settings):
     """QA (a W&B user reading one run): the compare page drew by step, tokens or time and on a log scale, the run
@@ -1178,6 +1252,51 @@ def test_a_zoomed_run_chart_keeps_its_y_zoom_when_a_live_point_changes_its_value
     assert high_step >= 22 and low <= 1e-4 and high >= 9e-4, (low_step, high_step, low, high)
 
 
+def test_a_zoomed_log_chart_keeps_its_y_zoom_when_a_live_point_changes_its_values(page, asgi_server, redis_url,
+                                                                                   transactional_db, settings):
+    """QA: on a log scale, a box zoom on the learning rate's chart of one value lost its y range to the next live point
+    that changed the chart's values, as the linear chart's did before (the linear one's fix does not hold on a log
+    axis: plotly reads autorangeoptions' bounds there as exponents but checks them as values). The zoom stays until a
+    double click, which shows the whole run on the log axis and then follows the live points."""
+    from webapp.runs import reporting
+
+    settings.REDIS_URL = redis_url
+    team = make_team(slug="logzoomrun")
+    run = Run.objects.create(project=team.project, name="zoomed", task="sft", status=RunStatus.RUNNING,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                             total_steps=400, current_step=20)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="learning_rate", value=3e-4,
+                                                 wall_time=float(step), tokens=10 * step) for step in range(1, 21)])
+    log_in(page, asgi_server, team.viewer.username)
+    page.goto(f"{asgi_server}/p/logzoomrun/runs/{run.public_id}/?log=1")
+    page.locator("#live-state", has_text="live").wait_for()
+    page.locator('.plot[data-metric="learning_rate"] .nsewdrag').first.wait_for()
+    assert page.evaluate("() => document.querySelector(`.plot[data-metric='learning_rate']`)._fullLayout.yaxis.type")\
+        == "log"
+    zoomed = zoom_box(page, "learning_rate")  # the y range in decades (log10) on a log axis
+    assert 2 < zoomed[0] < zoomed[1] < 16 and math.log10(1.5e-4) < zoomed[2] < zoomed[3] < math.log10(6e-4), zoomed
+
+    def send(step: int, value: float) -> None:
+        reporting.publish_event(run.public_id, {"type": "metrics", "points": [
+            {"step": step, "name": "learning_rate", "value": value, "tokens": 10 * step, "wall_time": float(step)}]})
+        page.wait_for_function(f"() => document.querySelector(`.plot[data-metric='learning_rate']`).data[0].x.length"
+                               f" === {step}", timeout=10_000)
+        page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+
+    send(21, 1e-4)  # the decay begins: the chart's one value is two now
+    assert page.evaluate(X_AND_Y_RANGES, "learning_rate") == pytest.approx(zoomed)
+    send(22, 5e-5)  # and later points keep it too
+    assert page.evaluate(X_AND_Y_RANGES, "learning_rate") == pytest.approx(zoomed)
+    unzoom(page, "learning_rate")
+    page.wait_for_function(f"() => ({X_AND_Y_RANGES})('learning_rate')[1] >= 22")
+    low_step, high_step, low, high = page.evaluate(X_AND_Y_RANGES, "learning_rate")
+    assert low_step <= 1 and high_step >= 22 and low <= math.log10(5e-5) and high >= math.log10(3e-4), \
+        (low_step, high_step, low, high)
+    send(23, 9e-4)  # a point above the whole run's axis: the axis grows to it
+    low_step, high_step, low, high = page.evaluate(X_AND_Y_RANGES, "learning_rate")
+    assert high_step >= 23 and low <= math.log10(5e-5) and high >= math.log10(9e-4), (low_step, high_step, low, high)
+
+
 def done_and_training_runs(monkeypatch, *, slug: str, max_steps: int, done_steps: int, training_steps: int):
     """A team and two sft runs of its project, "done" (succeeded) and "training" (running), with a loss of 5 / step
     at steps 1.. ``done_steps`` and 1.. ``training_steps`` (a step's tokens and time are the step), for the compare
@@ -1220,21 +1339,25 @@ def test_a_zoomed_compare_chart_keeps_its_zoom_as_the_page_follows_a_running_run
     assert low <= 1 and high >= 20, (low, high)
 
 
-def test_a_zoomed_compare_chart_keeps_its_y_zoom_as_a_running_runs_values_change(page, live_server, monkeypatch):
+@pytest.mark.parametrize("scale", ["linear", "log"])
+def test_a_zoomed_compare_chart_keeps_its_y_zoom_as_a_running_runs_values_change(page, live_server, monkeypatch, scale):
     """QA: as on the run page, the compare page's box zoom on a chart of one value (the learning rate during warmup) lost
-    its y range when the page, read again, found a running run's value changed; a double click shows the whole runs."""
-    team, runs = done_and_training_runs(monkeypatch, slug="yzoomcompare", max_steps=30, done_steps=20,
-                                        training_steps=10)
+    its y range when the page, read again, found a running run's value changed, on a linear axis and on a log one; a
+    double click shows the whole runs."""
+    shown = math.log10 if scale == "log" else float  # plotly's range of a log axis is in decades
+    slug = f"yzoomcompare{scale}"
+    team, runs = done_and_training_runs(monkeypatch, slug=slug, max_steps=30, done_steps=20, training_steps=10)
     for run, steps in ((runs[0], range(1, 21)), (runs[1], range(1, 11))):
         MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="learning_rate", value=3e-4,
                                                      wall_time=float(step), tokens=step) for step in steps])
     test_projects.log_in(page, live_server.url, team.viewer.username)
-    page.goto(f"{live_server.url}/p/yzoomcompare/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    page.goto(f"{live_server.url}/p/{slug}/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}"
+              + ("&log=1" if scale == "log" else ""))
     points = "() => document.querySelector('.plot[data-metric=\"learning_rate\"]').data.map(t => t.x.length).join()"
     page.wait_for_function(f"() => {{ try {{ return ({points})() === '20,10'; }} catch (e) {{ return false; }} }}")
     page.locator('.plot[data-metric="learning_rate"] .nsewdrag').first.wait_for()
     zoomed = zoom_box(page, "learning_rate")
-    assert 2 < zoomed[0] < zoomed[1] < 16 and 1.5e-4 < zoomed[2] < zoomed[3] < 4.5e-4, zoomed
+    assert 2 < zoomed[0] < zoomed[1] < 16 and shown(1.5e-4) < zoomed[2] < zoomed[3] < shown(6e-4), zoomed
     MetricPoint.objects.bulk_create([MetricPoint(run=runs[1], step=step, name="learning_rate", value=1e-4,
                                                  wall_time=float(step), tokens=step) for step in range(11, 16)])
     page.wait_for_function(f"() => ({points})() === '20,15'", timeout=15_000)
@@ -1243,7 +1366,8 @@ def test_a_zoomed_compare_chart_keeps_its_y_zoom_as_a_running_runs_values_change
     unzoom(page, "learning_rate")
     page.wait_for_function(f"() => ({X_AND_Y_RANGES})('learning_rate')[1] >= 20")
     low_step, high_step, low, high = page.evaluate(X_AND_Y_RANGES, "learning_rate")
-    assert low_step <= 1 and high_step >= 20 and low <= 1e-4 and high >= 3e-4, (low_step, high_step, low, high)
+    assert low_step <= 1 and high_step >= 20 and low <= shown(1e-4) and high >= shown(3e-4), \
+        (low_step, high_step, low, high)
 
 
 def test_a_metric_of_one_value_is_drawn_on_an_axis_around_that_value(page, live_server, monkeypatch):
@@ -1573,6 +1697,65 @@ def open_a_sweeps_comparison(page, live_server, monkeypatch, *, slug: str, width
     return runs
 
 
+def png_picture(path) -> tuple[int, int, tuple[int, ...]]:
+    """The width and height of the PNG file at ``path`` and its top left pixel (RGBA): whatever filter its first row
+    was written with, that pixel is stored as it is (it has no pixel left of it nor above)."""
+    data = Path(path).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:8]
+    width, height, depth, color = struct.unpack(">IIBB", data[16:26])
+    assert (depth, color) == (8, 6), (depth, color)  # 8 bits a channel, RGBA
+    position, compressed = 8, b""
+    while position < len(data):
+        length, kind = struct.unpack(">I4s", data[position:position + 8])
+        if kind == b"IDAT":
+            compressed += data[position + 8:position + 8 + length]
+        position += 12 + length
+    return width, height, tuple(zlib.decompress(compressed)[1:5])
+
+
+def test_a_chart_downloads_as_a_picture_of_it_as_shown(page, live_server, monkeypatch):
+    """QA (a W&B user putting a curve in a report): no chart of the run or compare page could be saved as a picture
+    (plotly's own bar, with its camera, is hidden there). Each chart's button downloads it as drawn, zoom and all, at
+    its size, on a white background (the page draws it on a transparent one, which a dark viewer made unreadable)."""
+    runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="pngcompare")
+    zoomed = zoom_x(page, "loss")
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download the loss chart as PNG").click()
+    assert download.value.suggested_filename == "pngcompare-compare-loss.png"
+    size = page.evaluate("() => { const layout = document.querySelector('.plot[data-metric=\"loss\"]')._fullLayout;"
+                         " return [layout.width, layout.height]; }")
+    width, height, corner = png_picture(download.value.path())
+    assert abs(width - size[0]) <= 1 and height == size[1] and corner == (255, 255, 255, 255), (width, height, size,
+                                                                                                corner)
+    assert page.evaluate(X_RANGE, "loss") == pytest.approx(zoomed)  # the chart itself is left as it was
+    MetricPoint.objects.bulk_create([MetricPoint(run=runs[0], step=step, name="eval/loss", value=2.0 / step,
+                                                 wall_time=float(step), tokens=step) for step in range(1, 4)])
+    page.goto(f"{live_server.url}/p/pngcompare/runs/{runs[0].public_id}/")
+    page.locator('.plot[data-metric="eval/loss"] .main-svg').first.wait_for()
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download the eval/loss chart as PNG").click()
+    assert download.value.suggested_filename == f"pngcompare-{runs[0].public_id}-eval_loss.png"
+    width, height, corner = png_picture(download.value.path())
+    assert height == 240 and width > 300 and corner == (255, 255, 255, 255), (width, height, corner)
+
+
+def test_a_runs_page_downloads_its_metrics_as_csv(page, live_server, monkeypatch):
+    """QA (a W&B user taking a run's curves to a notebook): the compare page offered every stored point as a CSV, a
+    run's own page nothing; there a reader had to tick the run and another in the table to get them. The run's page
+    downloads its own points, every one, named for the run."""
+    runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="csvrun")
+    MetricPoint.objects.bulk_create([MetricPoint(run=runs[1], step=step, name="eval/loss", value=2.0 / step,
+                                                 wall_time=float(step), tokens=step) for step in range(1, 4)])
+    page.goto(f"{live_server.url}/p/csvrun/runs/{runs[1].public_id}/")
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Download metrics (CSV)").click()
+    assert download.value.suggested_filename == f"csvrun-{runs[1].public_id}-metrics.csv"
+    rows = Path(download.value.path()).read_text().splitlines()
+    assert rows[0] == "run_id,run_name,step,metric,value,tokens,wall_time"
+    assert [row.split(",")[3] for row in rows[1:]] == ["eval/loss"] * 3 + ["loss"] * 5
+    assert {row.split(",")[0] for row in rows[1:]} == {runs[1].public_id}
+
+
 def test_a_compare_points_hover_names_its_whole_run(page, live_server, monkeypatch):
     """QA: plotly cut a trace's name in the hover label to 15 characters, so the runs of a sweep, named
     alike but for their ends, all read "lr-sweep · learn…": the value could not be told to its run."""
@@ -1832,6 +2015,8 @@ def test_compare_hovers_every_run_at_a_step_and_says_what_a_log_axis_leaves_out(
     open_a_reward_model_and_a_dpo_run_compared(page, live_server, monkeypatch, slug="hover")
     loss = '.plot[data-metric="loss"]'
     assert page.evaluate(f"() => document.querySelector('{loss}')._fullLayout.hovermode") == "x unified"
+    label = hover_at_step(page, "reward margin", 2)  # a chart without the legend
+    assert "scorer" in label and "policy" in label and hover_box_is_opaque(page, "reward margin"), label
     page.check("#log-y")
     margin = '.plot[data-metric="reward margin"]'
     page.wait_for_function(f"() => document.querySelector('{margin}')._fullLayout.yaxis.type === 'log'")

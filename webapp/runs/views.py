@@ -861,14 +861,16 @@ def _generation_steps(text: str, runs) -> tuple[dict[int, int], str]:
 @require_GET
 def run_compare_csv(request: HttpRequest, slug: str) -> HttpResponse:
     """Every stored metric point of the chosen runs (not downsampled), one row each; names that a
-    spreadsheet would run as formulas are written as text (``spreadsheet_cell``)."""
+    spreadsheet would run as formulas are written as text (``spreadsheet_cell``). The run page's download asks for
+    its one run, and its file is named for it."""
     project, _membership, runs = _compare_runs(request, slug)
     if not runs:
         raise Http404("no runs of this project chosen")
     from webapp.runs.models import MetricPoint
 
     response = HttpResponse(content_type="text/csv")
-    response["Content-Disposition"] = f'attachment; filename="{project.slug}-metrics.csv"'
+    named = f"{project.slug}-{runs[0].public_id}" if len(runs) == 1 else project.slug
+    response["Content-Disposition"] = f'attachment; filename="{named}-metrics.csv"'
     writer = csv.writer(response)
     writer.writerow(["run_id", "run_name", "step", "metric", "value", "tokens", "wall_time"])
     names = {run.pk: (run.public_id, run.name) for run in runs}
