@@ -99,10 +99,11 @@ def checked_template_variables(*, model: ModelChoice, variables: dict[str, Any],
     ``TEMPLATE_VARIABLES_MAX`` of them, and the template renders a first turn with them; else a ``ValidationError``
     keyed ``template_variables`` naming the variable (or the template's line) and what to do. ``prompts``: the turns
     the template is to render instead of a first turn, each with where it comes from (a generated review campaign's
-    prompts, by row), which a refusal names with the template's line."""
-    if not variables:
+    prompts, by row), which a refusal names with the template's line; they are rendered with no variables too, a
+    refusal then keyed ``prompts_version``."""
+    if not variables and prompts is None:
         return {}
-    readable = chat_template_variables(model)
+    readable = chat_template_variables(model) if variables else {}
     problems = []
     if len(variables) > TEMPLATE_VARIABLES_MAX:
         problems.append(f"{len(variables)} template variables given; set at most {TEMPLATE_VARIABLES_MAX}")
@@ -161,6 +162,10 @@ def _check_renders(*, model: ModelChoice, variables: dict[str, Any], enable_thin
     try:
         rendered_prompt(model=model, messages=messages, variables=template_kwargs_of(probe, model))
     except ChatTemplateError as error:
+        if where and not variables:  # a generated campaign's prompt the template itself refuses
+            raise ValidationError({"prompts_version": (
+                f"{where}: the chat template of {isolated(model.label)} fails on it: {error}. Nothing was made; "
+                "choose other prompts (fewer of them, or another version), or another model")}) from None
         if where:  # a generated campaign's prompt: the row and the template's line
             raise ValidationError({"template_variables": (
                 f"{where}: the chat template of {isolated(model.label)} fails on it with the template variables "

@@ -85,8 +85,11 @@ class GeneratedCampaignForm(CampaignSettingsForm):
     model_a = ModelRefField(label="Model A", help_text="A base model, a succeeded run or one of its checkpoints.",
                                 error_messages={"required": "Choose the model that answers as A."})
     model_b = ModelRefField(label="Model B", error_messages={"required": "Choose the model that answers as B."})
-    prompts_version = forms.ChoiceField(label="Prompts", help_text="A run's eval set, or a prompts or sft dataset.",
-                                        error_messages={"required": "Choose the prompts both models answer."})
+    prompts_version = forms.ChoiceField(
+        label="Prompts", help_text=(f"A run's eval set, or a prompts or sft dataset. The first "
+                                    f"{TEMPLATE_CHECKED_PROMPTS:,} prompts used are rendered with each model's chat "
+                                    "template as the campaign is created; one a template refuses is named by its row."),
+        error_messages={"required": "Choose the prompts both models answer."})
     prompt_count = forms.IntegerField(min_value=1, max_value=MAX_GENERATED_PROMPTS, initial=100, label="Prompts to use",
                                       help_text="The first rows of the dataset.")
     max_new_tokens = forms.IntegerField(min_value=1, max_value=4096, initial=256, label="Max new tokens")

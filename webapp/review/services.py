@@ -580,31 +580,29 @@ def _generation_variables(project: Project, models: dict[str, dict[str, Any]], v
                           enable_thinking: bool | None, prompts_version: DatasetVersion, prompt_count: int
                           ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``values`` (as typed) for model A and B: each model's those its chat template reads, typed as its own, and
-    checked as a conversation's, its template rendering each of the campaign's ``prompt_count`` first prompts of
-    ``prompts_version`` (``TEMPLATE_CHECKED_PROMPTS`` at most) with them, as ``worker.tasks.review.model_answers`` will
-    (a prompt the template fails on with them would otherwise be found only once the serve worker has loaded the
-    models); a ``ValidationError`` keyed ``template_variables`` naming what is wrong (for a prompt, its row and the
-    template's line), or ``prompts_version`` where its file cannot be read."""
+    checked as a conversation's. Whether or not any are set, each model's chat template renders the campaign's
+    ``prompt_count`` first prompts of ``prompts_version`` (``TEMPLATE_CHECKED_PROMPTS`` at most) as
+    ``worker.tasks.review.model_answers`` will (a prompt the template fails on, with the variables or on its own, would
+    otherwise be found only once the serve worker has loaded the models); a ``ValidationError`` keyed
+    ``template_variables`` naming what is wrong with them (for a prompt, its row and the template's line), or
+    ``prompts_version`` where a prompt fails with none set or the file cannot be read."""
     # Imported here: webapp.chat.arena imports this module (a battle's votes go to review campaigns).
     from jaxengine.prompts import as_messages
     from webapp.chat.arena import side_template_variables
     from webapp.chat.services import checked_template_variables
 
     values = {name: value for name, value in values.items() if value != ""}
-    if not values:
-        return {}, {}
     choices = tuple(model_choice(project=project, ref=model["ref"]) for model in models.values())
-    sides = side_template_variables(values, choices)
-    if not any(sides):
-        return sides
+    sides = side_template_variables(values, choices) if values else ({}, {})
     source = isolated(str(prompts_version))
     try:
         prompts = [(f"row {prompt.row} of the prompts {source}", as_messages(prompt.prompt, "user"))
                    for prompt in _version_prompts(prompts_version, min(prompt_count, TEMPLATE_CHECKED_PROMPTS))]
     except (OSError, formats.DatasetFormatError) as error:
+        checked = "the template variables" if any(sides) else "the models' chat templates"
         raise ValidationError({"prompts_version": (
-            f"the prompts {source} cannot be read to check the template variables against them ({error}); choose "
-            "another version, or ask an administrator about its file")}) from None
+            f"the prompts {source} cannot be read to check {checked} against them ({error}); choose another version, "
+            "or ask an administrator about its file")}) from None
     return tuple(checked_template_variables(model=choice, variables=variables, enable_thinking=enable_thinking,
                                             prompts=prompts)
                  for choice, variables in zip(choices, sides))

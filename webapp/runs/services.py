@@ -42,7 +42,7 @@ from jaxengine.spec import (TASK_DATASET_KINDS, JobSpec, SpecError, duplicate_ke
 from jaxengine.spec import load_yaml as load_spec_yaml
 from jaxengine.words import counted
 from webapp.basemodels.models import BaseModel
-from webapp.basemodels.selectors import base_model_refusal
+from webapp.basemodels.selectors import base_model_refusal, load_refusal
 from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
 from webapp.core.model_refs import spec_ref
@@ -1198,6 +1198,20 @@ def _refuse_gone_inputs(run: Run, *, keep_base_model: bool = False) -> None:
                                           "duplicate it to choose another"})
 
 
+def _refuse_a_model_no_longer_loadable(run: Run) -> None:
+    """Refuse to resume ``run`` when the directory it starts from (its spec's resolved ``model``, which a resume
+    trains on again) may no longer be read by its project: registered before it lay in another project's folder, or
+    linked into one since. The train worker refuses it too (``worker.tasks.train.check_model_dir``), but only once
+    the run is queued again, and it failed there; here it is refused in the same words with nothing queued."""
+    model_path = run.resolved_spec.get("model")
+    if not isinstance(model_path, str) or not model_path:
+        return
+    if refusal := load_refusal(path=model_path, project_slug=run.project.slug):
+        raise ValidationError({"model": (
+            f"{refusal}. Run {run.public_id} trains on that directory, so it cannot be resumed: once the model is "
+            "registered again from its new folder, duplicate the run and choose it")})
+
+
 def _refuse_while_files_written(run: Run) -> None:
     """Refuse to resume ``run`` while a job writes or reads its directory: a checkpoint export (it reads
     ``checkpoints/<N>``, which the resumed engine may rotate out), the serving copy of its final model (written
@@ -1288,6 +1302,7 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
     run = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
     _refuse_external(run, "resumed")
     _refuse_gone_inputs(run, keep_base_model=True)
+    _refuse_a_model_no_longer_loadable(run)
     if run.status not in (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.SUCCEEDED):
         raise ValidationError({"__all__": f"run {run.public_id} {run.status_phrase}; only a finished run can be resumed"})
     _refuse_while_files_written(run)

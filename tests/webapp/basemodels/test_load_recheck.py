@@ -182,3 +182,51 @@ def test_a_v1_completion_with_it_is_refused_before_a_worker_is_asked(team, model
     assert (error["code"], error["param"]) == ("model_not_loadable", "model")
     assert error["message"].startswith(registration_refusal(team.project, before_the_split.path))
     assert asked == []
+
+
+def test_a_resume_or_retry_of_a_run_whose_model_now_lies_in_another_projects_folder_is_refused_up_front(
+        team, client_for, models_root, monkeypatch, django_capture_on_commit_callbacks):
+    """A run launched from a shared model whose directory was then swapped for a link into another project's folder:
+    its resume (the page's and the API's) and its retry were queued, and only the train worker refused the model
+    (``train.check_model_dir``), the run failed again. Each is refused at once in registration's words, nothing
+    queued and the run as it was."""
+    import json
+
+    from django.test import Client
+
+    from webapp.api.services import token_create
+    from webapp.runs import services as run_services
+    from webapp.runs.models import RunStatus
+
+    queued = []
+    monkeypatch.setattr(run_services.celery_app, "send_task", lambda name, *args, **kwargs: queued.append(name))
+    model_dir = write_model_dir(models_root / "shared" / "later-swapped")
+    base_model = basemodel_register(project=team.project, name="later-swapped", path="shared/later-swapped",
+                                    user=team.owner)
+    version = make_ready_version(team.project, name="chats", kind="sft")
+    run = run_services.run_create(project=team.project, user=team.teammate, spec={
+        "task": "sft", "model": base_model.public_id, "data": {"train": version.public_id, "max_seq_len": 128},
+        "train": {"max_steps": 5, "batch_size": 2}})
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED, error_message="the worker stopped")
+    shutil.rmtree(model_dir)
+    model_dir.symlink_to(models_root / "projects" / "alpha-elsewhere" / "secret-ft")
+    words = registration_refusal(team.project, base_model.path)
+    queued.clear()
+
+    client = client_for(team.teammate)
+    for action in ("resume", "retry"):
+        with django_capture_on_commit_callbacks(execute=True):
+            response = client.post(reverse(f"runs:{action}", args=[team.project.slug, run.public_id]), follow=True)
+        shown = [str(message) for message in response.context["messages"]]
+        assert len(shown) == 1 and shown[0].startswith(words), (action, shown)
+    _token, secret = token_create(user=team.teammate, name="resume")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = Client(HTTP_AUTHORIZATION=f"Bearer {secret}").post(
+            f"/api/v1/projects/{team.project.slug}/runs/{run.public_id}/resume/", json.dumps({"max_steps": 9}),
+            content_type="application/json")
+    assert response.status_code == 400
+    [message] = response.json()["errors"]["model"]
+    assert message.startswith(words)
+    assert queued == [] and Run.objects.filter(project=team.project).count() == 1
+    run.refresh_from_db()
+    assert (run.status, run.attempt, run.total_steps, run.error_message) == (RunStatus.FAILED, 1, 5, "the worker stopped")

@@ -856,6 +856,51 @@ def test_the_variables_are_checked_against_the_campaigns_own_prompts(team, clien
     assert Campaign.objects.get(name="strict pass").generation["model_b"]["template_variables"] == {"strict": True}
 
 
+NO_SYSTEM_TEMPLATE = ("{% for message in messages %}{% if message.role == 'system' %}"
+                      "{{ raise_exception('this model takes no system turn') }}{% endif %}"
+                      "<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}"
+                      "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_the_prompts_are_checked_against_the_chat_templates_with_no_variables_set(team, client_for, prompts_version,
+                                                                                 tmp_path):
+    """Follow-up: the prompts were rendered at creation only when template variables were set, so a prompt that a
+    model's chat template itself refuses (a role order it raises on) was found once the serve worker had loaded the
+    models. The same first prompts are rendered with no variables too: a refusal keyed prompts_version names the row,
+    the model and the template's line, without a word of template variables, and nothing is made."""
+    from pathlib import Path
+
+    from tests.factories import build_bpe_tokenizer_dir
+
+    no_system = make_base_model(team.project, name="no-system", path=str(
+        build_bpe_tokenizer_dir(tmp_path / "no-system", chat_template=NO_SYSTEM_TEMPLATE)))
+    plain = make_base_model(team.project, name="plain", path=str(build_bpe_tokenizer_dir(tmp_path / "plain")))
+    with pytest.raises(ValidationError) as refused:
+        generate(team, [plain, no_system], prompts_version, prompt_count=3)
+    message = " ".join(refused.value.message_dict["prompts_version"]).replace("\u2068", "").replace("\u2069", "")
+    assert message.startswith("row 2 of the prompts chats v1: the chat template of Base model: no-system fails on "
+                              "it: chat template line 1: this model takes no system turn. Nothing was made;")
+    assert "variables" not in message
+    assert not Campaign.objects.exists()
+
+    url = reverse("review:generate", args=[team.project.slug])
+    fields = {"name": "no system", "model_a": no_system.public_id, "model_b": plain.public_id,
+              "prompts_version": prompts_version.public_id, "prompt_count": 3, "max_new_tokens": 32,
+              "temperature": 0.5, "top_p": 0.9, "top_k": 0, "seed": 0, "required_reviews": 1,
+              "reviewers": [team.teammate.pk]}
+    response = client_for(team.owner).post(url, fields)
+    assert response.status_code == 400 and not Campaign.objects.exists()
+    assert "row 2 of the prompts" in " ".join(response.context["form"].errors["prompts_version"])
+    response = client_for(team.owner).post(url, {**fields, "prompt_count": 1})  # the first prompt alone renders
+    assert response.status_code == 302, response.content
+    assert Campaign.objects.filter(name="no system").exists()
+
+    Path(prompts_version.absolute_path).unlink()  # nothing to check against: said so, in the same words
+    with pytest.raises(ValidationError) as refused:
+        generate(team, [plain, no_system], prompts_version, name="gone")
+    assert "cannot be read to check the models' chat templates against them" in refused.value.messages[0]
+
+
 def test_only_the_first_prompts_are_checked_and_the_form_says_how_many(team, client_for, prompts_version, tmp_path,
                                                                       monkeypatch):
     """The check renders ``TEMPLATE_CHECKED_PROMPTS`` prompts at most, so that the owner's request stays short; the

@@ -223,3 +223,36 @@ def test_runs_launched_before_the_template_date_was_recorded_get_the_record_wher
     assert services.spec_of_a_copy(CurrentRun.objects.get(public_id="run_launched")) == (
         {"task": "sft", "data": {"chat_template_kwargs": {}}}, day)
     assert services.spec_of_a_copy(CurrentRun.objects.get(public_id="run_author"))[1] is None
+
+
+def test_sort_menu_names_no_run_holds_any_more_are_taken_out(monkeypatch):
+    """Before ``services.metric_names_rewritten`` an attempt that started over (or another rewrite of a run's
+    ``final_metrics``) left its dropped names in the runs table's sort menu, which offered metrics no run held. Those
+    rows go: a project keeps the names some run of its own holds (an archived run's too), in chunks (``BATCH`` made
+    small here so that the names and runs span several)."""
+    import importlib
+
+    migration = importlib.import_module("webapp.runs.migrations.0024_forget_metric_names_no_run_holds")
+    monkeypatch.setattr(migration, "BATCH", 2)
+    with migrated_back_to(("runs", "0023_backfill_stamped_template_date")) as apps:
+        Project = apps.get_model("projects", "Project")
+        Run = apps.get_model("runs", "Run")
+        ProjectMetricName = apps.get_model("runs", "ProjectMetricName")
+        alpha = Project.objects.create(name="alpha", slug="alpha")
+        beta = Project.objects.create(name="beta", slug="beta")
+        empty = Project.objects.create(name="empty", slug="empty")
+        for public_id, project, final_metrics, archived in (
+                ("run_a", alpha, {"loss": {"last": 1.0}, "eval/bleu": {"last": 0.5}}, False),
+                ("run_b", alpha, {"grad_norm": {"last": 0.5}}, True),
+                ("run_c", alpha, {}, False),
+                ("run_d", beta, {"reward/mean": {"last": 0.1}}, False),
+                ("run_e", beta, {"loss": {"last": 3.0}}, False)):
+            Run.objects.create(public_id=public_id, project=project, name="r", task="sft", spec={}, resolved_spec={},
+                               final_metrics=final_metrics, archived=archived)
+        for project, names in ((alpha, ["loss", "eval/bleu", "grad_norm", "old/kl", "reward/mean", "lr"]),
+                               (beta, ["reward/mean", "eval/bleu", "loss"]), (empty, ["loss"])):
+            ProjectMetricName.objects.bulk_create([ProjectMetricName(project=project, name=name) for name in names])
+    from webapp.runs.models import ProjectMetricName as CurrentProjectMetricName
+
+    assert sorted(CurrentProjectMetricName.objects.values_list("project__slug", "name")) == [
+        ("alpha", "eval/bleu"), ("alpha", "grad_norm"), ("alpha", "loss"), ("beta", "loss"), ("beta", "reward/mean")]
