@@ -17,12 +17,14 @@ from django.db.models.signals import post_delete
 from django.test import Client
 
 from tests.webapp.basemodels.test_uploads import zip_of
-from tests.webapp.factories import form_token, write_model_dir
+from tests.webapp.factories import form_token, make_ready_version, write_model_dir
+from tests.webapp.runs.conftest import Catalog, sent_tasks, sft_spec  # noqa: F401 (a fixture)
 from webapp.api.services import token_create
 from webapp.basemodels import services
 from webapp.basemodels.models import BaseModel
 from webapp.basemodels.uploads import basemodel_upload
 from webapp.core.bidi import isolated
+from webapp.runs import services as run_services
 from webapp.runs.models import Run, RunStatus, ServingCopy, ServingCopyStatus
 from webapp.runs.serving_copies import base_model_copy_dir
 
@@ -275,3 +277,34 @@ def test_a_folder_removed_by_hand_already_is_no_refusal(team, uploaded):
     removal = services.basemodel_unregister(base_model=uploaded, delete_files=True)
     assert removal.removed and not BaseModel.objects.exists()
 
+
+@pytest.mark.parametrize("uploaded_again", [False, True])
+def test_a_run_from_a_model_whose_folder_was_deleted_is_not_resumed(team, uploaded, archive, sent_tasks,  # noqa: F811
+                                                                     uploaded_again):
+    """A resume reads the unregistered base model's directory: gone, or another upload's under the same name since,
+    it would fail on the worker, or train on other weights without a word."""
+    catalog = Catalog(base_model=uploaded, sft=make_ready_version(team.project, name="chats", kind="sft"),
+                      preference=None, prompts=None)
+    run = run_services.run_create(project=team.project, user=team.owner, name="from-upload",
+                                  spec=sft_spec(catalog, data={"train": catalog.sft.public_id, "max_seq_len": 128}))
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED)
+    services.basemodel_unregister(base_model=uploaded, delete_files=True)
+    if uploaded_again:
+        basemodel_upload(project=team.project, name="uploaded", archive=archive, archive_name=archive.name,
+                         user=team.owner)
+    run.refresh_from_db()
+    with pytest.raises(ValidationError) as caught:
+        run_services.run_resume(run=run, user=team.owner)
+    assert caught.value.messages == [f"what run {run.public_id} trains on was deleted since (its starting model "
+                                     f"{uploaded.public_id}): duplicate it to choose another"]
+
+
+def test_a_run_from_a_model_unregistered_without_its_files_is_resumed(team, uploaded, sent_tasks):  # noqa: F811
+    catalog = Catalog(base_model=uploaded, sft=make_ready_version(team.project, name="chats", kind="sft"),
+                      preference=None, prompts=None)
+    run = run_services.run_create(project=team.project, user=team.owner, name="from-upload",
+                                  spec=sft_spec(catalog, data={"train": catalog.sft.public_id, "max_seq_len": 128}))
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED)
+    services.basemodel_unregister(base_model=uploaded)
+    run.refresh_from_db()
+    assert run_services.run_resume(run=run, user=team.owner).status == RunStatus.QUEUED
