@@ -1,5 +1,8 @@
 """A project owner without shell access to the server uploads a model archive on the Base models page: it is
-unpacked into the project's own folder and registered; a refused archive is told on the form, nothing kept."""
+unpacked into the project's own folder and registered; a refused archive is told on the form, nothing kept. Unregistering
+it, the owner may tick *Also delete its files*."""
+from pathlib import Path
+
 import pytest
 from playwright.sync_api import expect
 
@@ -53,3 +56,32 @@ def test_an_owner_uploads_a_model_archive_through_the_page(page, live_server, se
     assert (f"Unpacked {FSI}tiny.tar.gz{PDI} into {folder} and registered it as {FSI}uploaded{PDI}."
             in page.locator("body").inner_text())
     assert page.get_by_role("heading", name="uploaded").count() == 1
+
+
+def test_an_owner_deletes_an_uploaded_models_files_with_its_registration(page, live_server, settings, tmp_path):
+    """The confirmation's *Also delete its files* box: ticked, the folder goes with the registration and the name
+    is free for a new upload; left unticked (the default), the folder stays."""
+    from webapp.basemodels.uploads import basemodel_upload
+
+    settings.MODELS_ROOT = tmp_path / "models"
+    team = make_team(slug="upload-delete")
+    archive = tar_of(tmp_path / "tiny.tar.gz", write_model_dir(tmp_path / "source" / "tiny"))
+    kept, deleted = (basemodel_upload(project=team.project, name=name, archive=archive, archive_name=archive.name,
+                                      user=team.owner) for name in ("kept", "deleted"))
+    log_in(page, live_server.url, team.owner.username)
+
+    page.goto(f"{live_server.url}/p/upload-delete/models/{kept.public_id}/")
+    page.get_by_text("Unregister…").click()
+    expect(page.get_by_label("Also delete its files")).not_to_be_checked()
+    page.get_by_role("button", name="Unregister kept").click()
+    page.wait_for_url(f"{live_server.url}/p/upload-delete/models/")
+    assert (Path(kept.path) / "config.json").is_file()
+
+    page.goto(f"{live_server.url}/p/upload-delete/models/{deleted.public_id}/")
+    page.get_by_text("Unregister…").click()
+    page.get_by_label("Also delete its files").check()
+    page.get_by_role("button", name="Unregister deleted").click()
+    page.wait_for_url(f"{live_server.url}/p/upload-delete/models/")
+    assert (f"Unregistered the base model {FSI}deleted{PDI} and deleted its folder {deleted.path}; the name is free "
+            "for a new upload." in page.locator("body").inner_text())
+    assert not Path(deleted.path).exists() and not BaseModel.objects.filter(project=team.project).exists()

@@ -157,10 +157,18 @@ def build_document() -> dict[str, Any]:
         f"{base}/base-models/{{model_id}}/": {
             "get": _operation("A base model: architecture, size, tokenizer", [SLUG, BASE_MODEL],
                               answer=schemas.BaseModelOut),
-            "delete": _operation("Unregister a base model and remove its serving copies, never its directory (an "
-                                 "owner, or the member who registered it; 400 while runs, a pipeline, its serving "
-                                 "copy or a review campaign still need it)", [SLUG, BASE_MODEL], status="204",
-                                 response="Nothing: unregistered"),
+            "delete": _operation("Unregister a base model and remove its serving copies; its directory stays unless "
+                                 "delete_files is true (an owner, or the member who registered it; 400 while runs, a "
+                                 "pipeline, its serving copy or a review campaign still need it)", [SLUG, BASE_MODEL],
+                                 status="204", response="Nothing: unregistered (and its folder deleted, if asked)",
+                                 query=[{**_query("delete_files", (
+                                     "true: also delete the model's folder, freeing its disk space and its name for a "
+                                     "new upload: an owner only (403 otherwise), for a model Temper unpacked itself "
+                                     "(uploaded: true). Refused, nothing deleted, with a 400 on delete_files saying why, "
+                                     "for a registered directory or a folder no longer where the upload put it (a link "
+                                     "or a mount in its place, moved); a link inside the folder is removed, never "
+                                     "followed. A 500 says the model was unregistered but its folder could not be "
+                                     "deleted. Default false."), "boolean")}]),
         },
         f"{base}/datasets/": {
             "get": _operation("List the project's datasets, by name", [SLUG],

@@ -123,6 +123,8 @@ class BaseModelOut(_Answer):
     tokenizer_type: str
     dtype: str
     size_bytes: int
+    uploaded: bool = Field(description="Temper unpacked it from an uploaded archive into the project's own folder: "
+                                       "an owner's DELETE with ?delete_files=true may delete that folder with it.")
     created_at: datetime
 
 

@@ -23,7 +23,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from webapp.api import paging, schemas
-from webapp.api.problems import problems_by_field, query_problems
+from webapp.api.problems import problems_by_field, query_problems, value_as_sent
 from webapp.api.services import token_authenticate, token_expired_at
 from webapp.basemodels import selectors as basemodel_selectors
 from webapp.basemodels import services as basemodel_services
@@ -98,11 +98,13 @@ def _token_access_lost(request: HttpRequest, lookup: Callable[[AbstractBaseUser]
     return access_lost_when(lambda: token_authenticate(header), lookup)
 
 
-def api_view(methods: tuple[str, ...], *, query: tuple[str, ...] = ()) -> Callable:
-    """Token authentication, allowed methods and query parameters (``query``: those a GET reads; the other
-    methods read none), and JSON errors around an API view."""
+def api_view(methods: tuple[str, ...], *, query: tuple[str, ...] = (), delete_query: tuple[str, ...] = ()) -> Callable:
+    """Token authentication, allowed methods and query parameters (``query``: those a GET reads; ``delete_query``:
+    those a DELETE reads, a flag such as ``delete_files``; the other methods read none), and JSON errors around an
+    API view."""
 
     allowed = (*methods, "HEAD") if "GET" in methods and "HEAD" not in methods else methods
+    read_query = {"get": query, "delete": delete_query}  # by method, as the OpenAPI document keys operations
 
     def decorate(view: Callable) -> Callable:
         @csrf_exempt  # bearer tokens, not cookies: there is no cross-site request to forge
@@ -121,7 +123,8 @@ def api_view(methods: tuple[str, ...], *, query: tuple[str, ...] = ()) -> Callab
                 # leaves the body out of a HEAD response (uvicorn does).
                 request.method = "GET"
             request.user = user
-            if problems := query_problems(dict(request.GET.lists()), allowed=query if request.method == "GET" else ()):
+            if problems := query_problems(dict(request.GET.lists()),
+                                          allowed=read_query.get(request.method.lower(), ())):
                 return _error(400, errors=problems)
             try:
                 return view(request, *args, **kwargs)
@@ -141,7 +144,7 @@ def api_view(methods: tuple[str, ...], *, query: tuple[str, ...] = ()) -> Callab
             except pydantic.ValidationError as error:  # not a body's: no schema to name the allowed keys from
                 return _error(400, errors=problems_by_field(error, schema=None))
 
-        wrapper.query_parameters = query  # the OpenAPI document's query parameters are checked against it
+        wrapper.query_parameters = read_query  # the OpenAPI document's query parameters are checked against it
         return wrapper
 
     return decorate
@@ -262,7 +265,7 @@ def _base_model_json(model) -> dict[str, Any]:
             "model_type": model.model_type, "parameter_count": model.parameter_count,
             "context_length": model.context_length, "vocab_size": model.vocab_size,
             "tokenizer_type": model.tokenizer_type, "dtype": model.dtype, "size_bytes": model.size_bytes,
-            "created_at": model.created_at.isoformat()}
+            "uploaded": model.uploaded, "created_at": model.created_at.isoformat()}
 
 
 @api_view(("GET", "POST"))
@@ -311,18 +314,36 @@ def _base_model_upload(request: HttpRequest, slug: str) -> JsonResponse:
     return _created(_base_model_json(basemodel_selectors.basemodel_get(project=project, public_id=sent.result)), sent)
 
 
-@api_view(("GET", "DELETE"))
+@api_view(("GET", "DELETE"), delete_query=("delete_files",))
 def base_model_detail(request: HttpRequest, slug: str, model_id: str) -> HttpResponse:
     """GET: a base model. DELETE: unregister it (an owner, or the member who registered it; its serving copies
-    go, its directory stays; a 400 naming the work that still needs it)."""
+    go, its directory stays; a 400 naming the work that still needs it). ``?delete_files=true`` (an owner, a model
+    Temper unpacked itself: ``uploaded``) deletes its folder too once unregistered, freeing the name for a new
+    upload; a 400 on ``delete_files`` says why a folder may not go, and nothing is deleted."""
     project, membership = get_project_for_user(request.user, slug,
                                                min_role=Role.VIEWER if request.method == "GET" else Role.MEMBER)
     base_model = basemodel_selectors.basemodel_get(project=project, public_id=model_id)
     if request.method == "GET":
         return JsonResponse(_base_model_json(base_model))
+    delete_files = _query_flag(request, "delete_files")
     basemodel_selectors.ensure_may_unregister_base_model(membership=membership, base_model=base_model)
-    basemodel_services.basemodel_unregister(base_model=base_model)
+    if delete_files:
+        basemodel_selectors.ensure_may_delete_base_model_files(membership=membership)
+    removal = basemodel_services.basemodel_unregister(base_model=base_model, delete_files=delete_files)
+    if removal is not None and not removal.removed:  # committed: the registration is gone, the files are not
+        return _error(500, detail=f"unregistered the base model, but its folder {removal.path} could not be deleted "
+                                  f"({removal.error}); ask an administrator to remove it")
     return HttpResponse(status=204)
+
+
+def _query_flag(request: HttpRequest, name: str) -> bool:
+    """The query parameter ``name`` as true (``true``, ``1``) or false (``false``, ``0``, left out); a 400 naming it
+    otherwise."""
+    value = request.GET.get(name, "false").strip().lower()
+    if value not in ("true", "1", "false", "0"):
+        raise ValidationError({name: f"{value_as_sent(request.GET[name])} is not true or false; send {name}=true or "
+                                     "leave it out"})
+    return value in ("true", "1")
 
 
 # The text fields of a dataset upload (besides its ``file``).

@@ -1,6 +1,7 @@
 """The base model registry: Hugging Face-format directories on the shared data
 filesystem that runs start from. A registration records what was read from the
-directory at that time; the files stay where they are."""
+directory at that time; the files stay where they are, except a model Temper unpacked itself (``uploaded``), whose
+folder an owner may delete with its registration (``services.basemodel_unregister``)."""
 from __future__ import annotations
 
 from django.conf import settings
@@ -32,6 +33,9 @@ class BaseModel(NameKeyModel):
     size_bytes = models.BigIntegerField()
     weight_files = models.JSONField(default=list)
     config = models.JSONField(default=dict)
+    uploaded = models.BooleanField(
+        default=False, help_text="Temper unpacked it from an archive into the project's own folder (uploads.py): the "
+        "folder is Temper's to delete with the registration. False for a directory registered where it was.")
     registered_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
     )

@@ -104,6 +104,19 @@ def ensure_may_unregister_base_model(*, membership: Membership, base_model: Base
         raise PermissionDenied("only an owner, or the member who registered it, may unregister a base model")
 
 
+def may_delete_base_model_files(*, membership: Membership, base_model: BaseModel) -> bool:
+    """Whether ``membership`` may delete ``base_model``'s folder with its registration: an owner's act (it removes
+    files under the models root, as only an owner's upload writes them), for a model Temper unpacked itself."""
+    return base_model.uploaded and membership.can(Role.OWNER)
+
+
+def ensure_may_delete_base_model_files(*, membership: Membership) -> None:
+    """``PermissionDenied`` saying who may, unless ``membership`` is an owner's (pages and API)."""
+    if not membership.can(Role.OWNER):
+        raise PermissionDenied("only an owner may delete an uploaded model's files (they are under the models root); "
+                               "unregister it without them, or ask an owner")
+
+
 def base_model_readers(*, base_model: BaseModel) -> list[str]:
     """What still needs ``base_model`` (the work unregistering it would break), one sentence each: runs
     queued or training from it, running pipelines whose stages name it, its serving copy being written,

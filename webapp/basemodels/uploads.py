@@ -7,7 +7,8 @@ streams to a temporary file (``datasets.uploads.LimitedUploadHandler``, bounded 
 same filesystem, so the last step is a rename), checks it with ``read_model_facts`` (the register form's checks and
 messages), renames it to ``projects/<slug>/<name>/`` (``rename_without_replacing``: a folder made under that name
 meanwhile, even an empty one, is left alone and the name refused) and registers it. Whatever fails, the hidden
-folder goes, and so does the renamed one when the registration is refused: nothing half-unpacked, no row.
+folder goes, and so does the renamed one when the registration is refused: nothing half-unpacked, no row. The row
+says it was uploaded (``BaseModel.uploaded``): an owner may delete the folder with it (``removal``), freeing the name.
 
 The archive is untrusted: a member whose path leaves the folder (``..``, an absolute path), a link, a device or a
 pipe is refused, and so is an archive that would unpack to more than the limit, judged on the sizes it declares
@@ -123,7 +124,7 @@ def several_archives_message(count: int) -> str:
 def model_archive_register(*, project: Project, name: str, model_dir: Path, user: AbstractBaseUser | None) -> BaseModel:
     """Register ``model_archive_unpack``'s ``model_dir`` in ``project`` as ``name``; refused, the folder goes too."""
     try:
-        return basemodel_register(project=project, name=name, path=str(model_dir), user=user)
+        return basemodel_register(project=project, name=name, path=str(model_dir), user=user, uploaded=True)
     except BaseException:
         discard_unpacked(model_dir)
         raise

@@ -8,6 +8,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -156,6 +157,7 @@ def _serving_copy_context(project, membership, base_model) -> dict:
     return {"project": project, "membership": membership, "base_model": base_model, "can_act": can_act,
             "refusal": selectors.base_model_refusal(base_model=base_model),
             "can_delete": selectors.may_unregister_base_model(membership=membership, base_model=base_model),
+            "can_delete_files": selectors.may_delete_base_model_files(membership=membership, base_model=base_model),
             "serving_copy": serving_copies.base_model_serving_copy(base_model=base_model),
             "eval_versions": serving_copies.eval_version_choices(project=project) if can_act else None}
 
@@ -163,20 +165,37 @@ def _serving_copy_context(project, membership, base_model) -> dict:
 @login_required
 @require_POST
 def basemodel_delete(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
-    """Unregister a base model: its row and serving copies go, its directory stays (it is the user's)."""
+    """Unregister a base model: its row and serving copies go; its directory stays (it is the user's), unless an
+    owner ticked ``delete_files`` for a model Temper unpacked itself (``services.basemodel_unregister``)."""
     project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     listed = reverse("basemodels:list", args=[project.slug])
+    delete_files = request.POST.get("delete_files") == "1"
 
     def delete() -> str:  # looked up here: a second click finds it gone and lands where the first did
         base_model = selectors.basemodel_get(project=project, public_id=public_id)
         selectors.ensure_may_unregister_base_model(membership=membership, base_model=base_model)
-        services.basemodel_unregister(base_model=base_model)
-        messages.success(request, f"Unregistered the base model {isolated(base_model.name)}; its directory "
-                                  f"{base_model.path} is left as it was.")
+        if delete_files:
+            selectors.ensure_may_delete_base_model_files(membership=membership)
+        removal = services.basemodel_unregister(base_model=base_model, delete_files=delete_files)
+        name = isolated(base_model.name)
+        if removal is None:
+            messages.success(request, f"Unregistered the base model {name}; its directory {base_model.path} is left "
+                                      "as it was.")
+        else:  # said once committed, when the folder has gone (or failed to)
+            transaction.on_commit(lambda: _removal_said(request, name, removal))
         return listed
 
     return redirect(deleted_once_or_refused(request, delete=delete, gone=listed,
                                             back=reverse("basemodels:detail", args=[project.slug, public_id])))
+
+
+def _removal_said(request: HttpRequest, name: str, removal: services.FolderRemoval) -> None:
+    if removal.removed:
+        messages.success(request, f"Unregistered the base model {name} and deleted its folder {removal.path}; the "
+                                  "name is free for a new upload.")
+    else:
+        messages.warning(request, f"Unregistered the base model {name}, but its folder {removal.path} could not be "
+                                  f"deleted ({removal.error}); ask an administrator to remove it.")
 
 
 @login_required

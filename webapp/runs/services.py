@@ -1187,10 +1187,10 @@ _INPUT_NAMES = {"model": "its starting model", "train": "its training data", "ev
 def _refuse_gone_inputs(run: Run, *, keep_base_model: bool = False) -> None:
     """Refuse to train ``run`` again when what it trains on was deleted since: its starting run's export,
     a dataset version's file, a reward run's model (queued, it failed on the missing file, in words that
-    named the wrong model). ``keep_base_model``: an unregistered base model is no refusal (a resume reads
-    its directory, which unregistering leaves in place)."""
+    named the wrong model). ``keep_base_model``: an unregistered base model is no refusal while its directory
+    is still the one the run trained from (a resume reads it; ``_base_model_files_kept``)."""
     gone = [f"{_INPUT_NAMES[use]} {reference}" for use, reference in run.deleted_references()
-            if not (keep_base_model and reference.startswith("bm_"))]
+            if not (keep_base_model and reference.startswith("bm_") and _base_model_files_kept(run))]
     gone += [f"its reward model {reference}" for reference in dict.fromkeys(
         reference for _key, reference in deleted_reward_models(run))]
     if gone:
@@ -1210,6 +1210,17 @@ def _refuse_a_model_no_longer_loadable(run: Run) -> None:
         raise ValidationError({"model": (
             f"{refusal}. Run {run.public_id} trains on that directory, so it cannot be resumed: once the model is "
             "registered again from its new folder, duplicate the run and choose it")})
+
+
+def _base_model_files_kept(run: Run) -> bool:
+    """Whether the directory of ``run``'s unregistered base model (its resolved spec's ``model``) is still there and
+    still the one it trained from: an owner may delete an uploaded model's folder with it, and a new upload under the
+    same name then makes another model at the same path (an upload never writes into a folder that exists, so one
+    registered at that path after the run began is another model)."""
+    path = (run.resolved_spec or {}).get("model")
+    if not isinstance(path, str) or not Path(path).is_dir():
+        return False
+    return not BaseModel.objects.filter(path=path, uploaded=True, created_at__gt=run.created_at).exists()
 
 
 def _refuse_while_files_written(run: Run) -> None:
