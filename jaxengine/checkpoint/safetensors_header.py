@@ -30,6 +30,21 @@ DTYPE_BITS = {"BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "U8": 8, "I8": 8, 
               "I32": 32, "U32": 32, "F32": 32, "C64": 64, "F64": 64, "I64": 64, "U64": 64}
 
 
+# What json.loads raises for a text it cannot read: a JSONDecodeError or UnicodeDecodeError (both ValueErrors), a
+# ValueError for a number past Python's 4,300-digit limit on int(), a RecursionError for arrays nested past the
+# recursion limit. The files read here come from uploads: each is a refusal in words (json_problem), not a 500.
+UNREADABLE_JSON = (ValueError, RecursionError)
+
+
+def json_problem(exception: Exception) -> str:
+    """What was wrong with a JSON text that ``json.loads`` refused with ``exception`` (one of ``UNREADABLE_JSON``)."""
+    if isinstance(exception, RecursionError):
+        return "it nests too deeply to be read"
+    if isinstance(exception, (json.JSONDecodeError, UnicodeDecodeError)):
+        return str(exception)
+    return "a number of over 4,300 digits, more than any field takes"
+
+
 def read_safetensors_header(path: Path, *, error: type[Exception] = ValueError) -> dict:
     """The JSON header of the safetensors file ``path``: tensor name -> {dtype, shape, data_offsets}, plus an
     optional ``__metadata__`` entry. A file that is not one, or whose tensors' data does not fill it exactly
@@ -52,9 +67,9 @@ def read_safetensors_header(path: Path, *, error: type[Exception] = ValueError) 
                     "copy?): copy it again")
     try:
         header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as problem:
-        raise error(f"{path}: header is not valid JSON ({problem}); the file is corrupt: copy or convert the "
-                    "weights again") from None
+    except UNREADABLE_JSON as problem:
+        raise error(f"{path}: header is not valid JSON ({json_problem(problem)}); the file is corrupt: copy or "
+                    "convert the weights again") from None
     if not isinstance(header, dict):
         raise error(f"{path}: header is not a JSON object; the file is corrupt: copy or convert the weights again")
     metadata = header.get("__metadata__")
@@ -115,8 +130,8 @@ def read_weight_map(index_path: Path, *, error: type[Exception] = ValueError) ->
         weight_map = json.loads(index_path.read_text(encoding="utf-8")).get("weight_map")
         problem = None if isinstance(weight_map, dict) and all(
             isinstance(file, str) for file in weight_map.values()) else 'no "weight_map" of file names'
-    except (UnicodeDecodeError, json.JSONDecodeError) as exception:
-        problem = f"not valid JSON: {exception}"
+    except UNREADABLE_JSON as exception:
+        problem = f"not valid JSON: {json_problem(exception)}"
     except AttributeError:  # a JSON list or number
         problem = "not a JSON object"
     if problem is not None:

@@ -409,3 +409,47 @@ def test_a_folder_zipped_by_macos_is_found_beside_its_metadata(team, models_root
     assert sorted(path.name for path in Path(model.path).iterdir()) == sorted(path.name for path in model_files.iterdir())
     assert left_in(models_root / "projects" / "alpha") == sorted(
         ["mac", *(f"mac/{path.name}" for path in model_files.iterdir())])
+
+
+def _with_safetensors_header(model_dir: Path, edit) -> None:
+    """Rewrite ``model_dir``'s model.safetensors with its header's JSON text passed through ``edit``."""
+    weights = model_dir / "model.safetensors"
+    raw = weights.read_bytes()
+    header_bytes = int.from_bytes(raw[:8], "little")
+    header = edit(raw[8:8 + header_bytes].decode().rstrip()).encode()  # its padding off
+    weights.write_bytes(len(header).to_bytes(8, "little") + header + raw[8 + header_bytes:])
+
+
+def _with_config_field(model_dir: Path, raw_value: str) -> None:
+    config = (model_dir / "config.json").read_text()
+    (model_dir / "config.json").write_text(config[:-1] + ', "extra": ' + raw_value + "}")
+
+
+TOO_MANY_DIGITS = "1" * 5000  # past Python's 4,300-digit limit on converting a decimal string to an int
+NESTED = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("damage, said", [
+    (lambda model_dir: _with_config_field(model_dir, TOO_MANY_DIGITS),
+     "tiny.zip/config.json: not valid JSON (a number of over 4,300 digits, more than any field takes)"),
+    (lambda model_dir: _with_safetensors_header(model_dir, lambda text: text[:-1] + ', "extra": ' + TOO_MANY_DIGITS
+                                                + "}"),
+     "tiny.zip/model.safetensors: header is not valid JSON (a number of over 4,300 digits, more than any field "
+     "takes); the file is corrupt"),
+    (lambda model_dir: _with_safetensors_header(model_dir, lambda text: text[:-1] + ', "extra": ' + NESTED + "}"),
+     "tiny.zip/model.safetensors: header is not valid JSON (it nests too deeply to be read); the file is corrupt"),
+    (lambda model_dir: _with_safetensors_header(model_dir, lambda text: text[:-1] + ', "model.layers.'
+                                                + TOO_MANY_DIGITS + '.mlp.up_proj.weight": {"dtype": "F32", '
+                                                '"shape": [0], "data_offsets": [0, 0]}}'),
+     "tiny.zip/model.safetensors: the tensor 'model.layers.111111…' is named for layer 111111… (5000 digits), "
+     "more layers than any model has; the file is corrupt"),
+], ids=["config-number-of-5000-digits", "header-number-of-5000-digits", "header-nested-100000-deep",
+        "layer-index-of-5000-digits"])
+def test_it_rejects_json_python_cannot_read_naming_the_file(team, models_root, model_files, tmp_path, damage, said):
+    """Security review: a number past Python's digit limit in config.json or a safetensors header (a ValueError, not
+    a JSONDecodeError), a header nested past the recursion limit, and a tensor named for layer 10**5000 (int() of
+    its index) were 500s; each is the archive's refusal naming the file, with nothing left behind."""
+    damage(model_files)
+    message = refused_and_nothing_left(team.project, zip_of(tmp_path / "tiny.zip", model_files), models_root)
+    assert message.startswith(said), message
+    assert str(models_root) not in message
