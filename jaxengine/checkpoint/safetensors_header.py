@@ -16,6 +16,8 @@ import math
 import struct
 from pathlib import Path
 
+from jaxengine.json_files import UNREADABLE_JSON, json_problem
+
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 
@@ -28,21 +30,6 @@ MAX_DIMENSION = 2**53
 DTYPE_BITS = {"BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8,
               "F8_E8M0": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8, "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
               "I32": 32, "U32": 32, "F32": 32, "C64": 64, "F64": 64, "I64": 64, "U64": 64}
-
-
-# What json.loads raises for a text it cannot read: a JSONDecodeError or UnicodeDecodeError (both ValueErrors), a
-# ValueError for a number past Python's 4,300-digit limit on int(), a RecursionError for arrays nested past the
-# recursion limit. The files read here come from uploads: each is a refusal in words (json_problem), not a 500.
-UNREADABLE_JSON = (ValueError, RecursionError)
-
-
-def json_problem(exception: Exception) -> str:
-    """What was wrong with a JSON text that ``json.loads`` refused with ``exception`` (one of ``UNREADABLE_JSON``)."""
-    if isinstance(exception, RecursionError):
-        return "it nests too deeply to be read"
-    if isinstance(exception, (json.JSONDecodeError, UnicodeDecodeError)):
-        return str(exception)
-    return "a number of over 4,300 digits, more than any field takes"
 
 
 def read_safetensors_header(path: Path, *, error: type[Exception] = ValueError) -> dict:

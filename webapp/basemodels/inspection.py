@@ -37,6 +37,7 @@ from pathlib import Path, PurePath
 from jaxengine.chat_template import ChatTemplateError
 from jaxengine.checkpoint import safetensors_header
 from jaxengine.checkpoint.weights_check import check_weights_match_config
+from jaxengine.json_files import UNREADABLE_JSON, json_problem
 from jaxengine.models.config import (NESTED_TEXT_CONFIG_FAMILIES, REQUIRED_CONFIG_FIELDS, VOCABULARY_ROWS,
                                      UnsupportedArchitectureError, family_for_hf_config, from_hf_config,
                                      hf_field_type_problem, vocab_size_mismatch)
@@ -233,8 +234,8 @@ def _weight_files(model_dir: Path, models_root: Path, project_slug: str) -> list
         try:
             index_text = _inside_root(index_path, models_root, project_slug).read_text(encoding="utf-8")
             weight_map = json.loads(index_text)["weight_map"]
-        except (*safetensors_header.UNREADABLE_JSON, KeyError, TypeError) as exc:
-            problem = safetensors_header.json_problem(exc) if isinstance(exc, safetensors_header.UNREADABLE_JSON) else exc
+        except (*UNREADABLE_JSON, KeyError, TypeError) as exc:
+            problem = json_problem(exc) if isinstance(exc, UNREADABLE_JSON) else exc
             raise ModelDirError(f"{index_path}: not a shard index with a 'weight_map' ({problem})") from None
         if not isinstance(weight_map, dict) or not all(isinstance(name, str) for name in weight_map.values()):
             raise ModelDirError(f"{index_path}: 'weight_map' must map each tensor name to its file name")
@@ -349,8 +350,8 @@ def read_model_facts(model_dir: Path, *, models_root: Path, project_slug: str) -
                             f"{MAX_CONFIG_BYTES} here): is it the right file?")
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
-    except safetensors_header.UNREADABLE_JSON as exc:
-        raise ModelDirError(f"{config_path}: not valid JSON ({safetensors_header.json_problem(exc)})") from None
+    except UNREADABLE_JSON as exc:
+        raise ModelDirError(f"{config_path}: not valid JSON ({json_problem(exc)})") from None
     if not isinstance(config, dict):
         raise ModelDirError(f"{config_path}: must hold a JSON object")
     architectures = config.get("architectures") or []

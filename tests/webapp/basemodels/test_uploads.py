@@ -453,3 +453,24 @@ def test_it_rejects_json_python_cannot_read_naming_the_file(team, models_root, m
     message = refused_and_nothing_left(team.project, zip_of(tmp_path / "tiny.zip", model_files), models_root)
     assert message.startswith(said), message
     assert str(models_root) not in message
+
+
+@pytest.mark.parametrize("file_name", ["tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+                                       "chat_template_kwargs.json"])
+@pytest.mark.parametrize("value, said", [(TOO_MANY_DIGITS, "a number of over 4,300 digits, more than any field takes"),
+                                         (NESTED, "it nests too deeply to be read")],
+                         ids=["number-of-5000-digits", "nested-100000-deep"])
+def test_tokenizer_files_python_cannot_read_are_said_as_their_load_errors(team, models_root, model_files, tmp_path,
+                                                                          file_name, value, said):
+    """Security review: the tokenizer's JSON files, read at registration through ``jaxengine.json_files``
+    (``read_json_object``), were a 500 for such JSON (a ValueError or RecursionError, not a JSONDecodeError). Now
+    they are what any unreadable tokenizer is: the model is registered (its runs say why they cannot load it, as
+    for a syntax error) and the tokenizer's load names the file."""
+    from jaxengine.tokenizer import TokenizerError, load_tokenizer
+
+    (model_files / file_name).write_text('{"extra": ' + value + "}")
+    model = basemodel_upload(project=team.project, name="uploaded", archive=zip_of(tmp_path / "tiny.zip", model_files),
+                             archive_name="tiny.zip", user=None)
+    with pytest.raises(TokenizerError) as excinfo:
+        load_tokenizer(model.path)
+    assert str(excinfo.value) == f"{model.path}/{file_name}: not valid JSON ({said}); fix or remove the file"
