@@ -1,5 +1,6 @@
 """Base models uploaded as an archive (``webapp.basemodels.uploads``): real zip and tar files of a tiny model,
 unpacked into the project's own folder and registered in one step, or refused with nothing left behind."""
+import gzip
 import io
 import os
 import stat
@@ -474,3 +475,19 @@ def test_tokenizer_files_python_cannot_read_are_said_as_their_load_errors(team, 
     with pytest.raises(TokenizerError) as excinfo:
         load_tokenizer(model.path)
     assert str(excinfo.value) == f"{model.path}/{file_name}: not valid JSON ({said}); fix or remove the file"
+
+
+def test_a_tar_gz_inflating_past_the_limit_after_the_tars_end_is_refused(team, models_root, model_files, tmp_path):
+    """Security review: the gzip stream is drained after the tar's end (to check its CRC), and that drain counted
+    nothing: zeros packed after the tar, 1000:1 in deflate, had an owner's 20 GB archive inflate for hours in the web
+    request. Past the limit, the drain stops with the refusal."""
+    tar = tar_of(tmp_path / "tiny.tar", model_files).read_bytes()
+    archive = tmp_path / "padded.tar.gz"
+    with gzip.open(archive, "wb") as packed:
+        packed.write(tar)
+        for _ in range(64):
+            packed.write(bytes(1024 * 1024))
+    assert archive.stat().st_size < 1024 * 1024
+    assert refused_and_nothing_left(team.project, archive, models_root, max_bytes=1024 * 1024) == (
+        "padded.tar.gz: its gzip stream goes on past the tar's end for more than 1.0\xa0MB (1048576 bytes, "
+        "TEMPER_MODEL_UPLOAD_MAX_BYTES); pack the model directory again (tar -czf)")
