@@ -303,6 +303,29 @@ def _unpack_zip(archive: Path, archive_name: str, into: Path, max_bytes: int, ma
                 written = _write(source, destination, member.filename, archive_name, written, max_bytes)
 
 
+# A pax header or GNU long name holds a member's name and attributes: a few KB at most.
+MAX_TAR_EXTENDED_HEADER_BYTES = 1024 * 1024
+_TAR_EXTENDED_HEADER_TYPES = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME,
+                              tarfile.GNUTYPE_LONGLINK)
+
+
+class _ExtendedHeaderTooLarge(tarfile.TarError):
+    pass
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """A tar member whose extended header (pax attributes, a GNU long name) is refused past
+    ``MAX_TAR_EXTENDED_HEADER_BYTES`` before it is read: tarfile reads one whole into memory, of the size the tar
+    header declares, before the member it describes is seen or counted toward the limit."""
+
+    def _proc_member(self, tarfile_):
+        if self.type in _TAR_EXTENDED_HEADER_TYPES and self.size > MAX_TAR_EXTENDED_HEADER_BYTES:
+            raise _ExtendedHeaderTooLarge(
+                f"the member {self.name!r} is an extended header (a long name or pax attributes) of {self.size:,} "
+                f"bytes, past the {MAX_TAR_EXTENDED_HEADER_BYTES:,} a tar packs for a name")
+        return super()._proc_member(tarfile_)
+
+
 def _unpack_tar(archive: Path, archive_name: str, into: Path, max_bytes: int, max_members: int) -> None:
     # Streamed ("r|"): a .tar.gz is decompressed once, member after member, as a zip's central directory cannot be.
     # A gzip stream is read through GzipFile, drained to its end once the tar is: tarfile's own stream reader never
@@ -311,11 +334,12 @@ def _unpack_tar(archive: Path, archive_name: str, into: Path, max_bytes: int, ma
         gzipped = raw.read(2) == GZIP_MAGIC
         raw.seek(0)
         if not gzipped:
-            with tarfile.open(fileobj=raw, mode="r|*") as packed:  # a plain tar (or bz2/xz, as tar -a packs them)
+            # A plain tar (or bz2/xz, as tar -a packs them).
+            with tarfile.open(fileobj=raw, mode="r|*", tarinfo=_BoundedTarInfo) as packed:
                 _unpack_tar_members(packed, archive_name, into, max_bytes, max_members)
             return
         with gzip.GzipFile(fileobj=raw, mode="rb") as inflated:
-            with tarfile.open(fileobj=inflated, mode="r|") as packed:
+            with tarfile.open(fileobj=inflated, mode="r|", tarinfo=_BoundedTarInfo) as packed:
                 _unpack_tar_members(packed, archive_name, into, max_bytes, max_members)
             # The rest (tar's zero blocks): the CRC and length are checked at the end. Counted: zeros packed after the
             # tar inflate 1000:1, and an archive at the limit would otherwise keep the request inflating for hours.
@@ -324,8 +348,8 @@ def _unpack_tar(archive: Path, archive_name: str, into: Path, max_bytes: int, ma
                 drained += len(chunk)
                 if drained > max_bytes:
                     raise ArchiveError(f"{archive_name}: its gzip stream goes on past the tar's end for more than "
-                                       f"{filesizeformat(max_bytes)} ({max_bytes} bytes, TEMPER_MODEL_UPLOAD_MAX_BYTES); "
-                                       "pack the model directory again (tar -czf)")
+                                       f"{filesizeformat(max_bytes)} ({max_bytes} bytes, "
+                                       "TEMPER_MODEL_UPLOAD_MAX_BYTES); pack the model directory again (tar -czf)")
 
 
 def _unpack_tar_members(packed: tarfile.TarFile, archive_name: str, into: Path, max_bytes: int,

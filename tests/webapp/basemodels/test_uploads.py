@@ -491,3 +491,23 @@ def test_a_tar_gz_inflating_past_the_limit_after_the_tars_end_is_refused(team, m
     assert refused_and_nothing_left(team.project, archive, models_root, max_bytes=1024 * 1024) == (
         "padded.tar.gz: its gzip stream goes on past the tar's end for more than 1.0\xa0MB (1048576 bytes, "
         "TEMPER_MODEL_UPLOAD_MAX_BYTES); pack the model directory again (tar -czf)")
+
+
+@pytest.mark.parametrize("header_type", [tarfile.XHDTYPE, tarfile.GNUTYPE_LONGNAME], ids=["pax", "gnu-long-name"])
+def test_a_tar_whose_extended_header_is_larger_than_any_name_is_refused_before_it_is_read(
+        team, models_root, model_files, tmp_path, header_type):
+    """Security review: tarfile reads a pax header or a GNU long name whole into memory, of the size its tar header
+    declares, before the member it describes is seen (or counted toward the limit): 20 GB of zeros there, a 20 MB
+    .tar.gz, was 20 GB of the web process's memory. One past 1 MiB (a name is at most a few KB) is refused unread."""
+    archive = tmp_path / "header.tar.gz"
+    with gzip.open(archive, "wb") as packed:
+        header = tarfile.TarInfo("././@LongLink" if header_type == tarfile.GNUTYPE_LONGNAME else "PaxHeaders/x")
+        header.type, header.size = header_type, 64 * 1024 * 1024
+        packed.write(header.tobuf(format=tarfile.GNU_FORMAT))
+        for _ in range(64):
+            packed.write(bytes(1024 * 1024))
+        packed.write(tar_of(tmp_path / "tiny.tar", model_files).read_bytes())
+    message = refused_and_nothing_left(team.project, archive, models_root)
+    assert message == (f"header.tar.gz: not a readable tar.gz archive (the member {header.name!r} is an extended "
+                       "header (a long name or pax attributes) of 67,108,864 bytes, past the 1,048,576 a tar packs "
+                       "for a name); pack it again"), message
