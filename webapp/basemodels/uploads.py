@@ -63,6 +63,10 @@ GZIP_MAGIC = b"\x1f\x8b"
 MACOS_METADATA = "__MACOSX"
 # A hidden upload folder this old is an abandoned one (see _remove_abandoned).
 ABANDONED_AFTER_SECONDS = 24 * 3600
+# A zip's central directory entry for a model's file: a few hundred bytes (46, the name, an extra field or two).
+ZIP_CENTRAL_DIRECTORY_BYTES_PER_MEMBER = 4096
+# A pax header or GNU long name holds a member's name and attributes: a few KB at most.
+MAX_TAR_EXTENDED_HEADER_BYTES = 1024 * 1024
 Sending = TypeVar("Sending")  # what a sending's once-only wrapper answers: a page's address, the API's Sent
 
 
@@ -278,6 +282,16 @@ def _kind(lower_name: str) -> str:
 
 
 def _unpack_zip(archive: Path, archive_name: str, into: Path, max_bytes: int, max_members: int) -> None:
+    # zipfile reads the central directory whole into memory (an object per entry) before its members can be counted:
+    # its size, from the end record, is judged first.
+    with open(archive, "rb") as raw:
+        end_record = zipfile._EndRecData(raw)  # zipfile's own reader of that record (zip64 too)
+    if end_record:
+        central_bytes, most = end_record[zipfile._ECD_SIZE], max_members * ZIP_CENTRAL_DIRECTORY_BYTES_PER_MEMBER
+        if central_bytes > most:
+            raise ArchiveError(f"{archive_name}: its central directory (the list of members) is {central_bytes:,} "
+                               f"bytes, more than {max_members:,} members take ({most:,} bytes, 4 KiB a member, "
+                               "TEMPER_MODEL_UPLOAD_MAX_MEMBERS); pack the model directory alone")
     with zipfile.ZipFile(archive) as packed:
         members = packed.infolist()
         if len(members) > max_members:
@@ -303,8 +317,6 @@ def _unpack_zip(archive: Path, archive_name: str, into: Path, max_bytes: int, ma
                 written = _write(source, destination, member.filename, archive_name, written, max_bytes)
 
 
-# A pax header or GNU long name holds a member's name and attributes: a few KB at most.
-MAX_TAR_EXTENDED_HEADER_BYTES = 1024 * 1024
 _TAR_EXTENDED_HEADER_TYPES = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME,
                               tarfile.GNUTYPE_LONGLINK)
 

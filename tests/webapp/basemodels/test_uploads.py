@@ -511,3 +511,24 @@ def test_a_tar_whose_extended_header_is_larger_than_any_name_is_refused_before_i
     assert message == (f"header.tar.gz: not a readable tar.gz archive (the member {header.name!r} is an extended "
                        "header (a long name or pax attributes) of 67,108,864 bytes, past the 1,048,576 a tar packs "
                        "for a name); pack it again"), message
+
+
+def test_a_zip_whose_central_directory_is_larger_than_its_members_need_is_refused_before_it_is_read(
+        team, models_root, model_files, tmp_path, settings):
+    """Security review: zipfile reads a zip's central directory whole into memory (and makes an object of each
+    entry) before its members can be counted: a 20 GB archive that is all central directory (entries with 64 KB
+    comments) was 20 GB of the web process's memory. Past 4 KiB an entry for TEMPER_MODEL_UPLOAD_MAX_MEMBERS
+    entries (a model's entry takes a few hundred bytes), it is refused unread."""
+    settings.TEMPER_MODEL_UPLOAD_MAX_MEMBERS = 10
+    archive = tmp_path / "comments.zip"
+    with zipfile.ZipFile(archive, "w") as packed:
+        for file in sorted(model_files.iterdir()):
+            info = zipfile.ZipInfo(file.name)
+            info.comment = b"c" * 65_535
+            packed.writestr(info, file.read_bytes())
+    with zipfile.ZipFile(archive) as packed:
+        central_bytes = sum(46 + len(info.filename) + len(info.extra) + len(info.comment) for info in packed.infolist())
+    message = refused_and_nothing_left(team.project, archive, models_root)
+    assert message == (f"comments.zip: its central directory (the list of members) is {central_bytes:,} bytes, more "
+                       "than 10 members take (40,960 bytes, 4 KiB a member, TEMPER_MODEL_UPLOAD_MAX_MEMBERS); pack "
+                       "the model directory alone"), message
