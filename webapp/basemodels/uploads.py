@@ -271,6 +271,10 @@ def unpack_archive(archive: Path, *, archive_name: str, into: Path, max_bytes: i
     unpack = _unpack_zip if lower.endswith(".zip") else _unpack_tar
     try:
         unpack(archive, archive_name, into, max_bytes, settings.TEMPER_MODEL_UPLOAD_MAX_MEMBERS)
+    except UnicodeDecodeError as error:  # zipfile decodes a name flagged UTF-8 strictly
+        raise ArchiveError(f"{archive_name}: a member's name is marked as UTF-8 but is not (byte "
+                           f"0x{error.object[error.start]:02x}); rename it and pack the model directory "
+                           "again") from None
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, RuntimeError, NotImplementedError) as error:
         raise ArchiveError(f"{archive_name}: not a readable {_kind(lower)} archive ({error}); pack it again") from None
     except OSError as error:  # reading the archive: a bad gzip stream (writing is _unwritable's)
@@ -387,6 +391,10 @@ def _unpack_tar_members(packed: tarfile.TarFile, archive_name: str, into: Path, 
 
 def _destination(into: Path, member_name: str, archive_name: str) -> Path | None:
     """Where ``member_name`` unpacks to in ``into``; None for the archive's top itself (``./``)."""
+    # tarfile reads a name that is not UTF-8 with surrogate escapes, which no page or database can hold.
+    if (escaped := next((char for char in member_name if "\udc80" <= char <= "\udcff"), None)) is not None:
+        raise ArchiveError(f"{archive_name}: the member {member_name!r} has a name that is not UTF-8 text (byte "
+                           f"0x{ord(escaped) - 0xDC00:02x}); rename it and pack the model directory again")
     path = PurePosixPath(member_name.replace("\\", "/"))
     if path.is_absolute() or ".." in path.parts or re.match(r"[A-Za-z]:", member_name):
         raise ArchiveError(f"{archive_name}: the member {member_name!r} would be written outside the model's folder "
