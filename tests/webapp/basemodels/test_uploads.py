@@ -2,6 +2,7 @@
 unpacked into the project's own folder and registered in one step, or refused with nothing left behind."""
 import gzip
 import io
+import json
 import os
 import stat
 import subprocess
@@ -532,3 +533,25 @@ def test_a_zip_whose_central_directory_is_larger_than_its_members_need_is_refuse
     assert message == (f"comments.zip: its central directory (the list of members) is {central_bytes:,} bytes, more "
                        "than 10 members take (40,960 bytes, 4 KiB a member, TEMPER_MODEL_UPLOAD_MAX_MEMBERS); pack "
                        "the model directory alone"), message
+
+
+@pytest.mark.parametrize("field, raw_value, said", [
+    ("rope_theta", "1" + "0" * 4000, "an integer of 4001 digits"),
+    ("rms_norm_eps", "-1" + "0" * 400, "an integer of 401 digits"),
+    ("rope_scaling", '{"rope_type": "linear", "factor": 1' + "0" * 400 + "}", "an integer of 401 digits"),
+    ("rope_theta", "1e999", "inf"),
+    ("rope_theta", "NaN", "nan"),
+], ids=["int-of-4001-digits", "negative-int-of-401-digits", "nested-int", "float-past-the-largest", "nan"])
+def test_it_rejects_a_config_number_no_model_holds_naming_the_field(team, models_root, model_files, tmp_path, field,
+                                                                    raw_value, said):
+    """Security review: an integer past a float's range where the config reader wants a float (rope_theta,
+    rms_norm_eps, a rope scaling factor) was an OverflowError, and 1e999 or NaN (JSON as Python reads it) an
+    IntegrityError storing the config (JSON has no infinity): 500s. A number past a float's range or not finite is
+    refused naming its field (one within a float's range is left to its field's own check)."""
+    config = json.loads((model_files / "config.json").read_text())
+    config.pop(field, None)
+    (model_files / "config.json").write_text(json.dumps(config)[:-1] + f', "{field}": {raw_value}}}')
+    message = refused_and_nothing_left(team.project, zip_of(tmp_path / "tiny.zip", model_files), models_root)
+    shown = f"{field}.factor" if field == "rope_scaling" else field
+    assert message == (f"tiny.zip/config.json: field {shown!r} is {said}, past the range of the numbers a config holds "
+                       "(a float's, finite); fix the field"), message
