@@ -341,14 +341,20 @@ def _vocab_size(config: dict, family: str, config_path: Path) -> int | None:
     return _first_int(config, ("vocab_size",), source=config_path)
 
 
-def _refuse_numbers_no_model_holds(config: dict, config_path: Path) -> None:
+def _refuse_values_no_model_holds(config: dict, config_path: Path) -> None:
     """``ModelDirError`` naming the first field of ``config`` (nested ones by their dotted path) that is an integer
-    past a float's range or a number that is not finite (``1e999`` and ``NaN`` as Python's json reads them): a config
-    reader turning the first into a float (rope_theta, rms_norm_eps) raised OverflowError, and the second cannot be
-    stored (JSON has no infinity). Numbers within range are judged by the checks of their fields."""
+    past a float's range or a number that is not finite (``1e999`` and ``NaN`` as Python's json reads them), or whose
+    name or text holds half of a UTF-16 surrogate pair (JSON's ``"\\udce9"``): a config reader turning the first
+    into a float (rope_theta, rms_norm_eps) raised OverflowError, the second cannot be stored (JSON has no infinity),
+    and the third cannot be encoded (the model's page, which shows config.json, was a 500). Numbers within range are
+    judged by the checks of their fields."""
     pending: list[tuple[str, object]] = [(str(key), value) for key, value in config.items()]
     while pending:
         field, value = pending.pop()
+        if (half := next((char for text in (field, value) if isinstance(text, str) for char in text
+                          if "\ud800" <= char <= "\udfff"), None)) is not None:
+            raise ModelDirError(f"{config_path}: field {field!r} holds half of a UTF-16 surrogate pair (a lone "
+                                f"\\u{ord(half):04x} escape), which is no text; fix the field")
         if isinstance(value, dict):
             pending.extend((f"{field}.{key}", inner) for key, inner in value.items())
             continue
@@ -381,7 +387,7 @@ def read_model_facts(model_dir: Path, *, models_root: Path, project_slug: str) -
         raise ModelDirError(f"{config_path}: not valid JSON ({json_problem(exc)})") from None
     if not isinstance(config, dict):
         raise ModelDirError(f"{config_path}: must hold a JSON object")
-    _refuse_numbers_no_model_holds(config, config_path)
+    _refuse_values_no_model_holds(config, config_path)
     architectures = config.get("architectures") or []
     if not isinstance(architectures, list) or not all(isinstance(name, str) for name in architectures):
         raise ModelDirError(f"{config_path}: 'architectures' must be a list of class names, e.g. "

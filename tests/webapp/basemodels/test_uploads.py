@@ -555,3 +555,19 @@ def test_it_rejects_a_config_number_no_model_holds_naming_the_field(team, models
     shown = f"{field}.factor" if field == "rope_scaling" else field
     assert message == (f"tiny.zip/config.json: field {shown!r} is {said}, past the range of the numbers a config holds "
                        "(a float's, finite); fix the field"), message
+
+
+@pytest.mark.parametrize("raw_field, shown, said", [
+    ('"note": "caf\\udce9"', "note", "a lone \\udce9 escape"),
+    ('"rope_scaling": {"\\ud800": 1}', "rope_scaling.\ud800", "a lone \\ud800 escape"),
+], ids=["value", "key"])
+def test_it_rejects_a_config_text_with_a_lone_surrogate_naming_the_field(team, models_root, model_files, tmp_path,
+                                                                         client_for, raw_field, shown, said):
+    """Security review: JSON's escape of half a UTF-16 pair ("\\udce9") reads into a str that cannot be encoded: the
+    model was registered, and its page, which shows config.json, was a 500 at every visit (on PostgreSQL the config
+    could not be stored). Such text is refused naming its field."""
+    config = (model_files / "config.json").read_text()
+    (model_files / "config.json").write_text(config[:-1] + ", " + raw_field + "}")
+    message = refused_and_nothing_left(team.project, zip_of(tmp_path / "tiny.zip", model_files), models_root)
+    assert message == (f"tiny.zip/config.json: field {shown!r} holds half of a UTF-16 surrogate pair ({said}), "
+                       "which is no text; fix the field"), message
