@@ -234,9 +234,9 @@ def _linked_into_another_project(path: Path, root: Path, project_slug: str) -> M
 def _weight_files(model_dir: Path, models_root: Path, project_slug: str) -> list[Path]:
     index_path = model_dir / SHARD_INDEX
     if index_path.exists():
+        _inside_root(index_path, models_root, project_slug)  # its refusal is a ValueError too: not in the try
         try:
-            index_text = _inside_root(index_path, models_root, project_slug).read_text(encoding="utf-8")
-            weight_map = json.loads(index_text)["weight_map"]
+            weight_map = json.loads(index_path.read_text(encoding="utf-8"))["weight_map"]
         except (*UNREADABLE_JSON, KeyError, TypeError) as exc:
             problem = json_problem(exc) if isinstance(exc, UNREADABLE_JSON) else exc
             raise ModelDirError(f"{index_path}: not a shard index with a 'weight_map' ({problem})") from None
