@@ -16,6 +16,8 @@ import math
 import struct
 from pathlib import Path
 
+from jaxengine.json_files import UNREADABLE_JSON, json_problem
+
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 
@@ -52,9 +54,9 @@ def read_safetensors_header(path: Path, *, error: type[Exception] = ValueError) 
                     "copy?): copy it again")
     try:
         header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as problem:
-        raise error(f"{path}: header is not valid JSON ({problem}); the file is corrupt: copy or convert the "
-                    "weights again") from None
+    except UNREADABLE_JSON as problem:
+        raise error(f"{path}: header is not valid JSON ({json_problem(problem)}); the file is corrupt: copy or "
+                    "convert the weights again") from None
     if not isinstance(header, dict):
         raise error(f"{path}: header is not a JSON object; the file is corrupt: copy or convert the weights again")
     metadata = header.get("__metadata__")
@@ -115,8 +117,8 @@ def read_weight_map(index_path: Path, *, error: type[Exception] = ValueError) ->
         weight_map = json.loads(index_path.read_text(encoding="utf-8")).get("weight_map")
         problem = None if isinstance(weight_map, dict) and all(
             isinstance(file, str) for file in weight_map.values()) else 'no "weight_map" of file names'
-    except (UnicodeDecodeError, json.JSONDecodeError) as exception:
-        problem = f"not valid JSON: {exception}"
+    except UNREADABLE_JSON as exception:
+        problem = f"not valid JSON: {json_problem(exception)}"
     except AttributeError:  # a JSON list or number
         problem = "not a JSON object"
     if problem is not None:

@@ -26,6 +26,8 @@ from jaxengine.models.config import (FAMILY_WEIGHT_PREFIXES, NESTED_TEXT_CONFIG_
 
 # Mismatches named in one message; the rest are counted.
 NAMED_PROBLEMS = 3
+# A layer index of more digits is no model's (int() of 4,301 of them is a ValueError: a 500 at registration).
+MAX_LAYER_INDEX_DIGITS = 9
 
 
 @dataclass(frozen=True)
@@ -122,10 +124,15 @@ def check_weights_match_config(model_dir: str | Path, hf_config: dict, config: M
             raise error(vocab_size_mismatch(config_path, config.vocab_size, name, file, shape[0], remedy=remedy))
 
     prefixes = FAMILY_WEIGHT_PREFIXES[config.family]
-    layer_name = re.compile("^(?:" + "|".join(re.escape(prefix) for prefix in prefixes) + r")layers\.(\d+)\.")
+    layer_name = re.compile("^(?:" + "|".join(re.escape(prefix) for prefix in prefixes) + r")layers\.([0-9]+)\.")
     stored_layers: dict[int, str] = {}
     for name in located:
         if (match := layer_name.match(name)) is not None:
+            if len(match.group(1)) > MAX_LAYER_INDEX_DIGITS:
+                shown = name[:match.start(1) + 6] + "…"
+                raise error(f"{located[name][0]}: the tensor {shown!r} is named for layer {match.group(1)[:6]}… "
+                            f"({len(match.group(1))} digits), more layers than any model has; the file is corrupt: "
+                            "copy or convert the weights again")
             stored_layers.setdefault(int(match.group(1)), name)
     stored = max(stored_layers) + 1 if stored_layers else 0
     if config.num_layers != stored:

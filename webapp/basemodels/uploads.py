@@ -64,6 +64,10 @@ GZIP_MAGIC = b"\x1f\x8b"
 MACOS_METADATA = "__MACOSX"
 # A hidden upload folder this old is an abandoned one (see _remove_abandoned).
 ABANDONED_AFTER_SECONDS = 24 * 3600
+# A zip's central directory entry for a model's file: a few hundred bytes (46, the name, an extra field or two).
+ZIP_CENTRAL_DIRECTORY_BYTES_PER_MEMBER = 4096
+# A pax header or GNU long name holds a member's name and attributes: a few KB at most.
+MAX_TAR_EXTENDED_HEADER_BYTES = 1024 * 1024
 Sending = TypeVar("Sending")  # what a sending's once-only wrapper answers: a page's address, the API's Sent
 
 
@@ -268,6 +272,10 @@ def unpack_archive(archive: Path, *, archive_name: str, into: Path, max_bytes: i
     unpack = _unpack_zip if lower.endswith(".zip") else _unpack_tar
     try:
         unpack(archive, archive_name, into, max_bytes, settings.TEMPER_MODEL_UPLOAD_MAX_MEMBERS)
+    except UnicodeDecodeError as error:  # zipfile decodes a name flagged UTF-8 strictly
+        raise ArchiveError(f"{archive_name}: a member's name is marked as UTF-8 but is not (byte "
+                           f"0x{error.object[error.start]:02x}); rename it and pack the model directory "
+                           "again") from None
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, RuntimeError, NotImplementedError) as error:
         raise ArchiveError(f"{archive_name}: not a readable {_kind(lower)} archive ({error}); pack it again") from None
     except OSError as error:  # reading the archive: a bad gzip stream (writing is _unwritable's)
@@ -279,6 +287,16 @@ def _kind(lower_name: str) -> str:
 
 
 def _unpack_zip(archive: Path, archive_name: str, into: Path, max_bytes: int, max_members: int) -> None:
+    # zipfile reads the central directory whole into memory (an object per entry) before its members can be counted:
+    # its size, from the end record, is judged first.
+    with open(archive, "rb") as raw:
+        end_record = zipfile._EndRecData(raw)  # zipfile's own reader of that record (zip64 too)
+    if end_record:
+        central_bytes, most = end_record[zipfile._ECD_SIZE], max_members * ZIP_CENTRAL_DIRECTORY_BYTES_PER_MEMBER
+        if central_bytes > most:
+            raise ArchiveError(f"{archive_name}: its central directory (the list of members) is {central_bytes:,} "
+                               f"bytes, more than {max_members:,} members take ({most:,} bytes, 4 KiB a member, "
+                               "TEMPER_MODEL_UPLOAD_MAX_MEMBERS); pack the model directory alone")
     with zipfile.ZipFile(archive) as packed:
         members = packed.infolist()
         if len(members) > max_members:
@@ -304,6 +322,27 @@ def _unpack_zip(archive: Path, archive_name: str, into: Path, max_bytes: int, ma
                 written = _write(source, destination, member.filename, archive_name, written, max_bytes)
 
 
+_TAR_EXTENDED_HEADER_TYPES = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME,
+                              tarfile.GNUTYPE_LONGLINK)
+
+
+class _ExtendedHeaderTooLarge(tarfile.TarError):
+    pass
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """A tar member whose extended header (pax attributes, a GNU long name) is refused past
+    ``MAX_TAR_EXTENDED_HEADER_BYTES`` before it is read: tarfile reads one whole into memory, of the size the tar
+    header declares, before the member it describes is seen or counted toward the limit."""
+
+    def _proc_member(self, tarfile_):
+        if self.type in _TAR_EXTENDED_HEADER_TYPES and self.size > MAX_TAR_EXTENDED_HEADER_BYTES:
+            raise _ExtendedHeaderTooLarge(
+                f"the member {self.name!r} is an extended header (a long name or pax attributes) of {self.size:,} "
+                f"bytes, past the {MAX_TAR_EXTENDED_HEADER_BYTES:,} a tar packs for a name")
+        return super()._proc_member(tarfile_)
+
+
 def _unpack_tar(archive: Path, archive_name: str, into: Path, max_bytes: int, max_members: int) -> None:
     # Streamed ("r|"): a .tar.gz is decompressed once, member after member, as a zip's central directory cannot be.
     # A gzip stream is read through GzipFile, drained to its end once the tar is: tarfile's own stream reader never
@@ -312,14 +351,22 @@ def _unpack_tar(archive: Path, archive_name: str, into: Path, max_bytes: int, ma
         gzipped = raw.read(2) == GZIP_MAGIC
         raw.seek(0)
         if not gzipped:
-            with tarfile.open(fileobj=raw, mode="r|*") as packed:  # a plain tar (or bz2/xz, as tar -a packs them)
+            # A plain tar (or bz2/xz, as tar -a packs them).
+            with tarfile.open(fileobj=raw, mode="r|*", tarinfo=_BoundedTarInfo) as packed:
                 _unpack_tar_members(packed, archive_name, into, max_bytes, max_members)
             return
         with gzip.GzipFile(fileobj=raw, mode="rb") as inflated:
-            with tarfile.open(fileobj=inflated, mode="r|") as packed:
+            with tarfile.open(fileobj=inflated, mode="r|", tarinfo=_BoundedTarInfo) as packed:
                 _unpack_tar_members(packed, archive_name, into, max_bytes, max_members)
-            while inflated.read(CHUNK_BYTES):  # the rest (tar's zero blocks): the CRC and length are checked at the end
-                pass
+            # The rest (tar's zero blocks): the CRC and length are checked at the end. Counted: zeros packed after the
+            # tar inflate 1000:1, and an archive at the limit would otherwise keep the request inflating for hours.
+            drained = 0
+            while chunk := inflated.read(CHUNK_BYTES):
+                drained += len(chunk)
+                if drained > max_bytes:
+                    raise ArchiveError(f"{archive_name}: its gzip stream goes on past the tar's end for more than "
+                                       f"{filesizeformat(max_bytes)} ({max_bytes} bytes, "
+                                       "TEMPER_MODEL_UPLOAD_MAX_BYTES); pack the model directory again (tar -czf)")
 
 
 def _unpack_tar_members(packed: tarfile.TarFile, archive_name: str, into: Path, max_bytes: int,
@@ -345,6 +392,10 @@ def _unpack_tar_members(packed: tarfile.TarFile, archive_name: str, into: Path, 
 
 def _destination(into: Path, member_name: str, archive_name: str) -> Path | None:
     """Where ``member_name`` unpacks to in ``into``; None for the archive's top itself (``./``)."""
+    # tarfile reads a name that is not UTF-8 with surrogate escapes, which no page or database can hold.
+    if (escaped := next((char for char in member_name if "\udc80" <= char <= "\udcff"), None)) is not None:
+        raise ArchiveError(f"{archive_name}: the member {member_name!r} has a name that is not UTF-8 text (byte "
+                           f"0x{ord(escaped) - 0xDC00:02x}); rename it and pack the model directory again")
     path = PurePosixPath(member_name.replace("\\", "/"))
     if path.is_absolute() or ".." in path.parts or re.match(r"[A-Za-z]:", member_name):
         raise ArchiveError(f"{archive_name}: the member {member_name!r} would be written outside the model's folder "

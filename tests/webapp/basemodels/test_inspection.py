@@ -329,6 +329,23 @@ def test_a_file_linked_outside_the_root_is_refused(root, tmp_path, name):
         read_model_facts(resolve_model_dir("linked", models_root=root, project_slug="alpha"), models_root=root, project_slug="alpha")
 
 
+def test_a_shard_index_linked_outside_the_root_is_refused_in_those_words(root, tmp_path):
+    """The index's read, widened to every error json.loads raises (a ValueError), must not take the link's refusal
+    (a ModelDirError, a ValueError too) for a JSON problem."""
+    model_dir = write_model_dir(root / "linked", shards=2)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    index = model_dir / "model.safetensors.index.json"
+    (outside / index.name).write_bytes(index.read_bytes())
+    index.unlink()
+    index.symlink_to(outside / index.name)
+    with pytest.raises(ModelDirError) as excinfo:
+        read_model_facts(resolve_model_dir("linked", models_root=root, project_slug="alpha"), models_root=root,
+                         project_slug="alpha")
+    assert str(excinfo.value) == (f"{index} links to {outside / index.name}, outside the models root {root.resolve()}; "
+                                  "copy the file into the model's directory")
+
+
 def test_a_config_too_large_to_be_one_is_refused(root):
     model_dir = write_model_dir(root / "big")
     _with_config(model_dir, padding="x" * (1024 * 1024))

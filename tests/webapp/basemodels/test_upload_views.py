@@ -3,6 +3,9 @@ viewers and outsiders refused before anything is written; the ASGI guard takes a
 only."""
 import asyncio
 import html
+import io
+import tarfile
+import zipfile
 import threading
 import time
 from collections.abc import Callable
@@ -72,6 +75,40 @@ def test_it_rejects_a_bad_archive_on_the_form_escaped(team, models_root, client_
     page = response.content.decode()
     assert "&lt;i&gt;m.zip: not a readable zip archive (File is not a zip file); pack it again" in page
     assert "<i>m" not in page
+    assert left_in(models_root) in ([], ["projects", "projects/alpha"]) and not BaseModel.objects.exists()
+
+
+def test_it_rejects_a_tar_member_whose_name_is_not_utf8_on_the_form(team, models_root, client_for, tmp_path):
+    """Security review: tarfile reads a name that is not UTF-8 with surrogate escapes, and a refusal naming a path
+    through it (here the folder the model was packed in, its config.json unreadable) could not be encoded into the
+    page: a 500. A member whose name is not UTF-8 text is refused, named with its bytes escaped."""
+    model_dir = write_model_dir(tmp_path / "source" / "tiny")
+    (model_dir / "config.json").write_text("{not json")
+    packed = io.BytesIO()
+    with tarfile.open(fileobj=packed, mode="w", encoding="utf-8", errors="surrogateescape") as tar:
+        for file in sorted(model_dir.iterdir()):
+            tar.add(file, arcname=f"caf\udce9/{file.name}")  # "café" in Latin-1
+    response = post(client_for(team.owner), packed.getvalue(), file_name="latin1.tar")
+    assert response.status_code == 400
+    assert (html.escape("latin1.tar: the member 'caf\\udce9/config.json' has a name that is not UTF-8 text (byte "
+                        "0xe9); rename it and pack the model directory again") in response.content.decode())
+    assert left_in(models_root) in ([], ["projects", "projects/alpha"]) and not BaseModel.objects.exists()
+
+
+def test_it_rejects_a_zip_member_whose_name_is_marked_utf8_but_is_not_on_the_form(team, models_root, client_for,
+                                                                                   tmp_path):
+    """Security review: zipfile decodes a name whose UTF-8 flag is set strictly, and the UnicodeDecodeError, not
+    among the archive errors unpacking names, was a 500."""
+    model_dir = write_model_dir(tmp_path / "source" / "tiny")
+    packed = io.BytesIO()
+    with zipfile.ZipFile(packed, "w") as archive:
+        for file in sorted(model_dir.iterdir()):
+            archive.writestr(f"caf\u00e9/{file.name}", file.read_bytes())  # flagged UTF-8
+    damaged = packed.getvalue().replace("caf\u00e9".encode(), b"caf\xe9\xe9")  # Latin-1 under the flag
+    response = post(client_for(team.owner), damaged, file_name="flagged.zip")
+    assert response.status_code == 400
+    assert (html.escape("flagged.zip: a member's name is marked as UTF-8 but is not (byte 0xe9); rename it and "
+                        "pack the model directory again") in response.content.decode())
     assert left_in(models_root) in ([], ["projects", "projects/alpha"]) and not BaseModel.objects.exists()
 
 

@@ -1,6 +1,8 @@
 """Base models uploaded as an archive (``webapp.basemodels.uploads``): real zip and tar files of a tiny model,
 unpacked into the project's own folder and registered in one step, or refused with nothing left behind."""
+import gzip
 import io
+import json
 import os
 import stat
 import subprocess
@@ -409,3 +411,163 @@ def test_a_folder_zipped_by_macos_is_found_beside_its_metadata(team, models_root
     assert sorted(path.name for path in Path(model.path).iterdir()) == sorted(path.name for path in model_files.iterdir())
     assert left_in(models_root / "projects" / "alpha") == sorted(
         ["mac", *(f"mac/{path.name}" for path in model_files.iterdir())])
+
+
+def _with_safetensors_header(model_dir: Path, edit) -> None:
+    """Rewrite ``model_dir``'s model.safetensors with its header's JSON text passed through ``edit``."""
+    weights = model_dir / "model.safetensors"
+    raw = weights.read_bytes()
+    header_bytes = int.from_bytes(raw[:8], "little")
+    header = edit(raw[8:8 + header_bytes].decode().rstrip()).encode()  # its padding off
+    weights.write_bytes(len(header).to_bytes(8, "little") + header + raw[8 + header_bytes:])
+
+
+def _with_config_field(model_dir: Path, raw_value: str) -> None:
+    config = (model_dir / "config.json").read_text()
+    (model_dir / "config.json").write_text(config[:-1] + ', "extra": ' + raw_value + "}")
+
+
+TOO_MANY_DIGITS = "1" * 5000  # past Python's 4,300-digit limit on converting a decimal string to an int
+NESTED = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("damage, said", [
+    (lambda model_dir: _with_config_field(model_dir, TOO_MANY_DIGITS),
+     "tiny.zip/config.json: not valid JSON (a number of over 4,300 digits, more than any field takes)"),
+    (lambda model_dir: _with_safetensors_header(model_dir, lambda text: text[:-1] + ', "extra": ' + TOO_MANY_DIGITS
+                                                + "}"),
+     "tiny.zip/model.safetensors: header is not valid JSON (a number of over 4,300 digits, more than any field "
+     "takes); the file is corrupt"),
+    (lambda model_dir: _with_safetensors_header(model_dir, lambda text: text[:-1] + ', "extra": ' + NESTED + "}"),
+     "tiny.zip/model.safetensors: header is not valid JSON (it nests too deeply to be read); the file is corrupt"),
+    (lambda model_dir: _with_safetensors_header(model_dir, lambda text: text[:-1] + ', "model.layers.'
+                                                + TOO_MANY_DIGITS + '.mlp.up_proj.weight": {"dtype": "F32", '
+                                                '"shape": [0], "data_offsets": [0, 0]}}'),
+     "tiny.zip/model.safetensors: the tensor 'model.layers.111111…' is named for layer 111111… (5000 digits), "
+     "more layers than any model has; the file is corrupt"),
+], ids=["config-number-of-5000-digits", "header-number-of-5000-digits", "header-nested-100000-deep",
+        "layer-index-of-5000-digits"])
+def test_it_rejects_json_python_cannot_read_naming_the_file(team, models_root, model_files, tmp_path, damage, said):
+    """Security review: a number past Python's digit limit in config.json or a safetensors header (a ValueError, not
+    a JSONDecodeError), a header nested past the recursion limit, and a tensor named for layer 10**5000 (int() of
+    its index) were 500s; each is the archive's refusal naming the file, with nothing left behind."""
+    damage(model_files)
+    message = refused_and_nothing_left(team.project, zip_of(tmp_path / "tiny.zip", model_files), models_root)
+    assert message.startswith(said), message
+    assert str(models_root) not in message
+
+
+@pytest.mark.parametrize("file_name", ["tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+                                       "chat_template_kwargs.json"])
+@pytest.mark.parametrize("value, said", [(TOO_MANY_DIGITS, "a number of over 4,300 digits, more than any field takes"),
+                                         (NESTED, "it nests too deeply to be read")],
+                         ids=["number-of-5000-digits", "nested-100000-deep"])
+def test_tokenizer_files_python_cannot_read_are_said_as_their_load_errors(team, models_root, model_files, tmp_path,
+                                                                          file_name, value, said):
+    """Security review: the tokenizer's JSON files, read at registration through ``jaxengine.json_files``
+    (``read_json_object``), were a 500 for such JSON (a ValueError or RecursionError, not a JSONDecodeError). Now
+    they are what any unreadable tokenizer is: the model is registered (its runs say why they cannot load it, as
+    for a syntax error) and the tokenizer's load names the file."""
+    from jaxengine.tokenizer import TokenizerError, load_tokenizer
+
+    (model_files / file_name).write_text('{"extra": ' + value + "}")
+    model = basemodel_upload(project=team.project, name="uploaded", archive=zip_of(tmp_path / "tiny.zip", model_files),
+                             archive_name="tiny.zip", user=None)
+    with pytest.raises(TokenizerError) as excinfo:
+        load_tokenizer(model.path)
+    assert str(excinfo.value) == f"{model.path}/{file_name}: not valid JSON ({said}); fix or remove the file"
+
+
+def test_a_tar_gz_inflating_past_the_limit_after_the_tars_end_is_refused(team, models_root, model_files, tmp_path):
+    """Security review: the gzip stream is drained after the tar's end (to check its CRC), and that drain counted
+    nothing: zeros packed after the tar, 1000:1 in deflate, had an owner's 20 GB archive inflate for hours in the web
+    request. Past the limit, the drain stops with the refusal."""
+    tar = tar_of(tmp_path / "tiny.tar", model_files).read_bytes()
+    archive = tmp_path / "padded.tar.gz"
+    with gzip.open(archive, "wb") as packed:
+        packed.write(tar)
+        for _ in range(64):
+            packed.write(bytes(1024 * 1024))
+    assert archive.stat().st_size < 1024 * 1024
+    assert refused_and_nothing_left(team.project, archive, models_root, max_bytes=1024 * 1024) == (
+        "padded.tar.gz: its gzip stream goes on past the tar's end for more than 1.0\xa0MB (1048576 bytes, "
+        "TEMPER_MODEL_UPLOAD_MAX_BYTES); pack the model directory again (tar -czf)")
+
+
+@pytest.mark.parametrize("header_type", [tarfile.XHDTYPE, tarfile.GNUTYPE_LONGNAME], ids=["pax", "gnu-long-name"])
+def test_a_tar_whose_extended_header_is_larger_than_any_name_is_refused_before_it_is_read(
+        team, models_root, model_files, tmp_path, header_type):
+    """Security review: tarfile reads a pax header or a GNU long name whole into memory, of the size its tar header
+    declares, before the member it describes is seen (or counted toward the limit): 20 GB of zeros there, a 20 MB
+    .tar.gz, was 20 GB of the web process's memory. One past 1 MiB (a name is at most a few KB) is refused unread."""
+    archive = tmp_path / "header.tar.gz"
+    with gzip.open(archive, "wb") as packed:
+        header = tarfile.TarInfo("././@LongLink" if header_type == tarfile.GNUTYPE_LONGNAME else "PaxHeaders/x")
+        header.type, header.size = header_type, 64 * 1024 * 1024
+        packed.write(header.tobuf(format=tarfile.GNU_FORMAT))
+        for _ in range(64):
+            packed.write(bytes(1024 * 1024))
+        packed.write(tar_of(tmp_path / "tiny.tar", model_files).read_bytes())
+    message = refused_and_nothing_left(team.project, archive, models_root)
+    assert message == (f"header.tar.gz: not a readable tar.gz archive (the member {header.name!r} is an extended "
+                       "header (a long name or pax attributes) of 67,108,864 bytes, past the 1,048,576 a tar packs "
+                       "for a name); pack it again"), message
+
+
+def test_a_zip_whose_central_directory_is_larger_than_its_members_need_is_refused_before_it_is_read(
+        team, models_root, model_files, tmp_path, settings):
+    """Security review: zipfile reads a zip's central directory whole into memory (and makes an object of each
+    entry) before its members can be counted: a 20 GB archive that is all central directory (entries with 64 KB
+    comments) was 20 GB of the web process's memory. Past 4 KiB an entry for TEMPER_MODEL_UPLOAD_MAX_MEMBERS
+    entries (a model's entry takes a few hundred bytes), it is refused unread."""
+    settings.TEMPER_MODEL_UPLOAD_MAX_MEMBERS = 10
+    archive = tmp_path / "comments.zip"
+    with zipfile.ZipFile(archive, "w") as packed:
+        for file in sorted(model_files.iterdir()):
+            info = zipfile.ZipInfo(file.name)
+            info.comment = b"c" * 65_535
+            packed.writestr(info, file.read_bytes())
+    with zipfile.ZipFile(archive) as packed:
+        central_bytes = sum(46 + len(info.filename) + len(info.extra) + len(info.comment) for info in packed.infolist())
+    message = refused_and_nothing_left(team.project, archive, models_root)
+    assert message == (f"comments.zip: its central directory (the list of members) is {central_bytes:,} bytes, more "
+                       "than 10 members take (40,960 bytes, 4 KiB a member, TEMPER_MODEL_UPLOAD_MAX_MEMBERS); pack "
+                       "the model directory alone"), message
+
+
+@pytest.mark.parametrize("field, raw_value, said", [
+    ("rope_theta", "1" + "0" * 4000, "an integer of 4001 digits"),
+    ("rms_norm_eps", "-1" + "0" * 400, "an integer of 401 digits"),
+    ("rope_scaling", '{"rope_type": "linear", "factor": 1' + "0" * 400 + "}", "an integer of 401 digits"),
+    ("rope_theta", "1e999", "inf"),
+    ("rope_theta", "NaN", "nan"),
+], ids=["int-of-4001-digits", "negative-int-of-401-digits", "nested-int", "float-past-the-largest", "nan"])
+def test_it_rejects_a_config_number_no_model_holds_naming_the_field(team, models_root, model_files, tmp_path, field,
+                                                                    raw_value, said):
+    """Security review: an integer past a float's range where the config reader wants a float (rope_theta,
+    rms_norm_eps, a rope scaling factor) was an OverflowError, and 1e999 or NaN (JSON as Python reads it) an
+    IntegrityError storing the config (JSON has no infinity): 500s. A number past a float's range or not finite is
+    refused naming its field (one within a float's range is left to its field's own check)."""
+    config = json.loads((model_files / "config.json").read_text())
+    config.pop(field, None)
+    (model_files / "config.json").write_text(json.dumps(config)[:-1] + f', "{field}": {raw_value}}}')
+    message = refused_and_nothing_left(team.project, zip_of(tmp_path / "tiny.zip", model_files), models_root)
+    shown = f"{field}.factor" if field == "rope_scaling" else field
+    assert message == (f"tiny.zip/config.json: field {shown!r} is {said}, past the range of the numbers a config holds "
+                       "(a float's, finite); fix the field"), message
+
+
+@pytest.mark.parametrize("raw_field, shown, said", [
+    ('"note": "caf\\udce9"', "note", "a lone \\udce9 escape"),
+    ('"rope_scaling": {"\\ud800": 1}', "rope_scaling.\ud800", "a lone \\ud800 escape"),
+], ids=["value", "key"])
+def test_it_rejects_a_config_text_with_a_lone_surrogate_naming_the_field(team, models_root, model_files, tmp_path,
+                                                                         client_for, raw_field, shown, said):
+    """Security review: JSON's escape of half a UTF-16 pair ("\\udce9") reads into a str that cannot be encoded: the
+    model was registered, and its page, which shows config.json, was a 500 at every visit (on PostgreSQL the config
+    could not be stored). Such text is refused naming its field."""
+    config = (model_files / "config.json").read_text()
+    (model_files / "config.json").write_text(config[:-1] + ", " + raw_field + "}")
+    message = refused_and_nothing_left(team.project, zip_of(tmp_path / "tiny.zip", model_files), models_root)
+    assert message == (f"tiny.zip/config.json: field {shown!r} holds half of a UTF-16 surrogate pair ({said}), "
+                       "which is no text; fix the field"), message
