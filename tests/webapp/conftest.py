@@ -2,6 +2,8 @@
 ``client_for(user)`` that returns a logged-in Django test client."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from django.test import Client
 
@@ -42,3 +44,21 @@ def only_this_tests_workers(db) -> None:
     from webapp.workers.models import Worker
 
     Worker.objects.all().delete()
+
+
+@pytest.fixture
+def models_root(settings, tmp_path) -> Path:
+    """An empty models root (``MODELS_ROOT``), resolved as the app resolves it; a test file wanting models in it
+    from the start defines its own."""
+    root = settings.MODELS_ROOT = tmp_path / "models"
+    root.mkdir()
+    return root.resolve()
+
+
+@pytest.fixture
+def archive_bytes(tmp_path) -> bytes:
+    """A zip of a tiny model directory, as the Upload page and the REST API take one."""
+    from tests.webapp.basemodels.test_uploads import zip_of
+    from tests.webapp.factories import write_model_dir
+
+    return zip_of(tmp_path / "tiny.zip", write_model_dir(tmp_path / "source" / "tiny")).read_bytes()

@@ -34,18 +34,6 @@ REUSED = ("Idempotency-Key reused with a different request body: this key was fi
 
 
 @pytest.fixture
-def models_root(settings, tmp_path):
-    root = settings.MODELS_ROOT = tmp_path / "models"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
-def archive_bytes(tmp_path) -> bytes:
-    return zip_of(tmp_path / "tiny.zip", write_model_dir(tmp_path / "source" / "tiny")).read_bytes()
-
-
-@pytest.fixture
 def secrets(team) -> dict[str, str]:
     return {role: token_create(user=getattr(team, role), name="script")[1] for role in ROLES}
 

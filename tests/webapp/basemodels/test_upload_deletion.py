@@ -33,13 +33,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def models_root(settings, tmp_path):
-    root = settings.MODELS_ROOT = tmp_path / "models"
-    root.mkdir()
-    return root.resolve()
-
-
-@pytest.fixture
 def archive(tmp_path) -> Path:
     return zip_of(tmp_path / "tiny.zip", write_model_dir(tmp_path / "source" / "tiny"))
 

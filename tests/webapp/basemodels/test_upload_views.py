@@ -24,18 +24,6 @@ from webapp.datasets.uploads import MULTIPART_OVERHEAD_BYTES, RequestBodyLimit
 URL = "/p/alpha/models/upload/"
 
 
-@pytest.fixture
-def models_root(settings, tmp_path):
-    root = settings.MODELS_ROOT = tmp_path / "models"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
-def archive_bytes(tmp_path) -> bytes:
-    return zip_of(tmp_path / "tiny.zip", write_model_dir(tmp_path / "source" / "tiny")).read_bytes()
-
-
 def post(client, archive: bytes, *, name: str = "uploaded", file_name: str = "tiny.zip"):
     return client.post(URL, {"name": name, "archive": SimpleUploadedFile(file_name, archive)})
 

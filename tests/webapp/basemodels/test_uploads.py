@@ -24,13 +24,6 @@ from webapp.basemodels.uploads import basemodel_upload
 
 
 @pytest.fixture
-def models_root(settings, tmp_path):
-    root = settings.MODELS_ROOT = tmp_path / "models"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
 def model_files(tmp_path) -> Path:
     return write_model_dir(tmp_path / "source" / "tiny")
 
