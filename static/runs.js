@@ -41,9 +41,9 @@
   var startTime = chartsElement.dataset.startTime === "" ? null : Number(chartsElement.dataset.startTime);
   var NOTE_ROOM = 16;  // pixels of a line of a chart's title (the log axis's note)
 
-  // The title of a chart's hover, by the x axis chosen; each line's value is under it, named (hoverOf).
+  // The title of a chart's hover, by the x axis chosen; each line's value is under it, named, as static/plot_axis.js
+  // writes it (each trace's customdata: its values so written).
   var X_HOVER = { step: "step %{x}", tokens: "%{x} tokens", time: "%{x} s" };
-  function hoverOf(trace) { return (trace.name || "value") + ": %{y:.5g}<extra></extra>"; }
 
   function layoutFor(name) {
     return {
@@ -80,20 +80,21 @@
       return;
     }
     var xs = Array.prototype.slice.call(points.x), ys = window.TemperSmoothing.ema(Array.prototype.slice.call(points.y), weight);
+    var written = axes.formatValues(ys);
     if (inPlace) {
       points.opacity = 0.3;
-      if (smoothed) Object.assign(smoothed, { x: xs, y: ys });
+      if (smoothed) Object.assign(smoothed, { x: xs, y: ys, customdata: written });
       else traces.push(smoothedTrace(xs, ys));
       return;
     }
     window.Plotly.restyle(plot, { opacity: 0.3 }, [0]);
-    if (smoothed) window.Plotly.restyle(plot, { x: [xs], y: [ys] }, [1]);
+    if (smoothed) window.Plotly.restyle(plot, { x: [xs], y: [ys], customdata: [written] }, [1]);
     else window.Plotly.addTraces(plot, smoothedTrace(xs, ys));
   }
 
   function smoothedTrace(xs, ys) {
-    return { uid: SMOOTHED, x: xs, y: ys, type: "scatter", mode: "lines", line: { color: "#4f46e5", width: 2 },
-      hovertemplate: "smoothed: %{y:.5g}<extra></extra>" };
+    return { uid: SMOOTHED, name: "smoothed", x: xs, y: ys, customdata: axes.formatValues(ys), type: "scatter",
+      mode: "lines", line: { color: "#4f46e5", width: 2 }, hovertemplate: axes.HOVER_TEMPLATE };
   }
 
   function showSmoothing() {
@@ -269,15 +270,16 @@
   function extendTrace(plot, index, points) {
     var figure = undrawn.get(plot), record = positions.get(plot)[index];
     ["step", "tokens", "time"].forEach(function (key) { Array.prototype.push.apply(record[key], points[key]); });
-    var xs = points[xAxis.value], ys = points.value;
+    var xs = points[xAxis.value], ys = points.value, written = axes.formatValues(ys);
     if (figure) {
       Array.prototype.push.apply(figure.traces[index].x, xs);
       Array.prototype.push.apply(figure.traces[index].y, ys);
+      Array.prototype.push.apply(figure.traces[index].customdata, written);
       smoothChart(plot);
       describeChart(plot);
       return;
     }
-    window.Plotly.extendTraces(plot, { x: [xs], y: [ys] }, [index]);
+    window.Plotly.extendTraces(plot, { x: [xs], y: [ys], customdata: [written] }, [index]);
     smoothChart(plot);
     fitView(plot);
     describeChart(plot);
@@ -287,8 +289,8 @@
     if (charts[name]) return charts[name];
     lastStep[name] = -1;  // before step 0
     var layout = layoutFor(name);
-    var points = { x: [], y: [], type: "scatter", mode: "lines+markers", marker: { size: 3 }, line: { color: "#4f46e5", width: 1.5 } };
-    points.hovertemplate = hoverOf(points);
+    var points = { name: "value", x: [], y: [], customdata: [], type: "scatter", mode: "lines+markers", marker: { size: 3 },
+      line: { color: "#4f46e5", width: 1.5 }, hovertemplate: axes.HOVER_TEMPLATE };
     var plot = newChart(name, [points], layout);
     plot.dataset.single = "1";
     return plot;
@@ -376,9 +378,8 @@
     if (!(name in groupTrace)) {
       groupTrace[name] = traceCount(plot);
       lastStep[name] = -1;  // before step 0
-      var line = { x: [], y: [], name: literal(group.label), meta: group.label, type: "scatter", mode: "lines+markers",
-        marker: { size: 3 }, line: { width: 1.5 } };
-      line.hovertemplate = hoverOf(line);
+      var line = { x: [], y: [], customdata: [], name: literal(group.label), meta: group.label, type: "scatter",
+        mode: "lines+markers", marker: { size: 3 }, line: { width: 1.5 }, hovertemplate: axes.HOVER_TEMPLATE };
       addTrace(plot, line);
     }
     return { plot: plot, index: groupTrace[name] };

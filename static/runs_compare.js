@@ -66,7 +66,9 @@
 
   function trace(chart, line, axis, weight) {
     var entry = data.series[line.run.id][line.metric];
-    var common = { x: entry[axis], y: smooth(entry.value, weight), type: "scatter", mode: "lines",
+    var values = smooth(entry.value, weight);
+    var common = { x: entry[axis], y: values, customdata: axes.formatValues(values), type: "scatter", mode: "lines",
+                   hovertemplate: axes.HOVER_TEMPLATE,
                    visible: hidden.has(line.run.id) || hiddenGroups.has(line.label) ? "legendonly" : true };
     if (!chart.grouped) {
       return Object.assign(common, { name: literal(chart.shared ? line.run.name + " · " + line.metric : line.run.name),

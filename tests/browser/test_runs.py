@@ -530,12 +530,76 @@ def test_a_run_chart_hovers_every_line_at_a_step(page, live_server, monkeypatch)
     page.locator('.plot[data-metric="loss"] .nsewdrag').first.wait_for()
     label = hover_at_step(page, "loss", 20)
     # The debiased EMA at 0.5 of 10, 20: (0.25 * 10 + 0.5 * 20) / 0.75.
-    assert "step 20" in label and "value: 20" in label and "smoothed: 16.667" in label, label
+    assert "step 20" in label and "value: 20" in label and "smoothed: 16.67" in label, label
     assert hover_box_is_opaque(page, "loss")
     page.select_option("#x-axis", "tokens")
     page.wait_for_function("() => document.querySelector(`.plot[data-metric='loss']`)._fullLayout.xaxis.range[1] >= 300")
     label = hover_at_step(page, "loss", 200)
     assert "200 tokens" in label and "value: 20" in label, label
+
+
+def open_a_run_of_awkward_values(page, live_server, monkeypatch, *, slug: str) -> list[Run]:
+    """Two finished runs whose loss is 5, 0.0001, 12345 and 0.1234567 at steps 1 to 4 and whose learning rate is 1e-4
+    throughout, the first's page opened by a viewer (the second's for the compare page)."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug=slug)
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    runs = []
+    for name in ("first", "second"):
+        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+        MetricPoint.objects.bulk_create(
+            [MetricPoint(run=run, step=step, name="loss", value=value, wall_time=float(step), tokens=10 * step)
+             for step, value in enumerate((5.0, 0.0001, 12345.0, 0.1234567), start=1)] +
+            [MetricPoint(run=run, step=step, name="learning_rate", value=1e-4, wall_time=float(step), tokens=10 * step)
+             for step in range(1, 5)])
+        runs.append(run)
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/{slug}/runs/{runs[0].public_id}/")
+    return runs
+
+
+def y_ticks(page, name: str) -> list[str]:
+    """The numbers of chart ``name``'s y axis, as read (plotly writes a minus as U+2212)."""
+    page.locator(f'.plot[data-metric="{name}"] .ytick text').first.wait_for()
+    return [text.replace("\u2212", "-") for text in page.evaluate(
+        "name => [...document.querySelectorAll(`.plot[data-metric='${name}'] .ytick text`)].map(t => t.textContent)", name)]
+
+
+def hover_anew_at_step(page, name: str, step: int, last: int) -> str:
+    """hover_at_step once the pointer has left the page's charts and the hover label before is gone, a little inside the
+    plot at its first and ``last`` step (the plot's edges, which a line chart's x axis ends at)."""
+    page.mouse.move(0, 0)
+    page.wait_for_function(f"() => document.querySelector(`.plot[data-metric='{name}'] .hoverlayer`).textContent === ''")
+    return hover_at_step(page, name, step + 0.1 if step == 1 else step - 0.1 if step == last else step)
+
+
+def test_hover_and_axis_values_are_written_to_four_significant_digits_on_both_pages(page, live_server, monkeypatch):
+    """QA (a W&B user reading a value off a chart): the run page's hover wrote every value to five significant digits,
+    zeros and all ("value: 5.0000"), and the compare page's to plotly's tick precision and more ("0.0001000"); a
+    learning rate's axis read "100μ". Both write a value to 4 significant digits without trailing zeros, a whole
+    number whole, a very small or large one in exponent form, and the y axes' numbers in exponent form too."""
+    runs = open_a_run_of_awkward_values(page, live_server, monkeypatch, slug="hoverdigits")
+    expected = {1: "5", 2: "1e-4", 3: "12345", 4: "0.1235"}
+    page.locator('.plot[data-metric="loss"] .nsewdrag').first.wait_for()
+    for step, value in expected.items():
+        label = hover_anew_at_step(page, "loss", step, 4)
+        assert f"value: {value} " in label + " ", (step, label)
+    page.locator('.plot[data-metric="learning_rate"] .nsewdrag').first.wait_for()
+    assert y_ticks(page, "learning_rate") == ["6e-5", "8e-5", "1e-4", "1.2e-4", "1.4e-4"]
+    assert y_ticks(page, "loss") == ["0", "5000", "10000"]
+    page.fill("#run-ema", "0.5")
+    label = hover_anew_at_step(page, "loss", 1, 4)
+    assert "value: 5 " in label + " " and "smoothed: 5 " in label + " ", label
+    page.goto(f"{live_server.url}/p/hoverdigits/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    page.locator('.plot[data-metric="loss"] .nsewdrag').first.wait_for()
+    for step, value in expected.items():
+        label = hover_anew_at_step(page, "loss", step, 4)
+        assert f"first: {value} " in label + " " and f"second: {value} " in label + " ", (step, label)
+    assert y_ticks(page, "learning_rate") == ["6e-5", "8e-5", "1e-4", "1.2e-4", "1.4e-4"]
+    assert y_ticks(page, "loss") == ["0", "5000", "10000"]
 
 
 def test_compare_draws_each_metrics_groups_in_one_chart(page, asgi_server, transactional_db, monkeypatch):
