@@ -4,7 +4,9 @@
    its checkpoints is being exported; serving copies being written are followed by static/serving_copy.js).
    Every text from the server is set with textContent.
    A run with data.eval_group_by logs eval/<metric>/<group>: those share one chart per metric,
-   a line per group (static/metric_groups.js), and the chart of eval/<metric> itself stays as it is.
+   a line per group (static/metric_groups.js), and the chart of eval/<metric> itself stays as it is. A click on a group
+   in a legend hides it in every chart by group, kept in the address (hidegroups=) and shown again by "Show the N hidden
+   groups", as on the compare page and by the same code (static/plot_legend.js).
    Steps that could not train (every group's rewards equal, or nothing in the loss) are shaded on the loss and
    reward charts and counted above them: the server's count (selectors.no_learning_signal) plus live steps.
    The smoothing slider draws each single-line chart's EMA (static/plot_smoothing.js) over its points, which stay,
@@ -40,6 +42,8 @@
   // The wall time the points' times count from (selectors.series_start_time): the live points carry wall times.
   var startTime = chartsElement.dataset.startTime === "" ? null : Number(chartsElement.dataset.startTime);
   var NOTE_ROOM = 16;  // pixels of a line of a chart's title (the log axis's note)
+  var hiddenGroups = window.TemperPlotLegend.hiddenKeys({ button: document.getElementById("show-all-groups"),
+                                                          noun: "group", parameter: "hidegroups", redraw: showGroups });
 
   // The title of a chart's hover, by the x axis chosen; each line's value is under it, named, as static/plot_axis.js
   // writes it (each trace's customdata: its values so written).
@@ -125,6 +129,12 @@
     window.Plotly.newPlot(plot, figure.traces, Object.assign(figure.layout, chosen), axes.PLOT_CONFIG);
     describeChart(plot);
     axes.keepZoom(plot);
+    if (plot.dataset.grouped) {
+      window.TemperPlotLegend.onClicks(plot, function (curveNumber, alone) {
+        var label = plot.data[curveNumber].meta;
+        if (alone) hiddenGroups.showAlone(label, groupLabels()); else hiddenGroups.toggle(label);
+      });
+    }
     plot.on("plotly_click", function (event) {
       if (!event.points || !event.points.length) return;
       var point = event.points[0];  // a smoothed point is its chart's point at the same index
@@ -135,7 +145,9 @@
 
   // The parts of a chart's layout that its points, the x axis and the log scale decide: its title (with the log
   // axis's notes, as on the compare page), its axes, and the no-signal shading of the loss and reward charts.
-  function chosenLayout(plot, traces) {
+  // The axes are of the lines shown: a hidden group's values neither stretch nor pin them.
+  function chosenLayout(plot, allTraces) {
+    var traces = allTraces.filter(function (trace) { return trace.visible !== "legendonly"; });
     var points = traces.filter(function (trace) { return trace.uid !== SMOOTHED; }), key = plot.dataset.metric;
     var log = axes.logApplies(points, logY.checked), title = axes.title(key, points, logY.checked);
     var titleRoom = (title.lines - 1) * NOTE_ROOM, revision = axes.viewRevision(xAxis.value, logY.checked);
@@ -254,10 +266,7 @@
       plot.dataset.metric + " by step: " + (lines.length ? lines.join(". ") : "no points yet") + ".";
   }
 
-  function traceCount(plot) {
-    var figure = undrawn.get(plot);
-    return figure ? figure.traces.length : plot.data.length;
-  }
+  function traceCount(plot) { return tracesOf(plot).length; }
 
   function addTrace(plot, trace) {
     var figure = undrawn.get(plot);
@@ -373,16 +382,47 @@
   // The chart of eval/<metric>/<group> and the index of that group's line in it (added when first seen).
   function groupTraceFor(name, group) {
     var key = group.chart;
-    var plot = charts[key] || newChart(key, [], Object.assign(layoutFor(key), {
-      height: 260, showlegend: true, legend: { font: { size: 10 } } }));
+    var plot = charts[key];
+    if (!plot) {
+      plot = newChart(key, [], Object.assign(layoutFor(key), { height: 260, showlegend: true, legend: { font: { size: 10 } } }));
+      plot.dataset.grouped = "1";
+    }
     if (!(name in groupTrace)) {
       groupTrace[name] = traceCount(plot);
       lastStep[name] = -1;  // before step 0
       var line = { x: [], y: [], customdata: [], name: literal(group.label), meta: group.label, type: "scatter",
-        mode: "lines+markers", marker: { size: 3 }, line: { width: 1.5 }, hovertemplate: axes.HOVER_TEMPLATE };
+        mode: "lines+markers", marker: { size: 3 }, line: { width: 1.5 }, hovertemplate: axes.HOVER_TEMPLATE,
+        visible: hiddenGroups.has(group.label) ? "legendonly" : true };
       addTrace(plot, line);
     }
     return { plot: plot, index: groupTrace[name] };
+  }
+
+  function groupCharts() {
+    return Object.keys(charts).map(function (key) { return charts[key]; }).filter(function (plot) { return plot.dataset.grouped; });
+  }
+
+  function tracesOf(plot) {
+    var figure = undrawn.get(plot);
+    return figure ? figure.traces : plot.data;
+  }
+
+  // The labels of the groups drawn, in every chart by group (a trace's meta: its group's label).
+  function groupLabels() {
+    return groupCharts().reduce(function (labels, plot) {
+      return labels.concat(tracesOf(plot).map(function (trace) { return trace.meta; })
+        .filter(function (label) { return labels.indexOf(label) < 0; }));
+    }, []);
+  }
+
+  // Each chart by group's lines shown or hidden as hiddenGroups says, its axes fitted to those shown.
+  function showGroups() {
+    groupCharts().forEach(function (plot) {
+      var visible = tracesOf(plot).map(function (trace) { return hiddenGroups.has(trace.meta) ? "legendonly" : true; });
+      if (undrawn.has(plot)) tracesOf(plot).forEach(function (trace, index) { trace.visible = visible[index]; });
+      else window.Plotly.restyle(plot, { visible: visible });
+      fitView(plot);
+    });
   }
 
   // Append points (``entry``: {step, value, tokens, time}, sorted by step) newer than what a chart already shows.
@@ -781,6 +821,8 @@
   var logList = document.getElementById("log");
   if (logList) logList.scrollTop = logList.scrollHeight;
   addSeries(series);
+  hiddenGroups.restore(groupLabels());  // groups hidden in the address
+  showGroups();
   showSmoothing();  // a smoothing asked in the address
   showProgress(progress);
   bindSampleFilter();

@@ -1946,6 +1946,63 @@ def test_a_group_hidden_from_a_legend_is_hidden_in_every_group_chart(page, live_
     assert page.evaluate(visibility) == shown("difference", "sum") and "hidegroups=" not in page.url
 
 
+def test_a_group_hidden_from_a_run_pages_legend_is_hidden_in_every_group_chart_and_its_link(page, live_server,
+                                                                                           monkeypatch):
+    """QA (a W&B user sending a teammate the run's eval by task without the "sum" task): a click on a group in the run
+    page's chart by group hid it in that chart alone, and not in the page's link, where the compare page hides it in
+    every chart by group and keeps it in its link (hidegroups=). The run page does the same: hidden in every chart by
+    group across drawings, kept in and read from the link, "Show the 1 hidden group" showing it again; a double click
+    shows a group alone (once more, every group)."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="runhidegroup")
+    run = services.run_create(project=team.project, spec=eval_grouped_by_task_spec(team.project), user=team.owner,
+                              name="grouped")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    MetricPoint.objects.bulk_create([
+        MetricPoint(run=run, step=step, name=f"eval/{metric}/{group}", value=value * step, wall_time=float(step),
+                    tokens=step) for step in (10, 20) for metric in ("exact_match", "loss")
+        for group, value in (("sum", 0.5), ("difference", 0.25))])
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/runhidegroup/runs/{run.public_id}/")
+    visibility = ("() => [...document.querySelectorAll('#charts .plot')].filter(p => p.dataset.metric.includes(' by '))"
+                  ".map(p => [p.dataset.metric, (p.data || []).map(t => [t.meta, t.visible === 'legendonly' ? t.visible : true])])")
+    drawn = f"() => ({visibility})().length === 2 && ({visibility})().every(([, lines]) => lines.length === 2)"
+    page.wait_for_function(drawn)
+
+    def shown(*groups: str) -> list:
+        lines = [[group, True if group in groups else "legendonly"] for group in ("difference", "sum")]
+        return [["eval/exact_match by task", lines], ["eval/loss by task", lines]]
+
+    assert page.evaluate(visibility) == shown("difference", "sum")
+    assert not page.locator("#show-all-groups").is_visible()
+    page.locator('.plot[data-metric="eval/exact_match by task"] .legend .traces', has_text="sum").click()
+    page.wait_for_function("() => location.search.includes('hidegroups=sum')")
+    assert page.evaluate(visibility) == shown("difference")
+    assert page.get_by_role("button", name="Show the 1 hidden group").is_visible()
+    page.check("#log-y")  # a drawing again
+    page.wait_for_function("() => location.search.includes('log=1')")
+    assert page.evaluate(visibility) == shown("difference")
+    other = page.context.new_page()
+    other.goto(page.url)
+    other.wait_for_function(drawn)
+    assert other.evaluate(visibility) == shown("difference")
+    assert other.get_by_role("button", name="Show the 1 hidden group").is_visible()
+    # A double click on a group in the other chart shows it alone, in both; once more, every group.
+    other.locator('.plot[data-metric="eval/loss by task"] .legend .traces', has_text="sum").dblclick()
+    other.wait_for_function("() => location.search.includes('hidegroups=difference')")
+    assert other.evaluate(visibility) == shown("sum")
+    other.locator('.plot[data-metric="eval/loss by task"] .legend .traces', has_text="sum").dblclick()
+    other.wait_for_function("() => !location.search.includes('hidegroups=')")
+    assert other.evaluate(visibility) == shown("difference", "sum")
+    assert not other.locator("#show-all-groups").is_visible()
+    page.get_by_role("button", name="Show the 1 hidden group").click()
+    assert page.evaluate(visibility) == shown("difference", "sum") and "hidegroups=" not in page.url
+    # A label no chart draws is left out of the view.
+    other.goto(page.url + "&hidegroups=nonesuch")
+    other.wait_for_function(drawn)
+    assert other.evaluate(visibility) == shown("difference", "sum") and "hidegroups=" not in other.url
+
+
 def test_the_compare_charts_filter_by_metric_name(page, live_server, monkeypatch):
     """QA (a W&B user on a GRPO sweep of 30 and more metrics): the compare page drew every metric, with no way
     to keep the few being read, and a link could not point at them. A filter keeps the charts whose metric holds
