@@ -10,7 +10,8 @@ window.TemperPlotLegend = (function () {
   return {
     // The keys (a run's id, a group's label: neither holds a comma) hidden from every chart of a kind: kept in the
     // address as ``parameter`` (comma-separated), counted on ``button`` as "Show the N hidden <noun>s", which shows
-    // them all; ``redraw`` draws the charts again after each change. ``restore(known)`` reads the address once, keeping
+    // them all and hands the focus to the charts' ``holder`` (hidden, the button dropped it to the page's start, and a
+    // keyboard user had to Tab back past the whole page); ``redraw`` draws the charts again after each change. ``restore(known)`` reads the address once, keeping
     // only the keys of ``known`` (a value no chart draws is left out, as every other setting of the address is).
     hiddenKeys: function (options) {
       var hidden = new Set();
@@ -21,7 +22,14 @@ window.TemperPlotLegend = (function () {
         window.TemperKeepInAddress(options.parameter, count ? Array.from(hidden).join(",") : null);
       }
       function changed() { show(); options.redraw(); }
-      options.button.addEventListener("click", function () { hidden.clear(); changed(); });
+      options.button.addEventListener("click", function () {
+        var focused = document.activeElement === options.button;
+        hidden.clear();
+        changed();
+        if (!focused) return;
+        options.holder.tabIndex = -1;
+        options.holder.focus({ preventScroll: true });
+      });
       return {
         has: function (key) { return hidden.has(key); },
         restore: function (known) {

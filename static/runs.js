@@ -43,7 +43,8 @@
   var startTime = chartsElement.dataset.startTime === "" ? null : Number(chartsElement.dataset.startTime);
   var NOTE_ROOM = 16;  // pixels of a line of a chart's title (the log axis's note)
   var hiddenGroups = window.TemperPlotLegend.hiddenKeys({ button: document.getElementById("show-all-groups"),
-                                                          noun: "group", parameter: "hidegroups", redraw: showGroups });
+                                                          noun: "group", parameter: "hidegroups", holder: chartsElement,
+                                                          redraw: showGroups });
 
   // The title of a chart's hover, by the x axis chosen; each line's value is under it, named, as static/plot_axis.js
   // writes it (each trace's customdata: its values so written).

@@ -28,9 +28,9 @@
   // as the run page hides its groups).
   var legends = window.TemperPlotLegend;
   var hidden = legends.hiddenKeys({ button: document.getElementById("show-all-runs"), noun: "run", parameter: "hide",
-                                    redraw: draw });
+                                    holder: holder, redraw: draw });
   var hiddenGroups = legends.hiddenKeys({ button: document.getElementById("show-all-groups"), noun: "group",
-                                          parameter: "hidegroups", redraw: draw });
+                                          parameter: "hidegroups", holder: holder, redraw: draw });
   var chartFilter = document.getElementById("chart-filter"), noMatch = document.getElementById("no-chart-matches");
 
   // Each chart in the order of the metric names: its key (its title), whether it holds groups, whether
