@@ -1975,6 +1975,7 @@ def test_a_group_hidden_from_a_run_pages_legend_is_hidden_in_every_group_chart_a
 
     assert page.evaluate(visibility) == shown("difference", "sum")
     assert not page.locator("#show-all-groups").is_visible()
+    assert page.url == f"{live_server.url}/p/runhidegroup/runs/{run.public_id}/"  # no group hidden: nothing in it
     page.locator('.plot[data-metric="eval/exact_match by task"] .legend .traces', has_text="sum").click()
     page.wait_for_function("() => location.search.includes('hidegroups=sum')")
     assert page.evaluate(visibility) == shown("difference")
