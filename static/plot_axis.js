@@ -1,4 +1,5 @@
-/* The axes of the run page's and compare page's charts.
+/* The axes of the run page's and compare page's charts, and how both write a value in a hover and on a y axis
+   (formatValue, VALUE_TICK_FORMATS).
    The y axis of a chart whose points all have one value. Plotly's autorange pads such a series by 1
    whatever its size, so a constant learning rate of 1e-4 was drawn on an axis from -1 to 1, its line
    on the zero, and read as 0. Such a chart gets an axis of half the value either side of it (1 either
@@ -70,6 +71,34 @@ window.TemperPlotAxis = (function () {
 
   var X_TITLES = { step: "step", tokens: "tokens", time: "seconds" };
 
+  // Where a value is written in exponent form: below the thousandth, from a million on.
+  var EXPONENT_BELOW = 1e-3, EXPONENT_FROM = 1e6;
+  var SIGNIFICANT_DIGITS = 4;
+
+  // The y axis's numbers written as formatValue writes a value, by the step between two ticks (plotly's own wrote a
+  // learning rate's "100μ", a loss's "5k"): ticks closer than a thousandth (or a million apart) in exponent form, those
+  // between to the digits they need, whole numbers whole. d3's "~" drops trailing zeros.
+  var VALUE_TICK_FORMATS = [
+    { dtickrange: [null, EXPONENT_BELOW], value: "~e" },
+    { dtickrange: [EXPONENT_BELOW, EXPONENT_FROM], value: "~g" },
+    { dtickrange: [EXPONENT_FROM, null], value: "~e" },
+  ];
+
+  // ``value`` as a reader reads it off a chart: "5", "12345", "0.1235", "1e-4", "1.23e+6". Plotly's own wrote the run
+  // page's hover to 5 significant digits, zeros and all ("5.0000"), and the compare page's to its ticks' precision and
+  // more ("0.0001000"); d3's formats (all a hovertemplate takes) cannot keep a whole number whole while they round
+  // the others, so each point carries its value so written (customdata).
+  function formatValue(value) {
+    if (value === null || value === undefined || !isFinite(value)) return String(value);
+    var size = Math.abs(value);
+    if (size !== 0 && (size < EXPONENT_BELOW || size >= EXPONENT_FROM)) {
+      return value.toExponential(SIGNIFICANT_DIGITS - 1).replace(/\.?0+e/, "e");
+    }
+    if (Number.isInteger(value)) return String(value);
+    var wholeDigits = Math.floor(Math.log10(size)) + 1;  // a value's whole part is never rounded: 12345.6 -> 12346
+    return String(Number(value.toPrecision(Math.max(SIGNIFICANT_DIGITS, wholeDigits))));
+  }
+
   // plot element -> { revision, range }: the y range of the reader's last zoom (plotly's range: decades on a log axis)
   // and the view (layout.uirevision) it was made in.
   var zoomedYRanges = new WeakMap();
@@ -79,6 +108,12 @@ window.TemperPlotAxis = (function () {
     // first drawing where that was explicit (a log axis of one value), and the reader's zoom kept by hand (keepZoom)
     // would then have held the chart there as later points came.
     PLOT_CONFIG: { displayModeBar: false, responsive: true, doubleClick: "autosize" },
+    formatValue: formatValue,
+    // ``values`` written as formatValue writes them: a trace's customdata, which its hover (hoverOf) shows.
+    formatValues: function (values) { return Array.prototype.map.call(values, formatValue); },
+    // The hovertemplate of a trace whose points carry their values written (formatValues) as their customdata: its
+    // name (plotly's, so that a name's "%{…}" is no template) and the value, in a unified hover's list.
+    HOVER_TEMPLATE: "%{fullData.name}: %{customdata}<extra></extra>",
     // Whether ``traces`` are drawn on a log axis when one is asked for: only with a value above 0.
     logApplies: function (traces, logAsked) { return Boolean(logAsked) && anyAboveZero(traces); },
     // The x axis by ``axis`` (step, tokens or time) of ``traces``, as layout properties: steps and tokens are whole
@@ -91,7 +126,8 @@ window.TemperPlotAxis = (function () {
     // the reader zoomed (``zoomed``: zoomedY's range) stays at that zoom.
     yAxis: function (name, traces, log, zoomed) {
       var range = log && zoomed ? { autorange: false, range: zoomed.slice() } : this.yRange(traces, log);
-      return Object.assign({ type: log ? "log" : "linear", title: { text: this.unitOf(name) } }, range);
+      return Object.assign({ type: log ? "log" : "linear", title: { text: this.unitOf(name) },
+                            tickformatstops: VALUE_TICK_FORMATS }, range);
     },
     // Follow the reader's zooms of drawn chart ``plot`` (once, after its first drawing): the y range they zoomed to,
     // until a double click autoranges it.

@@ -4,7 +4,9 @@
    its checkpoints is being exported; serving copies being written are followed by static/serving_copy.js).
    Every text from the server is set with textContent.
    A run with data.eval_group_by logs eval/<metric>/<group>: those share one chart per metric,
-   a line per group (static/metric_groups.js), and the chart of eval/<metric> itself stays as it is.
+   a line per group (static/metric_groups.js), and the chart of eval/<metric> itself stays as it is. A click on a group
+   in a legend hides it in every chart by group, kept in the address (hidegroups=) and shown again by "Show the N hidden
+   groups", as on the compare page and by the same code (static/plot_legend.js).
    Steps that could not train (every group's rewards equal, or nothing in the loss) are shaded on the loss and
    reward charts and counted above them: the server's count (selectors.no_learning_signal) plus live steps.
    The smoothing slider draws each single-line chart's EMA (static/plot_smoothing.js) over its points, which stay,
@@ -40,10 +42,13 @@
   // The wall time the points' times count from (selectors.series_start_time): the live points carry wall times.
   var startTime = chartsElement.dataset.startTime === "" ? null : Number(chartsElement.dataset.startTime);
   var NOTE_ROOM = 16;  // pixels of a line of a chart's title (the log axis's note)
+  var hiddenGroups = window.TemperPlotLegend.hiddenKeys({ button: document.getElementById("show-all-groups"),
+                                                          noun: "group", parameter: "hidegroups", holder: chartsElement,
+                                                          redraw: showGroups });
 
-  // The title of a chart's hover, by the x axis chosen; each line's value is under it, named (hoverOf).
+  // The title of a chart's hover, by the x axis chosen; each line's value is under it, named, as static/plot_axis.js
+  // writes it (each trace's customdata: its values so written).
   var X_HOVER = { step: "step %{x}", tokens: "%{x} tokens", time: "%{x} s" };
-  function hoverOf(trace) { return (trace.name || "value") + ": %{y:.5g}<extra></extra>"; }
 
   function layoutFor(name) {
     return {
@@ -80,20 +85,21 @@
       return;
     }
     var xs = Array.prototype.slice.call(points.x), ys = window.TemperSmoothing.ema(Array.prototype.slice.call(points.y), weight);
+    var written = axes.formatValues(ys);
     if (inPlace) {
       points.opacity = 0.3;
-      if (smoothed) Object.assign(smoothed, { x: xs, y: ys });
+      if (smoothed) Object.assign(smoothed, { x: xs, y: ys, customdata: written });
       else traces.push(smoothedTrace(xs, ys));
       return;
     }
     window.Plotly.restyle(plot, { opacity: 0.3 }, [0]);
-    if (smoothed) window.Plotly.restyle(plot, { x: [xs], y: [ys] }, [1]);
+    if (smoothed) window.Plotly.restyle(plot, { x: [xs], y: [ys], customdata: [written] }, [1]);
     else window.Plotly.addTraces(plot, smoothedTrace(xs, ys));
   }
 
   function smoothedTrace(xs, ys) {
-    return { uid: SMOOTHED, x: xs, y: ys, type: "scatter", mode: "lines", line: { color: "#4f46e5", width: 2 },
-      hovertemplate: "smoothed: %{y:.5g}<extra></extra>" };
+    return { uid: SMOOTHED, name: "smoothed", x: xs, y: ys, customdata: axes.formatValues(ys), type: "scatter",
+      mode: "lines", line: { color: "#4f46e5", width: 2 }, hovertemplate: axes.HOVER_TEMPLATE };
   }
 
   function showSmoothing() {
@@ -124,6 +130,12 @@
     window.Plotly.newPlot(plot, figure.traces, Object.assign(figure.layout, chosen), axes.PLOT_CONFIG);
     describeChart(plot);
     axes.keepZoom(plot);
+    if (plot.dataset.grouped) {
+      window.TemperPlotLegend.onClicks(plot, function (curveNumber, alone) {
+        var label = plot.data[curveNumber].meta;
+        if (alone) hiddenGroups.showAlone(label, groupLabels()); else hiddenGroups.toggle(label);
+      });
+    }
     plot.on("plotly_click", function (event) {
       if (!event.points || !event.points.length) return;
       var point = event.points[0];  // a smoothed point is its chart's point at the same index
@@ -134,7 +146,9 @@
 
   // The parts of a chart's layout that its points, the x axis and the log scale decide: its title (with the log
   // axis's notes, as on the compare page), its axes, and the no-signal shading of the loss and reward charts.
-  function chosenLayout(plot, traces) {
+  // The axes are of the lines shown: a hidden group's values neither stretch nor pin them.
+  function chosenLayout(plot, allTraces) {
+    var traces = allTraces.filter(function (trace) { return trace.visible !== "legendonly"; });
     var points = traces.filter(function (trace) { return trace.uid !== SMOOTHED; }), key = plot.dataset.metric;
     var log = axes.logApplies(points, logY.checked), title = axes.title(key, points, logY.checked);
     var titleRoom = (title.lines - 1) * NOTE_ROOM, revision = axes.viewRevision(xAxis.value, logY.checked);
@@ -253,10 +267,7 @@
       plot.dataset.metric + " by step: " + (lines.length ? lines.join(". ") : "no points yet") + ".";
   }
 
-  function traceCount(plot) {
-    var figure = undrawn.get(plot);
-    return figure ? figure.traces.length : plot.data.length;
-  }
+  function traceCount(plot) { return tracesOf(plot).length; }
 
   function addTrace(plot, trace) {
     var figure = undrawn.get(plot);
@@ -269,15 +280,16 @@
   function extendTrace(plot, index, points) {
     var figure = undrawn.get(plot), record = positions.get(plot)[index];
     ["step", "tokens", "time"].forEach(function (key) { Array.prototype.push.apply(record[key], points[key]); });
-    var xs = points[xAxis.value], ys = points.value;
+    var xs = points[xAxis.value], ys = points.value, written = axes.formatValues(ys);
     if (figure) {
       Array.prototype.push.apply(figure.traces[index].x, xs);
       Array.prototype.push.apply(figure.traces[index].y, ys);
+      Array.prototype.push.apply(figure.traces[index].customdata, written);
       smoothChart(plot);
       describeChart(plot);
       return;
     }
-    window.Plotly.extendTraces(plot, { x: [xs], y: [ys] }, [index]);
+    window.Plotly.extendTraces(plot, { x: [xs], y: [ys], customdata: [written] }, [index]);
     smoothChart(plot);
     fitView(plot);
     describeChart(plot);
@@ -287,8 +299,8 @@
     if (charts[name]) return charts[name];
     lastStep[name] = -1;  // before step 0
     var layout = layoutFor(name);
-    var points = { x: [], y: [], type: "scatter", mode: "lines+markers", marker: { size: 3 }, line: { color: "#4f46e5", width: 1.5 } };
-    points.hovertemplate = hoverOf(points);
+    var points = { name: "value", x: [], y: [], customdata: [], type: "scatter", mode: "lines+markers", marker: { size: 3 },
+      line: { color: "#4f46e5", width: 1.5 }, hovertemplate: axes.HOVER_TEMPLATE };
     var plot = newChart(name, [points], layout);
     plot.dataset.single = "1";
     return plot;
@@ -371,17 +383,47 @@
   // The chart of eval/<metric>/<group> and the index of that group's line in it (added when first seen).
   function groupTraceFor(name, group) {
     var key = group.chart;
-    var plot = charts[key] || newChart(key, [], Object.assign(layoutFor(key), {
-      height: 260, showlegend: true, legend: { font: { size: 10 } } }));
+    var plot = charts[key];
+    if (!plot) {
+      plot = newChart(key, [], Object.assign(layoutFor(key), { height: 260, showlegend: true, legend: { font: { size: 10 } } }));
+      plot.dataset.grouped = "1";
+    }
     if (!(name in groupTrace)) {
       groupTrace[name] = traceCount(plot);
       lastStep[name] = -1;  // before step 0
-      var line = { x: [], y: [], name: literal(group.label), meta: group.label, type: "scatter", mode: "lines+markers",
-        marker: { size: 3 }, line: { width: 1.5 } };
-      line.hovertemplate = hoverOf(line);
+      var line = { x: [], y: [], customdata: [], name: literal(group.label), meta: group.label, type: "scatter",
+        mode: "lines+markers", marker: { size: 3 }, line: { width: 1.5 }, hovertemplate: axes.HOVER_TEMPLATE,
+        visible: hiddenGroups.has(group.label) ? "legendonly" : true };
       addTrace(plot, line);
     }
     return { plot: plot, index: groupTrace[name] };
+  }
+
+  function groupCharts() {
+    return Object.keys(charts).map(function (key) { return charts[key]; }).filter(function (plot) { return plot.dataset.grouped; });
+  }
+
+  function tracesOf(plot) {
+    var figure = undrawn.get(plot);
+    return figure ? figure.traces : plot.data;
+  }
+
+  // The labels of the groups drawn, in every chart by group (a trace's meta: its group's label).
+  function groupLabels() {
+    return groupCharts().reduce(function (labels, plot) {
+      return labels.concat(tracesOf(plot).map(function (trace) { return trace.meta; })
+        .filter(function (label) { return labels.indexOf(label) < 0; }));
+    }, []);
+  }
+
+  // Each chart by group's lines shown or hidden as hiddenGroups says, its axes fitted to those shown.
+  function showGroups() {
+    groupCharts().forEach(function (plot) {
+      var visible = tracesOf(plot).map(function (trace) { return hiddenGroups.has(trace.meta) ? "legendonly" : true; });
+      if (undrawn.has(plot)) tracesOf(plot).forEach(function (trace, index) { trace.visible = visible[index]; });
+      else window.Plotly.restyle(plot, { visible: visible });
+      fitView(plot);
+    });
   }
 
   // Append points (``entry``: {step, value, tokens, time}, sorted by step) newer than what a chart already shows.
@@ -780,6 +822,8 @@
   var logList = document.getElementById("log");
   if (logList) logList.scrollTop = logList.scrollHeight;
   addSeries(series);
+  hiddenGroups.restore(groupLabels());  // groups hidden in the address
+  showGroups();
   showSmoothing();  // a smoothing asked in the address
   showProgress(progress);
   bindSampleFilter();

@@ -23,13 +23,14 @@
   // A run's name, a metric's, a group's as plotly shows them: as text, never as its tags (static/plot_text.js).
   var literal = window.TemperPlotText.literal;
   var xAxis = document.getElementById("x-axis"), ema = document.getElementById("ema"), logY = document.getElementById("log-y");
-  // The ids of the runs hidden from every chart. Plotly's own legend click hid a run in that chart alone,
-  // and the next drawing (another x axis, the smoothing, the page read again every 5 s) showed it again.
-  var hidden = new Set();
-  // The group labels hidden from every chart by group (plotly's own click hid a group in one chart until it was drawn
-  // again): a group is one column value, "sum" in eval/exact_match by task as in eval/loss by task.
-  var hiddenGroups = new Set();
-  var showAll = document.getElementById("show-all-runs"), showAllGroups = document.getElementById("show-all-groups");
+  // The ids of the runs hidden from every chart, and the group labels hidden from every chart by group (a group is one
+  // column value, "sum" in eval/exact_match by task as in eval/loss by task), by a legend's click (static/plot_legend.js,
+  // as the run page hides its groups).
+  var legends = window.TemperPlotLegend;
+  var hidden = legends.hiddenKeys({ button: document.getElementById("show-all-runs"), noun: "run", parameter: "hide",
+                                    holder: holder, redraw: draw });
+  var hiddenGroups = legends.hiddenKeys({ button: document.getElementById("show-all-groups"), noun: "group",
+                                          parameter: "hidegroups", holder: holder, redraw: draw });
   var chartFilter = document.getElementById("chart-filter"), noMatch = document.getElementById("no-chart-matches");
 
   // Each chart in the order of the metric names: its key (its title), whether it holds groups, whether
@@ -66,7 +67,9 @@
 
   function trace(chart, line, axis, weight) {
     var entry = data.series[line.run.id][line.metric];
-    var common = { x: entry[axis], y: smooth(entry.value, weight), type: "scatter", mode: "lines",
+    var values = smooth(entry.value, weight);
+    var common = { x: entry[axis], y: values, customdata: axes.formatValues(values), type: "scatter", mode: "lines",
+                   hovertemplate: axes.HOVER_TEMPLATE,
                    visible: hidden.has(line.run.id) || hiddenGroups.has(line.label) ? "legendonly" : true };
     if (!chart.grouped) {
       return Object.assign(common, { name: literal(chart.shared ? line.run.name + " · " + line.metric : line.run.name),
@@ -181,37 +184,21 @@
       if (created) {
         axes.keepZoom(plot);
         plot.on("plotly_afterplot", function () { fitLegend(plot); });
-        plot.on("plotly_legendclick", function (event) { return hideFromLegend(plot, event, toggle); });
-        plot.on("plotly_legenddoubleclick", function (event) { return hideFromLegend(plot, event, showAlone); });
+        legends.onClicks(plot, function (curveNumber, alone) { hideFromLegend(plot, curveNumber, alone); });
       }
       fitLegend(plot);
     });
   }
 
   // A legend's click on a plain chart acts on its run, in every chart; on a chart by group, on its entry's group (its
-  // entries are a group and a run, plotly's legendgroup the group), in every chart by group. Plotly tells a double
-  // click's two clicks as clicks too, before the double click: a click acts once the double click's wait is over, as
-  // plotly's own does, and a double click drops the clicks waiting (each acted at once, the legend was drawn
-  // again between a double click's two clicks, which then missed it).
-  var waitingClick = null;
-  function hideFromLegend(plot, event, action) {
+  // entries are a group and a run, plotly's legendgroup the group), in every chart by group.
+  function hideFromLegend(plot, curveNumber, alone) {
     var chart = charts.filter(function (each) { return each.key === plot.dataset.metric; })[0];
-    if (!chart) return true;
-    var line = chart.lines[event.curveNumber];
-    var set = chart.grouped ? hiddenGroups : hidden, key = chart.grouped ? line.label : line.run.id;
-    var all = chart.grouped ? groupLabels() : data.runs.map(function (run) { return run.id; });
-    clearTimeout(waitingClick);
-    function act() { action(set, key, all); showHidden(); draw(); }
-    if (action === toggle) waitingClick = setTimeout(act, plot._context.doubleClickDelay); else act();
-    return false;
-  }
-  function toggle(set, key) { if (set.has(key)) set.delete(key); else set.add(key); }
-  // ``key`` (a run's id, a group's label) alone shown of ``all``; when it already is, every one.
-  function showAlone(set, key, all) {
-    var others = all.filter(function (each) { return each !== key; });
-    var alone = !set.has(key) && others.every(function (each) { return set.has(each); });
-    set.clear();
-    if (!alone) others.forEach(function (each) { set.add(each); });
+    if (!chart) return;
+    var line = chart.lines[curveNumber];
+    var keys = chart.grouped ? hiddenGroups : hidden, key = chart.grouped ? line.label : line.run.id;
+    if (alone) keys.showAlone(key, chart.grouped ? groupLabels() : data.runs.map(function (run) { return run.id; }));
+    else keys.toggle(key);
   }
   // The labels of the groups drawn, in every chart by group.
   function groupLabels() {
@@ -219,16 +206,6 @@
       return labels.concat(chart.labels.filter(function (label) { return labels.indexOf(label) < 0; }));
     }, []);
   }
-  function showHidden() {
-    showAll.hidden = hidden.size === 0;
-    showAll.textContent = "Show the " + hidden.size + (hidden.size === 1 ? " hidden run" : " hidden runs");
-    window.TemperKeepInAddress("hide", hidden.size ? Array.from(hidden).join(",") : null);
-    showAllGroups.hidden = hiddenGroups.size === 0;
-    showAllGroups.textContent = "Show the " + hiddenGroups.size + (hiddenGroups.size === 1 ? " hidden group" : " hidden groups");
-    window.TemperKeepInAddress("hidegroups", hiddenGroups.size ? Array.from(hiddenGroups).join(",") : null);
-  }
-  showAll.addEventListener("click", function () { hidden.clear(); showHidden(); draw(); });
-  showAllGroups.addEventListener("click", function () { hiddenGroups.clear(); showHidden(); draw(); });
 
   // A chart is shown when its name, or a metric it draws, holds the filter's text (case aside): "eval/" keeps
   // the evaluation charts, "reward" every reward's.
@@ -286,13 +263,8 @@
   if (asked.get("config") === "all") differencesOnly.checked = false;
   chartFilter.value = asked.get("charts") || "";
   showDifferences();
-  (asked.get("hide") || "").split(",").forEach(function (id) {
-    if (data.runs.some(function (run) { return run.id === id; })) hidden.add(id);
-  });
-  (asked.get("hidegroups") || "").split(",").forEach(function (label) {
-    if (groupLabels().indexOf(label) >= 0) hiddenGroups.add(label);
-  });
-  showHidden();
+  hidden.restore(data.runs.map(function (run) { return run.id; }));
+  hiddenGroups.restore(groupLabels());
 
   ema.addEventListener("input", function () {
     window.TemperKeepInAddress("ema", Number(ema.value) ? ema.value : null);

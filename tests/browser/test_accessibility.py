@@ -4,7 +4,7 @@ answer once it is written (not token by token) and keeps the focus on a control 
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.test_projects import log_in
+from tests.browser.test_projects import log_in, log_out
 from tests.browser.test_runs import asgi_server  # noqa: F401  (the module's uvicorn fixture)
 from tests.webapp.factories import make_base_model, make_team, make_user
 
@@ -671,3 +671,50 @@ def test_a_message_on_a_page_that_places_the_focus_itself_is_announced_without_t
     expect(said).to_have_text("\u2068tom\u2069 added as viewer.")
     expect(username).to_be_focused()
     expect(page.locator("#messages")).not_to_have_attribute("tabindex", "-1")
+
+
+def test_the_chart_downloads_and_show_hidden_buttons_work_from_the_keyboard(page, live_server, monkeypatch):
+    """The run and compare pages' chart controls from the keyboard: Tab reaches the CSV link and each chart's PNG
+    button, each named for what it downloads, and Enter downloads. "Show the N hidden runs" (or groups) hid itself as it
+    showed them, and the focus fell to the page's start: a keyboard user was sent back past the whole page. It goes to
+    the charts the button showed again."""
+    from tests.browser.test_runs import eval_grouped_by_task_spec, open_a_sweeps_comparison
+    from webapp.runs import services
+    from webapp.runs.models import MetricPoint, Run, RunStatus
+
+    runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="keyboard")
+    page.goto(page.url + f"&hide={runs[0].public_id}")
+    show = page.get_by_role("button", name="Show the 1 hidden run")
+    show.focus()
+    page.keyboard.press("Enter")
+    expect(show).to_be_hidden()
+    expect(page.locator("#compare-charts")).to_be_focused()
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="keyboardrun")
+    run = services.run_create(project=team.project, spec=eval_grouped_by_task_spec(team.project), user=team.owner,
+                              name="grouped")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    MetricPoint.objects.bulk_create([
+        MetricPoint(run=run, step=step, name=name, value=value * step, wall_time=float(step), tokens=step)
+        for step in (10, 20) for name, value in (("loss", 1.0), ("eval/loss/sum", 0.5), ("eval/loss/difference", 0.25))])
+    log_out(page)
+    log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/keyboardrun/runs/{run.public_id}/?hidegroups=sum")
+    page.locator("#run-ema").focus()
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("link", name="Download metrics (CSV)")).to_be_focused()
+    page.keyboard.press("Tab")
+    show = page.get_by_role("button", name="Show the 1 hidden group")
+    expect(show).to_be_focused()
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("button", name="Download the loss chart as PNG")).to_be_focused()
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("button", name="Download the eval/loss by task chart as PNG")).to_be_focused()
+    with page.expect_download() as download:
+        page.keyboard.press("Enter")
+    assert download.value.suggested_filename == f"keyboardrun-{run.public_id}-eval_loss_by_task.png"
+    show.focus()
+    page.keyboard.press("Enter")
+    expect(show).to_be_hidden()
+    expect(page.locator("#charts")).to_be_focused()
+    assert "hidegroups=" not in page.url

@@ -530,12 +530,76 @@ def test_a_run_chart_hovers_every_line_at_a_step(page, live_server, monkeypatch)
     page.locator('.plot[data-metric="loss"] .nsewdrag').first.wait_for()
     label = hover_at_step(page, "loss", 20)
     # The debiased EMA at 0.5 of 10, 20: (0.25 * 10 + 0.5 * 20) / 0.75.
-    assert "step 20" in label and "value: 20" in label and "smoothed: 16.667" in label, label
+    assert "step 20" in label and "value: 20" in label and "smoothed: 16.67" in label, label
     assert hover_box_is_opaque(page, "loss")
     page.select_option("#x-axis", "tokens")
     page.wait_for_function("() => document.querySelector(`.plot[data-metric='loss']`)._fullLayout.xaxis.range[1] >= 300")
     label = hover_at_step(page, "loss", 200)
     assert "200 tokens" in label and "value: 20" in label, label
+
+
+def open_a_run_of_awkward_values(page, live_server, monkeypatch, *, slug: str) -> list[Run]:
+    """Two finished runs whose loss is 5, 0.0001, 12345 and 0.1234567 at steps 1 to 4 and whose learning rate is 1e-4
+    throughout, the first's page opened by a viewer (the second's for the compare page)."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug=slug)
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    runs = []
+    for name in ("first", "second"):
+        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+        MetricPoint.objects.bulk_create(
+            [MetricPoint(run=run, step=step, name="loss", value=value, wall_time=float(step), tokens=10 * step)
+             for step, value in enumerate((5.0, 0.0001, 12345.0, 0.1234567), start=1)] +
+            [MetricPoint(run=run, step=step, name="learning_rate", value=1e-4, wall_time=float(step), tokens=10 * step)
+             for step in range(1, 5)])
+        runs.append(run)
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/{slug}/runs/{runs[0].public_id}/")
+    return runs
+
+
+def y_ticks(page, name: str) -> list[str]:
+    """The numbers of chart ``name``'s y axis, as read (plotly writes a minus as U+2212)."""
+    page.locator(f'.plot[data-metric="{name}"] .ytick text').first.wait_for()
+    return [text.replace("\u2212", "-") for text in page.evaluate(
+        "name => [...document.querySelectorAll(`.plot[data-metric='${name}'] .ytick text`)].map(t => t.textContent)", name)]
+
+
+def hover_anew_at_step(page, name: str, step: int, last: int) -> str:
+    """hover_at_step once the pointer has left the page's charts and the hover label before is gone, a little inside the
+    plot at its first and ``last`` step (the plot's edges, which a line chart's x axis ends at)."""
+    page.mouse.move(0, 0)
+    page.wait_for_function(f"() => document.querySelector(`.plot[data-metric='{name}'] .hoverlayer`).textContent === ''")
+    return hover_at_step(page, name, step + 0.1 if step == 1 else step - 0.1 if step == last else step)
+
+
+def test_hover_and_axis_values_are_written_to_four_significant_digits_on_both_pages(page, live_server, monkeypatch):
+    """QA (a W&B user reading a value off a chart): the run page's hover wrote every value to five significant digits,
+    zeros and all ("value: 5.0000"), and the compare page's to plotly's tick precision and more ("0.0001000"); a
+    learning rate's axis read "100μ". Both write a value to 4 significant digits without trailing zeros, a whole
+    number whole, a very small or large one in exponent form, and the y axes' numbers in exponent form too."""
+    runs = open_a_run_of_awkward_values(page, live_server, monkeypatch, slug="hoverdigits")
+    expected = {1: "5", 2: "1e-4", 3: "12345", 4: "0.1235"}
+    page.locator('.plot[data-metric="loss"] .nsewdrag').first.wait_for()
+    for step, value in expected.items():
+        label = hover_anew_at_step(page, "loss", step, 4)
+        assert f"value: {value} " in label + " ", (step, label)
+    page.locator('.plot[data-metric="learning_rate"] .nsewdrag').first.wait_for()
+    assert y_ticks(page, "learning_rate") == ["6e-5", "8e-5", "1e-4", "1.2e-4", "1.4e-4"]
+    assert y_ticks(page, "loss") == ["0", "5000", "10000"]
+    page.fill("#run-ema", "0.5")
+    label = hover_anew_at_step(page, "loss", 1, 4)
+    assert "value: 5 " in label + " " and "smoothed: 5 " in label + " ", label
+    page.goto(f"{live_server.url}/p/hoverdigits/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    page.locator('.plot[data-metric="loss"] .nsewdrag').first.wait_for()
+    for step, value in expected.items():
+        label = hover_anew_at_step(page, "loss", step, 4)
+        assert f"first: {value} " in label + " " and f"second: {value} " in label + " ", (step, label)
+    assert y_ticks(page, "learning_rate") == ["6e-5", "8e-5", "1e-4", "1.2e-4", "1.4e-4"]
+    assert y_ticks(page, "loss") == ["0", "5000", "10000"]
 
 
 def test_compare_draws_each_metrics_groups_in_one_chart(page, asgi_server, transactional_db, monkeypatch):
@@ -1880,6 +1944,64 @@ def test_a_group_hidden_from_a_legend_is_hidden_in_every_group_chart(page, live_
     assert other.evaluate(visibility) == shown("difference", "sum")
     page.get_by_role("button", name="Show the 1 hidden group").click()
     assert page.evaluate(visibility) == shown("difference", "sum") and "hidegroups=" not in page.url
+
+
+def test_a_group_hidden_from_a_run_pages_legend_is_hidden_in_every_group_chart_and_its_link(page, live_server,
+                                                                                           monkeypatch):
+    """QA (a W&B user sending a teammate the run's eval by task without the "sum" task): a click on a group in the run
+    page's chart by group hid it in that chart alone, and not in the page's link, where the compare page hides it in
+    every chart by group and keeps it in its link (hidegroups=). The run page does the same: hidden in every chart by
+    group across drawings, kept in and read from the link, "Show the 1 hidden group" showing it again; a double click
+    shows a group alone (once more, every group)."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="runhidegroup")
+    run = services.run_create(project=team.project, spec=eval_grouped_by_task_spec(team.project), user=team.owner,
+                              name="grouped")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    MetricPoint.objects.bulk_create([
+        MetricPoint(run=run, step=step, name=f"eval/{metric}/{group}", value=value * step, wall_time=float(step),
+                    tokens=step) for step in (10, 20) for metric in ("exact_match", "loss")
+        for group, value in (("sum", 0.5), ("difference", 0.25))])
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/runhidegroup/runs/{run.public_id}/")
+    visibility = ("() => [...document.querySelectorAll('#charts .plot')].filter(p => p.dataset.metric.includes(' by '))"
+                  ".map(p => [p.dataset.metric, (p.data || []).map(t => [t.meta, t.visible === 'legendonly' ? t.visible : true])])")
+    drawn = f"() => ({visibility})().length === 2 && ({visibility})().every(([, lines]) => lines.length === 2)"
+    page.wait_for_function(drawn)
+
+    def shown(*groups: str) -> list:
+        lines = [[group, True if group in groups else "legendonly"] for group in ("difference", "sum")]
+        return [["eval/exact_match by task", lines], ["eval/loss by task", lines]]
+
+    assert page.evaluate(visibility) == shown("difference", "sum")
+    assert not page.locator("#show-all-groups").is_visible()
+    assert page.url == f"{live_server.url}/p/runhidegroup/runs/{run.public_id}/"  # no group hidden: nothing in it
+    page.locator('.plot[data-metric="eval/exact_match by task"] .legend .traces', has_text="sum").click()
+    page.wait_for_function("() => location.search.includes('hidegroups=sum')")
+    assert page.evaluate(visibility) == shown("difference")
+    assert page.get_by_role("button", name="Show the 1 hidden group").is_visible()
+    page.check("#log-y")  # a drawing again
+    page.wait_for_function("() => location.search.includes('log=1')")
+    assert page.evaluate(visibility) == shown("difference")
+    other = page.context.new_page()
+    other.goto(page.url)
+    other.wait_for_function(drawn)
+    assert other.evaluate(visibility) == shown("difference")
+    assert other.get_by_role("button", name="Show the 1 hidden group").is_visible()
+    # A double click on a group in the other chart shows it alone, in both; once more, every group.
+    other.locator('.plot[data-metric="eval/loss by task"] .legend .traces', has_text="sum").dblclick()
+    other.wait_for_function("() => location.search.includes('hidegroups=difference')")
+    assert other.evaluate(visibility) == shown("sum")
+    other.locator('.plot[data-metric="eval/loss by task"] .legend .traces', has_text="sum").dblclick()
+    other.wait_for_function("() => !location.search.includes('hidegroups=')")
+    assert other.evaluate(visibility) == shown("difference", "sum")
+    assert not other.locator("#show-all-groups").is_visible()
+    page.get_by_role("button", name="Show the 1 hidden group").click()
+    assert page.evaluate(visibility) == shown("difference", "sum") and "hidegroups=" not in page.url
+    # A label no chart draws is left out of the view.
+    other.goto(page.url + "&hidegroups=nonesuch")
+    other.wait_for_function(drawn)
+    assert other.evaluate(visibility) == shown("difference", "sum") and "hidegroups=" not in other.url
 
 
 def test_the_compare_charts_filter_by_metric_name(page, live_server, monkeypatch):
