@@ -4,9 +4,9 @@ two engines (argument: a label printed with the figures):
 
     PYTHONPATH=$PWD .venv/bin/python bench/sampler_quantized_decode.py after
 """
-import sys, time, json
+import sys, time
 from pathlib import Path
-import jax, jax.numpy as jnp
+import jax.numpy as jnp
 from jaxengine.quantize import quantize_model_dir, load_quantized
 from jaxengine.sampler import Sampler, SamplingParams
 from jaxengine.tokenizer import load_tokenizer
