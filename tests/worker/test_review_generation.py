@@ -253,16 +253,15 @@ def test_an_answer_past_its_deadline_fails_the_campaign_saying_what_to_do(campai
 def test_a_prompt_a_models_chat_template_fails_on_fails_the_campaign_naming_the_model_row_and_file(
         db, model_dirs, monkeypatch, tmp_path):
     """A template's own error (here 1/0) failed the campaign as 'the generation failed: ...', naming neither the
-    model nor the row, as a prompt too long for the context does."""
+    model nor the row, as a prompt too long for the context does. The campaign's creation checks its prompts against
+    the templates too; this template was changed after the campaign was made (its model's files edited), so only the
+    worker meets it."""
     import json
     import shutil
 
     monkeypatch.setattr(celery_app, "send_task", lambda *args, **kwargs: None)
     hostile = tmp_path / "hostile"
     shutil.copytree(model_dirs[0], hostile)
-    template, message = factories.HOSTILE_CHAT_TEMPLATES["division by zero"]
-    config = json.loads((hostile / "tokenizer_config.json").read_text())
-    (hostile / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": template}))
     team = make_team()
     models = [make_base_model(team.project, name=name, path=str(path))
               for name, path in (("hostile", hostile), ("tiny-1", model_dirs[1]))]
@@ -271,6 +270,9 @@ def test_a_prompt_a_models_chat_template_fails_on_fails_the_campaign_naming_the_
         project=team.project, name="hostile vs tiny", guidelines="", required_reviews=1, reviewers=[team.teammate],
         model_a=models[0].public_id, model_b=models[1].public_id, prompts_version=version, prompt_count=3,
         sampling=services.GenerationSettings(max_new_tokens=2, temperature=0.0), user=team.owner)
+    template, message = factories.HOSTILE_CHAT_TEMPLATES["division by zero"]
+    config = json.loads((hostile / "tokenizer_config.json").read_text())
+    (hostile / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": template}))
     review.generate_campaign_answers(campaign.pk)
     campaign.refresh_from_db()
     assert campaign.status == CampaignStatus.FAILED and not campaign.items.exists()
