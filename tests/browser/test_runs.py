@@ -1276,27 +1276,22 @@ def unzoom(page, name: str) -> None:
     page.mouse.dblclick(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
 
 
-def test_a_zoomed_run_chart_keeps_its_y_zoom_when_a_live_point_changes_its_values(page, asgi_server, redis_url,
-                                                                                   transactional_db, settings):
-    """QA (a W&B user zooming on the warmup's end): a box zoom on the learning rate's chart lost its y range to the
-    next live point that changed the chart's values (its one value turned into two: the axis around that value gave
-    way to plotly's own), the x range staying. Both stay until a double click, which shows the whole run again and
-    then follows the live points as a chart never zoomed does."""
+def live_learning_rate_run(page, asgi_server, *, slug: str, query: str = ""):
+    """A running run of team ``slug`` with a learning rate of 3e-4 at steps 1-20, its page open live (``query``
+    added to its address) for its viewer; returns ``send(step, value)``, which publishes the next live point and
+    waits until the chart has drawn it."""
     from webapp.runs import reporting
 
-    settings.REDIS_URL = redis_url
-    team = make_team(slug="yzoomrun")
+    team = make_team(slug=slug)
     run = Run.objects.create(project=team.project, name="zoomed", task="sft", status=RunStatus.RUNNING,
                              spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
                              total_steps=400, current_step=20)
     MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="learning_rate", value=3e-4,
                                                  wall_time=float(step), tokens=10 * step) for step in range(1, 21)])
     log_in(page, asgi_server, team.viewer.username)
-    page.goto(f"{asgi_server}/p/yzoomrun/runs/{run.public_id}/")
+    page.goto(f"{asgi_server}/p/{slug}/runs/{run.public_id}/{query}")
     page.locator("#live-state", has_text="live").wait_for()
     page.locator('.plot[data-metric="learning_rate"] .nsewdrag').first.wait_for()
-    zoomed = zoom_box(page, "learning_rate")
-    assert 2 < zoomed[0] < zoomed[1] < 16 and 1.5e-4 < zoomed[2] < zoomed[3] < 4.5e-4, zoomed
 
     def send(step: int, value: float) -> None:
         reporting.publish_event(run.public_id, {"type": "metrics", "points": [
@@ -1304,6 +1299,20 @@ def test_a_zoomed_run_chart_keeps_its_y_zoom_when_a_live_point_changes_its_value
         page.wait_for_function(f"() => document.querySelector(`.plot[data-metric='learning_rate']`).data[0].x.length"
                                f" === {step}", timeout=10_000)
         page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+
+    return send
+
+
+def test_a_zoomed_run_chart_keeps_its_y_zoom_when_a_live_point_changes_its_values(page, asgi_server, redis_url,
+                                                                                   transactional_db, settings):
+    """QA (a W&B user zooming on the warmup's end): a box zoom on the learning rate's chart lost its y range to the
+    next live point that changed the chart's values (its one value turned into two: the axis around that value gave
+    way to plotly's own), the x range staying. Both stay until a double click, which shows the whole run again and
+    then follows the live points as a chart never zoomed does."""
+    settings.REDIS_URL = redis_url
+    send = live_learning_rate_run(page, asgi_server, slug="yzoomrun")
+    zoomed = zoom_box(page, "learning_rate")
+    assert 2 < zoomed[0] < zoomed[1] < 16 and 1.5e-4 < zoomed[2] < zoomed[3] < 4.5e-4, zoomed
 
     send(21, 1e-4)  # the decay begins: the chart is redrawn with plotly's own y axis
     assert page.evaluate(X_AND_Y_RANGES, "learning_rate") == pytest.approx(zoomed)
@@ -1322,30 +1331,12 @@ def test_a_zoomed_log_chart_keeps_its_y_zoom_when_a_live_point_changes_its_value
     that changed the chart's values, as the linear chart's did before (the linear one's fix does not hold on a log
     axis: plotly reads autorangeoptions' bounds there as exponents but checks them as values). The zoom stays until a
     double click, which shows the whole run on the log axis and then follows the live points."""
-    from webapp.runs import reporting
-
     settings.REDIS_URL = redis_url
-    team = make_team(slug="logzoomrun")
-    run = Run.objects.create(project=team.project, name="zoomed", task="sft", status=RunStatus.RUNNING,
-                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
-                             total_steps=400, current_step=20)
-    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="learning_rate", value=3e-4,
-                                                 wall_time=float(step), tokens=10 * step) for step in range(1, 21)])
-    log_in(page, asgi_server, team.viewer.username)
-    page.goto(f"{asgi_server}/p/logzoomrun/runs/{run.public_id}/?log=1")
-    page.locator("#live-state", has_text="live").wait_for()
-    page.locator('.plot[data-metric="learning_rate"] .nsewdrag').first.wait_for()
+    send = live_learning_rate_run(page, asgi_server, slug="logzoomrun", query="?log=1")
     assert page.evaluate("() => document.querySelector(`.plot[data-metric='learning_rate']`)._fullLayout.yaxis.type")\
         == "log"
     zoomed = zoom_box(page, "learning_rate")  # the y range in decades (log10) on a log axis
     assert 2 < zoomed[0] < zoomed[1] < 16 and math.log10(1.5e-4) < zoomed[2] < zoomed[3] < math.log10(6e-4), zoomed
-
-    def send(step: int, value: float) -> None:
-        reporting.publish_event(run.public_id, {"type": "metrics", "points": [
-            {"step": step, "name": "learning_rate", "value": value, "tokens": 10 * step, "wall_time": float(step)}]})
-        page.wait_for_function(f"() => document.querySelector(`.plot[data-metric='learning_rate']`).data[0].x.length"
-                               f" === {step}", timeout=10_000)
-        page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
 
     send(21, 1e-4)  # the decay begins: the chart's one value is two now
     assert page.evaluate(X_AND_Y_RANGES, "learning_rate") == pytest.approx(zoomed)
