@@ -18,6 +18,25 @@
   const messagesUrl = log.dataset.messages;
   let stopUrl = null;
 
+  // Each send and regenerate carries a one-time token (webapp/core/submissions.py): a double click, or a request
+  // the browser sends again, carries the same one, and the server answers it with the first's answer to follow
+  // rather than take a second turn (or refuse it: "still being written"). A send the server took draws the next.
+  function newToken() {
+    const bytes = crypto.getRandomValues(new Uint8Array(18));
+    return Array.from(bytes, (byte) => byte.toString(16).padStart(2, "0")).join("");
+  }
+  const tokens = {send: newToken(), regenerate: newToken()};
+  function once(kind, body) {
+    body.set("submission_token", tokens[kind]);
+    return body;
+  }
+  // The server took a sending of this kind: the next draws a new token. Whether its answer is on the page already
+  // (the same sending answered twice, for a double click: shown once).
+  function shownAlready(data, kind) {
+    tokens[kind] = newToken();
+    return Boolean(document.getElementById(data.message));
+  }
+
   function bubble(role, id) {
     const div = document.createElement("div");
     div.className = "chat-message chat-" + role + (role === "assistant" ? " status-streaming" : "");
@@ -116,12 +135,12 @@
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     errorBox.textContent = "";
-    const body = new FormData(form);
+    const body = once("send", new FormData(form));
     try {
       const data = await post(log.dataset.send, body);
       textBox.value = "";  // sent: not restored into the box by a reload
       markRefused(false);
-      if (!showsLast(data.previous)) return;
+      if (shownAlready(data, "send") || !showsLast(data.previous)) return;
       if (data.title) {  // named by its first turn: the heading and the tab (its title isolated, as served)
         document.getElementById("chat-title").textContent = data.title;
         document.title = "\u2068" + data.title + "\u2069" + document.title.slice(document.title.indexOf(" · "));
@@ -151,7 +170,8 @@
   regenerateButton.addEventListener("click", async () => {
     errorBox.textContent = "";
     try {
-      const data = await post(log.dataset.regenerate);
+      const data = await post(log.dataset.regenerate, once("regenerate", new FormData()));
+      if (shownAlready(data, "regenerate")) return;
       const answers = log.querySelectorAll(".chat-assistant");
       if (answers.length) answers[answers.length - 1].remove();
       if (!showsLast(data.previous)) return;

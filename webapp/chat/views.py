@@ -7,6 +7,7 @@ another member's conversation is a 404 too. Model output is only ever put in a p
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -29,7 +30,7 @@ from webapp.core.auth_header import DEFAULT_TOKEN_LIFETIME, TOKEN_LIFETIME_CHOIC
 from webapp.core.bidi import isolated
 from webapp.core.numbers import whole_number
 from webapp.core.submissions import (SendingInProgress, deleted_once_or_refused, form_send_once, form_send_once_secret,
-                                     note_secret_already_shown)
+                                     note_secret_already_shown, posted_once)
 from webapp.core.views import post_answered_with_a_page
 
 
@@ -221,14 +222,34 @@ def chat_send(request: HttpRequest, slug: str, conversation_id: str) -> HttpResp
     form = MessageForm(request.POST)
     if not form.is_valid():
         return _invalid(form.errors)
+    return _turn_once(request, project, conversation, sent=True, take_turn=lambda: services.message_send(
+        conversation=conversation, model=_model_or_error(project, conversation), content=form.cleaned_data["content"]))
+
+
+# A repeated send or regenerate whose answer is gone: a later regenerate replaced it, or the conversation moved on.
+REPEAT_ANSWER_GONE = ("This was sent already, and the answer it asked for has been replaced since (regenerated); "
+                      "reload the page to see the conversation as it is now.")
+
+
+def _turn_once(request: HttpRequest, project, conversation, *, take_turn: Callable[[], Message],
+               sent: bool) -> JsonResponse:
+    """Take a turn (``take_turn``: a send, or a regenerate, which returns the new answer) once per one-time token
+    (``submissions.posted_once``, keyed by the page's token and the fields): the same sending again — a double
+    click, a browser's or proxy's retry — is answered with the first's answer to follow (its stream, which Redis
+    keeps), instead of a 409 "still being written" or a second turn once the first had ended. A sending
+    without a token (older scripts) takes a turn every time."""
     try:
-        answer = services.message_send(conversation=conversation, model=_model_or_error(project, conversation),
-                                       content=form.cleaned_data["content"])
-    except ValidationError as error:  # the text itself (blank, a NUL), or the chat template fails on the turn
+        once = posted_once(request, create=lambda: take_turn().public_id)
+    except SendingInProgress as error:  # the first still at work after WAIT_FOR_FIRST_SECONDS
+        return JsonResponse({"error": error.messages[0]}, status=409)
+    except ValidationError as error:  # the text itself (blank, a NUL), the token, or the chat template fails on it
         return _invalid(error.message_dict)
     except services.ChatError as error:  # the conversation's state (an answer still streaming)
         return JsonResponse({"error": str(error)}, status=409)
-    return _answer_json(request, project, conversation, answer, sent=True)
+    answer = conversation.messages.filter(public_id=once.result).first()
+    if answer is None:
+        return JsonResponse({"error": REPEAT_ANSWER_GONE}, status=409)
+    return _answer_json(request, project, conversation, answer, sent=sent)
 
 
 def _invalid(errors: dict[str, list[str]]) -> JsonResponse:
@@ -241,13 +262,8 @@ def _invalid(errors: dict[str, list[str]]) -> JsonResponse:
 @require_POST
 def chat_regenerate(request: HttpRequest, slug: str, conversation_id: str) -> HttpResponse:
     project, _membership, conversation = _chat_conversation(request, slug, conversation_id)
-    try:
-        answer = services.message_regenerate(conversation=conversation, model=_model_or_error(project, conversation))
-    except ValidationError as error:  # the chat template fails on the conversation (with its variables)
-        return _invalid(error.message_dict)
-    except services.ChatError as error:
-        return JsonResponse({"error": str(error)}, status=409)
-    return _answer_json(request, project, conversation, answer, sent=False)
+    return _turn_once(request, project, conversation, sent=False, take_turn=lambda: services.message_regenerate(
+        conversation=conversation, model=_model_or_error(project, conversation)))
 
 
 @login_required

@@ -228,13 +228,21 @@ def _form_fields(request: HttpRequest, *, sample_files: bool = False) -> bytes:
     return digest.digest()
 
 
+def posted_once(request: HttpRequest, *, create: Callable[[], str], sample_files: bool = False,
+                prepare: Callable[[], None] | None = None) -> Sent:
+    """``send_once`` for the form POSTed in ``request``, keyed by its address, its ``TOKEN_FIELD`` and its fields:
+    what ``create`` made, then or the first time. A page's script answers a repeat itself (the chat's send
+    attaches to the first's answer); ``form_send_once`` adds a note for the page redirected to."""
+    return send_once(user=request.user, form=request.path, token=request.POST.get(TOKEN_FIELD, ""),
+                     fields=_form_fields(request, sample_files=sample_files), create=create, prepare=prepare)
+
+
 def form_send_once(request: HttpRequest, *, create: Callable[[], str], sample_files: bool = False,
                    prepare: Callable[[], None] | None = None) -> str:
     """The page to redirect to after the form of ``request`` was sent: ``create``'s (it
     makes the thing and returns that page's address), or, for a repeat, the first sending's, with
     a note that says so (see the module note; ``sample_files`` and ``prepare`` there and in ``send_once``)."""
-    sent = send_once(user=request.user, form=request.path, token=request.POST.get(TOKEN_FIELD, ""),
-                     fields=_form_fields(request, sample_files=sample_files), create=create, prepare=prepare)
+    sent = posted_once(request, create=create, sample_files=sample_files, prepare=prepare)
     if not sent.created:
         messages.info(request, ALREADY_SENT)
     return sent.result
@@ -282,8 +290,7 @@ def form_send_once_secret(request: HttpRequest, *, create: Callable[[], tuple[st
         secrets_made.append(secret)
         return made_id
 
-    sent = send_once(user=request.user, form=request.path, token=request.POST.get(TOKEN_FIELD, ""),
-                     fields=_form_fields(request), create=create_keeping_the_id)
+    sent = posted_once(request, create=create_keeping_the_id)
     return sent.result, secrets_made[0] if sent.created else ""
 
 

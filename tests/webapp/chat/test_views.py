@@ -14,7 +14,7 @@ from kombu.exceptions import OperationalError
 
 from tests.webapp import factories
 from tests.webapp.factories import make_base_model, thinking_model_dir
-from webapp.chat import channels, forms, selectors, services
+from webapp.chat import channels, forms, selectors, services, views
 from webapp.chat.models import Conversation, Message, MessageStatus
 from webapp.runs.channels import redis_client
 
@@ -172,6 +172,66 @@ def test_regenerate_replaces_the_last_answer(team, client_for, base_model, sent,
     assert second != first and not Message.objects.filter(public_id=first).exists()
     assert [turn["content"] for turn in sent[-1][1][0]["messages"]] == ["Be brief.", "Hi"]
     assert len(sent) == 2 and sent[1][1][0]["seed"] != sent[0][1][0]["seed"]
+
+
+def test_a_send_or_regenerate_sent_again_with_its_token_attaches_to_the_first_answer(
+        team, client_for, base_model, sent, django_capture_on_commit_callbacks):
+    """A double click or a retry sent the turn twice: the second got a 409 "still being written", or, once the first
+    answer had ended, took a second turn. The same sending (its one-time token and text) is now answered with the
+    first's answer to follow; a new token takes a new turn."""
+    conversation = conversation_of(team, client_for, base_model)
+    client = client_for(team.teammate)
+
+    def post(name, **fields):
+        with django_capture_on_commit_callbacks(execute=True):  # the request to the serve worker, if one is made
+            return client.post(url(name, conversation), fields)
+
+    first = post("send", content="Hi", submission_token="send-1")
+    again = post("send", content="Hi", submission_token="send-1")
+    assert first.status_code == again.status_code == 200 and again.json() == first.json()
+    assert conversation.messages.count() == 2 and len(sent) == 1  # one turn, one request to the serve worker
+    services.message_finish(message_id=first.json()["message"], text="Hello.", finish_reason="stop")
+    # Its answer ended: sent again, still the first's answer, not a second turn.
+    assert post("send", content="Hi", submission_token="send-1").json() == first.json()
+    assert conversation.messages.count() == 2 and len(sent) == 1
+    # A new sending (a new token) takes a new turn.
+    assert post("send", content="Hi", submission_token="send-2").json()["message"] != first.json()["message"]
+    assert conversation.messages.count() == 4 and len(sent) == 2
+
+    services.message_finish(message_id=Message.objects.filter(role="assistant").last().public_id, text="Hi!",
+                            finish_reason="stop")
+    regenerated = post("regenerate", submission_token="regenerate-1")
+    assert post("regenerate", submission_token="regenerate-1").json() == regenerated.json()
+    assert conversation.messages.count() == 4 and len(sent) == 3
+    services.message_finish(message_id=regenerated.json()["message"], text="Hey.", finish_reason="stop")
+    post("regenerate", submission_token="regenerate-2")
+    # The first regenerate's answer is replaced since: its repeat says so rather than show a stale answer.
+    gone = post("regenerate", submission_token="regenerate-1")
+    assert gone.status_code == 409 and gone.json()["error"] == views.REPEAT_ANSWER_GONE
+    assert conversation.messages.count() == 4 and len(sent) == 4
+
+
+def test_a_send_whose_first_sending_failed_is_taken_when_sent_again(team, client_for, base_model, sent):
+    """A refused send (here: an answer still being written) gives its token up: the same send, once the answer
+    ended, takes its turn rather than repeat the refusal."""
+    conversation = conversation_of(team, client_for, base_model)
+    client = client_for(team.teammate)
+    streaming = client.post(url("send", conversation), {"content": "One", "submission_token": "a"}).json()["message"]
+    refused = client.post(url("send", conversation), {"content": "Two", "submission_token": "b"})
+    assert refused.status_code == 409 and "still being written" in refused.json()["error"]
+    services.message_finish(message_id=streaming, text="1", finish_reason="stop")
+    taken = client.post(url("send", conversation), {"content": "Two", "submission_token": "b"})
+    assert taken.status_code == 200 and conversation.messages.count() == 4
+
+
+def test_a_send_token_past_its_length_is_refused_naming_the_field(team, client_for, base_model, sent):
+    conversation = conversation_of(team, client_for, base_model)
+    response = client_for(team.teammate).post(url("send", conversation), {"content": "Hi",
+                                                                          "submission_token": "x" * 201})
+    assert response.status_code == 400
+    assert response.json()["errors"] == {"submission_token": ["submission_token is 201 characters long; it may be "
+                                                              "at most 200"]}
+    assert not conversation.messages.exists() and not sent
 
 
 
