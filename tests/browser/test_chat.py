@@ -156,6 +156,29 @@ def test_enter_sends_and_shift_enter_starts_a_new_line(page, asgi_server, transa
     assert Message.objects.get(role="user").content == "first line\nsecond line"  # as typed, not as the form sends it
 
 
+def test_a_double_click_on_send_takes_one_turn_with_one_answer(page, asgi_server, transactional_db):  # noqa: F811
+    """A double click sent the turn twice: the second was refused "an answer is still being written" beside the
+    first's answer (or, had the first ended, took a second turn). Both sendings carry one token: the second is
+    answered with the first's answer, which the page shows once. Whether or not a serve worker takes the answer,
+    there is one of each."""
+    start_a_conversation(page, asgi_server)
+    answered = []
+    page.on("response", lambda response: answered.append(response) if response.url.endswith("/send/") else None)
+    page.fill("#chat-form textarea", "Name a river.")
+    page.dblclick("#chat-send")
+    for _ in range(100):  # the second sending waits for the first's to be done (submissions.WAIT_FOR_FIRST_SECONDS)
+        if len(answered) == 2:
+            break
+        page.wait_for_timeout(100)
+    page.wait_for_timeout(300)  # time for the page to handle the second answer
+    assert [response.status for response in answered] == [200, 200]
+    assert answered[0].json()["message"] == answered[1].json()["message"]  # the second attached to the first
+    assert page.locator("#chat-error").inner_text() == ""
+    assert page.locator(".chat-user").count() == 1 and page.locator(".chat-assistant").count() == 1
+    assert page.locator(".chat-assistant").get_attribute("id") == answered[0].json()["message"]
+    assert [message.role for message in Message.objects.order_by("id")] == ["user", "assistant"]
+
+
 def test_an_answer_waiting_for_its_first_token_says_so(page, asgi_server, transactional_db):  # noqa: F811
     """The answer's box was empty until the first token, seconds on a cold serve worker (9 s for the
     demo model on CPU), with nothing to say that the model was being asked. No serve worker here: the
