@@ -177,3 +177,31 @@ def test_an_arena_battle_with_thinking_off_is_rendered_so_by_the_serve_worker(se
             events = wait_for(lambda: finished(client, answer), timeout=120, workers=workers, what="a side's answer")
             assert events[-1]["type"] == "done", events[-1]
             assert events[-1]["prompt_tokens"] == prompt_tokens, (enable_thinking, events[-1])
+
+
+def test_requests_queued_before_the_project_was_named_are_answered_or_end_saying_why(serve_worker, transactional_db,
+                                                                                   tiny_model_dir):
+    """Requests a web queued before the upgrade that made ``project_slug`` required (answers waiting in the serve queue
+    through a deploy) ended with pydantic's "1 validation error for GenerateRequest ... Field required" and the
+    request itself. A chat answer, whose row names its conversation's project, is written as asked; an API
+    completion, whose project nothing names, ends with an error event that says what to do."""
+    from tests.webapp.factories import make_team
+    from webapp.chat.models import Conversation, Message, MessageStatus, Role
+    from worker.tasks.serve import PROJECT_NOT_NAMED
+
+    workers, client = serve_worker
+    team = make_team()
+    conversation = Conversation.objects.create(project=team.project, user=team.teammate, model_ref="base_tiny",
+                                               model_label="Base model: tiny", title="Hello")
+    Message.objects.create(conversation=conversation, role=Role.USER, content="Hello")
+    answer = Message.objects.create(conversation=conversation, role=Role.ASSISTANT, status=MessageStatus.STREAMING)
+    for generation_id, message in ((answer.public_id, answer.public_id), ("api-from-before", None)):
+        app.send_task("worker.tasks.serve.generate", queue="serve", args=[{  # as the web sent it before the upgrade
+            "id": generation_id, "message": message, "model_key": "tiny", "model_path": str(tiny_model_dir),
+            "messages": [{"role": "user", "content": "Hello"}], "temperature": 0.0, "max_new_tokens": 4}])
+    chat = wait_for(lambda: finished(client, answer.public_id), timeout=90, workers=workers, what="the chat answer")
+    assert chat[-1]["type"] == "done" and chat[-1]["completion_tokens"] == 4, chat[-1]
+    answer.refresh_from_db()
+    assert answer.status == MessageStatus.COMPLETE and answer.content == chat[-1]["text"] and not answer.error
+    api = wait_for(lambda: finished(client, "api-from-before"), timeout=90, workers=workers, what="the API completion")
+    assert api == [{"seq": 0, "type": "error", "message": PROJECT_NOT_NAMED}]

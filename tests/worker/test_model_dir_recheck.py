@@ -66,6 +66,25 @@ def test_the_serve_worker_refuses_a_path_into_another_projects_folder_before_loa
         "error", "")
 
 
+def test_a_chat_answer_queued_before_the_project_was_named_is_judged_by_its_conversations_project(client, models_root,
+                                                                                                db):
+    """A chat answer queued before ``project_slug`` was sent is served with its conversation's project
+    (``serve._with_asking_project``): the folder rule judges it as it would the web's request now, so the other team's
+    model is refused for alpha's conversation, not read for want of a slug to judge it by."""
+    from webapp.chat.models import Conversation, Message, MessageStatus, Role
+
+    team = make_team()
+    conversation = Conversation.objects.create(project=team.project, user=team.teammate, model_ref="bm_borrowed",
+                                               model_label="Base model: borrowed")
+    answer = Message.objects.create(conversation=conversation, role=Role.ASSISTANT, status=MessageStatus.STREAMING)
+    result = serve.generate({"id": answer.public_id, "message": answer.public_id, "model_key": "bm_borrowed@y",
+                             "model_path": str(secret(models_root)), "messages": [{"role": "user", "content": "Hi"}]})
+    assert result["error"].startswith(missing_words(models_root, secret(models_root)))
+    answer.refresh_from_db()
+    assert answer.status == MessageStatus.FAILED and answer.error == result["error"]
+    assert "bm_borrowed@y" not in serve._servers
+
+
 def test_a_request_without_the_asking_project_is_refused(client, models_root):
     result = serve.generate({"id": "unnamed", "model_key": "k", "model_path": str(secret(models_root)),
                              "messages": [{"role": "user", "content": "Hello"}]})

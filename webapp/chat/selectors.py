@@ -359,6 +359,13 @@ def messages_before(*, conversation: Conversation, answer: Message, count: int) 
                 .values_list("public_id", flat=True)[:count])
 
 
+def project_slug_of_answer(*, message_id: str) -> str | None:
+    """The slug of the project whose conversation holds the chat answer ``message_id``; None when there is no such
+    answer (an API completion's id, or a conversation deleted since)."""
+    return (Message.objects.filter(public_id=message_id)
+            .values_list("conversation__project__slug", flat=True).first())
+
+
 def may_delete_conversation(*, membership: Membership, conversation: Conversation) -> bool:
     """Only its author, while a member: a conversation is private to them (nobody else even sees it)."""
     return membership.can(Role.MEMBER) and conversation.user_id == membership.user_id

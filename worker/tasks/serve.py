@@ -29,6 +29,7 @@ from jaxengine.chat_template import TEMPLATE_VARIABLES_MAX
 from webapp.basemodels.inspection import check_registered_model_dir
 from webapp.celery import app
 from webapp.chat import channels
+from webapp.chat import selectors as chat_selectors
 from webapp.chat import services as chat_services
 from webapp.runs.channels import REDIS_TIMEOUT_SECONDS, redis_client
 
@@ -496,7 +497,7 @@ def generate(request: dict) -> dict:
         logger.exception("generation %s: the engine did not load", generation_id)
         return _fail(events, request, f"the serve worker could not load the engine: {error}")
     try:
-        parsed = GenerateRequest.model_validate(request)
+        parsed = GenerateRequest.model_validate(_with_asking_project(request))
         check_registered_model_dir(parsed.model_path, models_root=settings.MODELS_ROOT,
                                    project_slug=parsed.project_slug)
         if parsed.model_key not in _servers:  # a page shows it in place of the first token, for as long as it takes
@@ -539,6 +540,30 @@ def generate(request: dict) -> dict:
                                      first_token_seconds=result.first_token_seconds)
     events.emit("done", **done)
     return done
+
+
+# A request without project_slug that no chat answer's row names the project of (an API completion): see
+# _with_asking_project.
+PROJECT_NOT_NAMED = ("this request was queued before an upgrade of Temper and names no project (project_slug), "
+                     "which the serve worker now needs to check the model's folder before reading it; ask for the "
+                     "answer again")
+
+
+def _with_asking_project(request):
+    """``request`` as sent, with the asking project's slug where it names none: the web sends it (``project_slug``)
+    since the upgrade that made the serve worker judge the model's folder by it, and requests queued by a web from
+    before it (answers waiting in the serve queue through the deploy) were refused with pydantic's "Field required"
+    and the whole request, a message nobody could act on. A chat answer's project is its conversation's, as its
+    row says (``chat.selectors.project_slug_of_answer``): what the web sends now, so the answer is written as the
+    person asked it. Any other (an API completion, whose client asks again): a ``ValueError`` saying so
+    (``PROJECT_NOT_NAMED``), which ends the generation with that error event."""
+    if not isinstance(request, dict) or request.get("project_slug") is not None:
+        return request
+    message = request.get("message")
+    slug = chat_selectors.project_slug_of_answer(message_id=message) if isinstance(message, str) else None
+    if slug is None:
+        raise ValueError(PROJECT_NOT_NAMED)
+    return {**request, "project_slug": slug}
 
 
 # A second delivery of a generation whose first worker died mid-answer ends it: generated again from the start, its
