@@ -1,5 +1,6 @@
 """Chat pages: a project's conversations (each private to its author), one conversation with its
-composer, and the JSON endpoints its script calls (send, stop, regenerate, one rendered message).
+composer, and the JSON endpoints its script calls (send, stop, regenerate, one rendered message). Send and
+regenerate are taken once per one-time token (``_turn_once``): a double click or a retry attaches to the first's answer.
 
 Chatting spends accelerator time, so it takes the member role: viewers get 403, outsiders 404, and
 another member's conversation is a 404 too. Model output is only ever put in a page as text
