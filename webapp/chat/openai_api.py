@@ -804,7 +804,7 @@ class _Endpoint:
     id_prefix: str
     chunk_object: str
     final_object: str
-    inputs: Callable[[Any], list[dict[str, Any]]]  # each choice's messages or prompt, from the parsed body
+    inputs: Callable[[Any], list[dict[str, Any]]]  # each task's messages or prompt (n answers each)
     chunk_text: Callable[[str, bool], dict[str, Any]]  # (text, whether it is the choice's first text of the stream)
     final_text: Callable[[str], dict[str, Any]]
 
