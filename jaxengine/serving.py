@@ -64,6 +64,8 @@ Design note.
 * ``BatchDecoder`` holds a model and its settings; ``run`` decodes a list of requests arriving together.
   ``BatchingServer`` is the concurrency: callers on any thread ``submit`` a request and wait on its
   future; one loop thread adds every submitted request to its ``ContinuousBatch`` and steps it.
+  ``submit_group`` queues several as one item (an API request's ``n`` answers), so they are admitted at one
+  step and decode as rows of the same calls.
 * Warm-up: a fresh process compiles each program the first time a conversation needs it, on CPU about a
   second each, so a first answer stalls at its prefill and at every cache size it grows into (1.0-1.5 s
   each for the demo model). ``BatchingServer.warm`` decodes ``BatchDecoder.warmup_requests`` (a lone
@@ -1232,6 +1234,11 @@ BUSY_COMPILE_AFTER_S = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
+class _Group:
+    items: tuple[_Pending, ...]  # added to the batch together (BatchingServer.submit_group)
+
+
+@dataclasses.dataclass(frozen=True)
 class _Warmup:
     groups: tuple[tuple[ServeRequest, ...], ...]  # each decoded as one batch
 
@@ -1247,7 +1254,7 @@ class BatchingServer:
         self.busy_compile_after_s = busy_compile_after_s
         self._busy_since: float | None = None  # when the batch last went from idle to decoding
         self.batch_sizes: list[int] = []  # requests decoding together in each decode call, for tests and benchmarks
-        self._pending: queue.Queue[_Pending | _Warmup | object | None] = queue.Queue()
+        self._pending: queue.Queue[_Pending | _Group | _Warmup | object | None] = queue.Queue()
         self._in_flight: set[_Pending] = set()  # added to the batch, result not yet set
         self._batch = self._new_batch()
         # Warm-up requests not yet decoded, and the batch that decodes them (apart from the served one,
@@ -1278,6 +1285,24 @@ class BatchingServer:
         self._pending.put(_Pending(request=request, on_tokens=on_tokens, should_stop=should_stop, future=future,
                                    submitted=time.monotonic()))
         return future
+
+    def submit_group(self, requests: Sequence[ServeRequest], *, on_tokens: OnTokens | None = None,
+                     should_stop: Callable[[], bool] | None = None) -> list[concurrent.futures.Future]:
+        """Queue requests to decode together (the ``n`` answers of one API request): one item of the loop's queue,
+        so the loop adds them to the batch in one go and the next step admits them together, one prefill group and
+        then rows of the same decode calls, where ``submit`` after ``submit`` could be taken apart by a step between
+        them. (With fewer rows free than requests, the rest join as rows free up, as any waiting request.) Each
+        checked as ``submit`` checks it, before any is queued; their futures, in order. ``on_tokens(index,
+        token_ids, delta)`` names the request by its place; ``should_stop()`` is the whole group's."""
+        for request in requests:
+            self.decoder.check(request)
+        submitted = time.monotonic()
+        items = tuple(_Pending(request=request, future=concurrent.futures.Future(), submitted=submitted,
+                               on_tokens=None if on_tokens is None else functools.partial(on_tokens, index),
+                               should_stop=should_stop)
+                      for index, request in enumerate(requests))
+        self._pending.put(_Group(items))
+        return [item.future for item in items]
 
     def warm(self, requests: Sequence[ServeRequest | tuple[ServeRequest, ...]]) -> None:
         """Decode ``requests`` one after another while nothing submitted waits or decodes, to compile their
@@ -1319,6 +1344,9 @@ class BatchingServer:
                         self._warmups.extend(item.groups)
                         with self._state_lock:
                             self._warmups_queued -= 1
+                    elif isinstance(item, _Group):
+                        for pending in item.items:
+                            self._add(pending)
                     else:
                         self._add(item)
             except queue.Empty:

@@ -143,3 +143,37 @@ def test_chat_template_kwargs_reach_the_template_and_lay_over_the_models_own(api
     with pytest.raises(openai.BadRequestError, match=r"chat_template_kwargs\[\"enable_thinking\"\]: \[false\] is not"):
         client.chat.completions.create(model=thinker.public_id, messages=messages, max_tokens=1,
                                        extra_body={"chat_template_kwargs": {"enable_thinking": [False]}})
+
+
+def test_n_answers_streamed_and_not_seeded_and_bounded(api):
+    """Issue 4: n answers through the real serve worker, asked with the official client. Seeded, the whole response
+    is reproducible: the same n answers whole, streamed (chunks naming their answer's index) or asked again; its
+    first answer is the one n=1 gives. The prompt is counted once in the usage; greedy answers are all the same."""
+    import openai
+
+    client, team, base_model = api
+    ask = dict(model=base_model.public_id, messages=[{"role": "user", "content": "Hello"}], max_tokens=10,
+               temperature=1.0, seed=3)
+    whole = client.chat.completions.create(n=3, **ask)
+    texts = [choice.message.content for choice in whole.choices]
+    assert [choice.index for choice in whole.choices] == [0, 1, 2] and len(set(texts)) > 1
+    assert all(choice.finish_reason in ("stop", "length") for choice in whole.choices)
+    one = client.chat.completions.create(n=1, **ask)
+    assert one.choices[0].message.content == texts[0]
+    assert whole.usage.prompt_tokens == one.usage.prompt_tokens and 3 <= whole.usage.completion_tokens <= 30
+    chunks = list(client.chat.completions.create(n=3, stream=True, stream_options={"include_usage": True}, **ask))
+    streamed = {0: "", 1: "", 2: ""}
+    for chunk in chunks[:-1]:
+        (choice,) = chunk.choices
+        streamed[choice.index] += choice.delta.content or ""
+    assert list(streamed.values()) == texts
+    assert chunks[-1].choices == [] and chunks[-1].usage.model_dump() == whole.usage.model_dump()
+    twice = [[choice.message.content for choice in client.chat.completions.create(n=2, **ask).choices]
+             for _ in range(2)]
+    assert twice[0] == twice[1] == texts[:2]
+    greedy = client.completions.create(model=base_model.public_id, prompt="Once upon a time", max_tokens=6,
+                                       temperature=0, n=2)
+    assert len(greedy.choices) == 2 and greedy.choices[0].text == greedy.choices[1].text
+    with pytest.raises(openai.BadRequestError, match="n: 9 is too large; give a whole number from 1 to 8") as refused:
+        client.chat.completions.create(n=9, **ask)
+    assert refused.value.param == "n"

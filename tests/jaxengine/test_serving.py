@@ -262,6 +262,33 @@ def test_the_server_lets_a_request_join_a_batch_that_is_decoding(served):
     assert max(server.batch_sizes) == 2 and server.batch_sizes[-1] == 1
 
 
+def test_a_submitted_group_decodes_as_rows_of_the_same_calls_each_as_alone(served):
+    """``submit_group`` (a /v1 request's n answers): one item of the server's queue, so every decode call from the
+    first holds all its rows (the server's rows per call), each with its own seed getting its solo tokens and its
+    own callbacks; a request the model cannot take refuses the group before any is queued; the group's stop ends
+    every row."""
+    model, tokenizer, prompts = served
+    server = BatchingServer(BatchDecoder(model, tokenizer))
+    ids = tuple(prompts[0])
+    group = [ServeRequest(prompt_ids=ids, params=SamplingParams(max_new_tokens=12, temperature=0.9, seed=seed))
+             for seed in (1, 2, 3)]
+    too_long = ServeRequest(prompt_ids=ids, params=SamplingParams(max_new_tokens=10**6))
+    with pytest.raises(PromptError):
+        server.submit_group([group[0], too_long])
+    streamed = {0: [], 1: [], 2: []}
+    futures = server.submit_group(group, on_tokens=lambda index, token_ids, delta: streamed[index].extend(token_ids))
+    results = [future.result(timeout=60) for future in futures]
+    assert server.batch_sizes == [3, 3]  # the prefill's token, then 8 and 3 of the 12 in two calls of three rows
+    for index, (request, result) in enumerate(zip(group, results)):
+        [alone] = Sampler(model, tokenizer).generate([list(ids)], request.params)
+        assert result.token_ids == alone.token_ids == streamed[index]
+    stop = threading.Event()
+    stopped = server.submit_group(group[:2], on_tokens=lambda index, token_ids, delta: stop.set(),
+                                  should_stop=stop.is_set)
+    assert [future.result(timeout=60).finish_reason for future in stopped] == ["cancelled", "cancelled"]
+    server.close()
+
+
 def test_a_failing_batch_fails_its_requests_and_the_server_keeps_serving(served):
     model, tokenizer, prompts = served
     server = BatchingServer(BatchDecoder(model, tokenizer))

@@ -125,6 +125,55 @@ def test_concurrent_generations_join_one_running_batch(client, model_dir, monkey
         assert results[i]["text"] == alone.text == channels.stored_events(client, f"c{i}")[-1]["text"]
 
 
+def test_n_answers_decode_as_rows_of_the_same_calls_each_with_its_seed(client, model_dir):
+    """A request for n answers (a /v1 request's n) is one task whose answers are submitted as one group: the first
+    decode call after it decodes all three rows together (the server's count of rows per call), not one answer
+    after another; answer i is the one the sampler gives alone with its seed (choice_seed: the request's own for
+    the first), and streams as a generation of its own."""
+    serve.generate(request(model_dir, "warm-n"))  # loads the model and its server
+    server, _ = serve.server_for("tiny", str(model_dir))
+    before = len(server.batch_sizes)
+    done = serve.generate(request(model_dir, "n3", n=3, seed=11, temperature=0.9, max_new_tokens=20))
+    assert server.batch_sizes[before] == 3
+    loaded = load_serving_model(model_dir)
+    texts = []
+    for index, choice in enumerate(done["choices"]):
+        [alone] = Sampler(loaded.model, loaded.tokenizer).generate(
+            [encode_prompt(loaded.tokenizer, CONVERSATION)],
+            SamplingParams(max_new_tokens=20, temperature=0.9, seed=serve.choice_seed(11, index)))
+        events = channels.stored_events(client, channels.choice_id("n3", index))
+        assert [event["seq"] for event in events] == list(range(len(events)))
+        assert events[-1] == {"seq": len(events) - 1, "type": "done", **choice} and choice["choice"] == index
+        assert choice["text"] == alone.text == "".join(event["text"] for event in events if event["type"] == "token")
+        assert choice["prompt_tokens"] == len(alone.prompt_token_ids)
+        texts.append(choice["text"])
+    assert len(set(texts)) == 3 and serve.choice_seed(11, 0) == 11
+    assert not channels.stored_events(client, "n3")  # nothing under the request's own id: the web follows its answers
+    again = serve.generate(request(model_dir, "n3-again", n=3, seed=11, temperature=0.9, max_new_tokens=20))
+    assert [choice["text"] for choice in again["choices"]] == texts
+
+
+def test_a_stop_of_a_request_for_n_answers_ends_them_all_and_its_error_reaches_each(client, model_dir, monkeypatch):
+    monkeypatch.setattr(serve, "STOP_POLL_SECONDS", 0.0)
+    slow_down_decoding(monkeypatch, 0.1)
+
+    def stop_the_second_answer_after_its_first_tokens():
+        while len(channels.stored_events(client, "sn-1")) < 3:
+            time.sleep(0.01)
+        channels.request_stop(client, "sn-1")
+
+    stopper = threading.Thread(target=stop_the_second_answer_after_its_first_tokens)
+    stopper.start()
+    done = serve.generate(request(model_dir, "sn", n=2, temperature=0.8, max_new_tokens=200))
+    stopper.join(timeout=10)
+    assert [choice["finish_reason"] for choice in done["choices"]] == ["cancelled", "cancelled"]
+    assert all(choice["completion_tokens"] < 100 for choice in done["choices"])
+    refused = serve.generate(request(model_dir, "over-n", n=2, max_new_tokens=4000))
+    for index in range(2):
+        last = channels.stored_events(client, channels.choice_id("over-n", index))[-1]
+        assert (last["type"], last["message"], last["code"]) == ("error", refused["error"], "context_length_exceeded")
+
+
 def test_stop_ends_the_answer_mid_way(client, model_dir, monkeypatch):
     monkeypatch.setattr(serve, "STOP_POLL_SECONDS", 0.0)
     slow_down_decoding(monkeypatch, 0.1)  # ~80 tokens a second
@@ -155,6 +204,7 @@ def test_a_generation_past_its_timeout_ends_as_timeout(client, model_dir):
     ({"model_path": "/nonexistent/model"}, "config.json"),
     ({"frequency_penalty": 2.5}, "frequency_penalty"),
     ({"logit_bias": {"99999": 1}}, "logit_bias: token id 99999 is outside the model's vocabulary"),
+    ({"n": 9}, "Input should be less than or equal to 8"),
 ])
 def test_it_reports_a_bad_request_as_an_error_event(client, model_dir, fields, message):
     result = serve.generate({**request(model_dir, "bad"), "model_key": str(fields), **fields})

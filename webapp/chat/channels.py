@@ -11,9 +11,14 @@ event is a JSON object with a ``seq`` (0, 1, ...) and a ``type``:
   prefill's; then those of one decode call each, up to the batch's ``steps_per_call``, 8, fewer where the
   answer ends; read back from the device at one moment, so sending them together delays none of them);
 - ``done``: ``text`` (the whole answer), ``finish_reason`` (``stop`` | ``length`` | ``cancelled`` |
-  ``timeout``), ``prompt_tokens``, ``completion_tokens``, ``first_token_seconds``;
+  ``timeout``), ``prompt_tokens``, ``completion_tokens``, ``first_token_seconds``, and ``choice`` (its place
+  among a request's ``n`` answers; absent for a request of one);
 - ``error``: ``message`` (what went wrong, for the user), and ``code`` ``context_length_exceeded`` when
   the prompt and the tokens asked for do not fit the model's context.
+
+A request for ``n`` > 1 answers (a ``/v1`` request's ``n``) is one serve task whose answers are generations of
+their own, ids ``choice_id(id, i)``: each has its tokens and ``done``, and every one gets the request's ``status``
+and ``error`` events; a stop asked for any of them, or for ``id``, stops them all.
 
 A reader subscribes first, then reads the list, then keeps channel events whose ``seq`` is past the
 last one read: nothing is missed and nothing repeats, however late it arrives. ``stop_key(id)``,
@@ -47,6 +52,11 @@ def channel(generation_id: str) -> str:
 
 def events_key(generation_id: str) -> str:
     return f"chat:{generation_id}:events"
+
+
+def choice_id(generation_id: str, index: int) -> str:
+    """The generation id of answer ``index`` of a request for several (``GenerateRequest.n``)."""
+    return f"{generation_id}-{index}"
 
 
 def stop_key(generation_id: str) -> str:

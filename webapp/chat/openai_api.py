@@ -6,7 +6,9 @@ checkpoints). A completion is one ``worker.tasks.serve.generate`` request; the v
 Redis events (``webapp.chat.events.relay``) as OpenAI chunks when ``stream`` is true (a chunk per ``token``
 event: the text of a decode call's tokens, as OpenAI's chunks may carry several; the usage counts every
 token), else waits for the ``done`` event. Errors have OpenAI's shape,
-``{"error": {"message", "type", "param", "code"}}``.
+``{"error": {"message", "type", "param", "code"}}``. ``n`` answers (up to ``MAX_CHOICES``) are one task
+whose answers decode as rows of one batch, each a generation of its own (``_choice_ids``) followed as a choice
+as a list of prompts' are: chunks of each as they come, with its ``index``; the usage counts the prompt once.
 
 A streamed completion answers once its first token (or its error) is there, so that a request the
 model refuses (a prompt over its context) gets a 4xx status like a whole one, not a 200 stream with an
@@ -52,8 +54,8 @@ from webapp.celery import app as celery_app
 from webapp.chat import channels, selectors
 from webapp.chat.events import MAX_STREAM_SECONDS, relay
 from webapp.chat.openai_errors import body_problems, misspelt_field, with_misspellings
-from webapp.chat.services import (FIRST_TOKEN_WAIT_SECONDS, GENERATE_TASK, api_generation_end, api_generation_start,
-                                  generation_expiry_seconds)
+from webapp.chat.services import (FIRST_TOKEN_WAIT_SECONDS, GENERATE_TASK, MAX_CHOICES, api_generation_end,
+                                  api_generation_start, generation_expiry_seconds)
 from webapp.chat.tokens import project_token_authenticate, project_token_refusal, project_token_standing
 from webapp.core import json_bodies, sse
 from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS
@@ -138,7 +140,8 @@ class _Body(_RequestObject):
     seed: StrictInt | None = Field(default=None, ge=-2**63, lt=2**63)  # OpenAI's: a signed 64-bit integer
     stream: StrictBool = False
     stream_options: _StreamOptions | None = None
-    n: StrictInt = Field(default=1, ge=1, le=1, description="1 (an answer here has one choice), or leave n out")
+    n: StrictInt = Field(default=1, ge=1, le=MAX_CHOICES, description=(
+        f"a whole number from 1 to {MAX_CHOICES} (the answers to sample, a choice each), or leave n out"))
     stop: str | list[str] | None = None
     response_format: dict[str, Any] | None = Field(default=None,
                                                    description='{"type": "text"}, or leave response_format out')
@@ -390,6 +393,16 @@ class CompletionBody(_Body):
             _refuse_lone_surrogates(text)
         return prompt
 
+    @field_validator("prompt")
+    @classmethod
+    def _choices_bounded(cls, prompt: str | list[str], info: pydantic.ValidationInfo) -> str | list[str]:
+        # Every prompt's n answers are a generation each that the view follows: as many as a list of prompts may ask.
+        n = info.data.get("n", 1)
+        if isinstance(prompt, list) and len(prompt) * n > MAX_PROMPTS:
+            raise ValueError(f"{len(prompt)} prompts with n {n} ask for {len(prompt) * n} choices; ask for at most "
+                             f"{MAX_PROMPTS} (fewer prompts, or a smaller n)")
+        return prompt
+
     @property
     def prompts(self) -> list[str]:
         return [self.prompt] if isinstance(self.prompt, str) else self.prompt
@@ -489,6 +502,18 @@ def engine_seed(seed: int) -> int:
         return seed
     digest = hashlib.blake2b(seed.to_bytes(8, "big", signed=True), digest_size=4).digest()
     return int.from_bytes(digest, "big")
+
+
+def _choices_field(body: _Body) -> dict[str, int]:
+    """A request's ``n`` for its serve task: its answers decode as rows of one batch (``worker.tasks.serve``'s
+    ``_ChoiceEvents``), each a generation of its own; left out for one answer."""
+    return {"n": body.n} if body.n > 1 else {}
+
+
+def _choice_ids(task_ids: list[str], n: int) -> list[str]:
+    """The generation of each choice, its place its ``index``: each task's (a prompt's) ``n`` answers in turn, as
+    OpenAI numbers a list of prompts' choices (prompt p's answer i is choice p * n + i)."""
+    return task_ids if n == 1 else [channels.choice_id(task_id, index) for task_id in task_ids for index in range(n)]
 
 
 def _request(body: _Body, choice, generation_id: str, *, project_slug: str, messages=None, prompt=None
@@ -619,8 +644,9 @@ async def _token_watch(token_id: int) -> AsyncIterator[dict[str, Any]]:
 
 
 def _usage(dones: list[dict[str, Any]]) -> dict[str, int]:
-    """The usage of every choice's generation (its ``done`` event) together."""
-    prompt = sum(done.get("prompt_tokens", 0) for done in dones)
+    """The usage of every choice's generation (its ``done`` event) together: a prompt's tokens once however many
+    answers it has (only its first answer's, ``choice`` 0, are counted), as OpenAI counts them."""
+    prompt = sum(done.get("prompt_tokens", 0) for done in dones if not done.get("choice"))
     completion = sum(done.get("completion_tokens", 0) for done in dones)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
@@ -778,7 +804,7 @@ class _Endpoint:
     id_prefix: str
     chunk_object: str
     final_object: str
-    inputs: Callable[[Any], list[dict[str, Any]]]  # each choice's messages or prompt, from the parsed body
+    inputs: Callable[[Any], list[dict[str, Any]]]  # each task's messages or prompt (n answers each)
     chunk_text: Callable[[str, bool], dict[str, Any]]  # (text, whether it is the choice's first text of the stream)
     final_text: Callable[[str], dict[str, Any]]
 
@@ -807,13 +833,13 @@ async def _answer(body: _Body, choice, generation_id: str, endpoint: _Endpoint, 
                   project_slug: str) -> HttpResponse:
     """Queue the completion's generations and answer with their outcome, or a stream of it."""
     inputs = endpoint.inputs(body)
-    # A generation per choice (a list of prompts); the answer's id is the one generation's when there is one.
-    generation_ids = ([generation_id] if len(inputs) == 1
-                      else [f"{generation_id}-{index}" for index in range(len(inputs))])
-    for one_id, one_input in zip(generation_ids, inputs):
+    # A task per prompt (a list of prompts); the answer's id is the one task's when there is one.
+    task_ids = [generation_id] if len(inputs) == 1 else [f"{generation_id}-{index}" for index in range(len(inputs))]
+    for one_id, one_input in zip(task_ids, inputs):
         await sync_to_async(celery_app.send_task)(
-            GENERATE_TASK, args=[_request(body, choice, one_id, project_slug=project_slug, **one_input)], queue="serve",
-            expires=generation_expiry_seconds())
+            GENERATE_TASK, args=[_request(body, choice, one_id, project_slug=project_slug, **one_input)
+                                 | _choices_field(body)], queue="serve", expires=generation_expiry_seconds())
+    generation_ids = _choice_ids(task_ids, body.n)
     head = {"id": generation_id, "object": endpoint.chunk_object, "created": int(time.time()), "model": body.model}
     if body.stream:
         texted: set[int] = set()  # the choices whose first text was sent

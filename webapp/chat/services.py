@@ -42,6 +42,8 @@ logger = logging.getLogger(__name__)
 
 GENERATE_TASK = "worker.tasks.serve.generate"
 PREPARE_TASK = "worker.tasks.serve.prepare"
+# Answers one /v1 request may ask for (n): rows of the serve worker's batch decoded together, each a choice.
+MAX_CHOICES = 8
 TITLE_CHARS = 80
 # The longest user turn or arena prompt, in characters (the chat's form says so too). Far past any context
 # the served models have; the bound keeps a pasted file out of the database.

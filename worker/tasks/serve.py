@@ -9,9 +9,15 @@ woken by each deletion's announcement (``channels.DELETED_MODELS_CHANNEL``), and
 in case its connection lost one, reads the models deleted (``channels.deleted_models``) and drops their weights
 and servers, ending with an error the answers still decoding on them (``drop_deleted_models``); otherwise a
 deleted model's weights stayed in memory until evicted. Events follow ``webapp.chat.channels``.
+
+A request for ``n`` answers (a ``/v1`` request's ``n``, at most ``MAX_CHOICES``) is one task: its answers are
+submitted as one group (``BatchingServer.submit_group``), rows decoded in the same calls, answer i with the seed
+``choice_seed(seed, i)``, and each streams as a generation of its own (``_ChoiceEvents``).
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import logging
 import queue
 import threading
@@ -102,6 +108,14 @@ class GenerateRequest(BaseModel):
     # The chat panel's way with the context (``fit_to_context``): leave out the oldest turns, then generate
     # only what still fits, instead of refusing. The API refuses, as OpenAI's does.
     fit_context: bool = False
+    # Answers to sample (a /v1 request's n): rows decoded together, each its own generation (channels.choice_id).
+    n: int = Field(default=1, ge=1, le=chat_services.MAX_CHOICES)
+
+    @model_validator(mode="after")
+    def _one_answer_for_a_chat_message(self):
+        if self.message is not None and self.n != 1:
+            raise ValueError("n: a chat message's row holds one answer; send n 1 with a message")
+        return self
 
     @model_validator(mode="after")
     def _one_prompt(self):
@@ -479,12 +493,125 @@ class _Events:
                 self.read_stop_flag()
 
 
+def choice_seed(seed: int, index: int) -> int:
+    """The engine seed of answer ``index`` of a request for several with ``seed``: the request's own for the first (so
+    its first answer is the one a request for one draws), then one derived by a hash, so that the answers draw apart,
+    the same seed always draws the same answers, and answer 1 of seed s is not answer 0 of seed s + 1 (as adding
+    would make it)."""
+    if index == 0:
+        return seed
+    digest = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big")
+
+
+class _ChoiceEvents:
+    """The events of a request's ``n`` answers (``GenerateRequest.n`` > 1): each answer a generation of its own id
+    (``channels.choice_id``) with its tokens and ``done``; a ``status`` or an ``error`` (the request's: a prompt
+    over the context, a model that failed) goes to every one. A stop asked for the request or any of its answers
+    stops them all, and one relay thread sends every answer's tokens (``relay``)."""
+
+    def __init__(self, client: redis.Redis, generation_id: str, n: int):
+        self.client = client
+        self.generation_id = generation_id
+        self.choices = [_Events(client, channels.choice_id(generation_id, index)) for index in range(n)]
+        self._stopped = False
+        # (answer, tokens, their text) of each callback of the server; (answer, None): that answer's end
+        self._reads: queue.SimpleQueue[tuple[int, tuple[int, str] | None]] = queue.SimpleQueue()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped or any(choice.stopped for choice in self.choices)
+
+    def emit(self, event_type: str, **fields) -> None:
+        for choice in self.choices:
+            choice.emit(event_type, **fields)
+
+    def earlier_delivery(self) -> str | None:
+        """``_Events.earlier_delivery`` of the whole request: ``"finished"`` once every answer ended, ``"lost"``
+        once one has tokens or ended and another did not (its worker died mid-request)."""
+        deliveries = [choice.earlier_delivery() for choice in self.choices]
+        if all(delivery == "finished" for delivery in deliveries):
+            return "finished"
+        return "lost" if any(delivery is not None for delivery in deliveries) else None
+
+    def read_stop_flag(self) -> None:
+        keys = [channels.stop_key(self.generation_id), *(channels.stop_key(choice.generation_id)
+                                                          for choice in self.choices)]
+        try:
+            self._stopped = self._stopped or bool(self.client.exists(*keys))
+        except redis.RedisError:
+            pass
+
+    def on_tokens(self, index: int, token_ids: list[int], delta: str) -> None:
+        self._reads.put((index, (len(token_ids), delta)))
+
+    def relay(self, futures: list) -> None:
+        """Until every answer's future is done: emit each answer's tokens as the server queues them, and read the
+        stop flags every ``STOP_POLL_SECONDS`` (one round trip for them all)."""
+        for index, future in enumerate(futures):
+            future.add_done_callback(lambda _, index=index: self._reads.put((index, None)))
+        going, stop_checked_at = len(futures), time.monotonic()
+        while going:
+            try:
+                index, read = self._reads.get(timeout=max(STOP_POLL_SECONDS, 0.01))
+            except queue.Empty:
+                index, read = None, ()
+            if index is not None and read is None:
+                going -= 1
+            elif read:
+                tokens, delta = read
+                self.choices[index].emit("token", text=delta, tokens=tokens)
+            if not self.stopped and time.monotonic() - stop_checked_at >= STOP_POLL_SECONDS:
+                stop_checked_at = time.monotonic()
+                self.read_stop_flag()
+
+
+def _generate_choices(events: _ChoiceEvents, server, serve_request, *, compiling: bool) -> list:
+    """The ``ServeResult`` of each of ``events``' answers to ``serve_request``: submitted as one group
+    (``BatchingServer.submit_group``), so they decode as rows of the same calls, each with its seed
+    (``choice_seed``); the request's stop, timeout and deadline are every answer's."""
+    requests = [dataclasses.replace(serve_request, params=dataclasses.replace(
+        serve_request.params, seed=choice_seed(serve_request.params.seed, index)))
+        for index in range(len(events.choices))]
+    futures = server.submit_group(requests, on_tokens=events.on_tokens,
+                                  should_stop=lambda: events.stopped or server in _deleted_servers)
+    if compiling:
+        events.emit("status", message=COMPILING)
+    events.relay(futures)
+    return [future.result() for future in futures]
+
+
+def _events_of(request, generation_id: str) -> _Events | _ChoiceEvents:
+    """The events of ``request``: of its one answer, or of each of its ``n`` (an ``n`` out of bounds is refused by
+    its validation, as one answer's error)."""
+    n = request.get("n", 1) if isinstance(request, dict) else 1
+    if isinstance(n, int) and not isinstance(n, bool) and 1 < n <= chat_services.MAX_CHOICES:
+        return _ChoiceEvents(events_client(), generation_id, n)
+    return _Events(events_client(), generation_id)
+
+
+def _choices_done(events: _ChoiceEvents, results: list, server, request) -> dict:
+    """Emit each answer's ``done`` (its ``choice`` numbered); a request whose model was deleted under it fails."""
+    if any(result.first_token_seconds is not None for result in results):
+        _answering_servers.add(server)
+    if not events.stopped and server in _deleted_servers and any(
+            result.finish_reason == "cancelled" for result in results):
+        return _fail(events, request, MODEL_DELETED)
+    dones = []
+    for index, (choice, result) in enumerate(zip(events.choices, results)):
+        dones.append({"text": result.text, "finish_reason": result.finish_reason, "choice": index,
+                      "prompt_tokens": result.prompt_tokens, "completion_tokens": len(result.token_ids),
+                      "first_token_seconds": result.first_token_seconds})
+        choice.emit("done", **dones[-1])
+    return {"choices": dones}
+
+
 @app.task(name="worker.tasks.serve.generate")
 def generate(request: dict) -> dict:
     """Generate for ``request`` (a ``GenerateRequest`` as a dict), streaming events to Redis; returns the
     ``done`` event's fields, or ``{"error": ...}``."""
     generation_id = str(request.get("id", "")) if isinstance(request, dict) else ""
-    events = _Events(events_client(), generation_id)
+    events = _events_of(request, generation_id)
     earlier = events.earlier_delivery()
     if earlier == "finished":  # delivered again after its answer was written (its acknowledgement lost)
         return {}
@@ -515,6 +642,9 @@ def generate(request: dict) -> dict:
                                   stop_strings=tuple(parsed.stop), presence_penalty=parsed.presence_penalty,
                                   frequency_penalty=parsed.frequency_penalty, logit_bias=parsed.logit_bias))
         events.read_stop_flag()  # a stop before the request reaches the server ends it before its first token
+        if isinstance(events, _ChoiceEvents):
+            return _choices_done(events, _generate_choices(events, server, serve_request, compiling=compiling),
+                                 server, request)
         future = server.submit(serve_request, on_tokens=events.on_tokens,
                                should_stop=lambda: events.stopped or server in _deleted_servers)
         if compiling:  # once the request is taken (a refused one ends with its error), before its tokens' events
@@ -572,7 +702,7 @@ WORKER_LOST = ("the serve worker writing this answer stopped before it was done 
                "lost); regenerate it or send the message again")
 
 
-def _fail(events: _Events, request, message: str, *, code: str | None = None) -> dict:
+def _fail(events: _Events | _ChoiceEvents, request, message: str, *, code: str | None = None) -> dict:
     chat_message = request.get("message") if isinstance(request, dict) else None
     if isinstance(chat_message, str):
         chat_services.message_finish(message_id=chat_message, error=message)

@@ -34,8 +34,11 @@ def worker(monkeypatch):
 
     def send_task(name, args, queue, **options):
         requests.append(args[0])
-        for seq, event in enumerate(scripts.pop(0) if scripts else []):
-            channels.emit(redis_client(), args[0]["id"], {"seq": seq, **event})
+        n = args[0].get("n", 1)  # a request for n answers: a script each, under each answer's own id
+        ids = [args[0]["id"]] if n == 1 else [channels.choice_id(args[0]["id"], index) for index in range(n)]
+        for generation_id in ids:
+            for seq, event in enumerate(scripts.pop(0) if scripts else []):
+                channels.emit(redis_client(), generation_id, {"seq": seq, **event})
 
     monkeypatch.setattr(openai_api.celery_app, "send_task", send_task)
     return scripts, requests
@@ -145,8 +148,12 @@ GIVE_A_ROLE = "give one of system, developer, user, assistant"
      "max_completion_tokens: 0 is too small; give a whole number from 1 to 8192"),
     ("/v1/chat/completions", {"model": "{model}", "messages": [HI], "seed": 2**63}, "seed", "invalid_value",
      "seed: 9223372036854775808 is too large; give a whole number from -9223372036854775808 to 9223372036854775807"),
-    ("/v1/chat/completions", {"model": "{model}", "messages": [HI], "n": 2}, "n", "invalid_value",
-     "n: 2 is too large; give 1 (an answer here has one choice), or leave n out"),
+    ("/v1/chat/completions", {"model": "{model}", "messages": [HI], "n": 9}, "n", "invalid_value",
+     "n: 9 is too large; give a whole number from 1 to 8 (the answers to sample, a choice each), or leave n out"),
+    ("/v1/completions", {"model": "{model}", "prompt": "x", "n": 0}, "n", "invalid_value",
+     "n: 0 is too small; give a whole number from 1 to 8 (the answers to sample, a choice each), or leave n out"),
+    ("/v1/completions", {"model": "{model}", "prompt": ["x"] * 5, "n": 8}, "prompt", "invalid_value",
+     "prompt: 5 prompts with n 8 ask for 40 choices; ask for at most 32 (fewer prompts, or a smaller n)"),
     ("/v1/chat/completions", {"model": "{model}", "messages": [HI], "temperature": float("nan")}, "temperature",
      "invalid_value", "temperature: NaN is not a finite number; give a number from 0 to 2"),
     ("/v1/chat/completions", {"model": "{model}", "messages": []}, "messages", "invalid_value",
@@ -719,6 +726,74 @@ def test_a_list_of_prompts_gets_a_choice_per_prompt_in_order(api, worker):
                             (["a"] * 33, "prompt: give at most 32 prompts")):
         response = post("/v1/completions", {"model": model.public_id, "prompt": prompt}, headers)
         assert response.status_code == 400 and response.json()["error"]["message"] == message, response.content
+
+
+def choice_events(text: str, index: int, *, prompt_tokens: int = 4, finish_reason: str = "stop") -> list[dict]:
+    """The serve worker's events of answer ``index`` of a request for several (its done numbers its choice)."""
+    return [{"type": "token", "text": text}, {"type": "done", "text": text, "finish_reason": finish_reason,
+                                               "choice": index, "prompt_tokens": prompt_tokens,
+                                               "completion_tokens": len(text)}]
+
+
+def test_n_answers_are_one_task_and_a_choice_each_with_the_prompt_counted_once(api, worker):
+    """Issue 4: n was refused past 1. A request for n answers is one serve task asking for n (rows of one batch),
+    answered with n choices, each its own finish_reason; the usage counts the prompt once and every answer's
+    tokens, as OpenAI's does. Streamed, each chunk names its answer's index."""
+    model, headers = api
+    scripts, requests = worker
+    scripts += [choice_events("ab", 0), choice_events("cde", 1, finish_reason="length"), choice_events("f", 2)]
+    response = post("/v1/chat/completions", chat(model, n=3, seed=5), headers)
+    assert response.status_code == 200, response.content
+    assert len(requests) == 1 and requests[0]["n"] == 3 and requests[0]["seed"] == 5
+    GenerateRequest.model_validate({**requests[0], "model_path": "/m", "project_slug": "alpha"})  # the worker takes it
+    body = response.json()
+    assert body["choices"] == [
+        {"index": 0, "message": {"role": "assistant", "content": "ab"}, "finish_reason": "stop"},
+        {"index": 1, "message": {"role": "assistant", "content": "cde"}, "finish_reason": "length"},
+        {"index": 2, "message": {"role": "assistant", "content": "f"}, "finish_reason": "stop"}]
+    assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 6, "total_tokens": 10}
+    scripts += [choice_events("ab", 0), choice_events("cde", 1, finish_reason="length"), choice_events("f", 2)]
+    status, lines = stream("/v1/chat/completions", chat(model, n=3, stream=True,
+                                                        stream_options={"include_usage": True}), headers)
+    assert status == 200 and lines[-1] == "data: [DONE]\n\n"
+    chunks = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+    by_index = {0: [], 1: [], 2: []}
+    for chunk in chunks[:-1]:
+        (part,) = chunk["choices"]
+        by_index[part["index"]].append((part["delta"].get("content"), part["finish_reason"]))
+    assert by_index == {0: [("ab", None), (None, "stop")], 1: [("cde", None), (None, "length")],
+                        2: [("f", None), (None, "stop")]}
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == body["usage"]
+    # One answer asks for no n: the chat panel's and a lone completion's requests are as before.
+    scripts.append(completion_events("A", 3))
+    assert post("/v1/completions", {"model": model.public_id, "prompt": "x"}, headers).status_code == 200
+    assert "n" not in requests[-1]
+
+
+def test_a_list_of_prompts_with_n_numbers_each_prompts_answers_in_turn(api, worker):
+    """OpenAI numbers prompt p's answer i as choice p * n + i; each prompt is a task for n answers."""
+    model, headers = api
+    scripts, requests = worker
+    scripts += [choice_events("a0", 0, prompt_tokens=3), choice_events("a1", 1, prompt_tokens=3),
+                choice_events("b0", 0, prompt_tokens=5), choice_events("b1", 1, prompt_tokens=5)]
+    response = post("/v1/completions", {"model": model.public_id, "prompt": ["one", "two"], "n": 2}, headers)
+    assert response.status_code == 200, response.content
+    assert [(request["prompt"], request["n"]) for request in requests] == [("one", 2), ("two", 2)]
+    body = response.json()
+    assert [(choice["index"], choice["text"]) for choice in body["choices"]] == [
+        (0, "a0"), (1, "a1"), (2, "b0"), (3, "b1")]
+    assert body["usage"] == {"prompt_tokens": 8, "completion_tokens": 8, "total_tokens": 16}
+
+
+def test_n_answers_are_refused_to_a_token_of_another_project(api, worker, team):
+    """An outsider's token (its own project) asking for n answers of this project's model gets the 404 any model
+    of another project gets, and nothing is queued."""
+    model, _headers = api
+    _scripts, requests = worker
+    _token, secret = project_token_create(user=team.outsider, project=team.outsider_project, name="x")
+    response = post("/v1/chat/completions", chat(model, n=3), {"HTTP_AUTHORIZATION": f"Bearer {secret}"})
+    assert response.status_code == 404 and response.json()["error"]["code"] == "model_not_found"
+    assert requests == []
 
 
 def test_a_list_of_prompts_one_of_which_the_model_refuses_is_a_400(api, worker):
