@@ -130,12 +130,10 @@
     window.Plotly.newPlot(plot, figure.traces, Object.assign(figure.layout, chosen), axes.PLOT_CONFIG);
     describeChart(plot);
     axes.keepZoom(plot);
-    if (plot.dataset.grouped) {
-      window.TemperPlotLegend.onClicks(plot, function (curveNumber, alone) {
-        var label = plot.data[curveNumber].meta;
-        if (alone) hiddenGroups.showAlone(label, groupLabels()); else hiddenGroups.toggle(label);
-      });
-    }
+    window.TemperPlotLegend.follow(plot, plot.dataset.grouped ? function (curveNumber, alone) {
+      var label = plot.data[curveNumber].meta;
+      if (alone) hiddenGroups.showAlone(label, groupLabels()); else hiddenGroups.toggle(label);
+    } : null);
     plot.on("plotly_click", function (event) {
       if (!event.points || !event.points.length) return;
       var point = event.points[0];  // a smoothed point is its chart's point at the same index
@@ -226,7 +224,6 @@
     plot.dataset.metric = key;
     plot.dataset.height = layout.height;  // without the room of its title's notes (chosenLayout)
     plot.style.minHeight = layout.height + "px";  // its place in the page, kept until it is drawn
-    plot.setAttribute("aria-hidden", "true");
     var caption = document.createElement("figcaption");
     caption.className = "visually-hidden";
     var download = window.TemperPlotDownload.button(plot, key, chartsElement.dataset.downloadName, function () {

@@ -164,7 +164,6 @@
         plot = document.createElement("div");
         plot.className = "plot";
         plot.dataset.metric = chart.key;
-        plot.setAttribute("aria-hidden", "true");  // plotly's SVG reads as tick labels
         figure.append(plot, window.TemperPlotDownload.button(plot, chart.key, holder.dataset.downloadName));
         holder.insertBefore(figure, previous ? previous.nextSibling : holder.firstChild);
       }
@@ -184,7 +183,7 @@
       if (created) {
         axes.keepZoom(plot);
         plot.on("plotly_afterplot", function () { fitLegend(plot); });
-        legends.onClicks(plot, function (curveNumber, alone) { hideFromLegend(plot, curveNumber, alone); });
+        legends.follow(plot, function (curveNumber, alone) { hideFromLegend(plot, curveNumber, alone); });
       }
       fitLegend(plot);
     });
