@@ -46,13 +46,10 @@
                                                           noun: "group", parameter: "hidegroups", holder: chartsElement,
                                                           redraw: showGroups });
 
-  // The title of a chart's hover, by the x axis chosen; each line's value is under it, named, as static/plot_axis.js
-  // writes it (each trace's customdata: its values so written).
-  var X_HOVER = { step: "step %{x}", tokens: "%{x} tokens", time: "%{x} s" };
-
   function layoutFor(name) {
     return {
-      height: 240, margin: { l: 56, r: 12, t: 28, b: 36 }, title: { text: literal(name), font: { size: 13 } },
+      height: 240, margin: Object.assign({ t: 28, b: 36 }, axes.SIDE_MARGINS),
+      title: { text: literal(name), font: { size: 13 } },
       // A chart by group is read across its groups at one step, a smoothed one as its value and its smoothed value
       // there (as on the compare page): the hover lists every line at that x, under its title (chosenLayout).
       hovermode: "x unified", hoverlabel: { bgcolor: "#ffffff" },  // its box: the chart's own background is transparent
@@ -151,11 +148,13 @@
     var log = axes.logApplies(points, logY.checked), title = axes.title(key, points, logY.checked);
     var titleRoom = (title.lines - 1) * NOTE_ROOM, revision = axes.viewRevision(xAxis.value, logY.checked);
     var chosen = {
-      height: Number(plot.dataset.height) + titleRoom, margin: { l: 56, r: 12, t: 28 + titleRoom, b: 36 },
+      height: Number(plot.dataset.height) + titleRoom,
+      margin: Object.assign({ t: 28 + titleRoom, b: 36 }, axes.SIDE_MARGINS),
       title: { text: title.text, font: { size: 13 } },
       uirevision: revision,  // the reader's zoom lasts across redraws
-      xaxis: Object.assign({ zeroline: false, unifiedhovertitle: { text: X_HOVER[xAxis.value] } },
-                           axes.xAxis(xAxis.value, traces)),
+      // The hover's title is the x axis's (static/plot_axis.js); each line's value is under it, named, as plot_axis
+      // writes it (each trace's customdata: its values so written).
+      xaxis: Object.assign({ zeroline: false }, axes.xAxis(xAxis.value, traces, plot)),
       yaxis: Object.assign(axes.yAxis(key, traces, log, axes.zoomedY(plot, revision)), { zeroline: false }),
     };
     if (SHADED_CHARTS.indexOf(key) >= 0) chosen.shapes = noSignalShapes(positions.get(plot)[0]);

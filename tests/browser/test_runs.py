@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 import subprocess
 import sys
@@ -2438,6 +2439,62 @@ def test_step_axes_are_labelled_in_whole_steps(page, live_server, monkeypatch):
         page.goto(f"{live_server.url}/p/wholesteps/runs/{path}")
         page.locator('.plot[data-metric="loss"] .xtick').first.wait_for()
         assert page.evaluate(x_ticks) == ["1", "2", "3", "4"], path
+
+
+X_TICKS = """name => [...document.querySelectorAll(`.plot[data-metric='${name}'] .xtick text`)]
+    .map(text => [text, text.getBoundingClientRect()]).filter(([, box]) => box.width > 0)  // plotly hides some
+    .map(([text, box]) => [text.textContent, (text.getAttribute('transform') || '').includes('rotate'), box.left,
+                           box.right])"""
+
+
+def x_ticks_fitting(page, name: str) -> list[str]:
+    """The numbers of chart ``name``'s x axis, once drawn; fails where one is tilted or two meet."""
+    page.locator(f'.plot[data-metric="{name}"] .xtick text').first.wait_for()
+    ticks = page.evaluate(X_TICKS, name)
+    assert not any(tilted for _, tilted, _, _ in ticks), ticks
+    assert all(left[3] < right[2] for left, right in zip(ticks, ticks[1:])), ticks
+    return [text for text, _, _, _ in ticks]
+
+
+def test_step_and_token_axes_are_written_whole_with_thousands_separators(page, live_server, monkeypatch):
+    """QA (a W&B user reading a long run's step off a chart): the x axes read "500k" and "1M", the hover "step 1000000".
+    Both pages write a step or a token count whole, with thousands separators, on the axis and in the hover alike, and
+    take as many ticks as fit the chart's width: on a phone, where plotly tilted long numbers over the axis's title."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="bigsteps")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    runs = []
+    for name in ("long a", "long b"):
+        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 10**6}}
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=2.0 / (1 + step),
+                                                     wall_time=float(step), tokens=123 * step)
+                                         for step in range(0, 10**6 + 1, 250_000)])
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+        runs.append(run)
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    whole = re.compile(r"^\d{1,3}(,\d{3})*$")
+    for path in (f"{runs[0].public_id}/", f"compare/?runs={runs[0].public_id}&runs={runs[1].public_id}"):
+        page.set_viewport_size({"width": 1280, "height": 900})
+        page.goto(f"{live_server.url}/p/bigsteps/runs/{path}")
+        steps = x_ticks_fitting(page, "loss")
+        # Plotly hides the number at the axis's very end where it would run past the chart (the compare page's).
+        assert steps[:5] == ["0", "200,000", "400,000", "600,000", "800,000"], (path, steps)
+        label = hover_at_step(page, "loss", 999_000)
+        assert "step 1,000,000" in label, (path, label)
+        page.select_option("#x-axis", "tokens")
+        page.wait_for_function("() => document.querySelector(`.plot[data-metric='loss']`)._fullLayout.xaxis.range[1] > 1e8")
+        tokens = x_ticks_fitting(page, "loss")
+        assert "100,000,000" in tokens and all(whole.match(count) for count in tokens), (path, tokens)
+        page.set_viewport_size({"width": 390, "height": 900})
+        page.wait_for_function("() => document.querySelector(`.plot[data-metric='loss']`)._fullLayout.width < 390")
+        page.wait_for_timeout(300)  # plotly's resize, and the ticks made to fit it
+        tokens = x_ticks_fitting(page, "loss")
+        assert len(tokens) >= 2 and all(whole.match(count) for count in tokens), (path, tokens)
+        page.reload()
+        tokens = x_ticks_fitting(page, "loss")
+        assert len(tokens) >= 2 and all(whole.match(count) for count in tokens), (path, tokens)
 
 
 def test_the_run_page_says_while_the_run_evaluates(page, asgi_server, redis_url, transactional_db, settings):
