@@ -242,11 +242,12 @@
   function noPositions() { return { step: [], tokens: [], time: [] }; }
 
   // A chart's numbers in words, its figure's caption (and so its name) for screen readers: plotly's SVG of
-  // ticks and paths reads as noise, so the plot itself is hidden from them. Not live: it changes each step.
+  // ticks and paths reads as noise, so the plot itself is hidden from them but its legend's entries
+  // (static/plot_legend.js). Its values are written as the chart writes them (static/plot_axis.js: formatValue), where
+  // they had a digit more. Not live: it changes each step.
   function describeChart(plot) {
     var figure = undrawn.get(plot);
     var traces = figure ? figure.traces : plot.data;
-    var number = function (value) { return String(Number(value.toPrecision(5))); };
     var records = positions.get(plot);
     var lines = traces.map(function (trace, index) { return { trace: trace, steps: (records[index] || {}).step }; })
       .filter(function (line) { return line.trace.uid !== SMOOTHED && line.steps.length; }).map(function (line) {
@@ -256,8 +257,8 @@
       });
       var points = steps.length === 1 ? "1 point, step " + steps[0]
         : steps.length + " points, steps " + steps[0] + " to " + steps[last];
-      return (trace.meta ? trace.meta + ": " : "") + points + "; latest " + number(trace.y[last]) + " at step " +
-        steps[last] + "; lowest " + number(lowest) + ", highest " + number(highest);
+      return (trace.meta ? trace.meta + ": " : "") + points + "; latest " + axes.formatValue(trace.y[last]) +
+        " at step " + steps[last] + "; lowest " + axes.formatValue(lowest) + ", highest " + axes.formatValue(highest);
     });
     plot.parentNode.querySelector("figcaption").textContent =
       plot.dataset.metric + " by step: " + (lines.length ? lines.join(". ") : "no points yet") + ".";

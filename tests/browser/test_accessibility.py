@@ -126,7 +126,8 @@ def test_the_focus_stays_on_the_chat_controls_as_an_answer_starts_and_ends(page,
 
 def test_a_run_chart_says_its_numbers_in_words(page, live_server, tmp_path):
     """A run's charts were plotly SVGs with nothing for a screen reader but tick labels: each figure is now
-    named by a caption of its numbers (points, latest, lowest, highest), and the SVG is hidden from it."""
+    named by a caption of its numbers (points, latest, lowest, highest), and the SVG is hidden from it. The caption
+    writes a value as the chart's hover and axis do, to 4 significant digits (it wrote 5: "1.1235" beside "1.123")."""
     from webapp.runs.models import MetricPoint, Run, RunStatus
 
     team = make_team()
@@ -138,7 +139,7 @@ def test_a_run_chart_says_its_numbers_in_words(page, live_server, tmp_path):
     log_in(page, live_server.url, team.viewer.username)
     page.goto(f"{live_server.url}/p/alpha/runs/{run.public_id}/")
     expect(page.get_by_role("figure", name="loss by step: 3 points, steps 1 to 3; latest 1.5 at step 3; "
-                                            "lowest 1.1235, highest 2.", exact=True)).to_have_count(1)
+                                            "lowest 1.123, highest 2.", exact=True)).to_have_count(1)
     page.locator("#charts .plot .main-svg").first.wait_for()
     assert page.locator("#charts .plot").aria_snapshot() == ""  # a chart without a legend: nothing to read
 
