@@ -1,5 +1,6 @@
 /* The axes of the run page's and compare page's charts, and how both write a value in a hover and on a y axis
-   (formatValue, VALUE_TICK_FORMATS).
+   (formatValue, VALUE_TICK_FORMATS), and a step, a token count or a time on the x axis and in the hover's title
+   (X_FORMATS: "1,000,000", as many ticks as fit: xTickCount).
    The y axis of a chart whose points all have one value. Plotly's autorange pads such a series by 1
    whatever its size, so a constant learning rate of 1e-4 was drawn on an axis from -1 to 1, its line
    on the zero, and read as 0. Such a chart gets an axis of half the value either side of it (1 either
@@ -71,6 +72,33 @@ window.TemperPlotAxis = (function () {
 
   var X_TITLES = { step: "step", tokens: "tokens", time: "seconds" };
 
+  // The x axis's numbers, on its ticks and in its hover's title (d3 formats): steps and tokens whole, seconds to 6
+  // significant digits, each with thousands separators ("5,000", "1,000,000"), where plotly wrote "5k" and "1M" on
+  // the ticks and "5000" in the hover. The hover's title says what the number counts.
+  var X_FORMATS = { step: ",d", tokens: ",d", time: ",~r" };
+  var X_HOVER_TITLES = { step: "step %s", tokens: "%s tokens", time: "%s s" };
+
+  // The charts' left and right margins (pixels; the y axis's numbers and title on the left), on both pages.
+  var SIDE_MARGINS = { l: 56, r: 12 };
+  var TICK_CHARACTER = 0.62 * 11;  // pixels of a digit of the axis's numbers, at the pages' font size (11), rounded up
+
+  // How many ticks (plotly's nticks) the x axis of ``traces`` takes in ``plot`` so that its numbers, written whole
+  // (X_FORMATS), fit side by side: plotly's own count, fewer where its widest numbers would meet (plotly then tilted
+  // them over the axis's title). Plotly spaces the ticks at least the axis's length over that count apart. Null for
+  // a plot not shown (no width to go by): plotly's own count. Counted as the page draws the chart: a window resized
+  // since changes its width little (the charts' grid columns are 340 pixels wide and more; a phone's, 330).
+  function xTickCount(plot, traces) {
+    var length = plot.clientWidth - SIDE_MARGINS.l - SIDE_MARGINS.r;
+    if (length <= 0) return null;
+    var largest = 0;
+    traces.forEach(function (trace) {
+      Array.prototype.forEach.call(trace.x || [], function (x) { largest = Math.max(largest, Math.abs(x)); });
+    });
+    var widest = Math.round(largest).toLocaleString("en-US").length * TICK_CHARACTER;
+    var plotlys = Math.min(Math.max(length / 80, 4), 9) + 1;  // plotly's own: src/plots/cartesian/axes.js autoTicks
+    return Math.max(2, Math.min(Math.floor(length / (widest + TICK_CHARACTER)), plotlys));
+  }
+
   // Where a value is written in exponent form: below the thousandth, from a million on.
   var EXPONENT_BELOW = 1e-3, EXPONENT_FROM = 1e6;
   var SIGNIFICANT_DIGITS = 4;
@@ -116,10 +144,14 @@ window.TemperPlotAxis = (function () {
     HOVER_TEMPLATE: "%{fullData.name}: %{customdata}<extra></extra>",
     // Whether ``traces`` are drawn on a log axis when one is asked for: only with a value above 0.
     logApplies: function (traces, logAsked) { return Boolean(logAsked) && anyAboveZero(traces); },
-    // The x axis by ``axis`` (step, tokens or time) of ``traces``, as layout properties: steps and tokens are whole
-    // numbers, seconds are not.
-    xAxis: function (axis, traces) {
-      return Object.assign({ title: { text: X_TITLES[axis] } },
+    SIDE_MARGINS: SIDE_MARGINS,
+    // The x axis by ``axis`` (step, tokens or time) of ``traces`` in chart ``plot``, as layout properties: steps and
+    // tokens are whole numbers, seconds are not; its numbers written as X_FORMATS says, as many as fit (xTickCount).
+    xAxis: function (axis, traces, plot) {
+      var format = X_FORMATS[axis], count = xTickCount(plot, traces);
+      return Object.assign({ title: { text: X_TITLES[axis] }, tickformat: format, hoverformat: format,
+                             unifiedhovertitle: { text: X_HOVER_TITLES[axis].replace("%s", "%{x:" + format + "}") } },
+                           count === null ? {} : { nticks: count },
                            axis === "time" ? { tickmode: "auto" } : this.wholeXTicks(traces));
     },
     // The y axis of metric ``name``'s ``traces``, on a log scale or not (logApplies), as layout properties; a log axis

@@ -1,6 +1,6 @@
 /* A chart of the run page or the compare page, downloaded as a picture. Plotly's own bar, whose camera does that, is
    hidden on these pages (its zoom and pan buttons repeat what the mouse does) and the plot is hidden from screen
-   readers, so each chart has a button of the page's own under it, named for its chart. The picture is the chart as
+   readers but its legend's entries (static/plot_legend.js), so each chart has a button of the page's own under it, named for its chart. The picture is the chart as
    shown (its zoom, the runs hidden from it) at its size, on a white background: the pages draw their charts on a
    transparent one, which an image viewer's dark background made unreadable. */
 window.TemperPlotDownload = (function () {

@@ -46,13 +46,10 @@
                                                           noun: "group", parameter: "hidegroups", holder: chartsElement,
                                                           redraw: showGroups });
 
-  // The title of a chart's hover, by the x axis chosen; each line's value is under it, named, as static/plot_axis.js
-  // writes it (each trace's customdata: its values so written).
-  var X_HOVER = { step: "step %{x}", tokens: "%{x} tokens", time: "%{x} s" };
-
   function layoutFor(name) {
     return {
-      height: 240, margin: { l: 56, r: 12, t: 28, b: 36 }, title: { text: literal(name), font: { size: 13 } },
+      height: 240, margin: Object.assign({ t: 28, b: 36 }, axes.SIDE_MARGINS),
+      title: { text: literal(name), font: { size: 13 } },
       // A chart by group is read across its groups at one step, a smoothed one as its value and its smoothed value
       // there (as on the compare page): the hover lists every line at that x, under its title (chosenLayout).
       hovermode: "x unified", hoverlabel: { bgcolor: "#ffffff" },  // its box: the chart's own background is transparent
@@ -130,12 +127,10 @@
     window.Plotly.newPlot(plot, figure.traces, Object.assign(figure.layout, chosen), axes.PLOT_CONFIG);
     describeChart(plot);
     axes.keepZoom(plot);
-    if (plot.dataset.grouped) {
-      window.TemperPlotLegend.onClicks(plot, function (curveNumber, alone) {
-        var label = plot.data[curveNumber].meta;
-        if (alone) hiddenGroups.showAlone(label, groupLabels()); else hiddenGroups.toggle(label);
-      });
-    }
+    window.TemperPlotLegend.follow(plot, plot.dataset.grouped ? function (curveNumber, alone) {
+      var label = plot.data[curveNumber].meta;
+      if (alone) hiddenGroups.showAlone(label, groupLabels()); else hiddenGroups.toggle(label);
+    } : null);
     plot.on("plotly_click", function (event) {
       if (!event.points || !event.points.length) return;
       var point = event.points[0];  // a smoothed point is its chart's point at the same index
@@ -153,11 +148,13 @@
     var log = axes.logApplies(points, logY.checked), title = axes.title(key, points, logY.checked);
     var titleRoom = (title.lines - 1) * NOTE_ROOM, revision = axes.viewRevision(xAxis.value, logY.checked);
     var chosen = {
-      height: Number(plot.dataset.height) + titleRoom, margin: { l: 56, r: 12, t: 28 + titleRoom, b: 36 },
+      height: Number(plot.dataset.height) + titleRoom,
+      margin: Object.assign({ t: 28 + titleRoom, b: 36 }, axes.SIDE_MARGINS),
       title: { text: title.text, font: { size: 13 } },
       uirevision: revision,  // the reader's zoom lasts across redraws
-      xaxis: Object.assign({ zeroline: false, unifiedhovertitle: { text: X_HOVER[xAxis.value] } },
-                           axes.xAxis(xAxis.value, traces)),
+      // The hover's title is the x axis's (static/plot_axis.js); each line's value is under it, named, as plot_axis
+      // writes it (each trace's customdata: its values so written).
+      xaxis: Object.assign({ zeroline: false }, axes.xAxis(xAxis.value, traces, plot)),
       yaxis: Object.assign(axes.yAxis(key, traces, log, axes.zoomedY(plot, revision)), { zeroline: false }),
     };
     if (SHADED_CHARTS.indexOf(key) >= 0) chosen.shapes = noSignalShapes(positions.get(plot)[0]);
@@ -226,7 +223,6 @@
     plot.dataset.metric = key;
     plot.dataset.height = layout.height;  // without the room of its title's notes (chosenLayout)
     plot.style.minHeight = layout.height + "px";  // its place in the page, kept until it is drawn
-    plot.setAttribute("aria-hidden", "true");
     var caption = document.createElement("figcaption");
     caption.className = "visually-hidden";
     var download = window.TemperPlotDownload.button(plot, key, chartsElement.dataset.downloadName, function () {
@@ -246,11 +242,12 @@
   function noPositions() { return { step: [], tokens: [], time: [] }; }
 
   // A chart's numbers in words, its figure's caption (and so its name) for screen readers: plotly's SVG of
-  // ticks and paths reads as noise, so the plot itself is hidden from them. Not live: it changes each step.
+  // ticks and paths reads as noise, so the plot itself is hidden from them but its legend's entries
+  // (static/plot_legend.js). Its values are written as the chart writes them (static/plot_axis.js: formatValue), where
+  // they had a digit more. Not live: it changes each step.
   function describeChart(plot) {
     var figure = undrawn.get(plot);
     var traces = figure ? figure.traces : plot.data;
-    var number = function (value) { return String(Number(value.toPrecision(5))); };
     var records = positions.get(plot);
     var lines = traces.map(function (trace, index) { return { trace: trace, steps: (records[index] || {}).step }; })
       .filter(function (line) { return line.trace.uid !== SMOOTHED && line.steps.length; }).map(function (line) {
@@ -260,8 +257,8 @@
       });
       var points = steps.length === 1 ? "1 point, step " + steps[0]
         : steps.length + " points, steps " + steps[0] + " to " + steps[last];
-      return (trace.meta ? trace.meta + ": " : "") + points + "; latest " + number(trace.y[last]) + " at step " +
-        steps[last] + "; lowest " + number(lowest) + ", highest " + number(highest);
+      return (trace.meta ? trace.meta + ": " : "") + points + "; latest " + axes.formatValue(trace.y[last]) +
+        " at step " + steps[last] + "; lowest " + axes.formatValue(lowest) + ", highest " + axes.formatValue(highest);
     });
     plot.parentNode.querySelector("figcaption").textContent =
       plot.dataset.metric + " by step: " + (lines.length ? lines.join(". ") : "no points yet") + ".";

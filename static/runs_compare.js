@@ -113,12 +113,12 @@
     var titleRoom = (title.lines - 1) * NOTE_ROOM, revision = axes.viewRevision(axis, logY.checked);
     return {
       height: (chart.grouped ? 300 : 260) + legendHeight + titleRoom,
-      margin: { l: 56, r: 12, t: 28 + titleRoom, b: AXIS_ROOM + legendHeight },
+      margin: Object.assign({ t: 28 + titleRoom, b: AXIS_ROOM + legendHeight }, axes.SIDE_MARGINS),
       title: { text: title.text, font: { size: 13 } },
       uirevision: revision,  // the reader's zoom lasts across the page's redraws
       // Curves are read across runs at one step (or tokens, or time): the hover lists every line there.
       hovermode: "x unified",
-      xaxis: axes.xAxis(axis, traces),
+      xaxis: axes.xAxis(axis, traces, plot),
       yaxis: axes.yAxis(chart.key, traces, log, axes.zoomedY(plot, revision)),
       legend: { orientation: "h", yref: "container", y: 0, yanchor: "bottom", font: { size: 10 } },
       // The whole name: plotly cuts it at 15 characters, and a sweep's runs differ only at their ends. The unified
@@ -164,7 +164,6 @@
         plot = document.createElement("div");
         plot.className = "plot";
         plot.dataset.metric = chart.key;
-        plot.setAttribute("aria-hidden", "true");  // plotly's SVG reads as tick labels
         figure.append(plot, window.TemperPlotDownload.button(plot, chart.key, holder.dataset.downloadName));
         holder.insertBefore(figure, previous ? previous.nextSibling : holder.firstChild);
       }
@@ -184,7 +183,7 @@
       if (created) {
         axes.keepZoom(plot);
         plot.on("plotly_afterplot", function () { fitLegend(plot); });
-        legends.onClicks(plot, function (curveNumber, alone) { hideFromLegend(plot, curveNumber, alone); });
+        legends.follow(plot, function (curveNumber, alone) { hideFromLegend(plot, curveNumber, alone); });
       }
       fitLegend(plot);
     });

@@ -126,7 +126,8 @@ def test_the_focus_stays_on_the_chat_controls_as_an_answer_starts_and_ends(page,
 
 def test_a_run_chart_says_its_numbers_in_words(page, live_server, tmp_path):
     """A run's charts were plotly SVGs with nothing for a screen reader but tick labels: each figure is now
-    named by a caption of its numbers (points, latest, lowest, highest), and the SVG is hidden from it."""
+    named by a caption of its numbers (points, latest, lowest, highest), and the SVG is hidden from it. The caption
+    writes a value as the chart's hover and axis do, to 4 significant digits (it wrote 5: "1.1235" beside "1.123")."""
     from webapp.runs.models import MetricPoint, Run, RunStatus
 
     team = make_team()
@@ -138,8 +139,9 @@ def test_a_run_chart_says_its_numbers_in_words(page, live_server, tmp_path):
     log_in(page, live_server.url, team.viewer.username)
     page.goto(f"{live_server.url}/p/alpha/runs/{run.public_id}/")
     expect(page.get_by_role("figure", name="loss by step: 3 points, steps 1 to 3; latest 1.5 at step 3; "
-                                            "lowest 1.1235, highest 2.", exact=True)).to_have_count(1)
-    expect(page.locator("#charts .plot")).to_have_attribute("aria-hidden", "true")
+                                            "lowest 1.123, highest 2.", exact=True)).to_have_count(1)
+    page.locator("#charts .plot .main-svg").first.wait_for()
+    assert page.locator("#charts .plot").aria_snapshot() == ""  # a chart without a legend: nothing to read
 
 
 def test_a_running_runs_chart_caption_follows_it_and_its_steps_are_not_read_out(page, asgi_server, redis_url,  # noqa: F811
@@ -258,7 +260,10 @@ def test_a_compare_chart_names_itself_and_where_its_numbers_are(page, live_serve
     open_a_sweeps_comparison(page, live_server, monkeypatch, slug="alpha")
     name = "loss by step: each run's last, lowest and highest value are in the Final metrics table"
     expect(page.get_by_role("figure", name=name, exact=True)).to_have_count(1)
-    expect(page.locator("#compare-charts .plot")).to_have_attribute("aria-hidden", "true")
+    # Of its SVG a screen reader meets the legend's entries alone, each a button (static/plot_legend.js).
+    page.locator("#compare-charts .plot .legend .traces").nth(2).wait_for()
+    snapshot = page.locator("#compare-charts .plot").aria_snapshot().splitlines()
+    assert len(snapshot) == 3 and all(line.startswith('- button "Show lr-sweep') for line in snapshot), snapshot
     expect(page.get_by_role("heading", name="Final metrics")).to_be_visible()
     page.get_by_label("x axis").select_option("tokens")
     expect(page.get_by_role("figure", name=name.replace("by step", "by tokens"), exact=True)).to_have_count(1)
@@ -708,6 +713,9 @@ def test_the_chart_downloads_and_show_hidden_buttons_work_from_the_keyboard(page
     expect(show).to_be_focused()
     page.keyboard.press("Tab")
     expect(page.get_by_role("button", name="Download the loss chart as PNG")).to_be_focused()
+    for group in ("difference", "sum"):  # the chart by group's legend entries (static/plot_legend.js)
+        page.keyboard.press("Tab")
+        expect(page.get_by_role("button", name=f"Show {group}")).to_be_focused()
     page.keyboard.press("Tab")
     expect(page.get_by_role("button", name="Download the eval/loss by task chart as PNG")).to_be_focused()
     with page.expect_download() as download:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.browser import test_projects
 from tests.factories import build_tiny_model_dir
@@ -1995,6 +1997,107 @@ def test_a_group_hidden_from_a_run_pages_legend_is_hidden_in_every_group_chart_a
     assert other.evaluate(visibility) == shown("difference", "sum") and "hidegroups=" not in other.url
 
 
+LEGEND_ENTRY_STROKE = "() => getComputedStyle(document.activeElement.querySelector('.legendtoggle')).stroke"
+
+
+def test_a_run_is_hidden_and_shown_from_the_compare_legend_with_the_keyboard(page, live_server, monkeypatch):
+    """QA (a keyboard-only user on a sweep): the legend's entries took no focus, so hiding a run from every chart was
+    for the mouse alone, and a screen reader met the chart's tick labels and nothing to press. Each entry is a toggle
+    button in the Tab order, pressed while its run is shown: Enter or Space hides or shows the run in every chart, as a
+    click does, Shift+Enter shows it alone, as a double click does; the focus stays on it and shows. The rest of the
+    chart stays hidden from a screen reader."""
+    runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="keylegend")
+    visibility = ("() => [...document.querySelectorAll('#compare-charts .plot')]"
+                  ".map(p => (p.data || []).map(t => t.visible))")
+    names = [f"lr-sweep · learning_rate={rate}" for rate in ("0.0001", "0.0003", "0.001")]
+    plot = page.locator('.plot[data-metric="loss"]')
+    plot.locator(".legend .traces").nth(2).wait_for()
+    assert plot.aria_snapshot() == "\n".join(f'- button "Show {name}" [pressed]' for name in names)
+    page.locator("#chart-filter").focus()
+    page.keyboard.press("Tab")
+    first = page.get_by_role("button", name=f"Show {names[0]}")
+    expect(first).to_be_focused()
+    assert page.evaluate(LEGEND_ENTRY_STROKE) not in ("none", ""), "the focused entry shows it"
+    page.keyboard.press("Enter")
+    page.wait_for_function(f"() => location.search.includes('hide={runs[0].public_id}')")
+    assert page.evaluate(visibility) == [["legendonly", True, True]]
+    expect(first).to_have_attribute("aria-pressed", "false")
+    expect(first).to_be_focused()
+    expect(page.get_by_role("button", name="Show the 1 hidden run")).to_be_visible()
+    page.keyboard.press(" ")
+    page.wait_for_function("() => !location.search.includes('hide=')")
+    assert page.evaluate(visibility) == [[True, True, True]]
+    expect(first).to_have_attribute("aria-pressed", "true")
+    assert page.evaluate("() => window.scrollY") == 0, "Space pressed the entry and did not scroll the page"
+    page.keyboard.press("Tab")
+    second = page.get_by_role("button", name=f"Show {names[1]}")
+    expect(second).to_be_focused()
+    page.keyboard.press("Shift+Enter")
+    page.wait_for_function("() => location.search.includes('hide=')")
+    assert page.evaluate(visibility) == [["legendonly", True, "legendonly"]]
+    assert [page.get_by_role("button", name=f"Show {name}").get_attribute("aria-pressed") for name in names] == [
+        "false", "true", "false"]
+    page.keyboard.press("Shift+Enter")
+    page.wait_for_function("() => !location.search.includes('hide=')")
+    assert page.evaluate(visibility) == [[True, True, True]]
+
+
+def test_a_group_is_hidden_from_a_run_pages_legend_with_the_keyboard(page, live_server, monkeypatch):
+    """QA (a keyboard-only user reading an eval by task): the run page's chart by group hid a group by a click on its
+    legend alone. Its entries are toggle buttons too: Enter hides the group in every chart by group and the link, and
+    says so (aria-pressed) in both charts' legends; a chart without a legend has nothing a screen reader reads."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="runkeylegend")
+    run = services.run_create(project=team.project, spec=eval_grouped_by_task_spec(team.project), user=team.owner,
+                              name="grouped")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    MetricPoint.objects.bulk_create([
+        MetricPoint(run=run, step=step, name=name, value=value * step, wall_time=float(step), tokens=step)
+        for step in (10, 20) for name, value in (("loss", 1.0), ("eval/loss/sum", 0.5), ("eval/loss/difference", 0.25),
+                                                 ("eval/exact_match/sum", 0.5), ("eval/exact_match/difference", 0.2))])
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/runkeylegend/runs/{run.public_id}/")
+    grouped = ["eval/exact_match by task", "eval/loss by task"]
+    for name in grouped:
+        page.locator(f'.plot[data-metric="{name}"] .legend .traces').nth(1).wait_for()
+    page.locator('.plot[data-metric="loss"] .main-svg').first.wait_for()
+    assert page.locator('.plot[data-metric="loss"]').aria_snapshot() == ""
+    visibility = (f"() => {grouped!r}.map(name => document.querySelector(`.plot[data-metric='${{name}}']`).data"
+                  ".map(t => [t.meta, t.visible]))")
+    entry = page.locator('.plot[data-metric="eval/loss by task"]').get_by_role("button", name="Show sum")
+    entry.focus()
+    page.keyboard.press("Enter")
+    page.wait_for_function("() => location.search.includes('hidegroups=sum')")
+    assert page.evaluate(visibility) == [[["difference", True], ["sum", "legendonly"]]] * 2
+    for name in grouped:
+        expect(page.locator(f'.plot[data-metric="{name}"]').get_by_role("button", name="Show sum")).to_have_attribute(
+            "aria-pressed", "false")
+    expect(entry).to_be_focused()
+
+
+def test_every_chart_control_is_at_least_24_pixels_square(page, live_server, monkeypatch):
+    """WCAG 2.2's target size (2.5.8): a chart's PNG button was 22 pixels tall. Every control of the run and compare
+    pages' charts (axis, scale, smoothing, filter, the show-the-hidden buttons, each chart's PNG button; a checkbox by
+    its label, which ticks it too) takes at least 24 by 24 pixels."""
+    runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="targets")
+    controls = """() => [...document.querySelectorAll(
+        '#x-axis, .check:has(#log-y), #ema, #run-ema, #chart-filter, #show-all-runs, #show-all-groups, .chart-download,'
+        + ' .chart-controls a.download')].filter(control => control.offsetParent)
+        .map(control => { const box = control.getBoundingClientRect();
+                          return [control.id || control.className, Math.round(box.width * 10) / 10,
+                                  Math.round(box.height * 10) / 10]; })"""
+    page.goto(page.url + f"&hide={runs[0].public_id}")
+    page.locator(".chart-download").first.wait_for()
+    measured = page.evaluate(controls)
+    assert len(measured) == 6, measured
+    assert all(width >= 24 and height >= 24 for _, width, height in measured), measured
+    page.goto(f"{live_server.url}/p/targets/runs/{runs[0].public_id}/")
+    page.locator(".chart-download").first.wait_for()
+    measured = page.evaluate(controls)
+    assert len(measured) == 5, measured
+    assert all(width >= 24 and height >= 24 for _, width, height in measured), measured
+
+
 def test_the_compare_charts_filter_by_metric_name(page, live_server, monkeypatch):
     """QA (a W&B user on a GRPO sweep of 30 and more metrics): the compare page drew every metric, with no way
     to keep the few being read, and a link could not point at them. A filter keeps the charts whose metric holds
@@ -2336,6 +2439,62 @@ def test_step_axes_are_labelled_in_whole_steps(page, live_server, monkeypatch):
         page.goto(f"{live_server.url}/p/wholesteps/runs/{path}")
         page.locator('.plot[data-metric="loss"] .xtick').first.wait_for()
         assert page.evaluate(x_ticks) == ["1", "2", "3", "4"], path
+
+
+X_TICKS = """name => [...document.querySelectorAll(`.plot[data-metric='${name}'] .xtick text`)]
+    .map(text => [text, text.getBoundingClientRect()]).filter(([, box]) => box.width > 0)  // plotly hides some
+    .map(([text, box]) => [text.textContent, (text.getAttribute('transform') || '').includes('rotate'), box.left,
+                           box.right])"""
+
+
+def x_ticks_fitting(page, name: str) -> list[str]:
+    """The numbers of chart ``name``'s x axis, once drawn; fails where one is tilted or two meet."""
+    page.locator(f'.plot[data-metric="{name}"] .xtick text').first.wait_for()
+    ticks = page.evaluate(X_TICKS, name)
+    assert not any(tilted for _, tilted, _, _ in ticks), ticks
+    assert all(left[3] < right[2] for left, right in zip(ticks, ticks[1:])), ticks
+    return [text for text, _, _, _ in ticks]
+
+
+def test_step_and_token_axes_are_written_whole_with_thousands_separators(page, live_server, monkeypatch):
+    """QA (a W&B user reading a long run's step off a chart): the x axes read "500k" and "1M", the hover "step 1000000".
+    Both pages write a step or a token count whole, with thousands separators, on the axis and in the hover alike, and
+    take as many ticks as fit the chart's width: on a phone, where plotly tilted long numbers over the axis's title."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="bigsteps")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    runs = []
+    for name in ("long a", "long b"):
+        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 10**6}}
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=2.0 / (1 + step),
+                                                     wall_time=float(step), tokens=123 * step)
+                                         for step in range(0, 10**6 + 1, 250_000)])
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+        runs.append(run)
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    whole = re.compile(r"^\d{1,3}(,\d{3})*$")
+    for path in (f"{runs[0].public_id}/", f"compare/?runs={runs[0].public_id}&runs={runs[1].public_id}"):
+        page.set_viewport_size({"width": 1280, "height": 900})
+        page.goto(f"{live_server.url}/p/bigsteps/runs/{path}")
+        steps = x_ticks_fitting(page, "loss")
+        # Plotly hides the number at the axis's very end where it would run past the chart (the compare page's).
+        assert steps[:5] == ["0", "200,000", "400,000", "600,000", "800,000"], (path, steps)
+        label = hover_at_step(page, "loss", 999_000)
+        assert "step 1,000,000" in label, (path, label)
+        page.select_option("#x-axis", "tokens")
+        page.wait_for_function("() => document.querySelector(`.plot[data-metric='loss']`)._fullLayout.xaxis.range[1] > 1e8")
+        tokens = x_ticks_fitting(page, "loss")
+        assert "100,000,000" in tokens and all(whole.match(count) for count in tokens), (path, tokens)
+        page.set_viewport_size({"width": 390, "height": 900})
+        page.wait_for_function("() => document.querySelector(`.plot[data-metric='loss']`)._fullLayout.width < 390")
+        page.wait_for_timeout(300)  # plotly's resize, and the ticks made to fit it
+        tokens = x_ticks_fitting(page, "loss")
+        assert len(tokens) >= 2 and all(whole.match(count) for count in tokens), (path, tokens)
+        page.reload()
+        tokens = x_ticks_fitting(page, "loss")
+        assert len(tokens) >= 2 and all(whole.match(count) for count in tokens), (path, tokens)
 
 
 def test_the_run_page_says_while_the_run_evaluates(page, asgi_server, redis_url, transactional_db, settings):
