@@ -109,8 +109,9 @@ class RunPlan:
     tokenizer: TokenizerSettings | None = None
     # The data.chat_template_kwargs.date_string the plan fixed itself (``_fix_template_date``); None if none.
     stamped_template_date: str | None = None
-    # Variables of ``source_run``'s Run row its model's chat template never reads, left out of the resolved spec
-    # (``_without_unread_inherited``), for the run's log to say once.
+    # Variables its model's chat template never reads, left out of what the run renders and exports: its source
+    # run's Run row's (``_without_unread_inherited``) and its model directory's own (``_models_own_unread``), for the
+    # run's log to say once.
     dropped_template_variables: tuple[str, ...] = ()
 
 
@@ -362,6 +363,8 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     stamped_date = None
     if tokenizer is not None and task in tasks() and task != "pretrain":
         stamped_date = _fix_template_date(tokenizer, resolved)
+    if tokenizer is not None:
+        dropped = tuple(sorted({*dropped, *_models_own_unread(tokenizer, resolved)}))
     try:
         job = parse_spec(resolved)
     except SpecError as error:
@@ -438,18 +441,28 @@ def _without_unread_inherited(tokenizer: TokenizerSettings, resolved: dict[str, 
     and carried on they were warned of again at the launch of every descendant (the warning belongs to the launch
     whose author wrote them, ``spec_warnings``); the run's log says once that they were left out. A template that
     cannot be read drops nothing (the run's start says what is wrong with it)."""
-    from jaxengine.chat_template import DEFAULT_CHAT_TEMPLATE, ChatTemplateError, template_variables
+    from jaxengine.chat_template import unread_variables
 
-    try:
-        reads = template_variables(tokenizer.chat_template or DEFAULT_CHAT_TEMPLATE)
-    except ChatTemplateError:
-        return ()
-    unread = tuple(sorted(set(inherited) - reads))
+    unread = unread_variables(inherited, tokenizer.chat_template)
     if unread:
         data = resolved["data"]
         resolved["data"] = {**data, "chat_template_kwargs": {
             name: value for name, value in data["chat_template_kwargs"].items() if name not in unread}}
     return unread
+
+
+def _models_own_unread(tokenizer: TokenizerSettings, resolved: dict[str, Any]) -> tuple[str, ...]:
+    """The model directory's own variables (its ``chat_template_kwargs.json``) that the engine leaves out of the run's
+    renders and exports (``jaxengine.job._without_unread_own_variables``, the same rule on the same files): not in
+    the resolved spec's variables, never read by the model's chat template. The launch names them in the run's log
+    with those it left out of the Run row's (``_without_unread_inherited``), once; the engine, told the run came
+    from a launch, does not name them again."""
+    from jaxengine.chat_template import unread_variables
+
+    variables = resolved["data"].get("chat_template_kwargs") or {}
+    if not isinstance(variables, dict):
+        return ()  # the schema names what is wrong with it
+    return unread_variables(set(tokenizer.template_kwargs) - set(variables), tokenizer.chat_template)
 
 
 def _fix_template_date(tokenizer: TokenizerSettings, resolved: dict[str, Any]) -> str | None:
@@ -1000,7 +1013,7 @@ def _save_planned(*, public_id: str, project: Project, plan: RunPlan, user: Abst
     run.dataset_versions.set(plan.dataset_versions)
     log_line(run, f"queued by {user.get_username() if user else 'the system'}")
     if dropped := plan.dropped_template_variables:
-        log_line(run, f"data.chat_template_kwargs: {', '.join(dropped)} of {plan.source_run.public_id}'s variables "
+        log_line(run, f"data.chat_template_kwargs: {', '.join(dropped)} of {plan.spec['model']}'s variables "
                       f"not carried on: the model's chat template never reads {'it' if len(dropped) == 1 else 'them'}")
     for warning in plan_warnings(plan):
         # A count still under way may find nothing to warn of (a version of single-turn chats): said, not warned.
