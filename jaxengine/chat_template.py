@@ -32,7 +32,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -324,6 +324,18 @@ def template_variables(template: str) -> frozenset[str]:
              if node.name in ("defined", "undefined") and isinstance(node.node, jinja2.nodes.Name)}
     own = assigned - asked
     return frozenset(names - own - {"messages", "add_generation_prompt"} - set(environment.globals))
+
+
+def unread_variables(names: Iterable[str], template: str | None) -> tuple[str, ...]:
+    """Those of ``names`` that ``template`` (None: ``DEFAULT_CHAT_TEMPLATE``, as rendering takes it) never reads,
+    sorted: variables that render nothing, which a job leaves out of what it carries on (the engine's
+    ``job._without_unread_own_variables``, the web launch's ``runs.services.plan_run``). A template that cannot be
+    read has none (rendering says what is wrong with it)."""
+    try:
+        reads = template_variables(template or DEFAULT_CHAT_TEMPLATE)
+    except ChatTemplateError:
+        return ()
+    return tuple(sorted(set(names) - reads))
 
 
 

@@ -9,6 +9,7 @@ everything it produces lands in ``output_dir`` following the run-directory contr
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -22,6 +23,8 @@ from typing import Any
 
 from jaxengine.data.formats import Entry
 from jaxengine.spec import JobSpec, batch_split_problem, best_metric_for, dump_spec, total_steps_for
+
+logger = logging.getLogger(__name__)
 
 DEMO_PRESET = "demo-tiny"
 
@@ -491,16 +494,24 @@ def _without_unread_own_variables(tokenizer: Any, spec: JobSpec) -> tuple[str, .
     written into the export they were carried on to every export made from it (an export from before launches left
     such a name out of a new run's variables held them). The spec's own variables stay, read or not: its author was
     warned at the launch (``spec_warnings``). A template that cannot be read drops nothing (rendering says why)."""
-    from jaxengine.chat_template import DEFAULT_CHAT_TEMPLATE, ChatTemplateError, template_variables
+    from jaxengine.chat_template import unread_variables
 
-    try:
-        reads = template_variables(tokenizer.chat_template or DEFAULT_CHAT_TEMPLATE)
-    except ChatTemplateError:
-        return ()
-    unread = tuple(sorted(set(tokenizer.template_kwargs) - set(spec.data.chat_template_kwargs) - reads))
+    unread = unread_variables(set(tokenizer.template_kwargs) - set(spec.data.chat_template_kwargs),
+                              tokenizer.chat_template)
     for name in unread:
         del tokenizer.template_kwargs[name]
     return unread
+
+
+def unread_variables_note(job_model: JobModel) -> str | None:
+    """The line that names the model's own variables ``job_model`` left out (``_without_unread_own_variables``),
+    or None: said once by each job that writes an export (a run, ``jaxengine export``)."""
+    left_out = job_model.unread_variables_left_out
+    if not left_out:
+        return None
+    return (f"chat_template_kwargs: {', '.join(left_out)} of {job_model.model_dir}'s own variables (its "
+            "chat_template_kwargs.json) left out of this run's exports: the model's chat template never reads "
+            f"{'it' if len(left_out) == 1 else 'them'}")
 
 
 def build_job_model(spec: JobSpec, *, mesh=None) -> JobModel:
@@ -607,9 +618,11 @@ def _write_export(trained, spec: JobSpec, job_model: JobModel, export_dir: Path)
     return exported
 
 
-def export_run(run_dir: str | Path, *, step: int | None = None, best: bool = False) -> dict[str, Any]:
+def export_run(run_dir: str | Path, *, step: int | None = None, best: bool = False,
+               on_log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Export a run's checkpoint (``step``, the best by the run's ``best_metric_for`` when ``best``, default
-    the latest) to ``<run_dir>/export`` (``jaxengine export``)."""
+    the latest) to ``<run_dir>/export`` (``jaxengine export``). ``on_log`` (default: this module's logger, at info)
+    hears of the model's own variables left out of the export (``unread_variables_note``), once."""
     from jaxengine.spec import load_spec
     from jaxengine.trainer import Checkpoints, restore_trained_model
 
@@ -646,6 +659,8 @@ def export_run(run_dir: str | Path, *, step: int | None = None, best: bool = Fal
         job_model = build_job_model(spec)
     except JobError as error:  # the model's key is the run's spec.yaml's, not a spec the user has at hand
         raise JobError(f"{run_dir / 'spec.yaml'}: {error}") from None
+    if note := unread_variables_note(job_model):
+        (on_log or logger.info)(note)
     trained, meta = restore_trained_model(job_model.model, trainable=job_model.trainable, optim=spec.optim,
                                           checkpoint_dir=run_dir / "checkpoints", step=step)
     exported = export_trained(trained, spec, job_model, run_dir / "export")
@@ -763,11 +778,10 @@ def run_job(
     if writes_files and on_log is not None:
         from jaxengine.data.pipeline import split_by_turn_note
 
-        if left_out := job_model.unread_variables_left_out:
-            on_log(f"chat_template_kwargs: {', '.join(left_out)} of {job_model.model_dir}'s own variables (its "
-                   "chat_template_kwargs.json) left out of this run's exports: the model's chat template never reads "
-                   f"{'it' if len(left_out) == 1 else 'them'}")
-
+        # A web launch named them in the run's log when it was queued (``runs.services.plan_run``), with the
+        # variables of its Run row it left out: said here too, each was named twice.
+        if entry is not Entry.LAUNCH and (note := unread_variables_note(job_model)):
+            on_log(note)
         for use in ("train", "eval"):
             stats = data_summary.get(use)
             if isinstance(stats, dict) and (note := split_by_turn_note(stats, use=use)):

@@ -7,12 +7,14 @@ checkpoint ``N`` — e.g. for a cancelled run — or with ``--best`` from the be
 ``task: grpo`` by the first eval metric; ``summary.json`` names it as ``best_checkpoint``).
 With ``--quantize`` it also writes the serving copy ``DIR/export/quantized/`` (``jaxengine.quantize``),
 scored against the merged model on up to ``--eval-limit`` rows of the run's ``data.eval``.
-Prints ``{"step": ..., "export": {...}, "quantized": {...}}``.
+Prints ``{"step": ..., "export": {...}, "quantized": {...}}``; the model's own template variables its chat template
+never reads, left out of the export, are named on stderr.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from jaxengine.cli import command_description
 from jaxengine.cli.model_dir import CliError, run_reporting_errors
@@ -45,7 +47,8 @@ def _export(args: argparse.Namespace) -> int:
     from jaxengine.quantize import GroupSizeError, quantize_run_export
 
     try:
-        result = export_run(args.run, step=args.step, best=args.best)
+        result = export_run(args.run, step=args.step, best=args.best,
+                            on_log=lambda line: print(f"{args.run}: {line}", file=sys.stderr))
         if args.quantize:
             result["quantized"] = quantize_run_export(args.run, scheme_name=args.quantize,
                                                       group_size=args.group_size, eval_limit=args.eval_limit)

@@ -2649,3 +2649,32 @@ def test_a_starting_run_says_what_it_does_and_counts_from_its_attempts_start(pag
     page.locator("#progress-step", has_text="1").wait_for(timeout=10_000)
     assert starting.is_hidden()
     assert page.locator("#progress-elapsed").inner_text() == "25s"
+
+
+def test_resume_and_retry_of_a_run_whose_model_is_refused_are_greyed_with_the_reason(page, live_server, settings,
+                                                                                       tmp_path):
+    """A cancelled run whose model directory now lies in another project's folder offered Resume and Retry, which
+    were refused only once pressed. Both are greyed, and the reason, in the words a press is refused in, is on the
+    page and is each button's description; a teammate then knows what to do without trying."""
+    from tests.webapp.factories import write_model_dir
+    from webapp.runs.services import model_dir_refusal
+
+    root = settings.MODELS_ROOT = tmp_path / "models"
+    team = make_team(slug="greyed")  # and its outsider's project, greyed-elsewhere
+    secret = write_model_dir(root / "projects" / "greyed-elsewhere" / "secret-ft").resolve()
+    model = make_base_model(team.project, name="borrowed", path=str(secret))
+    run = Run.objects.create(project=team.project, name="borrowed-ft", task="sft", status=RunStatus.CANCELLED,
+                             spec={"task": "sft", "model": model.public_id}, base_model=model,
+                             resolved_spec={"model": str(secret), "output_dir": str(tmp_path / "run")},
+                             created_by=team.owner, total_steps=40, current_step=20)
+    test_projects.log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/greyed/runs/{run.public_id}/")
+    for name, doing in (("Resume", "resumed"), ("Retry", "retried")):
+        button = page.locator(".run-actions").get_by_role("button", name=name, exact=True)
+        assert button.is_visible() and button.is_disabled()
+        reason = model_dir_refusal(run, doing=doing)
+        assert f"cannot be {doing}: once the model is registered again from its new folder" in reason
+        assert page.locator(f"#{name.lower()}-refusal").inner_text() == f"{name}: {reason}"
+        assert button.evaluate("(b) => document.getElementById(b.getAttribute('aria-describedby')).textContent"
+                               ) == f"{name}: {reason}"
+    assert page.locator(".resume-form").count() == 0 and page.locator(".run-actions form").count() == 0

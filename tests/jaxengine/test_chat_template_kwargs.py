@@ -178,6 +178,30 @@ def test_an_export_leaves_out_the_models_own_variables_its_template_never_reads_
     assert not any("verbosity" in line or "enable_thinking" in line for line in lines)
 
 
+def test_jaxengine_export_names_the_models_own_variables_it_leaves_out_once(thinking_model, demo_dir, tmp_path,
+                                                                            caplog, capsys):
+    """`jaxengine export` of a run whose model's chat_template_kwargs.json holds a variable its template never reads
+    left it out of the export without a word (a run's own export says so in its log, above). Said once now: logged
+    at info by ``export_run``, on stderr by the command."""
+    import logging
+
+    from jaxengine.job import export_run
+
+    (thinking_model / "chat_template_kwargs.json").write_text(json.dumps({"enable_thinking": False, "persona": "pirate"}))
+    run_dir = tmp_path / "run"
+    spec = parse_spec(_spec(thinking_model, run_dir, demo_dir / "data/sft.jsonl"))
+    assert run_job(spec, progress_bar=False)["status"] == "succeeded"
+    note = (f"chat_template_kwargs: persona of {thinking_model}'s own variables (its chat_template_kwargs.json) left "
+            "out of this run's exports: the model's chat template never reads it")
+    with caplog.at_level(logging.INFO, logger="jaxengine.job"):
+        export_run(run_dir)
+    assert [record.getMessage() for record in caplog.records if "persona" in record.getMessage()] == [note]
+    assert json.loads((run_dir / "export" / "chat_template_kwargs.json").read_text()) == {"enable_thinking": False}
+    capsys.readouterr()
+    assert main(["export", "--run", str(run_dir)]) == 0
+    assert [line for line in capsys.readouterr().err.splitlines() if "persona" in line] == [f"{run_dir}: {note}"]
+
+
 def test_an_export_without_the_file_takes_its_runs_variables(thinking_model, tmp_path):
     """An export made before exports kept chat_template_kwargs.json was served without the variables its run trained
     with (Qwen3 trained with thinking off answered thinking). Without the file, a run's export (export/,

@@ -109,8 +109,9 @@ class RunPlan:
     tokenizer: TokenizerSettings | None = None
     # The data.chat_template_kwargs.date_string the plan fixed itself (``_fix_template_date``); None if none.
     stamped_template_date: str | None = None
-    # Variables of ``source_run``'s Run row its model's chat template never reads, left out of the resolved spec
-    # (``_without_unread_inherited``), for the run's log to say once.
+    # Variables its model's chat template never reads, left out of what the run renders and exports: its source
+    # run's Run row's (``_without_unread_inherited``) and its model directory's own (``_models_own_unread``), for the
+    # run's log to say once.
     dropped_template_variables: tuple[str, ...] = ()
 
 
@@ -362,6 +363,8 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     stamped_date = None
     if tokenizer is not None and task in tasks() and task != "pretrain":
         stamped_date = _fix_template_date(tokenizer, resolved)
+    if tokenizer is not None:
+        dropped = tuple(sorted({*dropped, *_models_own_unread(tokenizer, resolved)}))
     try:
         job = parse_spec(resolved)
     except SpecError as error:
@@ -438,18 +441,28 @@ def _without_unread_inherited(tokenizer: TokenizerSettings, resolved: dict[str, 
     and carried on they were warned of again at the launch of every descendant (the warning belongs to the launch
     whose author wrote them, ``spec_warnings``); the run's log says once that they were left out. A template that
     cannot be read drops nothing (the run's start says what is wrong with it)."""
-    from jaxengine.chat_template import DEFAULT_CHAT_TEMPLATE, ChatTemplateError, template_variables
+    from jaxengine.chat_template import unread_variables
 
-    try:
-        reads = template_variables(tokenizer.chat_template or DEFAULT_CHAT_TEMPLATE)
-    except ChatTemplateError:
-        return ()
-    unread = tuple(sorted(set(inherited) - reads))
+    unread = unread_variables(inherited, tokenizer.chat_template)
     if unread:
         data = resolved["data"]
         resolved["data"] = {**data, "chat_template_kwargs": {
             name: value for name, value in data["chat_template_kwargs"].items() if name not in unread}}
     return unread
+
+
+def _models_own_unread(tokenizer: TokenizerSettings, resolved: dict[str, Any]) -> tuple[str, ...]:
+    """The model directory's own variables (its ``chat_template_kwargs.json``) that the engine leaves out of the run's
+    renders and exports (``jaxengine.job._without_unread_own_variables``, the same rule on the same files): not in
+    the resolved spec's variables, never read by the model's chat template. The launch names them in the run's log
+    with those it left out of the Run row's (``_without_unread_inherited``), once; the engine, told the run came
+    from a launch, does not name them again."""
+    from jaxengine.chat_template import unread_variables
+
+    variables = resolved["data"].get("chat_template_kwargs") or {}
+    if not isinstance(variables, dict):
+        return ()  # the schema names what is wrong with it
+    return unread_variables(set(tokenizer.template_kwargs) - set(variables), tokenizer.chat_template)
 
 
 def _fix_template_date(tokenizer: TokenizerSettings, resolved: dict[str, Any]) -> str | None:
@@ -1000,7 +1013,7 @@ def _save_planned(*, public_id: str, project: Project, plan: RunPlan, user: Abst
     run.dataset_versions.set(plan.dataset_versions)
     log_line(run, f"queued by {user.get_username() if user else 'the system'}")
     if dropped := plan.dropped_template_variables:
-        log_line(run, f"data.chat_template_kwargs: {', '.join(dropped)} of {plan.source_run.public_id}'s variables "
+        log_line(run, f"data.chat_template_kwargs: {', '.join(dropped)} of {plan.spec['model']}'s variables "
                       f"not carried on: the model's chat template never reads {'it' if len(dropped) == 1 else 'them'}")
     for warning in plan_warnings(plan):
         # A count still under way may find nothing to warn of (a version of single-turn chats): said, not warned.
@@ -1184,32 +1197,57 @@ def _refuse_external(run: Run, done: str) -> None:
 _INPUT_NAMES = {"model": "its starting model", "train": "its training data", "eval": "its evaluation data"}
 
 
-def _refuse_gone_inputs(run: Run, *, keep_base_model: bool = False) -> None:
-    """Refuse to train ``run`` again when what it trains on was deleted since: its starting run's export,
-    a dataset version's file, a reward run's model (queued, it failed on the missing file, in words that
-    named the wrong model). ``keep_base_model``: an unregistered base model is no refusal while its directory
-    is still the one the run trained from (a resume reads it; ``_base_model_files_kept``)."""
+def gone_inputs_refusal(run: Run, *, keep_base_model: bool = False) -> str:
+    """Why ``run`` is not trained again when what it trains on was deleted since (its starting run's export, a
+    dataset version's file, a reward run's model: queued, it failed on the missing file, in words that named the
+    wrong model), or "". ``keep_base_model``: an unregistered base model is no refusal while its directory is still
+    the one the run trained from (a resume reads it; ``_base_model_files_kept``). The run page greys Resume and
+    Retry with these words (``rerun_refusals``), which their services refuse in."""
     gone = [f"{_INPUT_NAMES[use]} {reference}" for use, reference in run.deleted_references()
             if not (keep_base_model and reference.startswith("bm_") and _base_model_files_kept(run))]
     gone += [f"its reward model {reference}" for reference in dict.fromkeys(
         reference for _key, reference in deleted_reward_models(run))]
-    if gone:
-        raise ValidationError({"__all__": f"what run {run.public_id} trains on was deleted since ({', '.join(gone)}): "
-                                          "duplicate it to choose another"})
+    if not gone:
+        return ""
+    return f"what run {run.public_id} trains on was deleted since ({', '.join(gone)}): duplicate it to choose another"
 
 
-def _refuse_a_model_no_longer_loadable(run: Run) -> None:
-    """Refuse to resume ``run`` when the directory it starts from (its spec's resolved ``model``, which a resume
-    trains on again) may no longer be read by its project: registered before it lay in another project's folder, or
-    linked into one since. The train worker refuses it too (``worker.tasks.train.check_model_dir``), but only once
-    the run is queued again, and it failed there; here it is refused in the same words with nothing queued."""
+def _refuse_gone_inputs(run: Run, *, keep_base_model: bool = False) -> None:
+    if refusal := gone_inputs_refusal(run, keep_base_model=keep_base_model):
+        raise ValidationError({"__all__": refusal})
+
+
+def model_dir_refusal(run: Run, *, doing: str, listing: bool = False) -> str:
+    """Why ``run`` cannot be ``doing`` ("resumed", "retried") because the directory it starts from (its spec's
+    resolved ``model``, which a resume trains on again and a retry launches from) may no longer be read by its
+    project: registered before it lay in another project's folder, or linked into one since; or "". The train worker
+    refuses it too (``worker.tasks.train.check_model_dir``), but only once the run is queued again, and it failed
+    there; here it is told in the same words with nothing queued. ``listing``: for the run page, which asks again as
+    it follows the run (``load_refusal``'s kept answer)."""
     model_path = run.resolved_spec.get("model")
     if not isinstance(model_path, str) or not model_path:
-        return
-    if refusal := load_refusal(path=model_path, project_slug=run.project.slug):
-        raise ValidationError({"model": (
-            f"{refusal}. Run {run.public_id} trains on that directory, so it cannot be resumed: once the model is "
-            "registered again from its new folder, duplicate the run and choose it")})
+        return ""
+    if refusal := load_refusal(path=model_path, project_slug=run.project.slug, listing=listing):
+        return (f"{refusal}. Run {run.public_id} trains on that directory, so it cannot be {doing}: once the model is "
+                "registered again from its new folder, duplicate the run and choose it")
+    return ""
+
+
+def _refuse_a_model_no_longer_loadable(run: Run, *, doing: str) -> None:
+    if refusal := model_dir_refusal(run, doing=doing):
+        raise ValidationError({"model": refusal})
+
+
+def rerun_refusals(run: Run) -> dict[str, str]:
+    """Why ``run``'s Resume and Retry (keys ``resume``, ``retry``) would be refused for what it trains on, in the
+    words ``run_resume`` and ``run_retry`` refuse in ("" where nothing stands in the way): the run page shows the
+    button greyed with them instead of a button refused only once pressed. Its status and the work under way are
+    not judged here: the page offers the buttons by status, and those refusals are the click's."""
+    if run.task == EXTERNAL_TASK:
+        return {"resume": "", "retry": ""}
+    return {"resume": gone_inputs_refusal(run, keep_base_model=True) or model_dir_refusal(run, doing="resumed",
+                                                                                          listing=True),
+            "retry": gone_inputs_refusal(run) or model_dir_refusal(run, doing="retried", listing=True)}
 
 
 def _base_model_files_kept(run: Run) -> bool:
@@ -1313,7 +1351,7 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
     run = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
     _refuse_external(run, "resumed")
     _refuse_gone_inputs(run, keep_base_model=True)
-    _refuse_a_model_no_longer_loadable(run)
+    _refuse_a_model_no_longer_loadable(run, doing="resumed")
     if run.status not in (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.SUCCEEDED):
         raise ValidationError({"__all__": f"run {run.public_id} {run.status_phrase}; only a finished run can be resumed"})
     _refuse_while_files_written(run)
@@ -1512,6 +1550,7 @@ def run_retry(*, run: Run, user: AbstractBaseUser | None) -> Run:
     Temper's (``Run.stamped_template_date``), so a copy of the retry fixes its own day as a copy of ``run`` does."""
     _refuse_external(run, "retried")
     _refuse_gone_inputs(run)
+    _refuse_a_model_no_longer_loadable(run, doing="retried")
     retry = run_create(project=run.project, spec=run.spec, user=user, name=retry_name(run), tags=run.tags)
     if run.stamped_template_date and template_date(retry.spec) == run.stamped_template_date:
         retry.stamped_template_date = run.stamped_template_date

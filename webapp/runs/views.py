@@ -485,6 +485,9 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         # What the edit form shows now, sent back with it (services.run_update_details' ``seen``).
         "edit_seen": {key: services.edit_digest(text) for key, text in services.shown_details(run).items()},
         "edit_refused": edit is not None,
+        # Resume and Retry greyed, with the words a press would be refused in (only where they are offered).
+        "rerun_refusals": (services.rerun_refusals(run) if membership.can(Role.MEMBER) and run.is_finished
+                           else {}),
         "series": _in_chart_order(selectors.metric_series(run=run)), "progress": _progress(run),
         # What the x axis by time counts the live points' wall times from (static/runs.js); a repr, never localized.
         "series_start_time": repr(start) if (start := selectors.series_start_time(run=run)) is not None else "",

@@ -230,3 +230,53 @@ def test_a_resume_or_retry_of_a_run_whose_model_now_lies_in_another_projects_fol
     assert queued == [] and Run.objects.filter(project=team.project).count() == 1
     run.refresh_from_db()
     assert (run.status, run.attempt, run.total_steps, run.error_message) == (RunStatus.FAILED, 1, 5, "the worker stopped")
+
+
+@pytest.mark.parametrize("case", ["before_the_split", "swapped"])
+def test_the_run_page_greys_resume_and_retry_of_a_run_whose_model_is_refused_saying_why(
+        team, client_for, models_root, sent, request, case):
+    """Resume and Retry were offered on the page of a finished run whose model may no longer be loaded, and refused
+    only once pressed. They are greyed now, each with the words its press is refused in (``rerun_refusals``, which
+    ``run_resume`` and ``run_retry`` raise); a run whose model loads keeps both buttons."""
+    from webapp.runs import services as run_services
+    from webapp.runs.models import RunStatus
+
+    model_dir = write_model_dir(models_root / "shared" / "fine")
+    fine = basemodel_register(project=team.project, name="fine", path="shared/fine", user=team.owner)
+    version = make_ready_version(team.project, name="chats", kind="sft")
+
+    def failed_run(base_model):
+        run = run_services.run_create(project=team.project, user=team.teammate, spec={
+            "task": "sft", "model": base_model.public_id, "data": {"train": version.public_id, "max_seq_len": 128},
+            "train": {"max_steps": 5, "batch_size": 2}})
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED)
+        run.refresh_from_db()
+        return run
+
+    refused_run = failed_run(fine)
+    if case == "before_the_split":  # a registration made before the split, as the fixture writes it
+        Run.objects.filter(pk=refused_run.pk).update(resolved_spec={
+            **refused_run.resolved_spec, "model": request.getfixturevalue(case).path})
+    else:
+        shutil.rmtree(model_dir)
+        model_dir.symlink_to(models_root / "projects" / "alpha-elsewhere" / "secret-ft")
+    refused_run.refresh_from_db()
+    client = client_for(team.teammate)
+    page = client.get(reverse("runs:detail", args=[team.project.slug, refused_run.public_id])).content.decode()
+    reasons = {}
+    for action, service in (("resume", run_services.run_resume), ("retry", run_services.run_retry)):
+        with pytest.raises(ValidationError) as refused:
+            service(run=refused_run, user=team.teammate)
+        [reasons[action]] = refused.value.messages
+        assert f'id="{action}-refused">' in page and f'aria-describedby="{action}-refusal"' in page
+        assert f"action=\"{reverse(f'runs:{action}', args=[team.project.slug, refused_run.public_id])}\"" not in page
+    assert f'<p class="card run-message" id="resume-refusal">Resume: {html.escape(reasons["resume"])}</p>' in page
+    assert f'<p class="card run-message" id="retry-refusal">Retry: {html.escape(reasons["retry"])}</p>' in page
+    assert "cannot be resumed: once the model is registered again from its new folder" in reasons["resume"]
+    assert "cannot be retried: once the model is registered again from its new folder" in reasons["retry"]
+
+    other = failed_run(basemodel_register(project=team.project, name="base", path="shared/base", user=team.owner))
+    page = client.get(reverse("runs:detail", args=[team.project.slug, other.public_id])).content.decode()
+    assert "-refused" not in page and "-refusal" not in page
+    for action in ("resume", "retry"):
+        assert f"action=\"{reverse(f'runs:{action}', args=[team.project.slug, other.public_id])}\"" in page

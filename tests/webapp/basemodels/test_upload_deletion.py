@@ -301,3 +301,31 @@ def test_a_run_from_a_model_unregistered_without_its_files_is_resumed(team, uplo
     services.basemodel_unregister(base_model=uploaded)
     run.refresh_from_db()
     assert run_services.run_resume(run=run, user=team.owner).status == RunStatus.QUEUED
+
+
+@pytest.mark.parametrize("delete_files", [True, False])
+def test_the_run_page_greys_what_a_deleted_model_refuses_saying_why(team, uploaded, sent_tasks,  # noqa: F811
+                                                                     client_for, delete_files):
+    """Resume and Retry of a run whose model was unregistered were offered, and refused once pressed: both when its
+    folder went with it, Retry alone when it stayed (a resume reads the folder the run trained from; a retry launches
+    the spec's bm_ id, which is gone). Greyed now, with the words a press is refused in; what is allowed stays."""
+    import html
+
+    catalog = Catalog(base_model=uploaded, sft=make_ready_version(team.project, name="chats", kind="sft"),
+                      preference=None, prompts=None)
+    run = run_services.run_create(project=team.project, user=team.owner, name="from-upload",
+                                  spec=sft_spec(catalog, data={"train": catalog.sft.public_id, "max_seq_len": 128}))
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED)
+    services.basemodel_unregister(base_model=uploaded, delete_files=delete_files)
+    page = client_for(team.teammate).get(f"/p/alpha/runs/{run.public_id}/").content.decode()
+    words = (f"what run {run.public_id} trains on was deleted since (its starting model {uploaded.public_id}): "
+             "duplicate it to choose another")
+    assert 'id="retry-refused">' in page and f'action="/p/alpha/runs/{run.public_id}/retry/"' not in page
+    if delete_files:
+        assert f'<p class="card run-message" id="resume-refusal">Resume and Retry: {html.escape(words)}</p>' in page
+        assert 'id="resume-refused">' in page and f'action="/p/alpha/runs/{run.public_id}/resume/"' not in page
+        assert 'id="retry-refusal"' not in page  # one reason, said once, described for both buttons
+        assert page.count('aria-describedby="resume-refusal"') == 2
+    else:
+        assert f'<p class="card run-message" id="retry-refusal">Retry: {html.escape(words)}</p>' in page
+        assert 'id="resume-refus' not in page and f'action="/p/alpha/runs/{run.public_id}/resume/"' in page

@@ -986,3 +986,67 @@ def test_the_export_figures_say_why_quality_was_not_measured(team, catalog, sent
     assert 'id="pipeline-export"' in page
     assert ("<tr><th>Quality</th><td>not measured: stage 1 (\u2068sft\u2069) has no evaluation data (data.eval); give it some "
             "to see the copy&#x27;s perplexity and greedy agreement against the unquantized model</td></tr>") in page
+
+
+@pytest.mark.parametrize("case", ["another project's folder", "unregistered"])
+def test_a_stage_naming_a_model_that_cannot_be_loaded_is_refused_at_creation_naming_the_stage_and_field(
+        team, catalog, sent_tasks, client_for, settings, tmp_path, case):
+    """A pipeline whose stage names a base model the project may not load (its directory now in another project's
+    folder) or one unregistered is refused when it is created, on the form and in the API, under the stage's key
+    (``stages.0.spec.model``) in the launch's words, with nothing started."""
+    import json
+
+    from django.test import Client
+
+    from tests.webapp.factories import make_base_model, write_model_dir
+    from webapp.api.services import token_create
+    from webapp.basemodels.models import BaseModel
+    from webapp.basemodels.selectors import base_model_refusal
+
+    settings.MODELS_ROOT = tmp_path / "models"
+    secret = write_model_dir(settings.MODELS_ROOT / "projects" / "alpha-elsewhere" / "secret-ft").resolve()
+    model = make_base_model(team.project, name="borrowed", path=str(secret))
+    doc = document(catalog, stages=2)
+    doc["stages"][0]["spec"]["model"] = model.public_id
+    if case == "unregistered":
+        words = f"{model.public_id!r} is not a base model of alpha"
+        BaseModel.objects.filter(pk=model.pk).delete()
+    else:
+        words = base_model_refusal(base_model=model)
+        assert "does not exist" in words and "register it again from there" in words
+    form = client_for(team.teammate).post("/p/alpha/pipelines/new/", {"document": yaml.safe_dump(doc)})
+    assert form.status_code == 400
+    assert f"<li><code>stages.0.spec.model</code>: {escape(words)}</li>" in form.content.decode()
+    _token, secret_key = token_create(user=team.teammate, name="pipelines")
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {secret_key}").post(
+        "/api/v1/projects/alpha/pipelines/", json.dumps(doc), content_type="application/json")
+    assert api.status_code == 400 and api.json()["errors"] == {"stages.0.spec.model": [words]}
+    assert not Pipeline.objects.exists() and not Run.objects.exists() and sent_tasks.calls == []
+
+
+def test_a_stage_whose_reward_model_became_unusable_after_creation_fails_at_its_launch_in_the_same_words(
+        team, catalog, sent_tasks, tmp_path):
+    """What a later stage names may change after the pipeline was made (here its reward run trained further, so it
+    has no exported model while it runs): the stage then fails at its launch, in the words creation gives it."""
+    from webapp.runs import services
+    from webapp.runs.models import Artifact
+
+    reward = services.run_create(project=team.project, user=team.teammate, spec={
+        "task": "reward", "model": catalog.base_model.public_id, "data": {"train": catalog.preference.public_id},
+        "train": {"max_steps": 10, "batch_size": 2}})
+    Run.objects.filter(pk=reward.pk).update(status=RunStatus.SUCCEEDED)
+    Artifact.objects.create(run=reward, kind=ArtifactKind.MODEL, step=10, path=str(tmp_path / "reward-export"))
+    doc = document(catalog, stages=1)
+    doc["stages"].append({"name": "rl", "spec": {
+        "task": "grpo", "data": {"train": catalog.prompts.public_id}, "train": {"max_steps": 5, "batch_size": 2},
+        "grpo": {"num_generations": 2, "rewards": [{"name": "reward_model", "args": {"model": reward.public_id}}]}}})
+    pipeline = pipelines.pipeline_create(project=team.project, document=doc, user=team.teammate)
+    Run.objects.filter(pk=reward.pk).update(status=RunStatus.RUNNING)
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document=doc, user=team.teammate)
+    [words] = caught.value.message_dict["stages.1.spec.grpo.rewards.0.args.model"]
+    assert words == f"run {reward.public_id} has no exported reward model (it is running)"
+    pipelines.pipeline_advance(run=finish(pipeline.runs.get(), tmp_path=tmp_path))
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.FAILED
+    assert pipeline.message.startswith(f"stage 2 could not start: {words}; the result stays")

@@ -1111,6 +1111,27 @@ def test_inherited_variables_the_template_never_reads_are_warned_of_once_not_at_
     assert rewritten.resolved_spec["data"]["chat_template_kwargs"] == {"enable_thinking": False, "persona": "verbose"}
 
 
+def test_a_base_models_own_variable_its_template_never_reads_is_named_once_at_the_launch(team, catalog, sent_tasks,
+                                                                                        tmp_path):
+    """The engine leaves a model directory's own variables (its chat_template_kwargs.json) that its template never
+    reads out of the run's renders and exports; a run launched here is told so in its log when it is queued, by the
+    launch (the engine, told the run came from a launch, says nothing more: a name the source run's Run row also
+    held was told twice). The spec's own variables are its author's, warned of at the launch, not named here."""
+    from tests.webapp.factories import make_base_model
+
+    directory = thinking_model_dir(tmp_path / "persona", own_variables={"enable_thinking": False, "persona": "pirate",
+                                                                          "tone": "dry"})
+    model = make_base_model(team.project, name="persona", path=str(directory))
+    run = services.run_create(project=team.project, spec=sft_spec(catalog, model=model.public_id), user=team.teammate)
+    assert list(run.log_lines.filter(message__contains="persona").values_list("message", flat=True)) == [
+        f"data.chat_template_kwargs: persona, tone of {model.public_id}'s variables not carried on: the model's chat "
+        "template never reads them"]
+    spec = sft_spec(catalog, model=model.public_id)
+    spec["data"]["chat_template_kwargs"] = {"persona": "own", "tone": "own"}
+    written = services.run_create(project=team.project, spec=spec, user=team.teammate)
+    assert not written.log_lines.filter(message__contains="not carried on").exists()
+
+
 def test_template_variables_the_models_chat_template_never_reads_are_warned_of_at_launch(team, catalog, sent_tasks,
                                                                                            tmp_path):
     """data.chat_template_kwargs reach the run as written; a name the model's template never reads (a typo of
