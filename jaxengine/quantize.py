@@ -259,7 +259,7 @@ def load_quantized(model_dir: str | Path, *, compute_dtype=jnp.bfloat16):
     hf_config, config = read_hf_config(model_dir)
     # The codes and scales against config.json from the file's header, as the loader checks a model's weights: a
     # damaged copy (a tensor cut short, a config.json edited) is named here, not a shape error deep in jax.
-    layout = _quantized_layout(description, model_dir / QUANTIZATION_FILE)
+    layout = quantized_layout(description, model_dir / QUANTIZATION_FILE)
     check_weights_match_config(model_dir, hf_config, config, error=QuantizationError, quantized=layout)
     model = nnx.eval_shape(lambda: build_model(config, rngs=nnx.Rngs(0), param_dtype=jnp.bfloat16,
                                                compute_dtype=compute_dtype))
@@ -290,7 +290,7 @@ def load_quantized(model_dir: str | Path, *, compute_dtype=jnp.bfloat16):
     return nnx.merge(graphdef, nnx.from_flat_state(filled)), config, description
 
 
-def _quantized_layout(description: dict, path: Path) -> QuantizedLayout:
+def quantized_layout(description: dict, path: Path) -> QuantizedLayout:
     """The bits and group size of a serving copy's ``description`` (its quantization.json at ``path``), checked as
     ``QuantScheme`` checks a scheme."""
     bits, group_size = description.get("bits"), description.get("group_size")

@@ -375,5 +375,7 @@ def test_a_damaged_serving_copy_is_named_before_its_model_is_built(int4_copy, tm
         quantize.load_quantized(copy)
     assert str(caught.value) == expected
     capsys.readouterr()
-    assert main(["generate", "--model", str(copy), "--prompt", "x", "--max-new-tokens", "2"]) == 2
-    assert capsys.readouterr().err == f"jaxengine generate: error: {expected}\n"
+    for command in (["inspect", "--model", str(copy)],
+                    ["generate", "--model", str(copy), "--prompt", "x", "--max-new-tokens", "2"]):
+        assert main(command) == 2
+        assert capsys.readouterr().err == f"jaxengine {command[0]}: error: {expected}\n"
