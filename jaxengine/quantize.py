@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxengine.checkpoint.weights_check import QuantizedLayout, check_weights_match_config
 from jaxengine.data.formats import DataSource, Entry
 from jaxengine.job import QUANTIZATION_FILE  # jax-free there, for its own check of a model directory
 from jaxengine.json_files import read_json_object
@@ -255,7 +256,11 @@ def load_quantized(model_dir: str | Path, *, compute_dtype=jnp.bfloat16):
         raise QuantizationError(f"{model_dir / QUANTIZATION_FILE}: format {description.get('format')!r} version "
                                 f"{description.get('version')!r} is not {FORMAT_NAME!r} version {FORMAT_VERSION}; "
                                 "export the serving copy again with this version of jaxengine")
-    _, config = read_hf_config(model_dir)
+    hf_config, config = read_hf_config(model_dir)
+    # The codes and scales against config.json from the file's header, as the loader checks a model's weights: a
+    # damaged copy (a tensor cut short, a config.json edited) is named here, not a shape error deep in jax.
+    layout = quantized_layout(description, model_dir / QUANTIZATION_FILE)
+    check_weights_match_config(model_dir, hf_config, config, error=QuantizationError, quantized=layout)
     model = nnx.eval_shape(lambda: build_model(config, rngs=nnx.Rngs(0), param_dtype=jnp.bfloat16,
                                                compute_dtype=compute_dtype))
     with contextlib.ExitStack() as stack:
@@ -272,7 +277,7 @@ def load_quantized(model_dir: str | Path, *, compute_dtype=jnp.bfloat16):
             axes = linear.kernel.get_metadata().get("logical_axes", (None, None))
             linear.quantized = nnx.data(ServingKernel(
                 jnp.asarray(read(_tensor_name(path, ".qweight"))), jnp.asarray(read(_tensor_name(path, ".scales"))),
-                bits=description["bits"], compute_dtype=compute_dtype, axes=axes))
+                bits=layout.bits, compute_dtype=compute_dtype, axes=axes))
             del linear.kernel
         graphdef, state = nnx.split(model)
         filled = []
@@ -283,6 +288,20 @@ def load_quantized(model_dir: str | Path, *, compute_dtype=jnp.bfloat16):
                 variable = variable.replace(jnp.asarray(array.T if transposed else array, jnp.bfloat16))
             filled.append((path, variable))
     return nnx.merge(graphdef, nnx.from_flat_state(filled)), config, description
+
+
+def quantized_layout(description: dict, path: Path) -> QuantizedLayout:
+    """The bits and group size of a serving copy's ``description`` (its quantization.json at ``path``), checked as
+    ``QuantScheme`` checks a scheme."""
+    bits, group_size = description.get("bits"), description.get("group_size")
+    if not (isinstance(bits, int) and (group_size is None or isinstance(group_size, int))):
+        raise QuantizationError(f"{path}: bits {bits!r} and group_size {group_size!r} must be whole numbers (group_size "
+                                "may be null); export the serving copy again")
+    try:
+        QuantScheme(bits=bits, group_size=group_size)
+    except QuantizationError as error:
+        raise QuantizationError(f"{path}: {error}; export the serving copy again") from None
+    return QuantizedLayout(bits=bits, group_size=group_size, description=path)
 
 
 def token_nll(model: nnx.Module, sequences: Sequence[Sequence[int]], *,

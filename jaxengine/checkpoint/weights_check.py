@@ -39,6 +39,19 @@ class ExpectedTensor:
     shape: tuple[int, ...]
     sized_by: tuple[str, ...]
     prefixed: bool = True
+    projection: bool = False  # a q/k/v/o/gate/up/down kernel, stored as codes and scales in a serving copy
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuantizedLayout:
+    """How a quantized serving copy (``jaxengine.quantize``) stores each projection ``[out, in]``: as
+    ``<module>.qweight`` codes ``[in, out]`` (``[in / 2, out]`` under int4, two codes a byte) and ``<module>.scales``
+    ``[in / group_size, out]`` (one group of ``in`` rows where ``group_size`` is None), as ``description`` (its
+    quantization.json) says; every other tensor as a Hugging Face checkpoint stores it."""
+
+    bits: int
+    group_size: int | None
+    description: Path
 
 
 def expected_tensors(config: ModelConfig) -> Iterator[ExpectedTensor]:
@@ -50,16 +63,17 @@ def expected_tensors(config: ModelConfig) -> Iterator[ExpectedTensor]:
     hidden_sized, mlp_sized = f"hidden_size = {hidden}", f"intermediate_size = {mlp}"
     yield ExpectedTensor("embed_tokens.weight", (vocab, hidden), (f"vocab_size = {vocab}", hidden_sized))
     for layer in range(config.num_layers):
-        def tensor(module: str, shape: tuple[int, ...], sized_by: tuple[str, ...]) -> ExpectedTensor:
-            return ExpectedTensor(f"layers.{layer}.{module}", shape, sized_by)
+        def tensor(module: str, shape: tuple[int, ...], sized_by: tuple[str, ...], *,
+                   projection: bool = False) -> ExpectedTensor:
+            return ExpectedTensor(f"layers.{layer}.{module}", shape, sized_by, projection=projection)
 
         yield tensor("input_layernorm.weight", (hidden,), (hidden_sized,))
         for projection, width, sized in (("q_proj", q_width, q_sized), ("k_proj", kv_width, kv_sized),
                                          ("v_proj", kv_width, kv_sized)):
-            yield tensor(f"self_attn.{projection}.weight", (width, hidden), (sized, hidden_sized))
+            yield tensor(f"self_attn.{projection}.weight", (width, hidden), (sized, hidden_sized), projection=True)
             if config.qkv_bias:
                 yield tensor(f"self_attn.{projection}.bias", (width,), (sized,))
-        yield tensor("self_attn.o_proj.weight", (hidden, q_width), (hidden_sized, q_sized))
+        yield tensor("self_attn.o_proj.weight", (hidden, q_width), (hidden_sized, q_sized), projection=True)
         if config.o_proj_bias:
             yield tensor("self_attn.o_proj.bias", (hidden,), (hidden_sized,))
         if config.qk_norm:
@@ -69,7 +83,7 @@ def expected_tensors(config: ModelConfig) -> Iterator[ExpectedTensor]:
         for projection, shape, sized in (("gate_proj", (mlp, hidden), (mlp_sized, hidden_sized)),
                                          ("up_proj", (mlp, hidden), (mlp_sized, hidden_sized)),
                                          ("down_proj", (hidden, mlp), (hidden_sized, mlp_sized))):
-            yield tensor(f"mlp.{projection}.weight", shape, sized)
+            yield tensor(f"mlp.{projection}.weight", shape, sized, projection=True)
             if config.mlp_bias:
                 yield tensor(f"mlp.{projection}.bias", shape[:1], sized[:1])
         if config.sandwich_norms:
@@ -79,6 +93,25 @@ def expected_tensors(config: ModelConfig) -> Iterator[ExpectedTensor]:
     if not config.tie_word_embeddings:
         yield ExpectedTensor("lm_head.weight", (vocab, hidden),
                              (f"vocab_size = {vocab}", hidden_sized), prefixed=False)
+
+
+def _as_stored(tensor: ExpectedTensor, layout: QuantizedLayout | None, error: type[Exception]
+               ) -> tuple[ExpectedTensor, ...]:
+    """``tensor`` as a checkpoint of ``layout`` stores it: a projection of a serving copy as its codes and scales."""
+    if layout is None or not tensor.projection:
+        return (tensor,)
+    (out_features, in_features), (out_sized, in_sized) = tensor.shape, tensor.sized_by
+    group = layout.group_size or in_features
+    if in_features % group or (layout.bits == 4 and in_features % 2):
+        raise error(f"{layout.description}: group_size {group} (int{layout.bits}) does not divide the input width "
+                    f"{in_features} of {tensor.name!r} ({in_sized}); make the serving copy again from the model it "
+                    "was made from")
+    stem = tensor.name.removesuffix(".weight")
+    codes_per_byte = 2 if layout.bits == 4 else 1
+    packed = f"{in_sized} / 2, two int4 codes a byte" if codes_per_byte == 2 else in_sized
+    return (ExpectedTensor(f"{stem}.qweight", (in_features // codes_per_byte, out_features), (packed, out_sized)),
+            ExpectedTensor(f"{stem}.scales", (in_features // group, out_features),
+                           (f"{in_sized} / group_size {group}", out_sized)))
 
 
 def _shape(shape) -> str:
@@ -98,14 +131,16 @@ def _implied_by(tensor: ExpectedTensor, config: ModelConfig, field: str) -> str:
 
 def check_weights_match_config(model_dir: str | Path, hf_config: dict, config: ModelConfig, *,
                                error: type[Exception] = ValueError, remedy: str = "use",
-                               files: list[Path] | None = None) -> None:
+                               files: list[Path] | None = None, quantized: QuantizedLayout | None = None) -> None:
     """Raise ``error`` when the safetensors files of ``model_dir`` (``files``, default those the loader reads) do
     not hold exactly the tensors ``config`` (read from ``hf_config``, its config.json) implies, with their shapes:
     a vocab_size that is not the embedding's rows, a num_hidden_layers that is not the layers stored, or the first
     tensors missing or of another shape, each named with its file, both shapes and the fields that size it.
     ``remedy`` ends the message: "set the field, or ``remedy`` the weights this config.json was written for".
     Tensors of other models a checkpoint may carry (a vision tower) and a head beside tied embeddings are let be,
-    as the loader lets them be. Reads headers only; a directory without weights is left to its reader's message."""
+    as the loader lets them be. Reads headers only; a directory without weights is left to its reader's message.
+    ``quantized``: the directory is a serving copy of that layout, whose projections are checked as codes and scales
+    (``jaxengine.quantize.load_quantized``)."""
     model_dir = Path(model_dir)
     config_path = model_dir / "config.json"
     files = safetensors_header.checkpoint_files(model_dir, error=error) if files is None else files
@@ -118,7 +153,9 @@ def check_weights_match_config(model_dir: str | Path, hf_config: dict, config: M
         return
     field = "text_config." if config.family in NESTED_TEXT_CONFIG_FAMILIES and isinstance(
         hf_config.get("text_config"), dict) else ""
-    ending = f", or {remedy} the weights this config.json was written for"
+    described_by = "config.json" if quantized is None else f"config.json and {quantized.description.name}"
+    ending = (", or make the serving copy again from the model it was made from" if quantized is not None
+              else f", or {remedy} the weights this config.json was written for")
     for name, (file, shape) in located.items():
         if name.endswith(VOCABULARY_ROWS) and len(shape) == 2 and shape[0] != config.vocab_size:
             raise error(vocab_size_mismatch(config_path, config.vocab_size, name, file, shape[0], remedy=remedy))
@@ -148,7 +185,7 @@ def check_weights_match_config(model_dir: str | Path, hf_config: dict, config: M
                     f"{field}num_hidden_layers to {stored}{ending}")
 
     problems = []
-    for tensor in expected_tensors(config):
+    for tensor in (stored for expected in expected_tensors(config) for stored in _as_stored(expected, quantized, error)):
         names = [prefix + tensor.name for prefix in prefixes] if tensor.prefixed else [tensor.name]
         name = next((candidate for candidate in names if candidate in located), None)
         if name is None:
@@ -163,7 +200,7 @@ def check_weights_match_config(model_dir: str | Path, hf_config: dict, config: M
             else:
                 sized = list(tensor.sized_by)
             problems.append(f"{name!r} in {file} has shape {_shape(shape)} in its header, {_shape(tensor.shape)} "
-                            f"from config.json ({field}{f', {field}'.join(sized)})")
+                            f"from {described_by} ({field}{f', {field}'.join(sized)})")
     if problems:
         more = f"; and {len(problems) - NAMED_PROBLEMS} more" if len(problems) > NAMED_PROBLEMS else ""
         raise error(f"{config_path} does not describe the weights: {'; '.join(problems[:NAMED_PROBLEMS])}{more}; "

@@ -43,8 +43,15 @@ def describe(model_dir: Path) -> dict[str, Any]:
 
     hf_config, config = read_model_config(model_dir)
     weights = safetensors_summary(model_dir)
-    if not (model_dir / QUANTIZATION_FILE).is_file():  # a serving copy's codes are checked against its source when it is made
-        check_weights_match_config(model_dir, hf_config, config, error=CliError)
+    quantized = None
+    if (model_dir / QUANTIZATION_FILE).is_file():  # a serving copy: its codes and scales, as load_quantized checks them
+        from jaxengine.json_files import read_json_object
+        from jaxengine.quantize import quantized_layout
+
+        description = read_json_object(model_dir / QUANTIZATION_FILE, error=CliError,
+                                       advice="export the serving copy again")
+        quantized = quantized_layout(description, model_dir / QUANTIZATION_FILE)
+    check_weights_match_config(model_dir, hf_config, config, error=CliError, quantized=quantized)
     if not any((model_dir / name).is_file() for name in (TOKENIZER_JSON_FILE, SENTENCEPIECE_FILE)):
         tokenizer_facts: dict[str, Any] = {
             "type": None, "problem": f"no {TOKENIZER_JSON_FILE} or {SENTENCEPIECE_FILE} in {model_dir}"}

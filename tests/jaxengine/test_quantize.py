@@ -311,3 +311,71 @@ def test_serving_copies_of_many_structures_leave_no_programs_behind(tmp_path):
         gc.collect()  # a holder of jitted methods and its functions form a cycle
         counts.append(live_programs())
     assert counts[-1] <= counts[1], counts
+
+
+@pytest.fixture(scope="module")
+def int4_copy(tiny_model_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("int4-copy") / "copy"
+    quantize.quantize_model_dir(tiny_model_dir, out, scheme_name="int4", group_size=32)
+    return out
+
+
+def _retensored(name: str, change):
+    def damage(copy: Path) -> None:
+        from safetensors.numpy import load_file, save_file
+
+        tensors = load_file(copy / "model.safetensors")
+        tensors[name] = change(tensors[name])
+        save_file(tensors, copy / "model.safetensors", metadata={"format": quantize.FORMAT_NAME})
+    return damage
+
+
+def _reconfigured(file: str, **fields):
+    def damage(copy: Path) -> None:
+        import json
+
+        (copy / file).write_text(json.dumps({**json.loads((copy / file).read_text()), **fields}))
+    return damage
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (_retensored("model.layers.1.self_attn.q_proj.qweight", lambda codes: codes[:, :64]),
+     "{copy}/config.json does not describe the weights: 'model.layers.1.self_attn.q_proj.qweight' in "
+     "{copy}/model.safetensors has shape [32, 64] in its header, [32, 128] from config.json and quantization.json "
+     "(num_attention_heads × head_dim = 4 × 32); correct the config.json fields named, or make the serving copy "
+     "again from the model it was made from"),
+    (_retensored("model.layers.1.mlp.down_proj.scales", lambda scales: scales[:2]),
+     "{copy}/config.json does not describe the weights: 'model.layers.1.mlp.down_proj.scales' in "
+     "{copy}/model.safetensors has shape [2, 64] in its header, [4, 64] from config.json and quantization.json "
+     "(intermediate_size = 128 / group_size 32); correct the config.json fields named, or make the serving copy "
+     "again from the model it was made from"),
+    (_reconfigured("config.json", num_hidden_layers=3),
+     "{copy}/config.json: num_hidden_layers is 3, but the weights hold 2 layers (the last, layer 1, in "
+     "{copy}/model.safetensors); set num_hidden_layers to 2, or make the serving copy again from the model it was "
+     "made from"),
+    (_reconfigured("quantization.json", group_size=48),
+     "{copy}/quantization.json: group_size 48 (int4) does not divide the input width 64 of "
+     "'layers.0.self_attn.q_proj.weight' (hidden_size = 64); make the serving copy again from the model it was "
+     "made from"),
+    (_reconfigured("quantization.json", bits=3),
+     "{copy}/quantization.json: quantize bits: 3 is not one of 8, 4; export the serving copy again"),
+], ids=["codes-cut-short", "scales-cut-short", "config-layers", "group-size-edited", "bits-edited"])
+def test_a_damaged_serving_copy_is_named_before_its_model_is_built(int4_copy, tmp_path, capsys, damage, problem):
+    """Issue: load_quantized read a copy's codes and scales without the loader's header check against config.json:
+    a tensor cut short or a config.json edited loaded, to fail as a shape error deep in jax at the first token (or
+    to answer wrongly). Now named: file, tensor, both shapes and the fields that size it, by the loader's check."""
+    import shutil
+
+    from jaxengine.cli import main
+
+    copy = shutil.copytree(int4_copy, tmp_path / "copy")
+    damage(copy)
+    expected = problem.format(copy=copy)
+    with pytest.raises(quantize.QuantizationError) as caught:
+        quantize.load_quantized(copy)
+    assert str(caught.value) == expected
+    capsys.readouterr()
+    for command in (["inspect", "--model", str(copy)],
+                    ["generate", "--model", str(copy), "--prompt", "x", "--max-new-tokens", "2"]):
+        assert main(command) == 2
+        assert capsys.readouterr().err == f"jaxengine {command[0]}: error: {expected}\n"

@@ -79,38 +79,6 @@ def test_a_download_stops_when_its_client_loses_access(team, monkeypatch, lose_a
     assert 0 < first and total < SIZE
 
 
-@pytest.fixture
-def served(caplog):
-    """``webapp.asgi`` served by uvicorn in a thread of this process (the test database, this test's settings), as
-    ``make up`` serves it (h11, no proxy headers); its log and Temper's in ``caplog``."""
-    import logging
-    import socket
-    import threading
-    import time
-
-    import uvicorn
-
-    from webapp.asgi import application
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=port, lifespan="off",
-                                           proxy_headers=False, log_config=None))
-    thread = threading.Thread(target=server.run, daemon=True)
-    with caplog.at_level(logging.INFO):
-        thread.start()
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.05)
-        try:
-            yield port
-        finally:
-            server.should_exit = True
-            thread.join(timeout=10)
-
-
 @pytest.mark.django_db(transaction=True)  # the server's threads read the rows this test writes
 @pytest.mark.parametrize("download", [dataset_file, run_export], ids=lambda download: download.__name__)
 def test_a_download_cut_on_purpose_is_one_plain_line_in_the_servers_log(team, monkeypatch, served, caplog, download):

@@ -42,7 +42,8 @@ from webapp.core.submissions import (IDEMPOTENCY_HEADER, IdempotencyKeyReused, S
 from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
-from webapp.datasets.uploads import LimitedUploadHandler, body_too_large, one_file_per_upload_message
+from webapp.datasets.uploads import (LimitedUploadHandler, body_too_large, file_too_large_message,
+                                     one_file_per_upload_message, upload_cut_short_message)
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
 from webapp.review import selectors as review_selectors
@@ -292,6 +293,8 @@ def _base_model_upload(request: HttpRequest, slug: str) -> JsonResponse:
     files = request.FILES  # parsed here: the archive streams to a temporary file, dropped once past the limit
     if handler.exceeded:
         return _error(413, detail=basemodel_uploads.archive_too_large_message(limit))
+    if handler.cut_short is not None:
+        raise ValidationError({"archive": upload_cut_short_message(handler.cut_short)})
     _multipart_checked(request, text_fields=("name",), file_field="archive",
                        several_files=basemodel_uploads.several_archives_message,
                        fields_sent="a model upload; send name and archive")
@@ -363,11 +366,19 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
         return JsonResponse({"datasets": [_dataset_json(dataset) for dataset in page.rows],
                              "next": paging.next_link(request, sort="datasets", after=page.next_after)})
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    # Bounded as the Upload page's (the guard in front has held the body to the limit): a file cut short is named.
+    handler = LimitedUploadHandler(request, max_bytes=settings.TEMPER_MAX_UPLOAD_BYTES)
+    request.upload_handlers = [handler]
+    files = request.FILES  # parsed here, with the handler
+    if handler.exceeded:
+        return _error(413, detail=file_too_large_message(handler.max_bytes))
+    if handler.cut_short is not None:
+        raise ValidationError({"file": upload_cut_short_message(handler.cut_short)})
     _multipart_checked(request, text_fields=UPLOAD_TEXT_FIELDS, file_field="file",
                        several_files=one_file_per_upload_message,
                        fields_sent="an upload; send file, kind, name (or dataset for a new version), file_format, "
                                    "mapping")
-    upload = request.FILES.get("file")
+    upload = files.get("file")
     if upload is None:
         raise ValidationError({"file": "attach the dataset file as the multipart field 'file'"})
     try:

@@ -30,7 +30,6 @@ import errno
 import json
 import math
 import os
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -38,7 +37,7 @@ from pathlib import Path, PurePath
 from jaxengine.chat_template import ChatTemplateError
 from jaxengine.checkpoint import safetensors_header
 from jaxengine.checkpoint.weights_check import check_weights_match_config
-from jaxengine.json_files import UNREADABLE_JSON, json_problem
+from jaxengine.json_files import UNREADABLE_JSON, json_problem, refuse_values_no_model_holds
 from jaxengine.models.config import (NESTED_TEXT_CONFIG_FAMILIES, REQUIRED_CONFIG_FIELDS, VOCABULARY_ROWS,
                                      UnsupportedArchitectureError, family_for_hf_config, from_hf_config,
                                      hf_field_type_problem, vocab_size_mismatch)
@@ -48,8 +47,6 @@ from jaxengine.tokenizer import TokenizerError, UnknownEosTokenError, load_token
 MAX_CONFIG_BYTES = 1024 * 1024
 # Sizes and counts past this are no model's (and the database's integers end at 2**63).
 MAX_COUNT = 2**53
-# The largest float: an integer in config.json past it cannot be read as one (OverflowError).
-MAX_FLOAT = sys.float_info.max
 SHARD_INDEX = "model.safetensors.index.json"
 # Keys under which Hugging Face configs of the common families state the context length.
 CONTEXT_LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
@@ -341,36 +338,6 @@ def _vocab_size(config: dict, family: str, config_path: Path) -> int | None:
     return _first_int(config, ("vocab_size",), source=config_path)
 
 
-def _refuse_values_no_model_holds(config: dict, config_path: Path) -> None:
-    """``ModelDirError`` naming the first field of ``config`` (nested ones by their dotted path) that is an integer
-    past a float's range or a number that is not finite (``1e999`` and ``NaN`` as Python's json reads them), or whose
-    name or text holds half of a UTF-16 surrogate pair (JSON's ``"\\udce9"``): a config reader turning the first
-    into a float (rope_theta, rms_norm_eps) raised OverflowError, the second cannot be stored (JSON has no infinity),
-    and the third cannot be encoded (the model's page, which shows config.json, was a 500). Numbers within range are
-    judged by the checks of their fields."""
-    pending: list[tuple[str, object]] = [(str(key), value) for key, value in config.items()]
-    while pending:
-        field, value = pending.pop()
-        if (half := next((char for text in (field, value) if isinstance(text, str) for char in text
-                          if "\ud800" <= char <= "\udfff"), None)) is not None:
-            raise ModelDirError(f"{config_path}: field {field!r} holds half of a UTF-16 surrogate pair (a lone "
-                                f"\\u{ord(half):04x} escape), which is no text; fix the field")
-        if isinstance(value, dict):
-            pending.extend((f"{field}.{key}", inner) for key, inner in value.items())
-            continue
-        if isinstance(value, list):
-            pending.extend((f"{field}[{index}]", inner) for index, inner in enumerate(value))
-            continue
-        if isinstance(value, int) and abs(value) > MAX_FLOAT:
-            said = f"an integer of {len(str(abs(value)))} digits"
-        elif isinstance(value, float) and not math.isfinite(value):
-            said = repr(value)
-        else:
-            continue
-        raise ModelDirError(f"{config_path}: field {field!r} is {said}, past the range of the numbers a config "
-                            "holds (a float's, finite); fix the field")
-
-
 def read_model_facts(model_dir: Path, *, models_root: Path, project_slug: str) -> ModelFacts:
     """Inspect a resolved model directory (see ``resolve_model_dir``) under ``models_root``, for project
     ``project_slug``: none of the files read may lie in another project's folder."""
@@ -387,7 +354,7 @@ def read_model_facts(model_dir: Path, *, models_root: Path, project_slug: str) -
         raise ModelDirError(f"{config_path}: not valid JSON ({json_problem(exc)})") from None
     if not isinstance(config, dict):
         raise ModelDirError(f"{config_path}: must hold a JSON object")
-    _refuse_values_no_model_holds(config, config_path)
+    refuse_values_no_model_holds(config, path=config_path, error=ModelDirError)
     architectures = config.get("architectures") or []
     if not isinstance(architectures, list) or not all(isinstance(name, str) for name in architectures):
         raise ModelDirError(f"{config_path}: 'architectures' must be a list of class names, e.g. "

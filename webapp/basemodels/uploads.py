@@ -53,6 +53,7 @@ from webapp.basemodels.inspection import UPLOAD_PARTIAL_PREFIX, ModelDirError, p
 from webapp.basemodels.models import BaseModel
 from webapp.basemodels.selectors import basemodel_named
 from webapp.basemodels.services import BASE_MODEL_NAME_MAX, basemodel_register, name_taken_message
+from webapp.basemodels.zip_end import TAIL_BYTES, zip_end
 from webapp.core.text import checked_name
 from webapp.projects.models import Project
 
@@ -288,15 +289,20 @@ def _kind(lower_name: str) -> str:
 
 def _unpack_zip(archive: Path, archive_name: str, into: Path, max_bytes: int, max_members: int) -> None:
     # zipfile reads the central directory whole into memory (an object per entry) before its members can be counted:
-    # its size, from the end record, is judged first.
+    # its size, from the end record (read where zipfile reads it: zip_end), is judged first.
     with open(archive, "rb") as raw:
-        end_record = zipfile._EndRecData(raw)  # zipfile's own reader of that record (zip64 too)
-    if end_record:
-        central_bytes, most = end_record[zipfile._ECD_SIZE], max_members * ZIP_CENTRAL_DIRECTORY_BYTES_PER_MEMBER
-        if central_bytes > most:
-            raise ArchiveError(f"{archive_name}: its central directory (the list of members) is {central_bytes:,} "
-                               f"bytes, more than {max_members:,} members take ({most:,} bytes, 4 KiB a member, "
-                               "TEMPER_MODEL_UPLOAD_MAX_MEMBERS); pack the model directory alone")
+        file_size = raw.seek(0, os.SEEK_END)
+        raw.seek(max(file_size - TAIL_BYTES, 0))
+        try:
+            end = zip_end(raw.read(), file_size=file_size)
+        except ValueError as error:
+            raise ArchiveError(f"{archive_name}: not a readable zip archive ({error}); pack it again") from None
+    central_bytes = end.central_directory_bytes if end is not None else 0  # None: zipfile refuses it next
+    most = max_members * ZIP_CENTRAL_DIRECTORY_BYTES_PER_MEMBER
+    if central_bytes > most:
+        raise ArchiveError(f"{archive_name}: its central directory (the list of members) is {central_bytes:,} "
+                           f"bytes, more than {max_members:,} members take ({most:,} bytes, 4 KiB a member, "
+                           "TEMPER_MODEL_UPLOAD_MAX_MEMBERS); pack the model directory alone")
     with zipfile.ZipFile(archive) as packed:
         members = packed.infolist()
         if len(members) > max_members:

@@ -22,7 +22,7 @@ from webapp.core.forms import add_service_errors
 from webapp.core.numbers import whole_number
 from webapp.core.submissions import deleted_once_or_refused, form_send_once, sent_once_or_refused
 from webapp.datasets.models import DatasetVersion
-from webapp.datasets.uploads import LimitedUploadHandler, body_too_large
+from webapp.datasets.uploads import LimitedUploadHandler, body_too_large, upload_cut_short_message
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
 from webapp.runs import serving_copies
@@ -113,6 +113,11 @@ def _upload_checked(request, project, membership, handler: LimitedUploadHandler 
         form.is_valid()  # cleans the other fields, so that add_error may add to them
         form.add_error("archive", uploads.archive_too_large_message(handler.max_bytes))
         return _render_upload(request, project, membership, form, status=413)
+    if handler is not None and handler.cut_short is not None:
+        form.is_valid()
+        form.errors.pop("archive", None)  # "This field is required.": it was sent, and cut short
+        form.add_error("archive", upload_cut_short_message(handler.cut_short))
+        return _render_upload(request, project, membership, form, status=400)
     if form.is_valid():
         archive = form.cleaned_data["archive"]
 

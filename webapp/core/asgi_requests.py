@@ -7,6 +7,12 @@ bytes, none without the header: an upload reached its view with no fields and no
 attach the file it had attached. ``MeasuredBodyRequest`` gives such a request the length of what was received. The
 body is bounded as one with a length is: ``datasets.uploads.RequestBodyLimit``, in front of this handler, counts a
 body without a length as it arrives and refuses it (413) past the same limits, before the view runs.
+
+A body that stops before its ``Content-Length`` (the client disconnects, or only stops sending and shuts its side)
+never reaches a view: uvicorn reports the closed connection as ``http.disconnect``, and Django's handler drops the
+request, closing (so deleting) the file it was spooling the body to; there is no one left to answer. What does reach
+a view is a body complete to its length that ends inside a multipart file (the client's length was that of what it
+sent): the upload views say so (``datasets.uploads.LimitedUploadHandler.cut_short``).
 """
 from __future__ import annotations
 
@@ -16,15 +22,16 @@ from django.core.handlers.asgi import ASGIHandler, ASGIRequest
 
 
 class MeasuredBodyRequest(ASGIRequest):
-    """An ``ASGIRequest`` whose ``CONTENT_LENGTH``, when the client sent none, is the size of the body received."""
+    """An ``ASGIRequest`` whose ``CONTENT_LENGTH``, when the client sent none, is the size of the body received;
+    ``body_received`` is that size, with a length or without (an upload that ends inside its file says it:
+    ``datasets.uploads.upload_cut_short_message``)."""
 
     def __init__(self, scope, body_file):
         super().__init__(scope, body_file)
-        if "CONTENT_LENGTH" not in self.META:
-            size = body_file.seek(0, os.SEEK_END)
-            body_file.seek(0)
-            if size:
-                self.META["CONTENT_LENGTH"] = str(size)
+        self.body_received = body_file.seek(0, os.SEEK_END)
+        body_file.seek(0)
+        if "CONTENT_LENGTH" not in self.META and self.body_received:
+            self.META["CONTENT_LENGTH"] = str(self.body_received)
 
 
 class MeasuredBodyASGIHandler(ASGIHandler):

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import tempfile
+from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,6 +25,7 @@ from django.contrib.auth import get_user
 from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import StopUpload, TemporaryFileUploadHandler
 from django.db import connections
+from django.template.defaultfilters import filesizeformat
 from django.http.cookie import parse_cookie
 
 from webapp.api.services import token_authenticate
@@ -50,17 +52,58 @@ def body_too_large(content_length: str | int | None, *, max_upload_bytes: int) -
     return length > max_upload_bytes + MULTIPART_OVERHEAD_BYTES
 
 
+def file_too_large_message(limit: int) -> str:
+    """The refusal of a dataset file past ``TEMPER_MAX_UPLOAD_BYTES`` as it arrives, on the page and in the API."""
+    return (f"the file is over the {filesizeformat(limit)} upload limit; split it into smaller files "
+            "or ask an administrator to raise TEMPER_MAX_UPLOAD_BYTES")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CutShort:
+    """A multipart body that ended inside a file: ``file_bytes`` of ``file_name`` had come; the body held
+    ``body_bytes`` of the ``announced_bytes`` its Content-Length announced (None where the server does not say)."""
+    file_name: str
+    file_bytes: int
+    body_bytes: int | None
+    announced_bytes: int | None
+
+
+def upload_cut_short_message(cut: CutShort) -> str:
+    """The refusal of an upload whose body ended before its file did, on the pages and in the API: it was no
+    missing field (Django's parser drops the unfinished file, and the view was left to ask for it)."""
+    if cut.body_bytes is not None and cut.announced_bytes is not None and cut.body_bytes < cut.announced_bytes:
+        arrived = f"{cut.body_bytes:,} bytes of the {cut.announced_bytes:,} the request announced arrived"
+    else:
+        arrived = (f"{cut.file_bytes:,} bytes of it arrived, then the request's body ended with no closing multipart "
+                   "boundary (the client stopped sending, or sent the length of what it had)")
+    return f"the upload ended before {cut.file_name} was complete: {arrived}; nothing was saved: send it again"
+
+
 class LimitedUploadHandler(TemporaryFileUploadHandler):
     """Streams each file to a temporary file and stops the upload once a file passes ``max_bytes``.
 
-    After parsing, ``exceeded`` tells the view that a file was dropped for its size.
+    After parsing, ``exceeded`` tells the view that a file was dropped for its size, and ``cut_short`` that the body
+    ended inside a file (Django's parser drops that file and deletes its temporary file, without a word).
     """
 
     def __init__(self, request=None, *, max_bytes: int):
         super().__init__(request)
         self.max_bytes = max_bytes
         self.exceeded = False
+        self.cut_short: CutShort | None = None
         self._received = 0
+        self._announced: int | None = None
+
+    def handle_raw_input(self, input_data, META, content_length, boundary, encoding=None) -> None:
+        self._announced = content_length
+        return super().handle_raw_input(input_data, META, content_length, boundary, encoding)
+
+    def upload_interrupted(self) -> None:
+        # Called by the parser when the body ends before the file being received does.
+        self.cut_short = CutShort(file_name=self.file_name, file_bytes=self._received,
+                                  body_bytes=getattr(self.request, "body_received", None),
+                                  announced_bytes=self._announced)
+        super().upload_interrupted()
 
     def new_file(self, *args, **kwargs) -> None:
         self._received = 0

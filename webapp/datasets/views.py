@@ -15,7 +15,6 @@ from django.core.paginator import Paginator
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
-from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_http_methods, require_POST
@@ -31,7 +30,8 @@ from webapp.core.submissions import deleted_once_or_refused, form_send_once, sen
 from webapp.datasets import selectors, services
 from webapp.datasets.forms import TokenStatisticsForm, UploadForm, mapping_field_name
 from webapp.datasets.models import Dataset, VersionStatus
-from webapp.datasets.uploads import LimitedUploadHandler, body_too_large
+from webapp.datasets.uploads import (LimitedUploadHandler, body_too_large, file_too_large_message,
+                                     upload_cut_short_message)
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Membership, Project, Role
 from webapp.review.selectors import export_campaigns
@@ -82,15 +82,10 @@ def _upload(request: HttpRequest, project: Project, membership: Membership, *, d
     if request.method == "POST":
         if body_too_large(request.META.get("CONTENT_LENGTH"), max_upload_bytes=limit):
             return _render_upload(request, project, membership, UploadForm(dataset=dataset), dataset,
-                                  error=_too_large_message(limit), status=413)
+                                  error=file_too_large_message(limit), status=413)
         handler = LimitedUploadHandler(request, max_bytes=limit)
         request.upload_handlers = [handler]
     return _upload_checked(request, project, membership, dataset, handler)
-
-
-def _too_large_message(limit: int) -> str:
-    return (f"the file is over the {filesizeformat(limit)} upload limit; split it into smaller files "
-            "or ask an administrator to raise TEMPER_MAX_UPLOAD_BYTES")
 
 
 @csrf_protect
@@ -104,8 +99,13 @@ def _upload_checked(request, project, membership, dataset, handler: LimitedUploa
     form = UploadForm(request.POST, request.FILES, dataset=dataset)
     if handler is not None and handler.exceeded:
         form.is_valid()  # cleans the other fields, so that add_error may add to them
-        form.add_error("file", _too_large_message(handler.max_bytes))
+        form.add_error("file", file_too_large_message(handler.max_bytes))
         return _render_upload(request, project, membership, form, dataset, status=413)
+    if handler is not None and handler.cut_short is not None:
+        form.is_valid()
+        form.errors.pop("file", None)  # "This field is required.": it was sent, and cut short
+        form.add_error("file", upload_cut_short_message(handler.cut_short))
+        return _render_upload(request, project, membership, form, dataset, status=400)
     if form.is_valid():
         arguments = {
             "upload": form.cleaned_data["file"],

@@ -226,6 +226,88 @@ def test_it_rejects_a_bad_config_with_one_line(tmp_path, capsys, config, message
     assert message in error and error.count("\n") == 1 and error.startswith(f"jaxengine {command}: error: ")
 
 
+def _with_field(file: str, field: str, value):
+    """A damage of the model directory: ``file`` (``{}`` where missing) with ``field`` (dotted: a nested one) set."""
+    def damage(model: Path) -> None:
+        path = model / file
+        document = json.loads(path.read_text()) if path.is_file() else {}
+        *outer, last = field.split(".")
+        inner = document
+        for key in outer:
+            inner = inner[key]
+        inner[last] = value
+        path.write_text(json.dumps(document))  # Infinity, NaN, 401 digits: as Python's json writes them
+    return damage
+
+
+NUMBERS_NO_MODEL_HOLDS = [
+    ("config.json", "rms_norm_eps", 10**400, "an integer of 401 digits"),
+    ("config.json", "rope_parameters.rope_theta", float("inf"), "inf"),
+    ("config.json", "rms_norm_eps", float("nan"), "nan"),
+    ("tokenizer_config.json", "model_max_length", float("inf"), "inf"),
+    ("generation_config.json", "temperature", -10**400, "an integer of 401 digits"),
+    ("generation_config.json", "max_length", float("inf"), "inf"),
+]
+NUMBER_IDS = ["config-401-digits", "config-nested-inf", "config-nan", "tokenizer-config-inf",
+              "generation-config-401-digits", "generation-config-inf"]
+
+
+@pytest.mark.parametrize("file, field, value, said", NUMBERS_NO_MODEL_HOLDS, ids=NUMBER_IDS)
+@pytest.mark.parametrize("command", ["inspect", "generate"])
+def test_a_number_no_model_holds_is_named_in_one_line(tmp_path, model_dir, capsys, file, field, value, said,
+                                                      command):
+    """Issue: in a hand-copied model folder, an integer past a float's range where a float is read (rms_norm_eps,
+    rope_theta, a temperature) was an OverflowError traceback from inspect and generate, and 1e999 or NaN was
+    taken as the value (a model built with an infinite rope_theta generated). Registration refused them; the
+    engine's reader of a model's JSON files refuses them in its words, naming file and field."""
+    import shutil
+
+    broken = shutil.copytree(model_dir, tmp_path / "broken")
+    _with_field(file, field, value)(broken)
+    args = [command, "--model", str(broken)] + (["--prompt", "x", "--max-new-tokens", "2"] if command == "generate"
+                                                else [])
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"jaxengine {command}: error: {broken / file}: field {field!r} is {said}, past the range "
+                            "of the numbers a config holds (a float's, finite); fix the field\n")
+
+
+@pytest.mark.parametrize("content, problem", [
+    ('{"temperature": 1' + "0" * 4400 + "}", "a number of over 4,300 digits, more than any field takes"),
+    ('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}", "it nests too deeply to be read"),
+], ids=["4400-digits", "nested-100000-deep"])
+def test_generate_names_a_generation_config_json_cannot_read(tmp_path, model_dir, capsys, content, problem):
+    import shutil
+
+    broken = shutil.copytree(model_dir, tmp_path / "broken")
+    (broken / "generation_config.json").write_text(content)
+    assert main(["generate", "--model", str(broken), "--prompt", "x", "--max-new-tokens", "2"]) == 2
+    assert capsys.readouterr().err == (f"jaxengine generate: error: {broken / 'generation_config.json'}: not valid "
+                                       f"JSON ({problem}); fix or remove the file\n")
+
+
+def test_train_names_a_config_number_no_model_holds(tmp_path, model_dir, capsys):
+    """The same reader under ``jaxengine train``: exit 2, the spec, the file and the field, no traceback."""
+    import shutil
+
+    import yaml
+
+    broken = shutil.copytree(model_dir, tmp_path / "broken")
+    _with_field("config.json", "rms_norm_eps", 10**400)(broken)
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps({"prompt": f"q{n}", "response": "a"}) + "\n"
+                                                 for n in range(4)))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({"task": "sft", "model": str(broken), "output_dir": str(tmp_path / "run"),
+                                    "data": {"train": str(tmp_path / "rows.jsonl"), "max_seq_len": 32},
+                                    "train": {"max_steps": 1, "batch_size": 2, "eval_samples": 0}}))
+    assert main(["train", str(spec), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith(f"{spec}: model: {broken}: {broken / 'config.json'}: field 'rms_norm_eps' is an integer of "
+                        "401 digits, past the range of the numbers a config holds (a float's, finite); fix the "
+                        "field\n"), err
+
+
 def test_generate_rejects_an_empty_prompt_naming_the_flag(model_dir, capsys):
     """QA: ``--prompt ""`` said 'prompt 0 is empty after tokenization', a sampler's words for a batch
     the command line never shows."""

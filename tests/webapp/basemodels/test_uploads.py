@@ -528,6 +528,19 @@ def test_a_zip_whose_central_directory_is_larger_than_its_members_need_is_refuse
                        "the model directory alone"), message
 
 
+def test_a_zip_whose_end_record_points_past_the_archive_is_refused_as_damaged(team, models_root, model_files, tmp_path):
+    """An end record declaring a central directory larger than the archive (a zip cut short before its directory,
+    damaged) was told its directory held too many members, and to pack the model directory alone."""
+    archive = zip_of(tmp_path / "damaged.zip", model_files)
+    data = bytearray(archive.read_bytes())
+    data[-22 + 12:-22 + 16] = (0xFFFF_FFFE).to_bytes(4, "little")  # the end record's directory size
+    archive.write_bytes(bytes(data))
+    message = refused_and_nothing_left(team.project, archive, models_root)
+    assert message == (f"damaged.zip: not a readable zip archive (its end record declares a central directory of "
+                       f"4,294,967,294 bytes, ending at byte {len(data) - 22:,}: more than the archive holds before it "
+                       "(cut short, or damaged)); pack it again"), message
+
+
 @pytest.mark.parametrize("field, raw_value, said", [
     ("rope_theta", "1" + "0" * 4000, "an integer of 4001 digits"),
     ("rms_norm_eps", "-1" + "0" * 400, "an integer of 401 digits"),
