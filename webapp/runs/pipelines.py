@@ -401,9 +401,12 @@ def _launch_stage(pipeline: Pipeline, index: int, *, model: str | None, user: Ab
 def pipeline_create(*, project: Project, document: Any, user: AbstractBaseUser | None) -> Pipeline:
     """Validate every stage, save the pipeline and launch its first stage."""
     parsed = parse_document(document)
-    _check_stages(project, parsed)
-    # Before the pipeline's row, whose foreign key would otherwise wait on a deletion's lock of the project.
+    # Before the pipeline's row, whose foreign key would otherwise wait on a deletion's lock of the project; and
+    # before its stages are checked, as run_resume locks it first: a reward run a later stage names, resumed as the
+    # stages were checked, was then queued with no export, and that stage failed at its launch. One now waits for
+    # the other, and the resume is refused (``counted_on_refusal``) or the stage is.
     project_lock(project=project, doing="as the pipeline was being created")
+    _check_stages(project, parsed)
     pipeline = Pipeline.objects.create(
         project=project, name=parsed.name.strip(), created_by=user,
         stages=[stage.model_dump(mode="json", exclude_none=True) for stage in parsed.stages],
