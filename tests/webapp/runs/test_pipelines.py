@@ -804,6 +804,7 @@ def test_a_pipelines_result_is_not_resumed(team, catalog, sent_tasks, tmp_path, 
         "which stands for its final model as trained, quantized by its export stage into the serving copy a resume "
         "would delete; a resume would replace that model with other weights at its end. Train on from it as a new run "
         f"instead: launch one with model {first.public_id}"]
+    assert resumable.rerun_refusals(first)["resume"] == refused.value.messages[0]  # its page greys Train further
     assert Run.objects.get(pk=first.pk).status == RunStatus.SUCCEEDED
 
 
