@@ -2651,6 +2651,37 @@ def test_a_starting_run_says_what_it_does_and_counts_from_its_attempts_start(pag
     assert page.locator("#progress-elapsed").inner_text() == "25s"
 
 
+def test_train_further_of_a_reward_run_a_running_pipeline_counts_on_is_greyed_linking_the_pipeline(page, live_server,
+                                                                                                   tmp_path):
+    """A reward run whose model a running pipeline's later stage is to score with offered Train further, and the
+    stage then failed at its launch. The button is greyed, described by the refusal, which links the pipeline."""
+    from webapp.runs.models import Artifact, ArtifactKind, Pipeline, PipelineStatus
+
+    team = make_team(slug="counted-on")
+    reward = Run.objects.create(project=team.project, name="judge", task="reward", status=RunStatus.SUCCEEDED,
+                                spec={"task": "reward"}, resolved_spec={"output_dir": str(tmp_path / "run")},
+                                created_by=team.owner, total_steps=10, current_step=10)
+    Artifact.objects.create(run=reward, kind=ArtifactKind.MODEL, step=10, path=str(tmp_path / "run" / "export"))
+    pipeline = Pipeline.objects.create(project=team.project, name="chain", created_by=team.owner,
+                                       status=PipelineStatus.RUNNING, current_stage=0, stages=[
+        {"name": "sft", "spec": {"task": "sft"}},
+        {"name": "rl", "spec": {"task": "grpo", "grpo": {"rewards": [
+            {"name": "reward_model", "args": {"model": reward.public_id}}]}}}])
+    test_projects.log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/counted-on/runs/{reward.public_id}/")
+    button = page.locator(".run-actions").get_by_role("button", name="Train further", exact=True)
+    assert button.is_visible() and button.is_disabled()
+    from webapp.runs.pipelines import counted_on_refusal
+
+    reason = f"Train further: {counted_on_refusal(reward)} Open pipeline chain"
+    assert page.locator("#resume-refusal").inner_text() == reason
+    assert button.evaluate("(b) => document.getElementById(b.getAttribute('aria-describedby')).textContent") == reason
+    assert page.locator(".resume-form").count() == 0
+    page.locator("#resume-refusal").get_by_role("link", name="Open pipeline chain").click()
+    page.wait_for_url(f"{live_server.url}/p/counted-on/pipelines/{pipeline.public_id}/")
+    assert page.locator("h1").inner_text().startswith("chain")
+
+
 def test_resume_and_retry_of_a_run_whose_model_is_refused_are_greyed_with_the_reason(page, live_server, settings,
                                                                                        tmp_path):
     """A cancelled run whose model directory now lies in another project's folder offered Resume and Retry, which

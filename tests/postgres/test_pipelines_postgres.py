@@ -179,3 +179,92 @@ print("ok")
 
 def test_a_pipelines_cancel_and_its_advance_at_once_leave_no_stage_running(database_url, tmp_path):  # noqa: F811
     assert run_django(CANCEL_AND_ADVANCE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
+
+
+CREATE_AND_RESUME_SCRIPT = RACE_PREAMBLE + """
+from tests.webapp.factories import make_base_model, make_ready_version
+from webapp.runs import pipelines, services
+from webapp.runs.models import Artifact, ArtifactKind, Pipeline, PipelineStatus, Run, RunStatus
+
+sent = []
+celery_app.send_task = lambda name, args=None, **kwargs: sent.append((name, args))
+owner = get_user_model().objects.create_user("judge-owner", password="unused-password")
+project = project_services.project_create(name="PG judge", slug="pg-judge", owner=owner)
+base_model = make_base_model(project)
+sft_data = make_ready_version(project, name="chats", kind="sft")
+pairs = make_ready_version(project, name="pairs", kind="preference", rows=[{"prompt": "p", "chosen": "a", "rejected": "b"}])
+prompts = make_ready_version(project, name="asks", kind="prompts", rows=[{"prompt": "2+2?", "answer": "4"}])
+
+
+def race(first, name):
+    '''A succeeded reward run; one thread creates a pipeline whose second stage scores with it while another trains
+    it further. ``first`` holds a moment once past its checks while the other comes in. Returns (create outcome,
+    resume outcome, the reward run afterwards).'''
+    reward = services.run_create(project=project, user=owner, name=f"judge {name}", spec={
+        "task": "reward", "model": base_model.public_id, "data": {"train": pairs.public_id},
+        "train": {"max_steps": 2, "batch_size": 2}})
+    Run.objects.filter(pk=reward.pk).update(status=RunStatus.SUCCEEDED, current_step=2)
+    Artifact.objects.create(run=reward, kind=ArtifactKind.MODEL, step=2, path=str(reward.output_dir / "export"))
+    document = {"name": name, "stages": [
+        {"name": "sft", "spec": {"task": "sft", "model": base_model.public_id, "data": {"train": sft_data.public_id},
+                                 "train": {"max_steps": 2}}},
+        {"name": "rl", "spec": {"task": "grpo", "data": {"train": prompts.public_id},
+                                "train": {"max_steps": 2, "batch_size": 2},
+                                "grpo": {"num_generations": 2,
+                                         "rewards": [{"name": "reward_model", "args": {"model": reward.public_id}}]}}}]}
+    reached = threading.Event()
+    real_check, real_refuse = pipelines._check_stages, services._refuse_while_files_written
+
+    def check_then_hold(*args):
+        real_check(*args)
+        if first == "create":
+            reached.set()
+            time.sleep(0.5)  # the resume now comes in
+
+    def refuse_then_hold(checked):
+        real_refuse(checked)
+        if first == "resume":
+            reached.set()
+            time.sleep(0.5)  # the pipeline's creation now comes in
+
+    pipelines._check_stages, services._refuse_while_files_written = check_then_hold, refuse_then_hold
+    outcome = {}
+
+    def create():
+        if first != "create":
+            reached.wait(10)
+        outcome["create"] = outcome_of(lambda: pipelines.pipeline_create(project=project, document=document,
+                                                                         user=owner))
+
+    def resume():
+        if first != "resume":
+            reached.wait(10)
+        outcome["resume"] = outcome_of(lambda: services.run_resume(run=Run.objects.get(pk=reward.pk), user=owner,
+                                                                   max_steps=4))
+
+    run_together(create, resume)
+    pipelines._check_stages, services._refuse_while_files_written = real_check, real_refuse
+    return outcome["create"], outcome["resume"], Run.objects.get(pk=reward.pk)
+
+
+# The creation first: the resume waits for it and is refused, naming the pipeline's stage that scores with the run.
+created, resumed, reward = race("create", "created first")
+assert created == ("made", ""), created
+assert resumed[0] == "refused" and "a running pipeline is to score with its reward model" in resumed[1], resumed
+assert reward.status == RunStatus.SUCCEEDED, reward.status
+# The resume first: the creation waits for it and is refused, the run having no exported reward model now.
+created, resumed, reward = race("resume", "resumed first")
+assert resumed == ("made", ""), resumed
+assert created[0] == "refused" and f"run {reward.public_id} has no exported reward model (it is queued)" in created[1], created
+# (the other scripts here share the database: only this project's pipelines are counted)
+assert list(Pipeline.objects.filter(project=project).values_list("name", "status")) == [
+    ("created first", PipelineStatus.RUNNING)]
+print("ok")
+"""
+
+
+def test_a_pipeline_and_a_resume_of_the_reward_run_it_scores_with_at_once_never_both_go_ahead(database_url,  # noqa: F811
+                                                                                                tmp_path):
+    """Its stages were checked before the project was locked: a resume of a reward run a later stage names, committed
+    in between, left a running pipeline counting on a run with no export, whose stage then failed at its launch."""
+    assert run_django(CREATE_AND_RESUME_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"

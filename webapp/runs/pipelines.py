@@ -28,8 +28,9 @@ result stays the run, whose merged export still serves.
 A stage's run resumed by a person is followed, not left behind: the pipeline it ended (failed, cancelled, stopped
 by its guard; not one a person cancelled, see below) runs again and moves on when the run ends (``pipeline_follow_resume``), and an export stage that
 finds its run resumed waits for it instead of quantizing a model about to be replaced (``export_stage_start``).
-Only the pipeline's result is not resumed (``refuse_resuming_a_result``): the pipeline, its later stages and its
-serving copy stand for that model. Rows are locked run first, pipeline second, wherever both are.
+Only the pipeline's result is not resumed (``result_refusal``): the pipeline, its later stages and its
+serving copy stand for that model; nor, while the pipeline runs, a reward run one of its later stages is to score
+with (``counted_on_refusal``): the stage is launched from that run's export as it is then. Rows are locked run first, pipeline second, wherever both are.
 
 A person may cancel a running pipeline (``pipeline_cancel``): its current stage's run is cancelled, an export
 stage not yet taken by a worker is dropped (``export_stage_start`` finds the pipeline ended), and one writing its
@@ -400,9 +401,12 @@ def _launch_stage(pipeline: Pipeline, index: int, *, model: str | None, user: Ab
 def pipeline_create(*, project: Project, document: Any, user: AbstractBaseUser | None) -> Pipeline:
     """Validate every stage, save the pipeline and launch its first stage."""
     parsed = parse_document(document)
-    _check_stages(project, parsed)
-    # Before the pipeline's row, whose foreign key would otherwise wait on a deletion's lock of the project.
+    # Before the pipeline's row, whose foreign key would otherwise wait on a deletion's lock of the project; and
+    # before its stages are checked, as run_resume locks it first: a reward run a later stage names, resumed as the
+    # stages were checked, was then queued with no export, and that stage failed at its launch. One now waits for
+    # the other, and the resume is refused (``counted_on_refusal``) or the stage is.
     project_lock(project=project, doing="as the pipeline was being created")
+    _check_stages(project, parsed)
     pipeline = Pipeline.objects.create(
         project=project, name=parsed.name.strip(), created_by=user,
         stages=[stage.model_dump(mode="json", exclude_none=True) for stage in parsed.stages],
@@ -660,22 +664,49 @@ def _follow_resumed_result(pipeline: Pipeline, run: Run) -> None:
         pipeline_advance(run=run)
 
 
-def refuse_resuming_a_result(run: Run) -> None:
-    """Refuse to resume ``run`` while it is a pipeline's result (the last stage that succeeded and passed its
-    guard): the pipeline stands for its final model as trained, which the resumed engine replaces at its end
+def result_refusal(run: Run) -> str:
+    """Why ``run`` is not resumed while it is a pipeline's result (the last stage that succeeded and passed its
+    guard), or "": the pipeline stands for its final model as trained, which the resumed engine replaces at its end
     (and with it the serving copy an export stage quantized, which nothing writes again). Training on from it is
     a new run that starts from its model."""
     pipeline = Pipeline.objects.filter(result_run=run).order_by("created_at").first()
     if pipeline is None:
-        return
+        return ""
     quantized = (pipeline.status == PipelineStatus.SUCCEEDED and bool(pipeline.stages)
                  and "export" in pipeline.stages[-1])
-    raise ValidationError({"__all__": (
-        f"run {run.public_id} cannot be resumed: it is the result of pipeline {isolated(pipeline.name)} "
-        f"({pipeline.public_id}), which stands for its final model as trained"
-        + (", quantized by its export stage into the serving copy a resume would delete" if quantized else "")
-        + f"; a resume would replace that model with other weights at its end. Train on from it as a new run "
-        f"instead: launch one with model {run.public_id}")})
+    return (f"run {run.public_id} cannot be resumed: it is the result of pipeline {isolated(pipeline.name)} "
+            f"({pipeline.public_id}), which stands for its final model as trained"
+            + (", quantized by its export stage into the serving copy a resume would delete" if quantized else "")
+            + f"; a resume would replace that model with other weights at its end. Train on from it as a new run "
+            f"instead: launch one with model {run.public_id}")
+
+
+def stages_counting_on(run: Run) -> list[tuple[Pipeline, int]]:
+    """(pipeline, stage index) for each stage of a running pipeline that names ``run`` as its reward model
+    (``services.reward_run_ids``) and is not launched yet: it is launched once the stages before it end, from the
+    reward run's export as it is then, and fails at its launch if the run has none (resumed, it has none until it
+    ends). A stage already launched is a run, which ``services.final_model_dependants`` finds; a later stage's
+    starting model is always the stage before's, so only reward models are named ahead."""
+    if run.task != "reward":
+        return []
+    running = Pipeline.objects.filter(project=run.project_id, status=PipelineStatus.RUNNING).order_by("created_at")
+    return [(pipeline, index) for pipeline in running
+            for index in range(pipeline.current_stage + 1, len(pipeline.stages))
+            if run.public_id in services.reward_run_ids(pipeline.stages[index].get("spec") or {})]
+
+
+def counted_on_refusal(run: Run) -> str:
+    """Why ``run`` is not resumed while a running pipeline's later stage is to score with its model
+    (``stages_counting_on``), naming each pipeline and stage, or ""."""
+    waiting = stages_counting_on(run)
+    if not waiting:
+        return ""
+    shown = "; ".join(f"pipeline {isolated(pipeline.name)} ({pipeline.public_id}), its stage {index + 1} "
+                      f"({isolated(pipeline.stages[index]['name'])})" for pipeline, index in waiting)
+    return (f"run {run.public_id} cannot be resumed while a running pipeline is to score with its reward model: "
+            f"{shown}. That stage starts once the stages before it end, from this run's exported model, which a "
+            "resumed run has none of until it ends (the stage would fail at its launch) and then replaces with "
+            "other weights. Resume it once the pipeline has ended, or cancel the pipeline first")
 
 
 def pipeline_follow_resume(*, run: Run, user: AbstractBaseUser | None) -> Pipeline | None:

@@ -1239,14 +1239,15 @@ def _refuse_a_model_no_longer_loadable(run: Run, *, doing: str) -> None:
 
 
 def rerun_refusals(run: Run) -> dict[str, str]:
-    """Why ``run``'s Resume and Retry (keys ``resume``, ``retry``) would be refused for what it trains on, in the
-    words ``run_resume`` and ``run_retry`` refuse in ("" where nothing stands in the way): the run page shows the
-    button greyed with them instead of a button refused only once pressed. Its status and the work under way are
-    not judged here: the page offers the buttons by status, and those refusals are the click's."""
+    """Why ``run``'s Resume and Retry (keys ``resume``, ``retry``) would be refused for what it trains on, and
+    Resume for what counts on its final model (``replaced_model_refusal``), in the words ``run_resume`` and
+    ``run_retry`` refuse in ("" where nothing stands in the way): the run page shows the button greyed with them
+    instead of a button refused only once pressed. Its status and the work under way on its files are not judged
+    here: the page offers the buttons by status, and those refusals are the click's."""
     if run.task == EXTERNAL_TASK:
         return {"resume": "", "retry": ""}
-    return {"resume": gone_inputs_refusal(run, keep_base_model=True) or model_dir_refusal(run, doing="resumed",
-                                                                                          listing=True),
+    return {"resume": (gone_inputs_refusal(run, keep_base_model=True)
+                       or model_dir_refusal(run, doing="resumed", listing=True) or replaced_model_refusal(run)),
             "retry": gone_inputs_refusal(run) or model_dir_refusal(run, doing="retried", listing=True)}
 
 
@@ -1327,20 +1328,29 @@ def _refuse_resuming_past_the_models_positions(run: Run) -> None:
             f"{limit.positions}, or choose a model with a longer context{from_checkpoint}")})
 
 
-def _refuse_replacing_a_used_model(run: Run) -> None:
-    """Refuse to resume ``run`` when other runs started from (or are scored by) its final model: the resumed
-    engine writes ``export/`` again at its end, so they would name weights they did not use — their lineage,
+def _used_model_refusal(run: Run) -> str:
+    """Why ``run`` is not resumed when other runs started from (or are scored by) its final model, or "": the
+    resumed engine writes ``export/`` again at its end, so they would name weights they did not use — their lineage,
     a comparison with them, and a LoRA run resumed on other base weights under its adapter would all be wrong
     without a word. Training on from those weights is a new run that starts from this one's model."""
     dependants = final_model_dependants(run)
     if not dependants:
-        return
+        return ""
     shown = ", ".join(f"{isolated(derived.name)} ({derived.public_id})" for derived in dependants[:3])
     more = f" and {len(dependants) - 3} more" if len(dependants) > 3 else ""
-    raise ValidationError({"__all__": (
-        f"run {run.public_id} cannot be resumed: runs {shown}{more} use its final model, which a resume would "
-        f"replace with other weights at its end. Train on from it as a new run instead: launch one with model "
-        f"{run.public_id}")})
+    return (f"run {run.public_id} cannot be resumed: runs {shown}{more} use its final model, which a resume would "
+            f"replace with other weights at its end. Train on from it as a new run instead: launch one with model "
+            f"{run.public_id}")
+
+
+def replaced_model_refusal(run: Run) -> str:
+    """Why resuming ``run`` is refused for what counts on its final model, which the resumed engine replaces at its
+    end (and has none of until then), or "": a pipeline it is the result of, a running pipeline's stage yet to be
+    launched that scores with it, runs started from it or scored by it. ``run_resume`` refuses in these words and
+    the run page greys Resume with them (``rerun_refusals``)."""
+    from webapp.runs import pipelines  # pipelines build on this module
+
+    return pipelines.result_refusal(run) or pipelines.counted_on_refusal(run) or _used_model_refusal(run)
 
 
 @transaction.atomic
@@ -1355,10 +1365,8 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
     if run.status not in (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.SUCCEEDED):
         raise ValidationError({"__all__": f"run {run.public_id} {run.status_phrase}; only a finished run can be resumed"})
     _refuse_while_files_written(run)
-    from webapp.runs import pipelines  # pipelines build on this module
-
-    pipelines.refuse_resuming_a_result(run)
-    _refuse_replacing_a_used_model(run)
+    if refusal := replaced_model_refusal(run):
+        raise ValidationError({"__all__": refusal})
     _refuse_resuming_past_the_models_positions(run)
     if max_steps is not None:
         if max_steps <= run.current_step:
@@ -1393,6 +1401,8 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
                   + (f" with max_steps {max_steps}" if max_steps else "")
                   + (f"; continuing from checkpoint {saved[-1]}" if saved
                      else "; no checkpoint was saved, so it starts from step 0"))
+    from webapp.runs import pipelines  # pipelines build on this module
+
     pipelines.pipeline_follow_resume(run=run, user=user)
     publish_status(run)
     public_id = run.public_id

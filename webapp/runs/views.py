@@ -476,6 +476,7 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
     run = selectors.run_datasets_prefetched(run=run)
     can_delete = selectors.may_delete_run(membership=membership, run=run)
     services.series_caches_renew(runs=[run])  # a run finished before the current bucket layout, once
+    rerun_refusals = (services.rerun_refusals(run) if membership.can(Role.MEMBER) and run.is_finished else {})
     return render(request, "runs/detail.html", {
         "project": project, "membership": membership, "run": run, "can_act": membership.can(Role.MEMBER),
         "can_delete": can_delete,
@@ -486,8 +487,10 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         "edit_seen": {key: services.edit_digest(text) for key, text in services.shown_details(run).items()},
         "edit_refused": edit is not None,
         # Resume and Retry greyed, with the words a press would be refused in (only where they are offered).
-        "rerun_refusals": (services.rerun_refusals(run) if membership.can(Role.MEMBER) and run.is_finished
-                           else {}),
+        "rerun_refusals": rerun_refusals,
+        # The running pipelines whose later stages Resume is refused for, linked beside its refusal.
+        "resume_counted_on_by": (list({pipeline.pk: pipeline for pipeline, _index in pipelines.stages_counting_on(run)}
+                                      .values()) if rerun_refusals.get("resume") else []),
         "series": _in_chart_order(selectors.metric_series(run=run)), "progress": _progress(run),
         # What the x axis by time counts the live points' wall times from (static/runs.js); a repr, never localized.
         "series_start_time": repr(start) if (start := selectors.series_start_time(run=run)) is not None else "",

@@ -77,6 +77,7 @@ def test_a_resume_keeps_the_final_model_that_other_runs_started_from(team, catal
         f"run {finished_run.public_id} cannot be resumed: runs \u2068from its model\u2069 ({derived.public_id}) use "
         f"its final model, which a resume would replace with other weights at its end. Train on from it as a new run "
         f"instead: launch one with model {finished_run.public_id}"]
+    assert services.rerun_refusals(finished_run)["resume"] == refused.value.messages[0]  # greyed on its page
     finished_run.refresh_from_db()
     assert finished_run.status == RunStatus.SUCCEEDED and finished_run.attempt == 1
 

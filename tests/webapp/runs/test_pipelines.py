@@ -804,6 +804,7 @@ def test_a_pipelines_result_is_not_resumed(team, catalog, sent_tasks, tmp_path, 
         "which stands for its final model as trained, quantized by its export stage into the serving copy a resume "
         "would delete; a resume would replace that model with other weights at its end. Train on from it as a new run "
         f"instead: launch one with model {first.public_id}"]
+    assert resumable.rerun_refusals(first)["resume"] == refused.value.messages[0]  # its page greys Train further
     assert Run.objects.get(pk=first.pk).status == RunStatus.SUCCEEDED
 
 
@@ -1050,3 +1051,94 @@ def test_a_stage_whose_reward_model_became_unusable_after_creation_fails_at_its_
     pipeline.refresh_from_db()
     assert pipeline.status == PipelineStatus.FAILED
     assert pipeline.message.startswith(f"stage 2 could not start: {words}; the result stays")
+
+
+def reward_run_and_its_pipeline(team, catalog, tmp_path):
+    """A succeeded reward run, and a running pipeline whose second stage (not launched yet) scores with it."""
+    from webapp.runs import services
+    from webapp.runs.models import Artifact
+
+    reward = services.run_create(project=team.project, user=team.teammate, name="judge", spec={
+        "task": "reward", "model": catalog.base_model.public_id, "data": {"train": catalog.preference.public_id},
+        "train": {"max_steps": 10, "batch_size": 2}})
+    Run.objects.filter(pk=reward.pk).update(status=RunStatus.SUCCEEDED, current_step=10)
+    Artifact.objects.create(run=reward, kind=ArtifactKind.MODEL, step=10, path=str(tmp_path / "reward-export"))
+    doc = document(catalog, stages=1)
+    doc["stages"].append({"name": "rl", "spec": {
+        "task": "grpo", "data": {"train": catalog.prompts.public_id}, "train": {"max_steps": 5, "batch_size": 2},
+        "grpo": {"num_generations": 2, "rewards": [{"name": "reward_model", "args": {"model": reward.public_id}}]}}})
+    pipeline = pipelines.pipeline_create(project=team.project, document=doc, user=team.teammate)
+    return Run.objects.get(pk=reward.pk), pipeline
+
+
+def test_a_reward_run_a_running_pipelines_later_stage_scores_with_is_not_resumed(team, catalog, sent_tasks, tmp_path,
+                                                                                 resumable):
+    """Trained further while a pipeline's later stage counted on it, a reward run had no export when the stage
+    launched, which then failed ("has no exported reward model"), and once it ended it scored with other weights
+    than the pipeline was made with. Its resume is refused, naming the pipeline and stage, until the pipeline ends."""
+    reward, pipeline = reward_run_and_its_pipeline(team, catalog, tmp_path)
+    words = (f"run {reward.public_id} cannot be resumed while a running pipeline is to score with its reward model: "
+             f"pipeline \u2068chain\u2069 ({pipeline.public_id}), its stage 2 (\u2068rl\u2069). That stage starts once "
+             "the stages before it end, from this run's exported model, which a resumed run has none of until it ends "
+             "(the stage would fail at its launch) and then replaces with other weights. Resume it once the pipeline "
+             "has ended, or cancel the pipeline first")
+    with pytest.raises(ValidationError) as refused:
+        resumable.run_resume(run=reward, user=team.teammate, max_steps=20)
+    assert refused.value.messages == [words]
+    assert resumable.rerun_refusals(reward) == {"resume": words, "retry": ""}  # a retry is a new run: no harm
+    reward.refresh_from_db()
+    assert (reward.status, reward.attempt, reward.total_steps) == (RunStatus.SUCCEEDED, 1, 10)
+    pipelines.pipeline_advance(run=finish(pipeline.runs.get(), tmp_path=tmp_path))
+    pipeline.refresh_from_db()
+    stage = pipeline.runs.get(pipeline_stage=1)
+    assert pipeline.status == PipelineStatus.RUNNING and stage.status == RunStatus.QUEUED  # it launched
+    # Launched, the stage is a run scored by it: the resume stays refused, now for that run.
+    assert resumable.rerun_refusals(reward)["resume"].startswith(
+        f"run {reward.public_id} cannot be resumed: runs {isolated(stage.name)} ({stage.public_id}) use its final model")
+
+
+def test_a_reward_run_is_resumed_once_the_pipeline_counting_on_it_has_ended(team, catalog, sent_tasks, tmp_path,
+                                                                           resumable):
+    """Only a running pipeline holds the run: cancelled before its later stage launched, it no longer does."""
+    reward, pipeline = reward_run_and_its_pipeline(team, catalog, tmp_path)
+    other = pipelines.pipeline_create(project=team.project, document=document(catalog), user=team.teammate)
+    assert pipelines.stages_counting_on(reward) == [(pipeline, 1)]  # not the pipeline that names it nowhere
+    assert pipelines.stages_counting_on(Run.objects.get(pk=other.runs.get().pk)) == []
+    pipelines.pipeline_cancel(pipeline=pipeline, user=team.teammate)
+    assert resumable.rerun_refusals(reward) == {"resume": "", "retry": ""}
+    assert resumable.run_resume(run=reward, user=team.teammate, max_steps=20).status == RunStatus.QUEUED
+
+
+def test_the_run_page_greys_the_resume_a_pipeline_refuses_and_links_it(team, catalog, sent_tasks, tmp_path,
+                                                                       client_for, django_capture_on_commit_callbacks):
+    """Train further was offered on the reward run's page and refused once pressed (in the web form and the REST
+    API): greyed now, with the refusal's words and a link to the pipeline; pressed all the same, refused in them."""
+    import json
+
+    from django.test import Client
+    from django.urls import reverse
+
+    from webapp.api.services import token_create
+
+    reward, pipeline = reward_run_and_its_pipeline(team, catalog, tmp_path)
+    pipeline_url = f"/p/alpha/pipelines/{pipeline.public_id}/"
+    page = client_for(team.teammate).get(f"/p/alpha/runs/{reward.public_id}/").content.decode()
+    assert 'id="resume-refused">Train further</button>' in page
+    assert f'action="/p/alpha/runs/{reward.public_id}/resume/"' not in page
+    words = pipelines.counted_on_refusal(reward)
+    assert (f'<p class="card run-message" id="resume-refusal">Train further: {escape(words)} '
+            f'<a href="{pipeline_url}">Open pipeline <bdi>chain</bdi></a></p>') in page
+    assert f'action="/p/alpha/runs/{reward.public_id}/retry/"' in page
+    response = client_for(team.teammate).post(reverse("runs:resume", args=["alpha", reward.public_id]),
+                                              {"max_steps": "20"}, follow=True)
+    assert [str(message) for message in response.context["messages"]] == [words]
+    _token, secret = token_create(user=team.teammate, name="resume")
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = Client(HTTP_AUTHORIZATION=f"Bearer {secret}").post(
+            f"/api/v1/projects/alpha/runs/{reward.public_id}/resume/", json.dumps({"max_steps": 20}),
+            content_type="application/json")
+    assert answer.status_code == 400 and answer.json()["errors"] == {"__all__": [words]}
+    assert Run.objects.get(pk=reward.pk).status == RunStatus.SUCCEEDED
+    pipelines.pipeline_cancel(pipeline=pipeline, user=team.teammate)
+    page = client_for(team.teammate).get(f"/p/alpha/runs/{reward.public_id}/").content.decode()
+    assert 'id="resume-refus' not in page and f'action="/p/alpha/runs/{reward.public_id}/resume/"' in page
