@@ -693,6 +693,35 @@ def test_a_generation_whose_first_worker_died_mid_answer_ends_saying_so(client, 
     assert channels.stored_events(client, "written") == events
 
 
+def test_a_request_for_n_answers_whose_first_worker_died_mid_answer_ends_each_saying_so(client, model_dir):
+    """The n-answer case of the test above: each answer its worker left unended ends with WORKER_LOST, numbered
+    after what it had (tokens, a status, or nothing yet: the relay emits answer by answer, so a worker can die
+    between them), and one it had ended keeps its done as its last event, not an error after it."""
+    ids = [channels.choice_id("lost-n", index) for index in range(4)]
+    channels.emit(client, ids[0], {"seq": 0, "type": "token", "text": "Hel", "tokens": 1})
+    channels.emit(client, ids[1], {"seq": 0, "type": "status", "message": "compiling"})
+    done = {"seq": 1, "type": "done", "text": "Hi", "finish_reason": "stop", "choice": 2, "prompt_tokens": 5,
+            "completion_tokens": 1, "first_token_seconds": 0.1}
+    channels.emit(client, ids[2], {"seq": 0, "type": "token", "text": "Hi", "tokens": 1})
+    channels.emit(client, ids[2], done)  # ids[3]: its worker died before its first event
+    result = serve.generate(request(model_dir, "lost-n", n=4))
+    assert result["error"] == serve.WORKER_LOST
+    lost = {"type": "error", "message": serve.WORKER_LOST}
+    assert channels.stored_events(client, ids[0])[1:] == [{"seq": 1, **lost}]
+    assert channels.stored_events(client, ids[1])[1:] == [{"seq": 1, **lost}]
+    assert channels.stored_events(client, ids[2])[-1] == done
+    assert channels.stored_events(client, ids[3]) == [{"seq": 0, **lost}]
+    assert not channels.stored_events(client, "lost-n")
+
+    for choice_id in [channels.choice_id("early-n", index) for index in range(2)]:  # died loading the model
+        channels.emit(client, choice_id, {"seq": 0, "type": "status", "message": "loading the model"})
+    answered = serve.generate(request(model_dir, "early-n", n=2))
+    for index, choice in enumerate(answered["choices"]):
+        events = channels.stored_events(client, channels.choice_id("early-n", index))
+        assert [event["seq"] for event in events] == list(range(len(events))) and events[-1]["text"] == choice["text"]
+    assert serve.generate(request(model_dir, "early-n", n=2)) == {}  # delivered again once every answer was done
+
+
 def test_a_requests_template_variables_are_laid_over_the_models_own(model_dir, tmp_path):
     """A run's export keeps its data.chat_template_kwargs (chat_template_kwargs.json): the serve worker renders
     a conversation with them, and a request's chat_template_kwargs (a /v1 body's, the Thinking switch's) over them."""
