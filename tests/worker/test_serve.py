@@ -153,6 +153,30 @@ def test_n_answers_decode_as_rows_of_the_same_calls_each_with_its_seed(client, m
     assert [choice["text"] for choice in again["choices"]] == texts
 
 
+@pytest.mark.parametrize("fields", [
+    {"presence_penalty": 1.5, "frequency_penalty": 1.5},
+    {"logit_bias": {"7": 4.0, "9": -100.0}},
+    {"stop": ["e", "o "]},
+], ids=["penalties", "logit_bias", "stop"])
+def test_each_of_n_answers_is_sampled_with_the_requests_fields_as_alone(client, model_dir, fields):
+    """QA of issue 4: every row of a group, not just its first, gets the request's penalties (counted over its own
+    tokens), logit_bias and stop sequences: answer i is the sampler's alone with choice_seed(seed, i) and them."""
+    done = serve.generate(request(model_dir, "nf", n=3, seed=5, temperature=1.0, max_new_tokens=16, **fields))
+    loaded = load_serving_model(model_dir)
+    params = {"presence_penalty": fields.get("presence_penalty", 0.0),
+              "frequency_penalty": fields.get("frequency_penalty", 0.0),
+              "logit_bias": {int(token): bias for token, bias in fields.get("logit_bias", {}).items()},
+              "stop_strings": tuple(fields.get("stop", ()))}
+    for index, choice in enumerate(done["choices"]):
+        [alone] = Sampler(loaded.model, loaded.tokenizer).generate(
+            [encode_prompt(loaded.tokenizer, CONVERSATION)],
+            SamplingParams(max_new_tokens=16, temperature=1.0, seed=serve.choice_seed(5, index), **params))
+        assert (choice["text"], choice["finish_reason"]) == (alone.text, alone.finish_reason), index
+    if "stop" in fields:  # the stop sequences were met, and cut each answer before them
+        assert any(choice["finish_reason"] == "stop" for choice in done["choices"])
+        assert not any(stop in choice["text"] for stop in fields["stop"] for choice in done["choices"])
+
+
 def test_a_stop_of_a_request_for_n_answers_ends_them_all_and_its_error_reaches_each(client, model_dir, monkeypatch):
     monkeypatch.setattr(serve, "STOP_POLL_SECONDS", 0.0)
     slow_down_decoding(monkeypatch, 0.1)
