@@ -9,6 +9,7 @@ from django.core.management import call_command
 
 from tests.browser.test_runs import asgi_server  # noqa: F401  (uvicorn on the test database and Redis)
 from tests.factories import build_tiny_model_dir
+from tests.live import wait_for
 from tests.webapp.factories import make_base_model, make_team
 
 pytestmark = pytest.mark.integration
@@ -177,3 +178,65 @@ def test_n_answers_streamed_and_not_seeded_and_bounded(api):
     with pytest.raises(openai.BadRequestError, match="n: 9 is too large; give a whole number from 1 to 8") as refused:
         client.chat.completions.create(n=9, **ask)
     assert refused.value.param == "n"
+
+
+def test_n_answers_take_every_sampling_field_as_one_answer_does(api, settings, redis_url):
+    """QA of issue 4 as a user of the official client: each of n answers is the answer n=1 would give under the same
+    stop sequences, max_tokens, penalties and logit_bias (its first, seeded; every one, greedy); a list of prompts
+    with n numbers prompt p's answer i as p * n + i, streamed with include_usage as whole; a client that goes away
+    mid-stream ends every one of the serve worker's rows, not just its HTTP response."""
+    from webapp.chat import channels
+    from webapp.runs.channels import redis_client
+
+    client, team, base_model = api
+    ask = dict(model=base_model.public_id, prompt="Once upon a time", max_tokens=12)
+    greedy = client.completions.create(temperature=0, **ask).choices[0].text
+    stop = greedy[4:6]
+    stopped = client.completions.create(temperature=0, n=3, stop=[stop], **ask)
+    assert [(choice.text, choice.finish_reason) for choice in stopped.choices] == [
+        (greedy[:greedy.find(stop)], "stop")] * 3
+    sampled = dict(temperature=1.0, seed=7, **ask)
+    for fields in ({"max_tokens": 3}, {"presence_penalty": 2.0, "frequency_penalty": 2.0}, {"stop": stop}):
+        one = client.completions.create(n=1, **(sampled | fields))
+        many = client.completions.create(n=3, **(sampled | fields))
+        assert many.choices[0].text == one.choices[0].text and len(many.choices) == 3, fields
+        assert many.usage.prompt_tokens == one.usage.prompt_tokens
+    capped = client.completions.create(n=4, **(sampled | {"max_tokens": 3}))
+    assert capped.usage.completion_tokens <= 12 and all(choice.text for choice in capped.choices)
+    from jaxengine.tokenizer import load_tokenizer
+
+    token = load_tokenizer(base_model.path).encode(" the")[-1]
+    biased = client.completions.create(n=3, logit_bias={str(token): 100}, **(sampled | {"max_tokens": 4}))
+    one = client.completions.create(n=1, logit_bias={str(token): 100}, **(sampled | {"max_tokens": 4}))
+    assert [choice.text for choice in biased.choices] == [one.choices[0].text] * 3
+    prompts = dict(model=base_model.public_id, prompt=["Once upon a time", "Hello there, how"], max_tokens=5,
+                   temperature=0.9, seed=1, n=2)
+    whole = client.completions.create(**prompts)
+    alone = [client.completions.create(**(prompts | {"prompt": prompt})) for prompt in prompts["prompt"]]
+    assert [choice.index for choice in whole.choices] == [0, 1, 2, 3]
+    assert [choice.text for choice in whole.choices] == [choice.text for answer in alone for choice in answer.choices]
+    assert whole.usage.prompt_tokens == sum(answer.usage.prompt_tokens for answer in alone)
+    chunks = list(client.completions.create(stream=True, stream_options={"include_usage": True}, **prompts))
+    texts = ["", "", "", ""]
+    for chunk in chunks[:-1]:
+        texts[chunk.choices[0].index] += chunk.choices[0].text
+    assert texts == [choice.text for choice in whole.choices]
+    assert chunks[-1].usage.model_dump() == whole.usage.model_dump()
+
+    leaving = client.completions.create(model=base_model.public_id, prompt="Once upon a time", max_tokens=200,
+                                        temperature=1.0, n=8, stream=True)
+    generation_id = next(iter(leaving)).id
+    leaving.close()  # the client goes away after its first chunk
+    settings.REDIS_URL = redis_url
+    redis = redis_client()
+
+    def ended():
+        lasts = [(channels.stored_events(redis, channels.choice_id(generation_id, index)) or [{}])[-1]
+                 for index in range(8)]
+        return lasts if all(last.get("type") == "done" for last in lasts) else None
+
+    lasts = wait_for(ended, timeout=60, what="every answer's end")
+    # Stopped mid-answer, each row that had not drawn its end of text yet (none ran to its 200 tokens).
+    reasons = [last["finish_reason"] for last in lasts]
+    assert "cancelled" in reasons and set(reasons) <= {"cancelled", "stop"}, lasts
+    assert all(last["completion_tokens"] < 200 for last in lasts), lasts

@@ -153,6 +153,30 @@ def test_n_answers_decode_as_rows_of_the_same_calls_each_with_its_seed(client, m
     assert [choice["text"] for choice in again["choices"]] == texts
 
 
+@pytest.mark.parametrize("fields", [
+    {"presence_penalty": 1.5, "frequency_penalty": 1.5},
+    {"logit_bias": {"7": 4.0, "9": -100.0}},
+    {"stop": ["e", "o "]},
+], ids=["penalties", "logit_bias", "stop"])
+def test_each_of_n_answers_is_sampled_with_the_requests_fields_as_alone(client, model_dir, fields):
+    """QA of issue 4: every row of a group, not just its first, gets the request's penalties (counted over its own
+    tokens), logit_bias and stop sequences: answer i is the sampler's alone with choice_seed(seed, i) and them."""
+    done = serve.generate(request(model_dir, "nf", n=3, seed=5, temperature=1.0, max_new_tokens=16, **fields))
+    loaded = load_serving_model(model_dir)
+    params = {"presence_penalty": fields.get("presence_penalty", 0.0),
+              "frequency_penalty": fields.get("frequency_penalty", 0.0),
+              "logit_bias": {int(token): bias for token, bias in fields.get("logit_bias", {}).items()},
+              "stop_strings": tuple(fields.get("stop", ()))}
+    for index, choice in enumerate(done["choices"]):
+        [alone] = Sampler(loaded.model, loaded.tokenizer).generate(
+            [encode_prompt(loaded.tokenizer, CONVERSATION)],
+            SamplingParams(max_new_tokens=16, temperature=1.0, seed=serve.choice_seed(5, index), **params))
+        assert (choice["text"], choice["finish_reason"]) == (alone.text, alone.finish_reason), index
+    if "stop" in fields:  # the stop sequences were met, and cut each answer before them
+        assert any(choice["finish_reason"] == "stop" for choice in done["choices"])
+        assert not any(stop in choice["text"] for stop in fields["stop"] for choice in done["choices"])
+
+
 def test_a_stop_of_a_request_for_n_answers_ends_them_all_and_its_error_reaches_each(client, model_dir, monkeypatch):
     monkeypatch.setattr(serve, "STOP_POLL_SECONDS", 0.0)
     slow_down_decoding(monkeypatch, 0.1)
@@ -691,6 +715,35 @@ def test_a_generation_whose_first_worker_died_mid_answer_ends_saying_so(client, 
     events = channels.stored_events(client, "written")
     assert serve.generate(request(model_dir, "written")) == {}  # delivered again once it was done
     assert channels.stored_events(client, "written") == events
+
+
+def test_a_request_for_n_answers_whose_first_worker_died_mid_answer_ends_each_saying_so(client, model_dir):
+    """The n-answer case of the test above: each answer its worker left unended ends with WORKER_LOST, numbered
+    after what it had (tokens, a status, or nothing yet: the relay emits answer by answer, so a worker can die
+    between them), and one it had ended keeps its done as its last event, not an error after it."""
+    ids = [channels.choice_id("lost-n", index) for index in range(4)]
+    channels.emit(client, ids[0], {"seq": 0, "type": "token", "text": "Hel", "tokens": 1})
+    channels.emit(client, ids[1], {"seq": 0, "type": "status", "message": "compiling"})
+    done = {"seq": 1, "type": "done", "text": "Hi", "finish_reason": "stop", "choice": 2, "prompt_tokens": 5,
+            "completion_tokens": 1, "first_token_seconds": 0.1}
+    channels.emit(client, ids[2], {"seq": 0, "type": "token", "text": "Hi", "tokens": 1})
+    channels.emit(client, ids[2], done)  # ids[3]: its worker died before its first event
+    result = serve.generate(request(model_dir, "lost-n", n=4))
+    assert result["error"] == serve.WORKER_LOST
+    lost = {"type": "error", "message": serve.WORKER_LOST}
+    assert channels.stored_events(client, ids[0])[1:] == [{"seq": 1, **lost}]
+    assert channels.stored_events(client, ids[1])[1:] == [{"seq": 1, **lost}]
+    assert channels.stored_events(client, ids[2])[-1] == done
+    assert channels.stored_events(client, ids[3]) == [{"seq": 0, **lost}]
+    assert not channels.stored_events(client, "lost-n")
+
+    for choice_id in [channels.choice_id("early-n", index) for index in range(2)]:  # died loading the model
+        channels.emit(client, choice_id, {"seq": 0, "type": "status", "message": "loading the model"})
+    answered = serve.generate(request(model_dir, "early-n", n=2))
+    for index, choice in enumerate(answered["choices"]):
+        events = channels.stored_events(client, channels.choice_id("early-n", index))
+        assert [event["seq"] for event in events] == list(range(len(events))) and events[-1]["text"] == choice["text"]
+    assert serve.generate(request(model_dir, "early-n", n=2)) == {}  # delivered again once every answer was done
 
 
 def test_a_requests_template_variables_are_laid_over_the_models_own(model_dir, tmp_path):

@@ -515,6 +515,7 @@ class _ChoiceEvents:
         self.generation_id = generation_id
         self.choices = [_Events(client, channels.choice_id(generation_id, index)) for index in range(n)]
         self._stopped = False
+        self._ended: set[int] = set()  # answers an earlier delivery ended (earlier_delivery): they get no more events
         # (answer, tokens, their text) of each callback of the server; (answer, None): that answer's end
         self._reads: queue.SimpleQueue[tuple[int, tuple[int, str] | None]] = queue.SimpleQueue()
 
@@ -523,13 +524,16 @@ class _ChoiceEvents:
         return self._stopped or any(choice.stopped for choice in self.choices)
 
     def emit(self, event_type: str, **fields) -> None:
-        for choice in self.choices:
-            choice.emit(event_type, **fields)
+        for index, choice in enumerate(self.choices):
+            if index not in self._ended:
+                choice.emit(event_type, **fields)
 
     def earlier_delivery(self) -> str | None:
         """``_Events.earlier_delivery`` of the whole request: ``"finished"`` once every answer ended, ``"lost"``
-        once one has tokens or ended and another did not (its worker died mid-request)."""
+        once one has tokens or ended and another did not (its worker died mid-request: its ``WORKER_LOST`` error
+        then goes to the answers not ended, a reader of an ended one having stopped at its end)."""
         deliveries = [choice.earlier_delivery() for choice in self.choices]
+        self._ended = {index for index, delivery in enumerate(deliveries) if delivery == "finished"}
         if all(delivery == "finished" for delivery in deliveries):
             return "finished"
         return "lost" if any(delivery is not None for delivery in deliveries) else None

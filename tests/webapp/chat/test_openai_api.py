@@ -785,6 +785,21 @@ def test_a_list_of_prompts_with_n_numbers_each_prompts_answers_in_turn(api, work
     assert body["usage"] == {"prompt_tokens": 8, "completion_tokens": 8, "total_tokens": 16}
 
 
+def test_a_body_cannot_name_the_chat_answer_or_project_the_serve_worker_acts_for(api, worker, team):
+    """Review of _with_asking_project (a serve request naming no project borrows its chat answer's): a /v1 body's
+    message, project_slug or id are fields these answers do not read, so a token's request always names its own
+    project and no chat answer: an answer id of another project cannot lend its project, nor be written over."""
+    model, headers = api
+    scripts, requests = worker
+    scripts += [choice_events("a", 0), choice_events("b", 1)]
+    response = post("/v1/completions", {"model": model.public_id, "prompt": "x", "n": 2, "message": "msg_elsewhere",
+                                        "project_slug": team.outsider_project.slug, "id": "chosen"}, headers)
+    assert response.status_code == 200, response.content
+    (request,) = requests
+    assert request["project_slug"] == team.project.slug and "message" not in request
+    assert request["id"] != "chosen" and request["id"].startswith("cmpl-")
+
+
 def test_n_answers_are_refused_to_a_token_of_another_project(api, worker, team):
     """An outsider's token (its own project) asking for n answers of this project's model gets the 404 any model
     of another project gets, and nothing is queued."""

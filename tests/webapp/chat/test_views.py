@@ -211,6 +211,43 @@ def test_a_send_or_regenerate_sent_again_with_its_token_attaches_to_the_first_an
     assert conversation.messages.count() == 4 and len(sent) == 4
 
 
+def test_a_one_time_token_attaches_only_to_its_own_conversations_answer(
+        team, client_for, base_model, sent, django_capture_on_commit_callbacks):
+    """Review of the once-only send: a token is the user's and the conversation's (the record is keyed by the user and
+    the address, which names the conversation), so the same token and text sent by another member in their own
+    conversation, or by the same user in another conversation, takes a turn of its own, never attaching to (or
+    showing) the first's answer; others posting to the first's conversation get its 404, and a repeat once it is
+    deleted gets the 404 too, not its answer."""
+    conversation = conversation_of(team, client_for, base_model)
+    teammate = client_for(team.teammate)
+
+    def post(client, name, target, **fields):
+        with django_capture_on_commit_callbacks(execute=True):
+            return client.post(url(name, target), {"content": "Hi", "submission_token": "same", **fields})
+
+    def new_conversation(client, user):
+        fields = {"model": base_model.public_id, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "max_tokens": 64}
+        assert client.post(reverse("chat:list", args=[team.project.slug]), fields).status_code == 302
+        return Conversation.objects.filter(user=user).latest("pk")
+
+    first = post(teammate, "send", conversation).json()["message"]
+    other = new_conversation(teammate, team.teammate)
+    in_other = post(teammate, "send", other).json()["message"]
+    owner = client_for(team.owner)
+    owners = new_conversation(owner, team.owner)
+    in_owners = post(owner, "send", owners).json()["message"]
+    assert len({first, in_other, in_owners}) == 3 and len(sent) == 3
+    assert other.messages.get(role="assistant").public_id == in_other
+    assert owners.messages.get(role="assistant").public_id == in_owners
+    for client in (owner, client_for(team.outsider)):  # the first's conversation is its author's alone
+        for name in ("send", "regenerate"):
+            assert post(client, name, conversation).status_code == 404
+    services.message_finish(message_id=first, text="Hello.", finish_reason="stop")
+    teammate.post(url("delete", conversation))
+    assert not Conversation.objects.filter(pk=conversation.pk).exists()
+    assert post(teammate, "send", conversation).status_code == 404 and len(sent) == 3
+
+
 def test_a_send_whose_first_sending_failed_is_taken_when_sent_again(team, client_for, base_model, sent):
     """A refused send (here: an answer still being written) gives its token up: the same send, once the answer
     ended, takes its turn rather than repeat the refusal."""
