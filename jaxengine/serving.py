@@ -61,6 +61,14 @@ Design note.
   ([B, V], donated like the cache) and hands them to the call chained on it; a call that is not chained
   (rows admitted, a re-layout) counts each row's tokens on the host and uploads them, which keeps them
   out of every re-layout and insert program.
+* Log probabilities: a request may ask for them (``ServeRequest.logprobs``: how many alternatives, up to
+  ``LOGPROBS_MAX``); each generated token then gets its own log probability and its alternatives'
+  (``TokenLogprobs``), ``log_softmax`` of the model's raw logits, before temperature, top-k/top-p, penalties
+  and bias (OpenAI's and vLLM's default). The prefill and decode programs compute them only under a static
+  flag that a call sets when some row asked (every row of it gets the top ``LOGPROBS_MAX``; each keeps its own
+  count on the host), so a call without them runs the programs it ran before and pays nothing more. The
+  warm-up compiles none of them: few conversations ask, and the first that does compiles its own (one prefill
+  and one decode program per cache size it meets).
 * ``BatchDecoder`` holds a model and its settings; ``run`` decodes a list of requests arriving together.
   ``BatchingServer`` is the concurrency: callers on any thread ``submit`` a request and wait on its
   future; one loop thread adds every submitted request to its ``ContinuousBatch`` and steps it.

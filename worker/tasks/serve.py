@@ -13,6 +13,7 @@ deleted model's weights stayed in memory until evicted. Events follow ``webapp.c
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -96,6 +97,8 @@ class GenerateRequest(BaseModel):
     logit_bias: dict[int, Annotated[float, Field(ge=-100.0, le=100.0)]] = Field(default_factory=dict, max_length=1024)
     # Text that ends the generation where it first appears (cut before it), as OpenAI's ``stop``.
     stop: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list, max_length=4)
+    # Log probabilities of each token and of this many alternatives (jaxengine.serving.LOGPROBS_MAX); None: none.
+    logprobs: int | None = Field(default=None, ge=0, le=20)
     timeout_seconds: float = Field(default_factory=lambda: float(settings.TEMPER_SERVE_TIMEOUT_SECONDS), gt=0,
                                    le=3600)
     # The chat panel's way with the context (``fit_to_context``): leave out the oldest turns, then generate
@@ -400,6 +403,27 @@ def fit_to_context(request: GenerateRequest, tokenizer, context: int) -> tuple[t
     return ids, min(request.max_new_tokens, context - len(ids))
 
 
+def _token_json(tokenizer, token_id: int, logprob: float) -> dict:
+    """One token as OpenAI's chat ``logprobs`` name it: its text (``bytes:\\xNN...`` for part of a character, as
+    OpenAI writes it), its UTF-8 bytes and its log probability."""
+    raw = tokenizer.token_bytes(token_id)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = "bytes:" + "".join(f"\\x{byte:02x}" for byte in raw)
+    # A token the model gives no chance at all (-inf) gets OpenAI's stand-in: JSON has no infinity.
+    return {"token": text, "bytes": list(raw), "logprob": logprob if math.isfinite(logprob) else -9999.0}
+
+
+def logprobs_json(tokenizer, logprobs) -> list[dict]:
+    """``jaxengine.serving.TokenLogprobs`` as the entries of OpenAI's chat ``logprobs.content``: each token's
+    ``token``, ``bytes``, ``logprob`` and its ``top_logprobs`` alike (what events carry; the web shapes them for
+    its endpoints)."""
+    return [{**_token_json(tokenizer, entry.token_id, entry.logprob),
+             "top_logprobs": [_token_json(tokenizer, token_id, value) for token_id, value in entry.top]}
+            for entry in logprobs]
+
+
 class _Events:
     """Numbered events of one generation; a Redis hiccup loses live tokens, never the generation.
 
@@ -417,8 +441,9 @@ class _Events:
         self.generation_id = generation_id
         self.seq = 0
         self.stopped = False  # the stop flag as last read; the server's thread reads it between decode calls
-        # (tokens, their text) of each callback of the server; None: the end
-        self._reads: queue.SimpleQueue[tuple[int, str] | None] = queue.SimpleQueue()
+        # (tokens, their text, their TokenLogprobs or None) of each callback of the server; None: the end
+        self._reads: queue.SimpleQueue[tuple[int, str, list | None] | None] = queue.SimpleQueue()
+        self.tokenizer = None  # set once the model is loaded: it names the tokens of log probabilities
 
     def emit(self, event_type: str, *, read_stop: bool = False, **fields) -> None:
         """Send the next event; ``read_stop``: read the stop flag in the same round trip."""
@@ -446,8 +471,8 @@ class _Events:
             return "finished"
         return "lost" if any(event.get("type") == "token" for event in stored) else None
 
-    def on_tokens(self, token_ids: list[int], delta: str) -> None:
-        self._reads.put((len(token_ids), delta))
+    def on_tokens(self, token_ids: list[int], delta: str, logprobs: list | None = None) -> None:
+        self._reads.put((len(token_ids), delta, logprobs))
 
     def read_stop_flag(self) -> None:
         try:
@@ -472,8 +497,9 @@ class _Events:
             if read is None:
                 return
             if read:  # the flag is read with the tokens' event while tokens flow: one round trip for both
-                tokens, delta = read
-                self.emit("token", text=delta, tokens=tokens, read_stop=stop_due)
+                tokens, delta, logprobs = read
+                named = {} if logprobs is None else {"logprobs": logprobs_json(self.tokenizer, logprobs)}
+                self.emit("token", text=delta, tokens=tokens, read_stop=stop_due, **named)
             elif stop_due:
                 self.read_stop_flag()
 
@@ -502,12 +528,13 @@ def generate(request: dict) -> dict:
         if parsed.model_key not in _servers:  # a page shows it in place of the first token, for as long as it takes
             events.emit("status", message=LOADING)
         server, tokenizer = server_for(parsed.model_key, parsed.model_path)
+        events.tokenizer = tokenizer
         ids, max_new_tokens = fit_to_context(parsed, tokenizer, server.decoder.model.config.max_position_embeddings)
         compiling = not programs_compiled(server)
         # The answer's own time starts once its programs are compiled (ServeRequest.time_limit); the wait for that,
         # and for a free row, has a bound of its own, which the web's generation_expiry_seconds counts in.
         serve_request = ServeRequest(
-            prompt_ids=ids, time_limit=parsed.timeout_seconds,
+            prompt_ids=ids, time_limit=parsed.timeout_seconds, logprobs=parsed.logprobs,
             deadline=time.monotonic() + chat_services.FIRST_TOKEN_WAIT_SECONDS + parsed.timeout_seconds,
             params=SamplingParams(max_new_tokens=max_new_tokens, temperature=parsed.temperature,
                                   top_p=parsed.top_p, top_k=parsed.top_k, seed=parsed.seed,
@@ -533,6 +560,8 @@ def generate(request: dict) -> dict:
         return _fail(events, request, f"the model failed: {error}")
     done = {"text": result.text, "finish_reason": result.finish_reason, "prompt_tokens": result.prompt_tokens,
             "completion_tokens": len(result.token_ids), "first_token_seconds": result.first_token_seconds}
+    if result.logprobs is not None:  # whole, as the text: an answer read at its end does not depend on token events
+        done["logprobs"] = logprobs_json(tokenizer, result.logprobs)
     if parsed.message:
         chat_services.message_finish(message_id=parsed.message, text=result.text, finish_reason=result.finish_reason,
                                      completion_tokens=len(result.token_ids),
