@@ -521,8 +521,8 @@ class _Compiled:
         [B] (what a call chained on this one starts from, sliced here rather than by an eager op that
         would compile on its first use), the cache, (``adjusted``; else None) the counts [B, V] of each
         row's generated tokens but the last, and (``logprobs``; else None) each step's ``_raw_logprobs``
-        ([steps, B], [steps, B, N] twice): only a call with a row that asked computes them. ``counts_bv`` comes in likewise: each step counts the token it
-        is fed. ``adjusted``: some row has a penalty or a logit bias; both then apply to every row (zero for
+        ([steps, B], [steps, B, N] twice): only a call with a row that asked computes them. ``counts_bv``
+        comes in likewise: each step counts the token it is fed. ``adjusted``: some row has a penalty or a logit bias; both then apply to every row (zero for
         those without), so that one program, which the warm-up compiles, serves either.
 
         Every row writes the shared slot ``cache.index`` each step; row b's tokens live in slots
@@ -984,15 +984,13 @@ class ContinuousBatch:
         """Reads a decode call's tokens back and takes them, for each row still in the slot it had then
         (a row that ended meanwhile, or a row admitted since into its slot, takes none of them)."""
         tokens_kb, logprobs = jax.device_get((call.tokens_kb, call.logprobs))
+        if logprobs is not None:  # [steps, B, ...] -> rows first, as _row_logprobs reads them
+            logprobs = tuple(np.swapaxes(array, 0, 1) for array in logprobs)
         for slot, row in enumerate(call.rows):
             if row is not None and self._rows[slot] is row:
-                token_ids, steps_logprobs = np.asarray(tokens_kb)[:, slot].tolist(), None
-                if logprobs is not None:  # [steps, B, ...] -> rows first
-                    chosen_kb, top_ids_kbn, top_logprobs_kbn = logprobs
-                    steps_logprobs = _row_logprobs((chosen_kb.T, top_ids_kbn.transpose(1, 0, 2),
-                                                    top_logprobs_kbn.transpose(1, 0, 2)), slot, token_ids,
-                                                   row.request.logprobs)
-                self._take(slot, token_ids, steps_logprobs)
+                token_ids = np.asarray(tokens_kb)[:, slot].tolist()
+                self._take(slot, token_ids, None if logprobs is None
+                           else _row_logprobs(logprobs, slot, token_ids, row.request.logprobs))
 
     def _take(self, slot: int, token_ids: list[int], logprobs: list[TokenLogprobs] | None = None) -> None:
         """Appends the tokens read for the row in ``slot`` up to the one that ends it (if any; the rest were
@@ -1056,7 +1054,8 @@ def _row_logprobs(logprobs, row: int, token_ids: list[int], alternatives: int | 
     chosen, top_ids, top_logprobs = (np.asarray(array)[row] for array in logprobs)
     chosen, top_ids, top_logprobs = np.atleast_1d(chosen), np.atleast_2d(top_ids), np.atleast_2d(top_logprobs)
     return [TokenLogprobs(token_id=token_id, logprob=float(chosen[step]),
-                          top=tuple(zip(top_ids[step, :alternatives].tolist(), top_logprobs[step, :alternatives].tolist())))
+                          top=tuple(zip(top_ids[step, :alternatives].tolist(),
+                                        top_logprobs[step, :alternatives].tolist())))
             for step, token_id in enumerate(token_ids)]
 
 

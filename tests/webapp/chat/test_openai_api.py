@@ -590,8 +590,8 @@ NUL = token_logprobs("bytes:\\xe2", -3.0, ("bytes:\\xe2", -3.0), ("!", -3.5))  #
 WITH_LOGPROBS = [{"type": "token", "text": "Hel", "tokens": 1, "logprobs": [HEL]},
                  {"type": "token", "text": "lo", "tokens": 2, "logprobs": [LO, NUL]},
                  {"type": "token", "text": "", "tokens": 1, "logprobs": [NUL]},
-                 {"type": "done", "text": "Hello", "finish_reason": "length", "prompt_tokens": 3, "completion_tokens": 4,
-                  "logprobs": [HEL, LO, NUL, NUL]}]
+                 {"type": "done", "text": "Hello", "finish_reason": "length", "prompt_tokens": 3,
+                  "completion_tokens": 4, "logprobs": [HEL, LO, NUL, NUL]}]
 
 
 def test_chat_logprobs_are_each_tokens_and_its_alternatives_whole_and_streamed(api, worker):
