@@ -520,10 +520,11 @@ class _Compiled:
         """``steps`` decode steps of every row, in one call: returns the tokens [steps, B], the last of them
         [B] (what a call chained on this one starts from, sliced here rather than by an eager op that
         would compile on its first use), the cache, (``adjusted``; else None) the counts [B, V] of each
-        row's generated tokens but the last, and (``logprobs``; else None) each step's ``_raw_logprobs``
-        ([steps, B], [steps, B, N] twice): only a call with a row that asked computes them. ``counts_bv``
-        comes in likewise: each step counts the token it is fed. ``adjusted``: some row has a penalty or a logit bias; both then apply to every row (zero for
-        those without), so that one program, which the warm-up compiles, serves either.
+        row's generated tokens but the last (``counts_bv`` comes in likewise: each step counts the token it
+        is fed), and (``logprobs``; else None) each step's ``_raw_logprobs`` ([steps, B], [steps, B, N]
+        twice): only a call with a row that asked computes them. ``adjusted``: some row has a penalty or a
+        logit bias; both then apply to every row (zero for those without), so that one program, which the
+        warm-up compiles, serves either.
 
         Every row writes the shared slot ``cache.index`` each step; row b's tokens live in slots
         ``[starts_b, cache.index]`` and its rotary position is the slot minus its start.
