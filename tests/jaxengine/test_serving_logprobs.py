@@ -9,7 +9,7 @@ from flax import nnx
 
 from jaxengine.checkpoint.hf import load_hf_model
 from jaxengine.sampler import Sampler, SamplingParams
-from jaxengine.serving import LOGPROBS_MAX, BatchDecoder, ServeRequest
+from jaxengine.serving import LOGPROBS_MAX, BatchDecoder, ContinuousBatch, ServeRequest
 from jaxengine.tokenizer import load_tokenizer
 from tests import factories
 
@@ -92,6 +92,27 @@ def test_rows_of_one_batch_get_their_own_logprobs_streamed_and_in_the_result(ser
     # Asking changes no token: the rows decode as they do without.
     plain = decoder.run([ServeRequest(prompt_ids=request.prompt_ids, params=request.params) for request in requests])
     assert [result.token_ids for result in plain] == [result.token_ids for result in results]
+
+
+def test_a_row_asking_for_logprobs_that_joins_a_running_batch_gets_them_from_its_first_token(served):
+    """It joins between the calls of a row that asked for none (its prefill on its own, the cache laid out anew,
+    the calls chained on each other after it); the other row decodes as it does alone."""
+    model, tokenizer, prompts = served
+    greedy = SamplingParams(max_new_tokens=30, temperature=0.0)
+    plain = ServeRequest(prompt_ids=tuple(prompts[1]), params=greedy)
+    asking = ServeRequest(prompt_ids=tuple(prompts[0]), params=SamplingParams(max_new_tokens=17, temperature=0.0),
+                          logprobs=4)
+    decoder = BatchDecoder(model, tokenizer)
+    batch, results = ContinuousBatch(decoder), {}
+    batch.add(plain, on_finish=lambda result: results.update(plain=result))
+    batch.step()
+    batch.step()
+    batch.add(asking, on_finish=lambda result: results.update(asking=result))
+    while batch.busy:
+        batch.step()
+    assert results["plain"].logprobs is None
+    assert results["plain"].token_ids == decoder.run([plain])[0].token_ids
+    assert_matches_references(model, tokenizer, asking, results["asking"], 4)
 
 
 def test_logprobs_programs_compile_on_first_use_and_leave_the_others_as_they_were(served):
