@@ -9,6 +9,7 @@ other processes falls on all of them alike; the fastest run of each is reported,
 time, and the ratio of each count's aggregate tokens/s to one stream's; also each count's least process
 CPU time over the runs and the same ratio by CPU time (steadier on a shared machine). ``--staggered`` also runs the
 streams arriving one decode call apart through one ``ContinuousBatch`` (requests joining a running batch).
+``--logprobs N`` has every stream ask for its tokens' log probabilities and N alternatives'.
 Prints one JSON object per stream count.
 """
 from __future__ import annotations
@@ -24,9 +25,9 @@ from jaxengine.serving import (BatchDecoder, ContinuousBatch, ServeRequest, devi
                                serving_devices)
 
 
-def requests_for(prompts: list[list[int]], tokens: int) -> list[ServeRequest]:
+def requests_for(prompts: list[list[int]], tokens: int, logprobs: int | None = None) -> list[ServeRequest]:
     return [ServeRequest(prompt_ids=tuple(ids), params=SamplingParams(max_new_tokens=tokens, temperature=0.7,
-                                                                      seed=row), ignore_eos=True)
+                                                                      seed=row), ignore_eos=True, logprobs=logprobs)
             for row, ids in enumerate(prompts)]  # every stream decodes its whole budget
 
 
@@ -57,6 +58,8 @@ def main() -> None:
     parser.add_argument("--staggered", action="store_true", help="also measure streams arriving one call apart")
     parser.add_argument("--devices", type=int, default=1,
                         help="CPU devices to split a small model's rows over, as the serve worker does (0: one per core)")
+    parser.add_argument("--logprobs", type=int, default=None,
+                        help="every stream asks for log probabilities with this many alternatives (default: none)")
     args = parser.parse_args()
     all_devices = serving_devices(args.devices or None)
     loaded = load_serving_model(args.model)
@@ -67,10 +70,11 @@ def main() -> None:
     modes = [False, True] if args.staggered else [False]
     runs = {(count, staggered): [] for count in args.streams for staggered in modes}
     for key in runs:  # compile
-        timed_run(decoder, requests_for(prompts[:key[0]], args.tokens), staggered=key[1])
+        timed_run(decoder, requests_for(prompts[:key[0]], args.tokens, args.logprobs), staggered=key[1])
     for _ in range(args.repeats):
         for (count, staggered), found in runs.items():
-            found.append(timed_run(decoder, requests_for(prompts[:count], args.tokens), staggered=staggered))
+            found.append(timed_run(decoder, requests_for(prompts[:count], args.tokens, args.logprobs),
+                                   staggered=staggered))
     best = {key: min(found, key=lambda run: run["seconds"]) for key, found in runs.items()}
     # On a loaded machine the fastest run by wall clock is not the one with the least CPU time, and CPU time
     # swings much less with other people's jobs: the least CPU time of each count, and its ratio, too.
@@ -79,7 +83,8 @@ def main() -> None:
         aggregate = run["tokens"] / run["seconds"]
         print(json.dumps({
             "model": args.model, "streams": count, "arrival": "staggered" if staggered else "together",
-            "steps_per_call": args.steps_per_call, "devices": len(devices), "seconds": round(run["seconds"], 3),
+            "steps_per_call": args.steps_per_call, "devices": len(devices), "logprobs": args.logprobs,
+            "seconds": round(run["seconds"], 3),
             "cpu_seconds": round(run["cpu_seconds"], 3), "tokens": run["tokens"],
             "aggregate_tokens_per_second": round(aggregate, 1),
             "tokens_per_second_per_stream": round(aggregate / count, 1),

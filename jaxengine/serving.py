@@ -61,6 +61,14 @@ Design note.
   ([B, V], donated like the cache) and hands them to the call chained on it; a call that is not chained
   (rows admitted, a re-layout) counts each row's tokens on the host and uploads them, which keeps them
   out of every re-layout and insert program.
+* Log probabilities: a request may ask for them (``ServeRequest.logprobs``: how many alternatives, up to
+  ``LOGPROBS_MAX``); each generated token then gets its own log probability and its alternatives'
+  (``TokenLogprobs``), ``log_softmax`` of the model's raw logits, before temperature, top-k/top-p, penalties
+  and bias (OpenAI's and vLLM's default). The prefill and decode programs compute them only under a static
+  flag that a call sets when some row asked (every row of it gets the top ``LOGPROBS_MAX``; each keeps its own
+  count on the host), so a call without them runs the programs it ran before and pays nothing more. The
+  warm-up compiles none of them: few conversations ask, and the first that does compiles its own (one prefill
+  and one decode program per cache size it meets).
 * ``BatchDecoder`` holds a model and its settings; ``run`` decodes a list of requests arriving together.
   ``BatchingServer`` is the concurrency: callers on any thread ``submit`` a request and wait on its
   future; one loop thread adds every submitted request to its ``ContinuousBatch`` and steps it.
@@ -124,6 +132,9 @@ from jaxengine.sharding import constrain, constrain_kv_cache, make_mesh
 from jaxengine.tokenizer import IncrementalDecoder, Tokenizer
 
 FINISH_REASONS = ("stop", "length", "cancelled", "timeout")
+# Most alternatives a request may ask for per token (``ServeRequest.logprobs``), OpenAI's ``top_logprobs`` limit;
+# a call with log probabilities computes this many for every row and each row keeps what it asked for.
+LOGPROBS_MAX = 20
 
 logger = logging.getLogger(__name__)
 
@@ -144,6 +155,25 @@ class ServeRequest:
     deadline: float | None = None
     time_limit: float | None = None
     ignore_eos: bool = False  # decode the whole token budget (benchmarks)
+    # Log probabilities of each generated token and of its ``logprobs`` most likely alternatives (0 to
+    # LOGPROBS_MAX; None: none), streamed with the tokens and in the result (``TokenLogprobs``).
+    logprobs: int | None = None
+
+    def __post_init__(self):
+        if self.logprobs is not None and not 0 <= self.logprobs <= LOGPROBS_MAX:
+            raise ValueError(f"ServeRequest.logprobs must be from 0 to {LOGPROBS_MAX} alternatives per token (or None "
+                             f"for none), got {self.logprobs}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TokenLogprobs:
+    """A generated token's log probability and its most likely alternatives' (token id, log probability), most
+    likely first: the model's own distribution, ``log_softmax`` of its logits before temperature, top-k/top-p,
+    penalties and logit bias (OpenAI's and vLLM's default "raw" log probabilities), in float32."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -153,6 +183,7 @@ class ServeResult:
     prompt_tokens: int
     finish_reason: str  # one of FINISH_REASONS
     first_token_seconds: float | None  # from the request's arrival (add / submit) to its first token
+    logprobs: list[TokenLogprobs] | None = None  # one per token id, where the request asked for them
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -364,6 +395,17 @@ def _sample_rows(logits_bv, temperature_b, top_k_b, top_p_b, noise_bv, *, filter
     return first_max_index(jnp.where(sampled_b[:, None], noise_bv + scaled_bv, logits_bv))
 
 
+def _raw_logprobs(logits_bv, token_b):
+    """The log probability [B] of each row's ``token_b`` and the ``LOGPROBS_MAX`` most likely tokens' (ids and
+    log probabilities [B, N], most likely first) under ``logits_bv``, the model's raw logits (before sampling
+    settings, penalties and bias). Computed for every row of a call that has a row asking: each row keeps its own
+    count on the host."""
+    logprobs_bv = jax.nn.log_softmax(logits_bv.astype(jnp.float32), axis=-1)
+    chosen_b = jnp.take_along_axis(logprobs_bv, token_b[:, None], axis=-1)[:, 0]
+    top_logprobs_bn, top_ids_bn = jax.lax.top_k(logprobs_bv, min(LOGPROBS_MAX, logprobs_bv.shape[-1]))
+    return chosen_b, top_ids_bn.astype(jnp.int32), top_logprobs_bn
+
+
 def _rows_view(keys_or_values: jax.Array, rows: int, kv_heads: int) -> jax.Array:
     """A cache buffer ([B*K, H, S] / [B*K, S, H], leading axis dropped when B*K = 1) as [B, K, ...]."""
     return keys_or_values.reshape(rows, kv_heads, *keys_or_values.shape[-2:])
@@ -436,8 +478,8 @@ class _Compiled:
         self.cache_dtype = cache_dtype
         self.kv_heads = kv_heads
         self.trace_count = 0
-        self.prefill = jax.jit(self._prefill, static_argnames=("sampled", "filtered", "biased"))
-        self.decode = jax.jit(self._decode, static_argnames=("steps", "sampled", "filtered", "adjusted"),
+        self.prefill = jax.jit(self._prefill, static_argnames=("sampled", "filtered", "biased", "logprobs"))
+        self.decode = jax.jit(self._decode, static_argnames=("steps", "sampled", "filtered", "adjusted", "logprobs"),
                               donate_argnames=("cache", "counts_bv"))
         self.insert = jax.jit(self._insert, donate_argnames=("cache",))
         self.relayout = jax.jit(self._relayout, static_argnames=("rows", "length"))
@@ -462,27 +504,29 @@ class _Compiled:
         return nnx.merge(self.graphdef, jax.tree.unflatten(self.treedef, leaves))
 
     def _prefill(self, leaves, input_ids_gt, pad_counts_g, sampling_g, *, sampled: bool, filtered: bool,
-                 biased: bool):
+                 biased: bool, logprobs: bool):
         """New requests' left-padded prompts [G, T] into a cache of T slots; their first tokens [G] (nothing
-        generated yet: no penalty applies)."""
+        generated yet: no penalty applies), the cache and (``logprobs``; else None) their ``_raw_logprobs``."""
         self.trace_count += 1
-        logits_gv, cache = prefill(self._model(leaves), input_ids_gt, pad_counts_g, total_length=input_ids_gt.shape[1],
-                                   cache_dtype=self.cache_dtype)
+        raw_gv, cache = prefill(self._model(leaves), input_ids_gt, pad_counts_g, total_length=input_ids_gt.shape[1],
+                                cache_dtype=self.cache_dtype)
         temperature_g, top_k_g, top_p_g, seed_g, _, _, bias_ids_gn, bias_values_gn = sampling_g
-        if biased:
-            logits_gv = apply_logit_bias(logits_gv, bias_ids_gn, bias_values_gn)
+        logits_gv = apply_logit_bias(raw_gv, bias_ids_gn, bias_values_gn) if biased else raw_gv
         noise_gv = (gumbel_noise(seed_g, jnp.zeros(seed_g.shape, jnp.int32), 1, logits_gv.shape[-1])[0] if sampled
                     else None)
-        return _sample_rows(logits_gv, temperature_g, top_k_g, top_p_g, noise_gv, filtered=filtered), cache
+        token_g = _sample_rows(logits_gv, temperature_g, top_k_g, top_p_g, noise_gv, filtered=filtered)
+        return token_g, cache, _raw_logprobs(raw_gv, token_g) if logprobs else None
 
     def _decode(self, leaves, cache, counts_bv, token_b, starts_b, steps_b, sampling_b, *, steps: int, sampled: bool,
-                filtered: bool, adjusted: bool):
+                filtered: bool, adjusted: bool, logprobs: bool):
         """``steps`` decode steps of every row, in one call: returns the tokens [steps, B], the last of them
         [B] (what a call chained on this one starts from, sliced here rather than by an eager op that
-        would compile on its first use), the cache and (``adjusted``; else None) the counts [B, V] of each
-        row's generated tokens but the last. ``counts_bv`` comes in likewise: each step counts the token it
-        is fed. ``adjusted``: some row has a penalty or a logit bias; both then apply to every row (zero for
-        those without), so that one program, which the warm-up compiles, serves either.
+        would compile on its first use), the cache, (``adjusted``; else None) the counts [B, V] of each
+        row's generated tokens but the last (``counts_bv`` comes in likewise: each step counts the token it
+        is fed), and (``logprobs``; else None) each step's ``_raw_logprobs`` ([steps, B], [steps, B, N]
+        twice): only a call with a row that asked computes them. ``adjusted``: some row has a penalty or a
+        logit bias; both then apply to every row (zero for those without), so that one program, which the
+        warm-up compiles, serves either.
 
         Every row writes the shared slot ``cache.index`` each step; row b's tokens live in slots
         ``[starts_b, cache.index]`` and its rotary position is the slot minus its start.
@@ -494,19 +538,20 @@ class _Compiled:
 
         def one_step(carry, noise_bv):
             token_b, cache, counts_bv = carry
-            logits_bv, cache = decode(model, token_b, cache.index - starts_b, starts_b, cache)
+            raw_bv, cache = decode(model, token_b, cache.index - starts_b, starts_b, cache)
+            logits_bv = raw_bv
             if adjusted:
                 logits_bv = apply_logit_bias(logits_bv, bias_ids_bn, bias_values_bn)
                 counts_bv = count_tokens(counts_bv, token_b)
                 logits_bv = apply_penalties(logits_bv, counts_bv, presence_b, frequency_b)
             token_b = _sample_rows(logits_bv, temperature_b, top_k_b, top_p_b, noise_bv, filtered=filtered)
-            return (token_b, cache, counts_bv), token_b
+            return (token_b, cache, counts_bv), (token_b, _raw_logprobs(raw_bv, token_b) if logprobs else None)
 
-        (_, cache, counts_bv), tokens_kb = jax.lax.scan(one_step, (token_b, cache, counts_bv if adjusted else None),
-                                                        noise_kbv, length=steps)
+        (_, cache, counts_bv), (tokens_kb, logprobs_k) = jax.lax.scan(
+            one_step, (token_b, cache, counts_bv if adjusted else None), noise_kbv, length=steps)
         if adjusted:
             counts_bv = constrain(counts_bv, ("batch", None))
-        return tokens_kb, tokens_kb[-1], self._constrained(cache), counts_bv
+        return tokens_kb, tokens_kb[-1], self._constrained(cache), counts_bv, logprobs_k
 
     def _insert(self, cache, new_cache, rows_g, index):
         """Copies the prefilled rows (``new_cache``, T slots) into ``cache`` rows ``rows_g``, slots
@@ -565,10 +610,12 @@ def forget_programs(decoder: BatchDecoder, *, retire: bool = True) -> None:
     PROGRAMS.forget(decoder.compiled, retire=retire)
 
 
-OnTokens = Callable[[int, list[int], str], None]  # (request index, token ids read together, their text)
+OnTokens = Callable[..., None]  # (request index, token ids read together, their text[, logprobs=...])
 # The tokens a row takes from one read of the device (its prefill's first token, then each decode call's) and
-# the text they add: read back at one moment, they are streamed in one callback.
-RowTokens = Callable[[list[int], str], None]
+# the text they add: read back at one moment, they are streamed in one callback. A request that asked for
+# log probabilities (``ServeRequest.logprobs``) gets them too, as ``logprobs=`` (a ``TokenLogprobs`` per token):
+# a caller that asks takes the keyword, and every other caller's callback stays as it was.
+RowTokens = Callable[..., None]
 ShouldStop = Callable[[int], bool]  # request index -> the user asked to stop it
 
 
@@ -586,6 +633,7 @@ class _Row:
     text: str = ""  # decoded so far (cut before a stop string once one is found)
     emitted: int = 0  # characters of text already streamed (a possible stop string's start is held back)
     tokens: list[int] = dataclasses.field(default_factory=list)
+    logprobs: list[TokenLogprobs] | None = None  # one per token, where the request asked for them
     first_token: float | None = None
     # When its ``time_limit`` started: its first decode call dispatched (its programs compiled), on the batch's clock.
     limit_from: float | None = None
@@ -595,11 +643,12 @@ class _Row:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _Call:
-    """A decode call in flight: its tokens [steps, B] and their last step [B] (on the device), and the
-    row in each slot then."""
+    """A decode call in flight: its tokens [steps, B] and their last step [B] (on the device), their
+    ``_raw_logprobs`` where a row asked (else None), and the row in each slot then."""
 
     tokens_kb: jax.Array
     last_b: jax.Array
+    logprobs: tuple[jax.Array, jax.Array, jax.Array] | None
     rows: list[_Row | None]
 
 
@@ -646,7 +695,8 @@ class ContinuousBatch:
         stop_ids = set(request.params.stop_token_ids) | set(() if request.ignore_eos else self.decoder.tokenizer.eos_ids)
         self._waiting.append(_Row(request=request, on_tokens=on_tokens, should_stop=should_stop, on_finish=on_finish,
                                   arrived=self.clock() if arrived is None else arrived, stop_ids=frozenset(stop_ids),
-                                  decoder=IncrementalDecoder(self.decoder.tokenizer), fast_forward=fast_forward))
+                                  decoder=IncrementalDecoder(self.decoder.tokenizer), fast_forward=fast_forward,
+                                  logprobs=None if request.logprobs is None else []))
 
     def step(self) -> None:
         """Ends rows stopped or past their deadline, then either dispatches the next decode call on the
@@ -844,11 +894,11 @@ class ContinuousBatch:
     def _prefill_key(self, requests: list[ServeRequest], prompt_bucket: int) -> tuple:
         group = bucket_length(len(requests), minimum=1)
         return ("prefill", group, prompt_bucket, _any_sampled(requests), _any_filtered(requests),
-                _any_biased(requests), _placement(self.decoder.mesh_for(group)))
+                _any_biased(requests), _any_logprobs(requests), _placement(self.decoder.mesh_for(group)))
 
     def _prefill_program(self, requests: list[ServeRequest], prompt_bucket: int):
         """The prefill of ``requests`` as one group (padded to a power of two) at ``prompt_bucket``: their
-        first tokens, their cache and the mesh these are on."""
+        first tokens, their cache, their ``_raw_logprobs`` (None where none asked) and the mesh these are on."""
         group = bucket_length(len(requests), minimum=1)
         input_ids_gt = np.zeros((group, prompt_bucket), np.int32)
         pad_counts_g = np.full((group,), prompt_bucket - 1, np.int32)  # group-padding rows hold one pad token
@@ -858,30 +908,32 @@ class ContinuousBatch:
             pad_counts_g[position] = prompt_bucket - len(ids)
         group_mesh = self.decoder.mesh_for(group)
         with _on(group_mesh):
-            token_g, new_cache = self._compiled.prefill(
+            token_g, new_cache, logprobs = self._compiled.prefill(
                 self.decoder.leaves_on(group_mesh), input_ids_gt, pad_counts_g,
                 self.decoder.sampling_arrays(requests, group), sampled=_any_sampled(requests),
-                filtered=_any_filtered(requests), biased=_any_biased(requests))
-        return token_g, new_cache, group_mesh
+                filtered=_any_filtered(requests), biased=_any_biased(requests), logprobs=_any_logprobs(requests))
+        return token_g, new_cache, logprobs, group_mesh
 
     def _prefill(self, admitted: list[_Row], prompt_bucket: int, key: tuple) -> None:
         """Prefills the admitted requests as one group (the program ``key`` names) and copies them into free
         rows ending at the shared slot."""
         self._compiled.compiled_keys.add(key)
-        token_g, new_cache, group_mesh = self._prefill_program([row.request for row in admitted], prompt_bucket)
+        token_g, new_cache, logprobs, group_mesh = self._prefill_program([row.request for row in admitted],
+                                                                         prompt_bucket)
         group = token_g.shape[0]
         free = [slot for slot, row in enumerate(self._rows) if row is None]
         rows_g = np.full((group,), len(self._rows), np.int32)  # padding rows: dropped
         rows_g[:len(admitted)] = free[:len(admitted)]
         self._cache = self._insert(new_cache, group_mesh, rows_g)
-        first_tokens = np.asarray(jax.device_get(token_g))
+        first_tokens, logprobs = jax.device_get((token_g, logprobs))
         now = self.clock()
         for position, row in enumerate(admitted):
             slot = int(rows_g[position])
             row.start = self._index - len(row.request.prompt_ids)
             self._rows[slot] = row
             row.first_token = now - row.arrived
-            self._take(slot, [int(first_tokens[position])])
+            first = [int(first_tokens[position])]
+            self._take(slot, first, _row_logprobs(logprobs, position, first, row.request.logprobs))
 
     def _decode_call(self, previous: _Call | None = None) -> None:
         """Dispatches one decode call of every row and leaves it in flight. Each row goes on from its last
@@ -911,13 +963,13 @@ class ContinuousBatch:
             # Chained: the previous call's counts (the same rows); else each row's tokens but its last, counted here.
             counts_bv = self._counts if previous is not None and self._counts is not None else self._host_counts()
         with _on(self._mesh):
-            tokens_kb, last_b, self._cache, self._counts = self._compiled.decode(
+            tokens_kb, last_b, self._cache, self._counts, logprobs = self._compiled.decode(
                 self.decoder.leaves_on(self._mesh), self._cache, counts_bv, token_b, starts_b, steps_b,
                 self.decoder.sampling_arrays(requests, rows), steps=steps, sampled=_any_sampled(live),
-                filtered=_any_filtered(live), adjusted=adjusted)
+                filtered=_any_filtered(live), adjusted=adjusted, logprobs=_any_logprobs(live))
         self._index += steps
         self._calls_at_layout += 1
-        self._in_flight = _Call(tokens_kb=tokens_kb, last_b=last_b, rows=list(self._rows))
+        self._in_flight = _Call(tokens_kb=tokens_kb, last_b=last_b, logprobs=logprobs, rows=list(self._rows))
 
     def _host_counts(self):
         """[rows, V] int32: how often each row generated each token, its last token left out (the decode call
@@ -934,14 +986,19 @@ class ContinuousBatch:
     def _collect(self, call: _Call) -> None:
         """Reads a decode call's tokens back and takes them, for each row still in the slot it had then
         (a row that ended meanwhile, or a row admitted since into its slot, takes none of them)."""
-        tokens_kb = np.asarray(jax.device_get(call.tokens_kb))
+        tokens_kb, logprobs = jax.device_get((call.tokens_kb, call.logprobs))
+        if logprobs is not None:  # [steps, B, ...] -> rows first, as _row_logprobs reads them
+            logprobs = tuple(np.swapaxes(array, 0, 1) for array in logprobs)
         for slot, row in enumerate(call.rows):
             if row is not None and self._rows[slot] is row:
-                self._take(slot, tokens_kb[:, slot].tolist())
+                token_ids = np.asarray(tokens_kb)[:, slot].tolist()
+                self._take(slot, token_ids, None if logprobs is None
+                           else _row_logprobs(logprobs, slot, token_ids, row.request.logprobs))
 
-    def _take(self, slot: int, token_ids: list[int]) -> None:
+    def _take(self, slot: int, token_ids: list[int], logprobs: list[TokenLogprobs] | None = None) -> None:
         """Appends the tokens read for the row in ``slot`` up to the one that ends it (if any; the rest were
-        decoded in vain), streams them in one ``on_tokens`` call, and frees the slot when the row ended."""
+        decoded in vain), with their ``logprobs`` where the row asked, streams them in one ``on_tokens`` call,
+        and frees the slot when the row ended."""
         row = self._rows[slot]
         taken, reason, end = [], None, len(row.text)
         for token_id in token_ids:
@@ -959,8 +1016,12 @@ class ContinuousBatch:
                 break
         delta = row.text[row.emitted:max(end, row.emitted)]
         row.emitted = max(end, row.emitted)
+        taken_logprobs = None
+        if row.logprobs is not None:
+            taken_logprobs = logprobs[:len(taken)]
+            row.logprobs.extend(taken_logprobs)
         if row.on_tokens is not None:
-            row.on_tokens(taken, delta)
+            row.on_tokens(taken, delta, **({} if taken_logprobs is None else {"logprobs": taken_logprobs}))
         if reason is not None:
             self._finish(slot, reason)
 
@@ -973,7 +1034,7 @@ class ContinuousBatch:
         # A stopped row may hold back a partial character in its decoder; the full decode has it.
         text = self.decoder.tokenizer.decode(row.tokens) if reason in ("cancelled", "timeout") else row.text
         return ServeResult(text=text, token_ids=row.tokens, prompt_tokens=len(row.request.prompt_ids),
-                           finish_reason=reason, first_token_seconds=row.first_token)
+                           finish_reason=reason, first_token_seconds=row.first_token, logprobs=row.logprobs)
 
     @staticmethod
     def _early_finish(row: _Row, now: float) -> str | None:
@@ -985,6 +1046,20 @@ class ContinuousBatch:
         if limit is not None and row.limit_from is not None and now >= row.limit_from + limit:
             return "timeout"
         return None
+
+
+def _row_logprobs(logprobs, row: int, token_ids: list[int], alternatives: int | None) -> list[TokenLogprobs] | None:
+    """The ``TokenLogprobs`` of row ``row``'s ``token_ids`` from ``_raw_logprobs`` read back (numpy, rows first:
+    [B, ...] for one token each, [B, steps, ...] for a call's), ``alternatives`` of them kept; None where the row
+    asked for none."""
+    if alternatives is None:
+        return None
+    chosen, top_ids, top_logprobs = (np.asarray(array)[row] for array in logprobs)
+    chosen, top_ids, top_logprobs = np.atleast_1d(chosen), np.atleast_2d(top_ids), np.atleast_2d(top_logprobs)
+    return [TokenLogprobs(token_id=token_id, logprob=float(chosen[step]),
+                          top=tuple(zip(top_ids[step, :alternatives].tolist(),
+                                        top_logprobs[step, :alternatives].tolist())))
+            for step, token_id in enumerate(token_ids)]
 
 
 def _placement(mesh: Mesh | None) -> tuple[int, ...] | None:
@@ -1022,6 +1097,11 @@ def _any_penalized(requests) -> bool:
 
 def _any_biased(requests) -> bool:
     return any(request.params.biased for request in requests if request is not None)
+
+
+def _any_logprobs(requests) -> bool:
+    """Whether a call computes log probabilities (``_raw_logprobs``): some row asked."""
+    return any(request.logprobs is not None for request in requests if request is not None)
 
 
 def _any_filtered(requests) -> bool:

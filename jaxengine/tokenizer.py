@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 import json
 import re
 import shutil
@@ -283,6 +284,12 @@ class Tokenizer(abc.ABC):
     def token_to_id(self, token: str) -> int | None:
         """The id of a token string (vocabulary piece or added token), or None when there is none."""
 
+    def token_bytes(self, token_id: int) -> bytes:
+        """The UTF-8 bytes one token stands for, special tokens included (OpenAI's ``logprobs`` ``bytes``): part
+        of a character where a character spans several tokens. Subclasses read their byte tokens; this fallback
+        decodes the token alone."""
+        return self.decode([token_id], skip_special_tokens=False).encode("utf-8")
+
     @property
     @abc.abstractmethod
     def vocab_size(self) -> int:
@@ -434,6 +441,18 @@ class HuggingFaceTokenizer(Tokenizer):
     def token_to_id(self, token: str) -> int | None:
         return self._tokenizer.token_to_id(token)
 
+    def token_bytes(self, token_id: int) -> bytes:
+        import tokenizers
+
+        token = self._tokenizer.id_to_token(int(token_id))
+        if token is None:
+            return b""
+        alphabet = _byte_level_alphabet()
+        if (isinstance(self._tokenizer.decoder, tokenizers.decoders.ByteLevel)
+                and token_id not in self._tokenizer.get_added_tokens_decoder() and all(c in alphabet for c in token)):
+            return bytes(alphabet[c] for c in token)
+        return super().token_bytes(token_id)
+
     @property
     def vocab_size(self) -> int:
         return self._tokenizer.get_vocab_size(with_added_tokens=True)
@@ -558,6 +577,16 @@ class SentencePieceTokenizer(Tokenizer):
         text = "".join(parts)
         return text[1:] if self._add_prefix_space and text.startswith(" ") else text
 
+    def token_bytes(self, token_id: int) -> bytes:
+        added = self._added_by_id.get(int(token_id))
+        if added is not None:
+            return added.content.encode("utf-8")
+        if not 0 <= token_id < self._piece_count:
+            return b""
+        piece = self._processor.id_to_piece(int(token_id))
+        byte_match = _BYTE_PIECE.match(piece)
+        return bytes([int(byte_match.group(1), 16)]) if byte_match else piece.replace(_SPACE_MARK, " ").encode("utf-8")
+
     def token_to_id(self, token: str) -> int | None:
         added = self._added_by_content.get(token)
         return added.id if added is not None else self._piece_id(token)
@@ -569,6 +598,20 @@ class SentencePieceTokenizer(Tokenizer):
     @property
     def special_ids(self) -> frozenset[int]:
         return self._special_ids
+
+
+@functools.cache
+def _byte_level_alphabet() -> dict[str, int]:
+    """Byte-level BPE's character for each byte (GPT-2's ``bytes_to_unicode``), inverted: character -> byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    characters, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            characters[chr(byte)] = byte
+        else:
+            characters[chr(256 + extra)] = byte
+            extra += 1
+    return characters
 
 
 def load_tokenizer(model_dir: str | Path, *, run_spec_variables: bool = True) -> Tokenizer:

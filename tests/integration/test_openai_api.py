@@ -88,6 +88,34 @@ def test_completions(api):
     assert 1 <= unsaid.usage.completion_tokens and unsaid.usage.total_tokens <= 256
 
 
+def test_logprobs_read_by_the_openai_client_streamed_and_not(api):
+    """Each answer token's log probability and its top alternatives', as OpenAI's clients read them: the chat
+    completion's ``choices[0].logprobs.content`` (whole, and per streamed chunk), the completion's legacy
+    ``choices[0].logprobs``; an answer asked without them carries none."""
+    client, team, base_model = api
+    messages = [{"role": "user", "content": "Hello"}]
+    asked = {"model": base_model.public_id, "messages": messages, "max_tokens": 12, "temperature": 0}
+    whole = client.chat.completions.create(**asked, logprobs=True, top_logprobs=3)
+    content = whole.choices[0].logprobs.content
+    assert len(content) == whole.usage.completion_tokens == 12
+    for entry in content:  # greedy: each token is its most likely alternative, which comes first
+        assert len(entry.top_logprobs) == 3 and entry.top_logprobs[0].token == entry.token
+        assert entry.top_logprobs[0].logprob == entry.logprob <= 0 and entry.bytes is not None
+        assert [top.logprob for top in entry.top_logprobs] == sorted((top.logprob for top in entry.top_logprobs),
+                                                                     reverse=True)
+    chunks = list(client.chat.completions.create(**asked, logprobs=True, top_logprobs=3, stream=True))
+    streamed = [entry for chunk in chunks if chunk.choices[0].logprobs for entry in chunk.choices[0].logprobs.content]
+    assert [entry.model_dump() for entry in streamed] == [entry.model_dump() for entry in content]
+    plain = client.chat.completions.create(**asked)
+    assert plain.choices[0].logprobs is None and plain.choices[0].message.content == whole.choices[0].message.content
+    text = client.completions.create(model=base_model.public_id, prompt="Once upon a time", max_tokens=8,
+                                     temperature=0, logprobs=2)
+    logprobs = text.choices[0].logprobs
+    assert len(logprobs.tokens) == len(logprobs.token_logprobs) == len(logprobs.text_offset) == 8
+    assert all(len(alternatives) <= 2 for alternatives in logprobs.top_logprobs)
+    assert logprobs.text_offset[0] == 0 and logprobs.text_offset == sorted(logprobs.text_offset)
+
+
 def test_tokens_are_project_scoped(api, asgi_server):  # noqa: F811
     import openai
 

@@ -782,7 +782,8 @@ def test_requests_joining_a_batch_compile_nothing_while_rows_decode_and_what_the
                                 for index in range(3)]
     placement = tuple(device.id for device in devices)
     expected = {"move": ("relayout", (1, 16), None, 4, 32, placement),  # 1 row x 16 slots on one device -> 4 x 32
-                "prefill": ("prefill", 4, 16, False, False, False, placement)}[case]  # (the warm-up's groups are of bucket 8)
+                "prefill": ("prefill", 4, 16, False, False, False, False, placement),  # the warm-up's groups: bucket 8
+                }[case]
     futures = []
 
     def unanswered_on_the_loop() -> bool:  # a compile on the serving loop while a request is unanswered
@@ -862,7 +863,8 @@ def test_what_a_busy_batch_missed_compiles_at_once_off_host_devices_and_when_idl
     server = BatchingServer(decoder)
     greedy, top_k = SamplingParams(max_new_tokens=8, temperature=0.0), SamplingParams(max_new_tokens=8, temperature=0.5, top_k=5)
     prompts = [tuple(range(10 + i, 50 + i)) for i in range(3)]  # 40 tokens: bucket 64
-    key = ("prefill", 4, 64, True, True, False, None)  # the three together, one of them sampled with top-k, no bias
+    # The three together, one of them sampled with top-k; no bias, no logprobs.
+    key = ("prefill", 4, 64, True, True, False, False, None)
     for sampling in (greedy, top_k):  # each one's lone prefill is compiled
         server.submit(ServeRequest(prompt_ids=prompts[0], params=sampling)).result(timeout=60)
     assert key not in decoder.compiled.compiled_keys

@@ -73,6 +73,35 @@ def test_penalties_and_logit_bias_reach_the_engine(client, model_dir):
     assert done["text"] == expected.text and done["completion_tokens"] == 12
 
 
+def test_logprobs_asked_for_are_in_the_token_events_and_the_done_event(client, model_dir):
+    """Each token's log probability and its alternatives', named as OpenAI's chat ``logprobs.content`` names them
+    (text, UTF-8 bytes, log probability), the sampler's own (the model's raw log probabilities of its tokens)."""
+    done = serve.generate(request(model_dir, "g-logprobs", logprobs=3))
+    events = channels.stored_events(client, "g-logprobs")
+    tokens = [event for event in events if event["type"] == "token"]
+    streamed = [entry for event in tokens for entry in event["logprobs"]]
+    assert [len(event["logprobs"]) for event in tokens] == [event["tokens"] for event in tokens]
+    assert streamed == done["logprobs"] == events[-1]["logprobs"] and len(streamed) == 12
+    loaded = load_serving_model(model_dir)
+    [expected] = Sampler(loaded.model, loaded.tokenizer).generate(
+        [encode_prompt(loaded.tokenizer, CONVERSATION)], SamplingParams(max_new_tokens=12, temperature=0.0))
+    for entry, token_id, logprob in zip(streamed, expected.token_ids, expected.logprobs):
+        raw = loaded.tokenizer.token_bytes(token_id)
+        assert entry["bytes"] == list(raw)
+        assert entry["token"].encode() == raw or entry["token"] == "bytes:" + "".join(f"\\x{byte:02x}" for byte in raw)
+        assert entry["logprob"] == pytest.approx(logprob, abs=1e-5)
+        assert len(entry["top_logprobs"]) == 3 and entry["top_logprobs"][0]["logprob"] == entry["logprob"]
+    # Asked for none, an answer's events carry none.
+    plain = serve.generate(request(model_dir, "g-plain"))
+    assert "logprobs" not in plain
+    assert all("logprobs" not in event for event in channels.stored_events(client, "g-plain"))
+
+
+def test_a_request_asking_for_too_many_alternatives_is_refused(client, model_dir):
+    done = serve.generate(request(model_dir, "g-too-many", logprobs=21))
+    assert "logprobs" in done["error"] and "less than or equal to 20" in done["error"]
+
+
 def slow_down_decoding(monkeypatch, seconds_per_call):
     step = serving.ContinuousBatch.step
     monkeypatch.setattr(serving.ContinuousBatch, "step", lambda batch: (time.sleep(seconds_per_call), step(batch)))
@@ -151,6 +180,23 @@ def test_n_answers_decode_as_rows_of_the_same_calls_each_with_its_seed(client, m
     assert not channels.stored_events(client, "n3")  # nothing under the request's own id: the web follows its answers
     again = serve.generate(request(model_dir, "n3-again", n=3, seed=11, temperature=0.9, max_new_tokens=20))
     assert [choice["text"] for choice in again["choices"]] == texts
+
+
+def test_each_of_n_answers_carries_its_own_log_probabilities(client, model_dir):
+    """n and logprobs together (merged the same day from two branches): the group's callback was called with
+    ``logprobs=``, which the n answers' relay did not take, so a request for both failed in the serving loop. Each
+    answer's token events and done carry its own tokens' log probabilities, the sampler's alone with its seed."""
+    done = serve.generate(request(model_dir, "n-lp", n=2, seed=3, temperature=1.0, max_new_tokens=10, logprobs=2))
+    loaded = load_serving_model(model_dir)
+    for index, choice in enumerate(done["choices"]):
+        [alone] = Sampler(loaded.model, loaded.tokenizer).generate(
+            [encode_prompt(loaded.tokenizer, CONVERSATION)],
+            SamplingParams(max_new_tokens=10, temperature=1.0, seed=serve.choice_seed(3, index)))
+        events = channels.stored_events(client, channels.choice_id("n-lp", index))
+        streamed = [entry for event in events if event["type"] == "token" for entry in event["logprobs"]]
+        assert choice["text"] == alone.text and streamed == choice["logprobs"] == events[-1]["logprobs"]
+        assert [entry["logprob"] for entry in streamed] == pytest.approx(alone.logprobs, abs=1e-5)
+        assert all(len(entry["top_logprobs"]) == 2 for entry in streamed)
 
 
 @pytest.mark.parametrize("fields", [

@@ -9,10 +9,14 @@ event is a JSON object with a ``seq`` (0, 1, ...) and a ``type``:
 - ``token``: ``text`` (the new text; may be empty while a multi-byte character is incomplete or a
   possible stop string is held back) and ``tokens`` (how many tokens it adds: the first event one, the
   prefill's; then those of one decode call each, up to the batch's ``steps_per_call``, 8, fewer where the
-  answer ends; read back from the device at one moment, so sending them together delays none of them);
+  answer ends; read back from the device at one moment, so sending them together delays none of them),
+  and, where the request asked for log probabilities (``logprobs``: how many alternatives), ``logprobs``:
+  one entry per token, shaped as OpenAI's chat ``logprobs.content`` entries (``token``, ``bytes``,
+  ``logprob``, ``top_logprobs``: that many ``{token, bytes, logprob}``; ``worker.tasks.serve.logprobs_json``);
 - ``done``: ``text`` (the whole answer), ``finish_reason`` (``stop`` | ``length`` | ``cancelled`` |
-  ``timeout``), ``prompt_tokens``, ``completion_tokens``, ``first_token_seconds``, and ``choice`` (its place
-  among a request's ``n`` answers; absent for a request of one);
+  ``timeout``), ``prompt_tokens``, ``completion_tokens``, ``first_token_seconds``, ``choice`` (its place
+  among a request's ``n`` answers; absent for a request of one), and ``logprobs`` (every token's, as above)
+  where asked;
 - ``error``: ``message`` (what went wrong, for the user), and ``code`` ``context_length_exceeded`` when
   the prompt and the tokens asked for do not fit the model's context.
 

@@ -262,18 +262,15 @@ class _Message(_RequestObject):
         return _refuse_lone_surrogates(content)
 
 
-NO_LOGPROBS = "the answers here carry no log probabilities"
-# The only values the logprobs fields take, as what to give where one is of the wrong type. They declare no range
-# (OpenAI's top_logprobs 0 to 20, /v1/completions' logprobs 0 to 5): a number past it would be refused as out of
-# range, and the client that mended it then told that no number is supported.
-NO_LOGPROBS_FALSE = f"false ({NO_LOGPROBS}), or leave logprobs out"
-NO_TOP_LOGPROBS = f"0 ({NO_LOGPROBS}), or leave top_logprobs out"
-NO_LOGPROBS_NULL = f"null ({NO_LOGPROBS}), or leave logprobs out"
+# Alternatives per token that a request may ask log probabilities of, as OpenAI's API: chat's top_logprobs (the
+# engine's jaxengine.serving.LOGPROBS_MAX) and /v1/completions' logprobs.
+MAX_TOP_LOGPROBS = 20
+MAX_COMPLETION_LOGPROBS = 5
 
 
 def _unsupported(field: str, why: str, off: str) -> PydanticCustomError:
     """A field asking for what these answers cannot hold: refused (code ``unsupported_value``), not ignored, since
-    a client that asked for it reads it from the answer (``choices[0].logprobs.content``)."""
+    a client that asked for it reads it from the answer (``choices[0].message.tool_calls``)."""
     return PydanticCustomError("unsupported_value", f"not supported: {why}; leave {field} out (or send {off})")
 
 
@@ -296,8 +293,10 @@ class ChatBody(_Body):
     chat_template_kwargs: dict[str, TemplateValue] | None = Field(
         default=None, max_length=TEMPLATE_VARIABLES_MAX,
         description='a JSON object of chat template variables, e.g. {"enable_thinking": false}')
-    logprobs: StrictBool = Field(default=False, description=NO_LOGPROBS_FALSE)
-    top_logprobs: StrictInt = Field(default=0, description=NO_TOP_LOGPROBS)
+    # Each answer token's log probability (``choices[0].logprobs.content``) and its top_logprobs most likely
+    # alternatives': the model's own distribution, before temperature, top-k/top-p, penalties and logit_bias.
+    logprobs: StrictBool = False
+    top_logprobs: StrictInt | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     # Before tools, so that tools' check reads it: tools with tool_choice "none" ask for no call.
     tool_choice: str | dict[str, Any] | None = Field(default=None, description=f'"none" ({NO_TOOLS}), or leave '
                                                                                "tool_choice out")
@@ -334,19 +333,19 @@ class ChatBody(_Body):
             raise _unsupported(info.field_name, NO_TOOLS, f'{choice}: "none"')
         return tools
 
-    @field_validator("logprobs")
-    @classmethod
-    def _no_logprobs(cls, logprobs: bool) -> bool:
-        if logprobs:
-            raise _unsupported("logprobs", NO_LOGPROBS, "false")
-        return logprobs
-
     @field_validator("top_logprobs")
     @classmethod
-    def _no_top_logprobs(cls, top_logprobs: int) -> int:
-        if top_logprobs:
-            raise _unsupported("top_logprobs", NO_LOGPROBS, "0")
+    def _with_logprobs(cls, top_logprobs: int | None, info: pydantic.ValidationInfo) -> int | None:
+        # As OpenAI's API: alternatives come with the tokens' own log probabilities, which logprobs asks for.
+        if top_logprobs and info.data.get("logprobs") is False:
+            raise ValueError(f"{top_logprobs} alternatives asked for without the tokens' log probabilities; send "
+                             "logprobs: true with it, or leave top_logprobs out")
         return top_logprobs
+
+    @property
+    def alternatives(self) -> int | None:
+        """The alternatives per token to return log probabilities of (None: no log probabilities)."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 # Tokens one logit_bias may name (jaxengine.sampler.LOGIT_BIAS_MAX_TOKENS: a row's bias is an array that long).
@@ -359,23 +358,23 @@ MAX_PROMPTS = 32
 class CompletionBody(_Body):
     prompt: str | list[str] = Field(description=f"a string, or a JSON array of up to {MAX_PROMPTS} strings (a choice "
                                                 "each)")
-    # Any number asks for the sampled token's.
-    logprobs: StrictInt | None = Field(default=None, description=NO_LOGPROBS_NULL)
+    # The sampled token's log probability and those of this many most likely alternatives (OpenAI's legacy
+    # ``choices[0].logprobs``: tokens, token_logprobs, top_logprobs, text_offset), before sampling settings.
+    logprobs: StrictInt | None = Field(default=None, ge=0, le=MAX_COMPLETION_LOGPROBS)
     echo: StrictBool = False
-
-    @field_validator("logprobs")
-    @classmethod
-    def _no_logprobs(cls, logprobs: int | None) -> None:
-        if logprobs is not None:
-            raise _unsupported("logprobs", NO_LOGPROBS, "null")
-        return logprobs
 
     @field_validator("echo")
     @classmethod
     def _no_echo(cls, echo: bool) -> bool:
+        # The prompt's log probabilities too, with logprobs: a forward pass of every prompt token the engine does
+        # not return.
         if echo:
             raise _unsupported("echo", "an answer is the completion only, without the prompt before it", "false")
         return echo
+
+    @property
+    def alternatives(self) -> int | None:
+        return self.logprobs
 
     @field_validator("prompt", mode="before")
     @classmethod
@@ -524,6 +523,8 @@ def _request(body: _Body, choice, generation_id: str, *, project_slug: str, mess
                "seed": engine_seed(body.seed) if body.seed is not None else secrets.randbelow(2**31),
                "stop": body.stop_strings, "presence_penalty": body.presence_penalty,
                "frequency_penalty": body.frequency_penalty, "logit_bias": body.logit_bias or {}}
+    if body.alternatives is not None:
+        request["logprobs"] = body.alternatives
     if messages is not None:
         request["messages"] = [{"role": "system" if m.role == "developer" else m.role, "content": m.content}
                                for m in messages]
@@ -594,12 +595,18 @@ async def _events(generation_id: str) -> AsyncIterator[dict[str, Any]]:
 
 
 async def _first_output(events: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:
-    """The first event that is not a ``status`` (model loading) or an empty token."""
+    """The first event that is not a ``status`` (model loading) or an empty token (no text, no log probabilities)."""
     async for event in events:
-        if event["type"] == "status" or (event["type"] == "token" and not event["text"]):
+        if event["type"] == "status" or (event["type"] == "token" and not _carries_output(event)):
             continue
         return event
     return {"type": "unavailable"}
+
+
+def _carries_output(event: dict[str, Any]) -> bool:
+    """Whether a ``token`` event has something for the client: text, or its tokens' log probabilities (a token
+    whose text is held back, part of a character or of a possible stop string, has them)."""
+    return bool(event["text"] or event.get("logprobs"))
 
 
 def _stop(generation_id: str) -> None:
@@ -734,8 +741,8 @@ async def _stream(generations: list[tuple[str, dict[str, Any], AsyncIterator[dic
             if event["type"] == "revoked":
                 yield _sse({"error": _revoked_error(event)})
                 break
-            if event["type"] == "token" and event["text"]:
-                yield _sse(chunk(index, event["text"], None))
+            if event["type"] == "token" and _carries_output(event):
+                yield _sse(chunk(index, event["text"], None, event.get("logprobs")))
             elif event["type"] == "done":
                 going.discard(index)
                 dones.append(event)
@@ -807,6 +814,9 @@ class _Endpoint:
     inputs: Callable[[Any], list[dict[str, Any]]]  # each task's messages or prompt (n answers each)
     chunk_text: Callable[[str, bool], dict[str, Any]]  # (text, whether it is the choice's first text of the stream)
     final_text: Callable[[str], dict[str, Any]]
+    # A choice's ``logprobs``: (the events' entries, ``worker.tasks.serve.logprobs_json``, or None where none were
+    # asked for; the text offset of the first entry's token) -> its value in the endpoint's shape.
+    logprobs: Callable[[list[dict[str, Any]] | None, int], Any]
 
 
 async def _complete(request: HttpRequest, endpoint: _Endpoint) -> HttpResponse:
@@ -843,18 +853,22 @@ async def _answer(body: _Body, choice, generation_id: str, endpoint: _Endpoint, 
     head = {"id": generation_id, "object": endpoint.chunk_object, "created": int(time.time()), "model": body.model}
     if body.stream:
         texted: set[int] = set()  # the choices whose first text was sent
+        offsets = [0] * len(inputs)  # each choice's text offset after the tokens whose log probabilities were sent
 
         include_usage = body.stream_options is not None and body.stream_options.include_usage
 
-        def chunk(index: int, text: str | None, finish_reason: str | None) -> dict[str, Any]:
+        def chunk(index: int, text: str | None, finish_reason: str | None,
+                  logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
             if text is None:  # the usage chunk
                 return dict(head)
             part = endpoint.chunk_text(text, bool(text) and index not in texted)
             if text:
                 texted.add(index)
+            logprobs_part = endpoint.logprobs(logprobs, offsets[index])
+            offsets[index] += _tokens_length(logprobs or [])
             # With the usage asked for, OpenAI's chunks before the last carry it as null.
-            return head | {"choices": [{"index": index, **part, "finish_reason": finish_reason}]} | (
-                {"usage": None} if include_usage else {})
+            return head | {"choices": [{"index": index, **part, "logprobs": logprobs_part,
+                                        "finish_reason": finish_reason}]} | ({"usage": None} if include_usage else {})
 
         streams = [_events(one_id) for one_id in generation_ids]
         try:
@@ -893,6 +907,7 @@ async def _answer(body: _Body, choice, generation_id: str, endpoint: _Endpoint, 
     return JsonResponse(head | {
         "object": endpoint.final_object,
         "choices": [{"index": index, **endpoint.final_text(done["text"]),
+                     "logprobs": endpoint.logprobs(done.get("logprobs"), 0),
                      "finish_reason": FINISH_REASONS[done["finish_reason"]]} for index, done in enumerate(finals)],
         "usage": _usage(finals)})
 
@@ -903,12 +918,36 @@ CHAT = _Endpoint(
     # OpenAI names the role in the first chunk's delta only
     chunk_text=lambda text, first: {"delta": ({"role": "assistant"} if first else {}) | ({"content": text} if text else {})},
     final_text=lambda text: {"message": {"role": "assistant", "content": text}},
+    logprobs=lambda entries, offset: None if entries is None else {"content": entries, "refusal": None},
 )
+
+
+def _tokens_length(entries: list[dict[str, Any]]) -> int:
+    return sum(len(entry["token"]) for entry in entries)
+
+
+def _completion_logprobs(entries: list[dict[str, Any]] | None, offset: int) -> dict[str, Any] | None:
+    """OpenAI's legacy completion ``logprobs`` of chat-shaped entries: the tokens, their log probabilities, a
+    ``{token: logprob}`` of each one's alternatives, and where each token starts in the completion's text (the
+    lengths of the tokens before it, from ``offset``, as vLLM counts them)."""
+    if entries is None:
+        return None
+    offsets = []
+    for entry in entries:
+        offsets.append(offset)
+        offset += len(entry["token"])
+    return {"tokens": [entry["token"] for entry in entries],
+            "token_logprobs": [entry["logprob"] for entry in entries],
+            "top_logprobs": [{top["token"]: top["logprob"] for top in entry["top_logprobs"]} for entry in entries],
+            "text_offset": offsets}
+
+
 TEXT = _Endpoint(
     schema=CompletionBody, id_prefix="cmpl", chunk_object="text_completion", final_object="text_completion",
     inputs=lambda body: [{"prompt": prompt} for prompt in body.prompts],
-    chunk_text=lambda text, first: {"text": text, "logprobs": None},
-    final_text=lambda text: {"text": text, "logprobs": None},
+    chunk_text=lambda text, first: {"text": text},
+    final_text=lambda text: {"text": text},
+    logprobs=_completion_logprobs,
 )
 
 

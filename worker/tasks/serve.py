@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import math
 import queue
 import threading
 import time
@@ -103,6 +104,8 @@ class GenerateRequest(BaseModel):
     logit_bias: dict[int, Annotated[float, Field(ge=-100.0, le=100.0)]] = Field(default_factory=dict, max_length=1024)
     # Text that ends the generation where it first appears (cut before it), as OpenAI's ``stop``.
     stop: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list, max_length=4)
+    # Log probabilities of each token and of this many alternatives (jaxengine.serving.LOGPROBS_MAX); None: none.
+    logprobs: int | None = Field(default=None, ge=0, le=20)
     timeout_seconds: float = Field(default_factory=lambda: float(settings.TEMPER_SERVE_TIMEOUT_SECONDS), gt=0,
                                    le=3600)
     # The chat panel's way with the context (``fit_to_context``): leave out the oldest turns, then generate
@@ -415,6 +418,27 @@ def fit_to_context(request: GenerateRequest, tokenizer, context: int) -> tuple[t
     return ids, min(request.max_new_tokens, context - len(ids))
 
 
+def _token_json(tokenizer, token_id: int, logprob: float) -> dict:
+    """One token as OpenAI's chat ``logprobs`` name it: its text (``bytes:\\xNN...`` for part of a character, as
+    OpenAI writes it), its UTF-8 bytes and its log probability."""
+    raw = tokenizer.token_bytes(token_id)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = "bytes:" + "".join(f"\\x{byte:02x}" for byte in raw)
+    # A token the model gives no chance at all (-inf) gets OpenAI's stand-in: JSON has no infinity.
+    return {"token": text, "bytes": list(raw), "logprob": logprob if math.isfinite(logprob) else -9999.0}
+
+
+def logprobs_json(tokenizer, logprobs) -> list[dict]:
+    """``jaxengine.serving.TokenLogprobs`` as the entries of OpenAI's chat ``logprobs.content``: each token's
+    ``token``, ``bytes``, ``logprob`` and its ``top_logprobs`` alike (what events carry; the web shapes them for
+    its endpoints)."""
+    return [{**_token_json(tokenizer, entry.token_id, entry.logprob),
+             "top_logprobs": [_token_json(tokenizer, token_id, value) for token_id, value in entry.top]}
+            for entry in logprobs]
+
+
 class _Events:
     """Numbered events of one generation; a Redis hiccup loses live tokens, never the generation.
 
@@ -432,8 +456,9 @@ class _Events:
         self.generation_id = generation_id
         self.seq = 0
         self.stopped = False  # the stop flag as last read; the server's thread reads it between decode calls
-        # (tokens, their text) of each callback of the server; None: the end
-        self._reads: queue.SimpleQueue[tuple[int, str] | None] = queue.SimpleQueue()
+        # (tokens, their text, their TokenLogprobs or None) of each callback of the server; None: the end
+        self._reads: queue.SimpleQueue[tuple[int, str, list | None] | None] = queue.SimpleQueue()
+        self.tokenizer = None  # set once the model is loaded: it names the tokens of log probabilities
 
     def emit(self, event_type: str, *, read_stop: bool = False, **fields) -> None:
         """Send the next event; ``read_stop``: read the stop flag in the same round trip."""
@@ -461,8 +486,8 @@ class _Events:
             return "finished"
         return "lost" if any(event.get("type") == "token" for event in stored) else None
 
-    def on_tokens(self, token_ids: list[int], delta: str) -> None:
-        self._reads.put((len(token_ids), delta))
+    def on_tokens(self, token_ids: list[int], delta: str, logprobs: list | None = None) -> None:
+        self._reads.put((len(token_ids), delta, logprobs))
 
     def read_stop_flag(self) -> None:
         try:
@@ -487,8 +512,9 @@ class _Events:
             if read is None:
                 return
             if read:  # the flag is read with the tokens' event while tokens flow: one round trip for both
-                tokens, delta = read
-                self.emit("token", text=delta, tokens=tokens, read_stop=stop_due)
+                tokens, delta, logprobs = read
+                named = {} if logprobs is None else {"logprobs": logprobs_json(self.tokenizer, logprobs)}
+                self.emit("token", text=delta, tokens=tokens, read_stop=stop_due, **named)
             elif stop_due:
                 self.read_stop_flag()
 
@@ -516,8 +542,10 @@ class _ChoiceEvents:
         self.choices = [_Events(client, channels.choice_id(generation_id, index)) for index in range(n)]
         self._stopped = False
         self._ended: set[int] = set()  # answers an earlier delivery ended (earlier_delivery): they get no more events
-        # (answer, tokens, their text) of each callback of the server; (answer, None): that answer's end
-        self._reads: queue.SimpleQueue[tuple[int, tuple[int, str] | None]] = queue.SimpleQueue()
+        # (answer, (tokens, their text, their log probabilities or None)) of each callback of the server;
+        # (answer, None): that answer's end
+        self._reads: queue.SimpleQueue[tuple[int, tuple[int, str, list | None] | None]] = queue.SimpleQueue()
+        self.tokenizer = None  # set once the model is loaded (logprobs_json names tokens with it)
 
     @property
     def stopped(self) -> bool:
@@ -546,8 +574,8 @@ class _ChoiceEvents:
         except redis.RedisError:
             pass
 
-    def on_tokens(self, index: int, token_ids: list[int], delta: str) -> None:
-        self._reads.put((index, (len(token_ids), delta)))
+    def on_tokens(self, index: int, token_ids: list[int], delta: str, logprobs: list | None = None) -> None:
+        self._reads.put((index, (len(token_ids), delta, logprobs)))
 
     def relay(self, futures: list) -> None:
         """Until every answer's future is done: emit each answer's tokens as the server queues them, and read the
@@ -563,8 +591,9 @@ class _ChoiceEvents:
             if index is not None and read is None:
                 going -= 1
             elif read:
-                tokens, delta = read
-                self.choices[index].emit("token", text=delta, tokens=tokens)
+                tokens, delta, logprobs = read
+                named = {} if logprobs is None else {"logprobs": logprobs_json(self.tokenizer, logprobs)}
+                self.choices[index].emit("token", text=delta, tokens=tokens, **named)
             if not self.stopped and time.monotonic() - stop_checked_at >= STOP_POLL_SECONDS:
                 stop_checked_at = time.monotonic()
                 self.read_stop_flag()
@@ -606,6 +635,8 @@ def _choices_done(events: _ChoiceEvents, results: list, server, request) -> dict
         dones.append({"text": result.text, "finish_reason": result.finish_reason, "choice": index,
                       "prompt_tokens": result.prompt_tokens, "completion_tokens": len(result.token_ids),
                       "first_token_seconds": result.first_token_seconds})
+        if result.logprobs is not None:  # as one answer's done: every token's
+            dones[-1]["logprobs"] = logprobs_json(events.tokenizer, result.logprobs)
         choice.emit("done", **dones[-1])
     return {"choices": dones}
 
@@ -634,12 +665,13 @@ def generate(request: dict) -> dict:
         if parsed.model_key not in _servers:  # a page shows it in place of the first token, for as long as it takes
             events.emit("status", message=LOADING)
         server, tokenizer = server_for(parsed.model_key, parsed.model_path)
+        events.tokenizer = tokenizer
         ids, max_new_tokens = fit_to_context(parsed, tokenizer, server.decoder.model.config.max_position_embeddings)
         compiling = not programs_compiled(server)
         # The answer's own time starts once its programs are compiled (ServeRequest.time_limit); the wait for that,
         # and for a free row, has a bound of its own, which the web's generation_expiry_seconds counts in.
         serve_request = ServeRequest(
-            prompt_ids=ids, time_limit=parsed.timeout_seconds,
+            prompt_ids=ids, time_limit=parsed.timeout_seconds, logprobs=parsed.logprobs,
             deadline=time.monotonic() + chat_services.FIRST_TOKEN_WAIT_SECONDS + parsed.timeout_seconds,
             params=SamplingParams(max_new_tokens=max_new_tokens, temperature=parsed.temperature,
                                   top_p=parsed.top_p, top_k=parsed.top_k, seed=parsed.seed,
@@ -668,6 +700,8 @@ def generate(request: dict) -> dict:
         return _fail(events, request, f"the model failed: {error}")
     done = {"text": result.text, "finish_reason": result.finish_reason, "prompt_tokens": result.prompt_tokens,
             "completion_tokens": len(result.token_ids), "first_token_seconds": result.first_token_seconds}
+    if result.logprobs is not None:  # whole, as the text: an answer read at its end does not depend on token events
+        done["logprobs"] = logprobs_json(tokenizer, result.logprobs)
     if parsed.message:
         chat_services.message_finish(message_id=parsed.message, text=result.text, finish_reason=result.finish_reason,
                                      completion_tokens=len(result.token_ids),

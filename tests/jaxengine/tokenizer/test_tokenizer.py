@@ -245,3 +245,16 @@ def test_add_special_tokens_gives_bos_as_transformers_does(tmp_path, backend, ad
     ids = ours.encode("Hello world", add_special_tokens=True)
     assert ids == reference("Hello world")["input_ids"]
     assert (ids[0] == ours.bos_id) is gets_bos
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_token_bytes_spell_the_text_token_by_token(pair, text):
+    """Each token's bytes (what OpenAI's logprobs give as ``bytes``), a byte-level or byte-fallback token's its raw
+    byte, part of a character: joined they are the UTF-8 of the ids' decoding (the text as the tokenizer normalized
+    it), special tokens as written; SentencePiece's first token holds the space it puts before the text, which its
+    decoding drops."""
+    name, ours, _ = pair
+    ids = ours.encode(text)
+    joined = b"".join(ours.token_bytes(token_id) for token_id in ids)
+    decoded = ours.decode(ids, skip_special_tokens=False).encode()
+    assert joined in (decoded, b" " + decoded) if name == "sentencepiece" else joined == decoded

@@ -131,13 +131,10 @@ GIVE_A_ROLE = "give one of system, developer, user, assistant"
      'response_format: "json" is not a JSON object; give {"type": "text"}, or leave response_format out'),
     ("/v1/chat/completions", {"model": "{model}", "messages": [HI], "logit_bias": {"5": "x"}}, 'logit_bias["5"]',
      "invalid_type", 'logit_bias["5"]: "x" is not a number; give a number from -100 to 100'),
-    # a field only its off value is taken for: what to give is that value, with the reason
     ("/v1/chat/completions", {"model": "{model}", "messages": [HI], "top_logprobs": 1.5}, "top_logprobs",
-     "invalid_type", "top_logprobs: 1.5 is not a whole number; give 0 (the answers here carry no log probabilities), "
-     "or leave top_logprobs out"),
+     "invalid_type", "top_logprobs: 1.5 is not a whole number; give a whole number from 0 to 20"),
     ("/v1/completions", {"model": "{model}", "prompt": "x", "logprobs": "2"}, "logprobs", "invalid_type",
-     'logprobs: "2" is text (in quotes), not a whole number; give null (the answers here carry no log probabilities), '
-     "or leave logprobs out, without quotes"),
+     'logprobs: "2" is text (in quotes), not a whole number; give a whole number from 0 to 5, without quotes'),
     # out of range: the field's whole range
     ("/v1/chat/completions", {"model": "{model}", "messages": [HI], "temperature": 3}, "temperature", "invalid_value",
      "temperature: 3 is too large; give a number from 0 to 2"),
@@ -407,7 +404,8 @@ def test_a_client_that_goes_away_stops_its_generation(api, worker):
     async def read_one_chunk_and_leave():
         events = openai_api._events("cmpl-gone")
         first = await openai_api._first_output(events)
-        chunks = openai_api._stream([("cmpl-gone", first, events)], lambda index, text, reason: {"text": text},
+        chunks = openai_api._stream([("cmpl-gone", first, events)],
+                                    lambda index, text, reason, logprobs=None: {"text": text},
                                     include_usage=False)
         assert await anext(chunks) == 'data: {"text": "Hel"}\n\n'
         await chunks.aclose()  # what Django does with the response's iterator when the client disconnects
@@ -572,29 +570,118 @@ def assert_refused_as_unsupported(api, path: str, fields: dict, param: str) -> N
     assert error["message"].startswith(f"{param}: ") and "not supported" in error["message"], error
 
 
-@pytest.mark.parametrize("path,fields,param", [
-    ("/v1/chat/completions", {"logprobs": True}, "logprobs"),
-    ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 2}, "logprobs"),
-    ("/v1/chat/completions", {"top_logprobs": 2}, "top_logprobs"),
-    # Past OpenAI's range too: "not supported" first, not a range whose numbers are then refused as well.
-    ("/v1/chat/completions", {"top_logprobs": 50}, "top_logprobs"),
-    ("/v1/chat/completions", {"top_logprobs": -1}, "top_logprobs"),
-    ("/v1/completions", {"logprobs": 0}, "logprobs"),
-    ("/v1/completions", {"logprobs": 5}, "logprobs"),
-    ("/v1/completions", {"logprobs": 9}, "logprobs"),
-    ("/v1/completions", {"echo": True}, "echo"),
-])
-def test_a_field_asking_for_what_the_answer_cannot_hold_is_refused(api, worker, path, fields, param):
-    """QA: "logprobs": true was answered without logprobs ("logprobs": null), so a client reading
-    choices[0].logprobs.content failed on the answer; "echo": true got the completion without the prompt
-    before it. Each is now a 400 naming the field, as OpenAI refuses what it does not serve."""
-    assert_refused_as_unsupported(api, path, fields, param)
-    # Their off values ask for nothing and are answered.
+def test_echo_is_refused_as_the_answer_cannot_hold_the_prompt(api, worker):
+    """QA: "echo": true got the completion without the prompt before it. It is a 400 naming the field, as OpenAI
+    refuses what it does not serve (with logprobs too: the prompt's log probabilities are not computed)."""
+    path = "/v1/completions"
+    assert_refused_as_unsupported(api, path, {"echo": True}, "echo")
+    assert_refused_as_unsupported(api, path, {"echo": True, "logprobs": 2}, "echo")
+    # Its off value asks for nothing and is answered.
     model, headers = api
     scripts, _requests = worker
     scripts.append(ANSWER)
-    off = {"/v1/chat/completions": {"logprobs": False}, "/v1/completions": {"echo": False}}[path]
-    assert post(path, {"model": model.public_id, **some_input(path), **off}, headers).status_code == 200
+    assert post(path, {"model": model.public_id, **some_input(path), "echo": False}, headers).status_code == 200
+
+
+def token_logprobs(token: str, logprob: float, *alternatives: tuple[str, float]) -> dict:
+    """A token's entry as the serve worker's events carry it (``worker.tasks.serve.logprobs_json``)."""
+    def named(text, value):
+        return {"token": text, "bytes": list(text.encode()), "logprob": value}
+
+    return {**named(token, logprob), "top_logprobs": [named(text, value) for text, value in alternatives]}
+
+
+HEL = token_logprobs("Hel", -0.25, ("Hel", -0.25), ("He", -1.5))
+LO = token_logprobs("lo", -0.5, ("lo", -0.5), ("p", -2.0))
+NUL = token_logprobs("bytes:\\xe2", -3.0, ("bytes:\\xe2", -3.0), ("!", -3.5))  # part of a character: no text yet
+WITH_LOGPROBS = [{"type": "token", "text": "Hel", "tokens": 1, "logprobs": [HEL]},
+                 {"type": "token", "text": "lo", "tokens": 2, "logprobs": [LO, NUL]},
+                 {"type": "token", "text": "", "tokens": 1, "logprobs": [NUL]},
+                 {"type": "done", "text": "Hello", "finish_reason": "length", "prompt_tokens": 3,
+                  "completion_tokens": 4, "logprobs": [HEL, LO, NUL, NUL]}]
+
+
+def test_chat_logprobs_are_each_tokens_and_its_alternatives_whole_and_streamed(api, worker):
+    model, headers = api
+    scripts, requests = worker
+    scripts += [WITH_LOGPROBS, WITH_LOGPROBS]
+    response = post("/v1/chat/completions", chat(model, logprobs=True, top_logprobs=2), headers)
+    assert response.status_code == 200, response.content
+    [answer] = response.json()["choices"]
+    assert answer["logprobs"] == {"content": [HEL, LO, NUL, NUL], "refusal": None}
+    assert requests[-1]["logprobs"] == 2
+    status, lines = stream("/v1/chat/completions", chat(model, logprobs=True, top_logprobs=2, stream=True), headers)
+    assert status == 200 and requests[-1]["logprobs"] == 2
+    chunks = [json.loads(line.removeprefix("data: "))["choices"][0] for line in lines[:-1]]
+    # A chunk per token event, the one whose token has no text yet too, so that no token's log probability is lost.
+    assert [(chunk["delta"], chunk["logprobs"]) for chunk in chunks] == [
+        ({"role": "assistant", "content": "Hel"}, {"content": [HEL], "refusal": None}),
+        ({"content": "lo"}, {"content": [LO, NUL], "refusal": None}),
+        ({}, {"content": [NUL], "refusal": None}),
+        ({}, None)]
+
+
+def test_logprobs_true_alone_asks_for_no_alternatives(api, worker):
+    model, headers = api
+    scripts, requests = worker
+    scripts.append(ANSWER)
+    assert post("/v1/chat/completions", chat(model, logprobs=True), headers).status_code == 200
+    assert requests[-1]["logprobs"] == 0
+
+
+def test_an_answer_asked_without_logprobs_carries_none(api, worker):
+    model, headers = api
+    scripts, requests = worker
+    scripts += [ANSWER, ANSWER, ANSWER]
+    for path, fields in (("/v1/chat/completions", {}), ("/v1/chat/completions", {"logprobs": False, "top_logprobs": 0}),
+                         ("/v1/completions", {})):
+        response = post(path, {"model": model.public_id, **some_input(path), **fields}, headers)
+        assert response.status_code == 200 and response.json()["choices"][0]["logprobs"] is None
+        assert "logprobs" not in requests[-1]
+
+
+def test_completion_logprobs_are_openais_legacy_shape(api, worker):
+    model, headers = api
+    scripts, requests = worker
+    scripts += [WITH_LOGPROBS, WITH_LOGPROBS]
+    path, body = "/v1/completions", {"model": model.public_id, "prompt": "x", "logprobs": 2}
+    response = post(path, body, headers)
+    assert response.status_code == 200, response.content
+    assert requests[-1]["logprobs"] == 2
+    expected = {"tokens": ["Hel", "lo", "bytes:\\xe2", "bytes:\\xe2"], "token_logprobs": [-0.25, -0.5, -3.0, -3.0],
+                "top_logprobs": [{"Hel": -0.25, "He": -1.5}, {"lo": -0.5, "p": -2.0},
+                                 {"bytes:\\xe2": -3.0, "!": -3.5}, {"bytes:\\xe2": -3.0, "!": -3.5}],
+                "text_offset": [0, 3, 5, 15]}
+    assert response.json()["choices"][0]["logprobs"] == expected
+    status, lines = stream(path, {**body, "stream": True}, headers)
+    assert status == 200
+    chunks = [json.loads(line.removeprefix("data: "))["choices"][0]["logprobs"] for line in lines[:-1]]
+    # Each chunk's offsets go on from the tokens of the chunks before it.
+    assert chunks[:3] == [{key: values[:1] for key, values in expected.items()},
+                          {key: values[1:3] for key, values in expected.items()},
+                          {key: values[3:] for key, values in expected.items()}]
+    assert chunks[3] is None
+
+
+@pytest.mark.parametrize("path,fields,param,message", [
+    ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 21}, "top_logprobs",
+     "top_logprobs: 21 is too large; give a whole number from 0 to 20"),
+    ("/v1/chat/completions", {"logprobs": True, "top_logprobs": -1}, "top_logprobs",
+     "top_logprobs: -1 is too small; give a whole number from 0 to 20"),
+    ("/v1/chat/completions", {"top_logprobs": 2}, "top_logprobs",
+     "top_logprobs: 2 alternatives asked for without the tokens' log probabilities; send logprobs: true with it, or "
+     "leave top_logprobs out"),
+    ("/v1/completions", {"logprobs": 6}, "logprobs", "logprobs: 6 is too large; give a whole number from 0 to 5"),
+    ("/v1/completions", {"logprobs": True}, "logprobs", "logprobs: true is not a whole number"),
+])
+def test_logprobs_past_openais_limits_are_refused(api, worker, path, fields, param, message):
+    model, headers = api
+    scripts, requests = worker
+    response = post(path, {"model": model.public_id, **some_input(path), **fields}, headers)
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["param"] == param and error["message"].startswith(message), error
+    assert requests == []
 
 
 TOOL = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object", "properties": {}}}}
