@@ -79,9 +79,12 @@ class Linear(nnx.Module):
         projection's input: one layer's kernels at a time, never loop-invariant. (An optimization barrier
         would not do: XLA's CPU pipeline drops barriers before it schedules.) ``int(0 * v)`` is no constant
         to XLA (a float v may be NaN), and is 0 for every v: the codes and scales are unchanged
-        (bench/RESULTS.md, "QLoRA's kernels dequantized one layer at a time")."""
+        (bench/RESULTS.md, "QLoRA's kernels dequantized one layer at a time"). A rematerialized layer sets
+        ``kernel_waits_for_input`` False (``transformer._remat_layer``)."""
         if self.quantized is None:
             return self.kernel[...]
+        if not getattr(self, "kernel_waits_for_input", True):
+            return self.quantized.dequantize()
         zero = (0 * jax.lax.stop_gradient(x_bti.reshape(-1)[0])).astype(jnp.int32)
         graphdef, arrays = nnx.split(self.quantized)
         arrays = jax.tree.map(lambda array: array + zero.astype(array.dtype), arrays)
