@@ -9,9 +9,11 @@ KV cache, activations, and whatever XLA keeps across the decode loop), so the pe
 Each ``--peft`` method runs in a fresh process: ``bench/demo_grpo.yaml``'s GRPO (batch 16, G 8, beta 0) for
 ``--steps`` steps on ``bench/out/demo/model``, measured at the first rollout; ``time/rollout`` is the mean of the
 steps after the first (which compiles). ``--jaxengine`` runs another tree's engine (e.g. an export of an earlier
-commit: ``git archive <commit> jaxengine | tar -x -C /tmp/before``) for a before/after figure.
+commit: ``git archive <commit> jaxengine | tar -x -C /tmp/before``) for a before/after figure. ``--layers N``
+samples from the demo model's shape with N layers instead (random weights, written once to
+``/tmp/rollout-memory-model-N``; what a layer costs shows with depth).
 
-    .venv/bin/python bench/rollout_memory.py [--jaxengine /tmp/before] [--compute-dtype bfloat16]
+    .venv/bin/python bench/rollout_memory.py [--jaxengine /tmp/before] [--compute-dtype bfloat16] [--layers 12]
 """
 from __future__ import annotations
 
@@ -28,7 +30,23 @@ REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "bench/out/demo"
 
 
-def measure(peft: str, compute_dtype: str, steps: int, max_new_tokens: int) -> dict:
+def deeper_demo_model(layers: int) -> Path:
+    """The demo model's shape with ``layers`` layers, random weights, as a model directory (written once)."""
+    out = Path(f"/tmp/rollout-memory-model-{layers}")
+    if not (out / "config.json").exists():
+        sys.path.insert(0, str(REPO))  # this process runs the checkout's engine, whatever --jaxengine says
+        from flax import nnx
+
+        from jaxengine.checkpoint.hf import read_hf_config, save_hf_model
+        from jaxengine.models import build_model
+
+        _, config = read_hf_config(DEMO / "model")
+        config = config.replace(num_layers=layers, layer_types=(config.layer_types[0],) * layers)
+        save_hf_model(build_model(config, rngs=nnx.Rngs(0)), config, out, source_dir=DEMO / "model")
+    return out
+
+
+def measure(peft: str, compute_dtype: str, steps: int, max_new_tokens: int, model_dir: Path) -> dict:
     import jax
     import numpy as np
 
@@ -39,7 +57,7 @@ def measure(peft: str, compute_dtype: str, steps: int, max_new_tokens: int) -> d
 
     run_dir = Path(tempfile.mkdtemp(prefix="rollout-memory-"))
     spec = parse_spec({
-        "task": "grpo", "model": str(DEMO / "model"), "output_dir": str(run_dir),
+        "task": "grpo", "model": str(model_dir), "output_dir": str(run_dir),
         "data": {"train": str(DEMO / "data/prompts.jsonl"), "max_seq_len": 64},
         "peft": {"method": peft, **({"rank": 16} if peft != "none" else {}),
                  **({"group_size": 64} if peft == "qlora" else {})},
@@ -72,7 +90,8 @@ def measure(peft: str, compute_dtype: str, steps: int, max_new_tokens: int) -> d
     trainer.fit(progress_bar=False)
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     weights = sum(leaf.nbytes for leaf in jax.tree.leaves((trainer.params, trainer.frozen)))
-    return {"peft": peft, "compute_dtype": compute_dtype, "device": jax.devices()[0].device_kind,
+    layers = json.loads((model_dir / "config.json").read_text())["num_hidden_layers"]
+    return {"peft": peft, "layers": layers, "compute_dtype": compute_dtype, "device": jax.devices()[0].device_kind,
             "weights_bytes": weights, **found, "peak_bytes": found["live_bytes"] + found["generation_temp_bytes"],
             "rollout_seconds": float(np.mean([m["time/rollout"] for m in metrics[1:]]))}
 
@@ -83,17 +102,21 @@ def main() -> None:
     parser.add_argument("--compute-dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--layers", type=int, help="the demo model's shape with this many layers (random weights)")
+    parser.add_argument("--model", default=str(DEMO / "model"), help=argparse.SUPPRESS)  # a child's model
     parser.add_argument("--jaxengine", default=str(REPO), help="the tree whose jaxengine package runs")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child process's own run
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure(args.peft[0], args.compute_dtype, args.steps, args.max_new_tokens)))
+        print(json.dumps(measure(args.peft[0], args.compute_dtype, args.steps, args.max_new_tokens,
+                                 Path(args.model))))
         return
+    model_dir = deeper_demo_model(args.layers) if args.layers else DEMO / "model"
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([args.jaxengine, str(REPO)])}
     for peft in args.peft:
         output = subprocess.run([sys.executable, __file__, "--one", "--peft", peft, "--compute-dtype",
                                  args.compute_dtype, "--steps", str(args.steps), "--max-new-tokens",
-                                 str(args.max_new_tokens)], env=environment, cwd=REPO, check=True,
+                                 str(args.max_new_tokens), "--model", str(model_dir)], env=environment, cwd=REPO, check=True,
                                 capture_output=True, text=True).stdout
         print(output.strip().splitlines()[-1], flush=True)
 

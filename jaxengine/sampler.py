@@ -48,7 +48,6 @@ from flax import nnx
 from jax.experimental import io_callback
 
 from jaxengine.losses import token_log_probs
-from jaxengine.peft.quant import QuantizedWeight
 from jaxengine.programs import PROGRAMS
 from jaxengine.prompts import ContextLengthError, PromptError  # noqa: F401 - jax-free, for the web app too
 from jaxengine.tokenizer import IncrementalDecoder, Tokenizer
@@ -426,20 +425,12 @@ class _CompiledGenerate:
             step, _, _, outputs = loop_state
             return (step < max_new_tokens) & ~jnp.all(outputs[3])
 
-        # Quantized kernels (QLoRA's, a serving copy's) are dequantized where a matmul reads them. Left
-        # loop-invariant, XLA hoists every layer's dequantization out of the decode loop: the whole model in
-        # the compute dtype, held for the whole generation, beside the codes kept to save that very memory.
-        # Passed through a barrier with the step, the codes are new to XLA at every step: the kernels are
-        # rebuilt by each step and dropped after it (bench/RESULTS.md, "Rollouts share the trainer's weights").
-        loop_graphdef, quantized, unquantized = nnx.split(model, QuantizedWeight, ...)
-
+        # Quantized kernels (QLoRA's, a serving copy's) are rebuilt from their codes by each step, one layer
+        # at a time, and dropped after it: each waits for its projection's input (``layers.Linear``), so XLA
+        # cannot hoist them out of the loop (bench/RESULTS.md, "Rollouts share the trainer's weights").
         def decode_step(loop_state):
             step, token_b, cache, outputs = loop_state
-            step_model = model
-            if quantized:
-                step, step_quantized = jax.lax.optimization_barrier((step, quantized))
-                step_model = nnx.merge(loop_graphdef, step_quantized, unquantized)
-            logits_bv, cache = decode(step_model, token_b, prompt_lengths_b + step - 1, pad_counts_b, cache)
+            logits_bv, cache = decode(model, token_b, prompt_lengths_b + step - 1, pad_counts_b, cache)
             token_b, outputs = record(outputs, logits_bv, step)
             return step + 1, token_b, cache, outputs
 

@@ -69,14 +69,32 @@ class Linear(nnx.Module):
         # QLoRA: the frozen kernel stored quantized (jaxengine.peft.quant.quantize_model), replacing ``kernel``.
         self.quantized = nnx.data(None)
 
-    def _kernel(self) -> jax.Array:
-        return self.kernel[...] if self.quantized is None else self.quantized.dequantize()
+    def _kernel_after(self, x_bti: jax.Array) -> jax.Array:
+        """The kernel [in, out]; a quantized one is rebuilt only once its input ``x_bti`` exists.
+
+        Quantized codes (QLoRA's, a serving copy's) depend on no activation, so XLA may dequantize every
+        projection of the model at the start of a program (a prefill, a decode step, a forward pass), or
+        hoist them out of a decode loop, and hold them all in the compute dtype: the memory the codes exist
+        to save. Codes and scales plus a zero made from one input value make the whole rebuild wait for the
+        projection's input: one layer's kernels at a time, never loop-invariant. (An optimization barrier
+        would not do: XLA's CPU pipeline drops barriers before it schedules.) ``int(0 * v)`` is no constant
+        to XLA (a float v may be NaN), and is 0 for every v: the codes and scales are unchanged
+        (bench/RESULTS.md, "QLoRA's kernels dequantized one layer at a time"). A rematerialized layer sets
+        ``kernel_waits_for_input`` False (``transformer._remat_layer``)."""
+        if self.quantized is None:
+            return self.kernel[...]
+        if not getattr(self, "kernel_waits_for_input", True):
+            return self.quantized.dequantize()
+        zero = (0 * jax.lax.stop_gradient(x_bti.reshape(-1)[0])).astype(jnp.int32)
+        graphdef, arrays = nnx.split(self.quantized)
+        arrays = jax.tree.map(lambda array: array + zero.astype(array.dtype), arrays)
+        return nnx.merge(graphdef, arrays).dequantize()
 
     def __call__(self, x_bti: jax.Array, *, out_dtype=None) -> jax.Array:
         """Project the last axis; the result is ``out_dtype`` (default: the compute dtype)."""
         out_dtype = out_dtype or self.compute_dtype
         y_bto = jnp.einsum(
-            "...I,IO->...O", x_bti.astype(self.compute_dtype), self._kernel().astype(self.compute_dtype),
+            "...I,IO->...O", x_bti.astype(self.compute_dtype), self._kernel_after(x_bti).astype(self.compute_dtype),
             preferred_element_type=jnp.float32,
         )
         if self.bias is not None:

@@ -271,6 +271,12 @@ def _remat_layer(layer: DecoderLayer, *args, **static):
 
     def pure_layer(state, *args):
         inner = nnx.merge(graphdef, state)
+        # Quantized kernels rebuilt up front here, not each after its input (``Linear._kernel_after``): under
+        # remat that wait held more of the backward pass at once (QLoRA, 12 layers: 158.6 MB of scratch
+        # against 144.9; bench/RESULTS.md, "QLoRA's kernels dequantized one layer at a time").
+        for _, module in nnx.iter_modules(inner):
+            if isinstance(module, Linear):
+                module.kernel_waits_for_input = False
         return _run_layer(inner, *args, **static), nnx.state(inner, nnx.RngState)
 
     outputs, rng_state = jax.checkpoint(pure_layer)(state, *args)

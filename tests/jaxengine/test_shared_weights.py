@@ -1,7 +1,7 @@
 """Rollout and update share one copy of the policy's weights (issue 9, tunix-style): the sampler of every GRPO and PPO
 rollout reads the trainer's own arrays, after updates too, LoRA's base and adapters unmerged; nothing holds a second
 copy of the model while it generates (a KL reference only where its coefficient is above 0); and a QLoRA model's
-generation keeps its kernels quantized across the decode loop."""
+generation keeps its kernels quantized across the decode loop, rebuilding one layer's at a time."""
 import gc
 from dataclasses import dataclass
 
@@ -147,16 +147,22 @@ def generation_temp_bytes(sampler: Sampler, monkeypatch) -> int:
     return measured[0]
 
 
-def test_a_quantized_model_generates_without_its_kernels_held_dequantized_across_the_decode_loop(demo_dir,
-                                                                                                 monkeypatch):
-    """QLoRA's codes are dequantized where a matmul reads them: XLA hoisted every layer's dequantization out
-    of the decode loop, a full-precision model held for the whole generation beside the codes. The
-    generation program's scratch memory now exceeds the unquantized model's by less than 1.5 times the
-    dequantized kernels (the prefill's; 2 times before: the prefill's and the loop's)."""
+def test_a_quantized_model_generates_rebuilding_one_layers_kernels_at_a_time(demo_dir, monkeypatch):
+    """QLoRA's codes are dequantized where a matmul reads them. XLA hoisted every layer's dequantization out
+    of the decode loop (a full-precision model held for the whole generation beside the codes), and, that
+    barred, still rebuilt every layer's kernels at the start of the prefill and of each step: the program's
+    scratch over the unquantized model's was 0.9 times the whole model's dequantized kernels. Each kernel now
+    waits for its projection's input (``layers.Linear``): at 6 layers, the scratch over the unquantized
+    model's stays under one layer's dequantized kernels. Measured 0.28 of a layer at 2 and at 12 layers (a
+    layer's projections are rebuilt a few at a time); the bound leaves XLA room to hold one layer whole, and
+    fails at two layers held, let alone six."""
     tokenizer = load_tokenizer(demo_dir / "model")
+    layers = 6
+    config = preset("tiny-llama").replace(vocab_size=tokenizer.vocab_size, num_layers=layers,
+                                          layer_types=("full_attention",) * layers)
     temp_bytes, dequantized_bytes = {}, 0
     for quantized in (False, True):
-        model = build_model(preset("tiny-llama").replace(vocab_size=tokenizer.vocab_size), rngs=nnx.Rngs(0))
+        model = build_model(config, rngs=nnx.Rngs(0))
         if quantized:
             quant.quantize_model(model, bits=4, group_size=32)
             dequantized_bytes = sum(4 * module.codes[...].size * 2 for _, module in nnx.iter_modules(model)
@@ -164,5 +170,6 @@ def test_a_quantized_model_generates_without_its_kernels_held_dequantized_across
         lora.apply_lora(model, targets=lora.PROJECTIONS, rank=4, alpha=8, seed=0)
         model.eval()
         temp_bytes[quantized] = generation_temp_bytes(Sampler(model, tokenizer), monkeypatch)
-    assert dequantized_bytes > 0
-    assert temp_bytes[True] - temp_bytes[False] < 1.5 * dequantized_bytes, (temp_bytes, dequantized_bytes)
+    layer_bytes = dequantized_bytes / layers
+    assert layer_bytes > 0
+    assert temp_bytes[True] - temp_bytes[False] < layer_bytes, (temp_bytes, layer_bytes)
