@@ -853,7 +853,7 @@ async def _answer(body: _Body, choice, generation_id: str, endpoint: _Endpoint, 
     head = {"id": generation_id, "object": endpoint.chunk_object, "created": int(time.time()), "model": body.model}
     if body.stream:
         texted: set[int] = set()  # the choices whose first text was sent
-        offsets = [0] * len(inputs)  # each choice's text offset after the tokens whose log probabilities were sent
+        offsets = [0] * len(generation_ids)  # each choice's text offset after the tokens whose log probabilities were sent
 
         include_usage = body.stream_options is not None and body.stream_options.include_usage
 

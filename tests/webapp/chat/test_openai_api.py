@@ -621,6 +621,30 @@ def test_chat_logprobs_are_each_tokens_and_its_alternatives_whole_and_streamed(a
         ({}, None)]
 
 
+def test_each_of_n_choices_carries_its_own_answers_logprobs(api, worker):
+    """n and logprobs together: each choice's logprobs are its own answer's, whole and streamed."""
+    model, headers = api
+    scripts, requests = worker
+    other = [{"type": "token", "text": "lo", "tokens": 1, "logprobs": [LO]},
+             {"type": "done", "text": "lo", "finish_reason": "length", "prompt_tokens": 3, "completion_tokens": 1,
+              "logprobs": [LO]}]
+    scripts += [WITH_LOGPROBS, other]
+    response = post("/v1/chat/completions", chat(model, n=2, logprobs=True, top_logprobs=2), headers)
+    assert response.status_code == 200, response.content
+    assert requests[-1]["n"] == 2 and requests[-1]["logprobs"] == 2
+    assert [(choice["index"], choice["logprobs"]) for choice in response.json()["choices"]] == [
+        (0, {"content": [HEL, LO, NUL, NUL], "refusal": None}), (1, {"content": [LO], "refusal": None})]
+    scripts += [WITH_LOGPROBS, other]
+    status, lines = stream("/v1/chat/completions", chat(model, n=2, logprobs=True, top_logprobs=2, stream=True),
+                           headers)
+    assert status == 200
+    streamed = {0: [], 1: []}
+    for line in lines[:-1]:
+        for choice in json.loads(line.removeprefix("data: "))["choices"]:
+            streamed[choice["index"]] += (choice["logprobs"] or {}).get("content", [])
+    assert streamed == {0: [HEL, LO, NUL, NUL], 1: [LO]}
+
+
 def test_logprobs_true_alone_asks_for_no_alternatives(api, worker):
     model, headers = api
     scripts, requests = worker
@@ -835,9 +859,12 @@ def test_n_answers_are_one_task_and_a_choice_each_with_the_prompt_counted_once(a
     GenerateRequest.model_validate({**requests[0], "model_path": "/m", "project_slug": "alpha"})  # the worker takes it
     body = response.json()
     assert body["choices"] == [
-        {"index": 0, "message": {"role": "assistant", "content": "ab"}, "finish_reason": "stop"},
-        {"index": 1, "message": {"role": "assistant", "content": "cde"}, "finish_reason": "length"},
-        {"index": 2, "message": {"role": "assistant", "content": "f"}, "finish_reason": "stop"}]
+        {"index": 0, "message": {"role": "assistant", "content": "ab"}, "logprobs": None,
+         "finish_reason": "stop"},
+        {"index": 1, "message": {"role": "assistant", "content": "cde"}, "logprobs": None,
+         "finish_reason": "length"},
+        {"index": 2, "message": {"role": "assistant", "content": "f"}, "logprobs": None,
+         "finish_reason": "stop"}]
     assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 6, "total_tokens": 10}
     scripts += [choice_events("ab", 0), choice_events("cde", 1, finish_reason="length"), choice_events("f", 2)]
     status, lines = stream("/v1/chat/completions", chat(model, n=3, stream=True,
