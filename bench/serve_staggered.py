@@ -9,7 +9,9 @@ or Redis.
 The server is made and warmed as the serve worker makes it (``serving_devices``, ``devices_for_model``,
 ``warmup_requests`` and ``warmup_groups``); each round submits ``--streams`` requests of ``--tokens``
 tokens at temperature 0.7, each after a uniform random pause of 0 to ``--stagger-ms`` (seeded). Prints
-one JSON object per round.
+one JSON object per round, with the cache moves it ran in numpy while their programs were not compiled (count
+and seconds: on the serving loop, so they stall the rows too) and the programs it newly missed (the keys of
+``_Compiled.missed``, which the compile thread compiles once the server is idle).
 """
 from __future__ import annotations
 
@@ -23,9 +25,32 @@ import time
 
 import jax
 
+from jaxengine import serving
 from jaxengine.sampler import SamplingParams
 from jaxengine.serving import (BatchDecoder, BatchingServer, ModelCache, ServeRequest, devices_for_model,
                                serving_devices)
+
+
+def watch_moves(moves: collections.Counter, missed: list[str]) -> None:
+    """Counts and times the numpy moves (``_relayout_on_host``, ``_insert_on_host``) into ``moves`` and lists each
+    program a batch newly did without into ``missed``, by wrapping the serving module's own functions."""
+    for name in ("_relayout_on_host", "_insert_on_host"):
+        def timed(*args, _move=getattr(serving, name), _name=name, **kwargs):
+            started = time.perf_counter()
+            try:
+                return _move(*args, **kwargs)
+            finally:
+                moves[_name.strip("_") + "_s"] += time.perf_counter() - started
+                moves[_name.strip("_")] += 1
+        setattr(serving, name, timed)
+    miss = serving.ContinuousBatch._miss
+
+    def recorded_miss(batch, key, compile_it):
+        if key not in batch._compiled.missed:
+            missed.append(repr(key))
+        return miss(batch, key, compile_it)
+
+    serving.ContinuousBatch._miss = recorded_miss
 
 
 def main() -> None:
@@ -47,6 +72,9 @@ def main() -> None:
     compiles: collections.Counter[str] = collections.Counter()  # by the thread that compiled
     futures: list = []  # the round's requests
     stalls: list[float] = []  # compiles on the serving loop while a request of the round was unanswered
+    moves: collections.Counter[str] = collections.Counter()  # numpy moves: counts and seconds
+    missed: list[str] = []  # programs newly done without, compiled later on the compile thread
+    watch_moves(moves, missed)
 
     def on_event(event: str, seconds: float, **kwargs) -> None:
         if event == "/jax/core/compile/backend_compile_duration":
@@ -65,6 +93,8 @@ def main() -> None:
     print(json.dumps({"warmup_seconds": round(time.perf_counter() - started, 1), "devices": len(decoder.devices),
                       "compiles": dict(compiles)}))
     compiles.clear()
+    moves.clear()
+    missed.clear()
     rng = random.Random(args.seed)
     try:
         for round_ in range(args.rounds):
@@ -83,9 +113,13 @@ def main() -> None:
             print(json.dumps({"round": round_, "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds),
                               "first_token_median_s": round(statistics.median(r.first_token_seconds for r in results), 3),
                               "compiles": dict(compiles), "stalling_compiles": len(stalls),
-                              "stalled_s": round(sum(stalls), 3)}))
+                              "stalled_s": round(sum(stalls), 3),
+                              "numpy_moves": {name: round(value, 3) for name, value in sorted(moves.items())},
+                              "missed": missed[:]}))
             compiles.clear()
             stalls.clear()
+            moves.clear()
+            missed.clear()
     finally:
         server.close()
         jax.monitoring.unregister_event_duration_listener(on_event)
