@@ -10,7 +10,6 @@ from tests.webapp.factories import make_base_model, make_ready_version, make_tea
 from webapp.basemodels.services import basemodel_register
 from webapp.chat import channels
 from webapp.runs import services
-from webapp.runs.channels import redis_client
 from webapp.runs.models import Run, RunStatus, ServingCopy, ServingCopyStatus
 from worker.tasks import serve, train
 
@@ -20,14 +19,6 @@ def models_root(settings, tmp_path):
     root = settings.MODELS_ROOT = tmp_path / "models"
     root.mkdir()
     return root.resolve()
-
-
-@pytest.fixture
-def client(redis_server, settings):
-    settings.REDIS_URL = redis_server.url
-    client = redis_client()
-    client.flushdb()
-    return client
 
 
 def secret(models_root):
@@ -49,13 +40,13 @@ def swap_for_a_link_into_the_other_folder(model_dir, models_root) -> None:
     model_dir.symlink_to(secret(models_root))
 
 
-def test_the_serve_worker_refuses_a_path_into_another_projects_folder_before_loading_it(client, models_root):
+def test_the_serve_worker_refuses_a_path_into_another_projects_folder_before_loading_it(redis_db, models_root):
     request = {"id": "borrowed", "model_key": "bm_borrowed@x", "model_path": str(secret(models_root)),
                "project_slug": "alpha", "messages": [{"role": "user", "content": "Hello"}]}
     result = serve.generate(request)
     assert result["error"].startswith(missing_words(models_root, secret(models_root)))
     assert "register it again" in result["error"]
-    events = channels.stored_events(client, "borrowed")
+    events = channels.stored_events(redis_db, "borrowed")
     assert [event["type"] for event in events] == ["error"]  # never said it was loading it
     assert "bm_borrowed@x" not in serve._servers
     assert serve.prepare("bm_borrowed@x", str(secret(models_root)), "alpha")["error"].startswith(
@@ -66,7 +57,7 @@ def test_the_serve_worker_refuses_a_path_into_another_projects_folder_before_loa
         "error", "")
 
 
-def test_a_chat_answer_queued_before_the_project_was_named_is_judged_by_its_conversations_project(client, models_root,
+def test_a_chat_answer_queued_before_the_project_was_named_is_judged_by_its_conversations_project(redis_db, models_root,
                                                                                                 db):
     """A chat answer queued before ``project_slug`` was sent is served with its conversation's project
     (``serve._with_asking_project``): the folder rule judges it as it would the web's request now, so the other team's
@@ -85,7 +76,7 @@ def test_a_chat_answer_queued_before_the_project_was_named_is_judged_by_its_conv
     assert "bm_borrowed@y" not in serve._servers
 
 
-def test_a_request_without_the_asking_project_is_refused(client, models_root):
+def test_a_request_without_the_asking_project_is_refused(redis_db, models_root):
     result = serve.generate({"id": "unnamed", "model_key": "k", "model_path": str(secret(models_root)),
                              "messages": [{"role": "user", "content": "Hello"}]})
     assert "project_slug" in result["error"] and "k" not in serve._servers

@@ -16,7 +16,6 @@ from tests import factories
 from tests.live import wait_for
 from webapp.chat import channels
 from webapp.core.bidi import isolated
-from webapp.runs.channels import redis_client
 from worker.tasks import serve
 
 CONVERSATION = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
@@ -27,23 +26,15 @@ def model_dir(tmp_path_factory):
     return factories.build_tiny_model_dir(tmp_path_factory.mktemp("tiny-serve-task"))
 
 
-@pytest.fixture
-def client(redis_server, settings):
-    settings.REDIS_URL = redis_server.url
-    client = redis_client()
-    client.flushdb()
-    return client
-
-
 def request(model_dir, generation_id, **fields):
     return {"id": generation_id, "model_key": "tiny", "model_path": str(model_dir), "project_slug": "alpha",
             "messages": CONVERSATION,
             "max_new_tokens": 12, "temperature": 0.0, **fields}
 
 
-def test_it_streams_the_answer_the_sampler_gives(client, model_dir):
+def test_it_streams_the_answer_the_sampler_gives(redis_db, model_dir):
     done = serve.generate(request(model_dir, "g1"))
-    events = channels.stored_events(client, "g1")
+    events = channels.stored_events(redis_db, "g1")
     assert [event["seq"] for event in events] == list(range(len(events)))
     types = [event["type"] for event in events]
     # The model's first answer in this process waits for it to load and for its programs to compile, and says so.
@@ -59,7 +50,7 @@ def test_it_streams_the_answer_the_sampler_gives(client, model_dir):
     assert done["prompt_tokens"] == len(expected.prompt_token_ids) and done["completion_tokens"] == 12
 
 
-def test_penalties_and_logit_bias_reach_the_engine(client, model_dir):
+def test_penalties_and_logit_bias_reach_the_engine(redis_db, model_dir):
     """They were dropped on the way: an answer asked not to repeat itself, or never to say a token, was the
     unpenalized one. The ids come as JSON's string keys, as the web sends them."""
     fields = {"frequency_penalty": 2.0, "presence_penalty": 0.5, "logit_bias": {"5": 100}}
@@ -73,11 +64,11 @@ def test_penalties_and_logit_bias_reach_the_engine(client, model_dir):
     assert done["text"] == expected.text and done["completion_tokens"] == 12
 
 
-def test_logprobs_asked_for_are_in_the_token_events_and_the_done_event(client, model_dir):
+def test_logprobs_asked_for_are_in_the_token_events_and_the_done_event(redis_db, model_dir):
     """Each token's log probability and its alternatives', named as OpenAI's chat ``logprobs.content`` names them
     (text, UTF-8 bytes, log probability), the sampler's own (the model's raw log probabilities of its tokens)."""
     done = serve.generate(request(model_dir, "g-logprobs", logprobs=3))
-    events = channels.stored_events(client, "g-logprobs")
+    events = channels.stored_events(redis_db, "g-logprobs")
     tokens = [event for event in events if event["type"] == "token"]
     streamed = [entry for event in tokens for entry in event["logprobs"]]
     assert [len(event["logprobs"]) for event in tokens] == [event["tokens"] for event in tokens]
@@ -94,10 +85,10 @@ def test_logprobs_asked_for_are_in_the_token_events_and_the_done_event(client, m
     # Asked for none, an answer's events carry none.
     plain = serve.generate(request(model_dir, "g-plain"))
     assert "logprobs" not in plain
-    assert all("logprobs" not in event for event in channels.stored_events(client, "g-plain"))
+    assert all("logprobs" not in event for event in channels.stored_events(redis_db, "g-plain"))
 
 
-def test_a_request_asking_for_too_many_alternatives_is_refused(client, model_dir):
+def test_a_request_asking_for_too_many_alternatives_is_refused(redis_db, model_dir):
     done = serve.generate(request(model_dir, "g-too-many", logprobs=21))
     assert "logprobs" in done["error"] and "less than or equal to 20" in done["error"]
 
@@ -107,7 +98,7 @@ def slow_down_decoding(monkeypatch, seconds_per_call):
     monkeypatch.setattr(serving.ContinuousBatch, "step", lambda batch: (time.sleep(seconds_per_call), step(batch)))
 
 
-def test_tokens_reach_redis_from_the_tasks_thread_not_the_servers(client, model_dir, monkeypatch):
+def test_tokens_reach_redis_from_the_tasks_thread_not_the_servers(redis_db, model_dir, monkeypatch):
     emitting_threads = set()
     emit = channels.emit
     monkeypatch.setattr(channels, "emit", lambda *args, **kwargs: (
@@ -116,24 +107,24 @@ def test_tokens_reach_redis_from_the_tasks_thread_not_the_servers(client, model_
     assert emitting_threads == {threading.current_thread().name}  # not "batching-server"
 
 
-def test_generations_share_the_processs_redis_connections(client, model_dir):
+def test_generations_share_the_processs_redis_connections(redis_db, model_dir):
     """A client per generation connected and handshook anew for each (6 % of a busy serve worker's time)."""
     serve.generate(request(model_dir, "first"))
     # The deleted-models watcher, started with the first model, holds its own two connections (subscription and
     # reads), never the generations' pool: once they are open, nothing of this process connects again. (It read
     # from the shared pool before, which connected anew when a generation held the pool's connection: CI failure.)
     deadline = time.monotonic() + 30
-    while sum(c["name"] == serve.WATCHER_CLIENT_NAME for c in client.client_list()) < 2:
-        assert time.monotonic() < deadline, client.client_list()
+    while sum(c["name"] == serve.WATCHER_CLIENT_NAME for c in redis_db.client_list()) < 2:
+        assert time.monotonic() < deadline, redis_db.client_list()
         time.sleep(0.05)
-    connections = client.info("stats")["total_connections_received"]
+    connections = redis_db.info("stats")["total_connections_received"]
     for index in range(3):
         done = serve.generate(request(model_dir, f"next{index}"))
-        assert channels.stored_events(client, f"next{index}")[-1]["text"] == done["text"]
-    assert client.info("stats")["total_connections_received"] == connections
+        assert channels.stored_events(redis_db, f"next{index}")[-1]["text"] == done["text"]
+    assert redis_db.info("stats")["total_connections_received"] == connections
 
 
-def test_concurrent_generations_join_one_running_batch(client, model_dir, monkeypatch):
+def test_concurrent_generations_join_one_running_batch(redis_db, model_dir, monkeypatch):
     serve.generate(request(model_dir, "warm"))  # loads the model and its server
     server, _ = serve.server_for("tiny", str(model_dir))
     before = len(server.batch_sizes)
@@ -151,10 +142,10 @@ def test_concurrent_generations_join_one_running_batch(client, model_dir, monkey
     for i in range(4):
         [alone] = Sampler(loaded.model, loaded.tokenizer).generate(
             [encode_prompt(loaded.tokenizer, CONVERSATION)], SamplingParams(max_new_tokens=40, temperature=0.8, seed=i))
-        assert results[i]["text"] == alone.text == channels.stored_events(client, f"c{i}")[-1]["text"]
+        assert results[i]["text"] == alone.text == channels.stored_events(redis_db, f"c{i}")[-1]["text"]
 
 
-def test_n_answers_decode_as_rows_of_the_same_calls_each_with_its_seed(client, model_dir):
+def test_n_answers_decode_as_rows_of_the_same_calls_each_with_its_seed(redis_db, model_dir):
     """A request for n answers (a /v1 request's n) is one task whose answers are submitted as one group: the first
     decode call after it decodes all three rows together (the server's count of rows per call), not one answer
     after another; answer i is the one the sampler gives alone with its seed (choice_seed: the request's own for
@@ -170,19 +161,19 @@ def test_n_answers_decode_as_rows_of_the_same_calls_each_with_its_seed(client, m
         [alone] = Sampler(loaded.model, loaded.tokenizer).generate(
             [encode_prompt(loaded.tokenizer, CONVERSATION)],
             SamplingParams(max_new_tokens=20, temperature=0.9, seed=serve.choice_seed(11, index)))
-        events = channels.stored_events(client, channels.choice_id("n3", index))
+        events = channels.stored_events(redis_db, channels.choice_id("n3", index))
         assert [event["seq"] for event in events] == list(range(len(events)))
         assert events[-1] == {"seq": len(events) - 1, "type": "done", **choice} and choice["choice"] == index
         assert choice["text"] == alone.text == "".join(event["text"] for event in events if event["type"] == "token")
         assert choice["prompt_tokens"] == len(alone.prompt_token_ids)
         texts.append(choice["text"])
     assert len(set(texts)) == 3 and serve.choice_seed(11, 0) == 11
-    assert not channels.stored_events(client, "n3")  # nothing under the request's own id: the web follows its answers
+    assert not channels.stored_events(redis_db, "n3")  # nothing under the request's own id: the web follows its answers
     again = serve.generate(request(model_dir, "n3-again", n=3, seed=11, temperature=0.9, max_new_tokens=20))
     assert [choice["text"] for choice in again["choices"]] == texts
 
 
-def test_each_of_n_answers_carries_its_own_log_probabilities(client, model_dir):
+def test_each_of_n_answers_carries_its_own_log_probabilities(redis_db, model_dir):
     """n and logprobs together (merged the same day from two branches): the group's callback was called with
     ``logprobs=``, which the n answers' relay did not take, so a request for both failed in the serving loop. Each
     answer's token events and done carry its own tokens' log probabilities, the sampler's alone with its seed."""
@@ -192,7 +183,7 @@ def test_each_of_n_answers_carries_its_own_log_probabilities(client, model_dir):
         [alone] = Sampler(loaded.model, loaded.tokenizer).generate(
             [encode_prompt(loaded.tokenizer, CONVERSATION)],
             SamplingParams(max_new_tokens=10, temperature=1.0, seed=serve.choice_seed(3, index)))
-        events = channels.stored_events(client, channels.choice_id("n-lp", index))
+        events = channels.stored_events(redis_db, channels.choice_id("n-lp", index))
         streamed = [entry for event in events if event["type"] == "token" for entry in event["logprobs"]]
         assert choice["text"] == alone.text and streamed == choice["logprobs"] == events[-1]["logprobs"]
         assert [entry["logprob"] for entry in streamed] == pytest.approx(alone.logprobs, abs=1e-5)
@@ -204,7 +195,7 @@ def test_each_of_n_answers_carries_its_own_log_probabilities(client, model_dir):
     {"logit_bias": {"7": 4.0, "9": -100.0}},
     {"stop": ["e", "o "]},
 ], ids=["penalties", "logit_bias", "stop"])
-def test_each_of_n_answers_is_sampled_with_the_requests_fields_as_alone(client, model_dir, fields):
+def test_each_of_n_answers_is_sampled_with_the_requests_fields_as_alone(redis_db, model_dir, fields):
     """QA of issue 4: every row of a group, not just its first, gets the request's penalties (counted over its own
     tokens), logit_bias and stop sequences: answer i is the sampler's alone with choice_seed(seed, i) and them."""
     done = serve.generate(request(model_dir, "nf", n=3, seed=5, temperature=1.0, max_new_tokens=16, **fields))
@@ -223,14 +214,14 @@ def test_each_of_n_answers_is_sampled_with_the_requests_fields_as_alone(client, 
         assert not any(stop in choice["text"] for stop in fields["stop"] for choice in done["choices"])
 
 
-def test_a_stop_of_a_request_for_n_answers_ends_them_all_and_its_error_reaches_each(client, model_dir, monkeypatch):
+def test_a_stop_of_a_request_for_n_answers_ends_them_all_and_its_error_reaches_each(redis_db, model_dir, monkeypatch):
     monkeypatch.setattr(serve, "STOP_POLL_SECONDS", 0.0)
     slow_down_decoding(monkeypatch, 0.1)
 
     def stop_the_second_answer_after_its_first_tokens():
-        while len(channels.stored_events(client, "sn-1")) < 3:
+        while len(channels.stored_events(redis_db, "sn-1")) < 3:
             time.sleep(0.01)
-        channels.request_stop(client, "sn-1")
+        channels.request_stop(redis_db, "sn-1")
 
     stopper = threading.Thread(target=stop_the_second_answer_after_its_first_tokens)
     stopper.start()
@@ -240,18 +231,18 @@ def test_a_stop_of_a_request_for_n_answers_ends_them_all_and_its_error_reaches_e
     assert all(choice["completion_tokens"] < 100 for choice in done["choices"])
     refused = serve.generate(request(model_dir, "over-n", n=2, max_new_tokens=4000))
     for index in range(2):
-        last = channels.stored_events(client, channels.choice_id("over-n", index))[-1]
+        last = channels.stored_events(redis_db, channels.choice_id("over-n", index))[-1]
         assert (last["type"], last["message"], last["code"]) == ("error", refused["error"], "context_length_exceeded")
 
 
-def test_stop_ends_the_answer_mid_way(client, model_dir, monkeypatch):
+def test_stop_ends_the_answer_mid_way(redis_db, model_dir, monkeypatch):
     monkeypatch.setattr(serve, "STOP_POLL_SECONDS", 0.0)
     slow_down_decoding(monkeypatch, 0.1)  # ~80 tokens a second
 
     def stop_after_three_tokens():
-        while len(channels.stored_events(client, "s1")) < 3:
+        while len(channels.stored_events(redis_db, "s1")) < 3:
             time.sleep(0.01)
-        channels.request_stop(client, "s1")
+        channels.request_stop(redis_db, "s1")
 
     stopper = threading.Thread(target=stop_after_three_tokens)
     stopper.start()
@@ -259,10 +250,10 @@ def test_stop_ends_the_answer_mid_way(client, model_dir, monkeypatch):
     stopper.join(timeout=10)
     assert done["finish_reason"] == "cancelled"
     assert 3 <= done["completion_tokens"] < 50
-    assert channels.stored_events(client, "s1")[-1]["type"] == "done"
+    assert channels.stored_events(redis_db, "s1")[-1]["type"] == "done"
 
 
-def test_a_generation_past_its_timeout_ends_as_timeout(client, model_dir):
+def test_a_generation_past_its_timeout_ends_as_timeout(redis_db, model_dir):
     done = serve.generate(request(model_dir, "t1", timeout_seconds=1e-6))
     # The time limit counts from the first decode call's dispatch: the prefill's token is in.
     assert done["finish_reason"] == "timeout" and done["completion_tokens"] == 1
@@ -276,10 +267,10 @@ def test_a_generation_past_its_timeout_ends_as_timeout(client, model_dir):
     ({"logit_bias": {"99999": 1}}, "logit_bias: token id 99999 is outside the model's vocabulary"),
     ({"n": 9}, "Input should be less than or equal to 8"),
 ])
-def test_it_reports_a_bad_request_as_an_error_event(client, model_dir, fields, message):
+def test_it_reports_a_bad_request_as_an_error_event(redis_db, model_dir, fields, message):
     result = serve.generate({**request(model_dir, "bad"), "model_key": str(fields), **fields})
     assert message in result["error"]
-    events = channels.stored_events(client, "bad")
+    events = channels.stored_events(redis_db, "bad")
     # A request that parses says it loads its model first (here a model that is not there, or one whose
     # vocabulary has no such token).
     parses = "model_path" in fields or "logit_bias" in fields
@@ -287,7 +278,7 @@ def test_it_reports_a_bad_request_as_an_error_event(client, model_dir, fields, m
     assert message in events[-1]["message"]
 
 
-def test_prepare_loads_the_model_and_a_first_answer_then_compiles_nothing(client, tmp_path, settings):
+def test_prepare_loads_the_model_and_a_first_answer_then_compiles_nothing(redis_db, tmp_path, settings):
     # The worker's own warm-up compiles every prompt bucket and cache size up to the model's context: a context
     # of 64 tokens holds the conversation and its answer, with a part of the programs of the tiny model's 256.
     model_dir = factories.build_tiny_model_dir(tmp_path / "short-context", context=64)
@@ -302,7 +293,7 @@ def test_prepare_loads_the_model_and_a_first_answer_then_compiles_nothing(client
     assert server.decoder.compiled.trace_count == compiled
 
 
-def test_a_model_that_cannot_load_is_not_prepared_and_nothing_raises(client, tmp_path, settings):
+def test_a_model_that_cannot_load_is_not_prepared_and_nothing_raises(redis_db, tmp_path, settings):
     settings.TEMPER_SERVE_WARMUP = True
     outcome = serve.prepare("missing", str(tmp_path / "no-such-model"), "alpha")
     assert "no-such-model" in outcome["error"] and "missing" not in serve._servers
@@ -344,7 +335,7 @@ def test_a_succeeded_runs_serving_copy_is_written_with_its_figures(model_dir, tm
     assert sorted(path.name for path in (run_dir / "export").iterdir()) == exported
 
 
-def test_a_small_models_rows_are_split_over_the_cores_and_a_large_ones_are_not(client, model_dir, monkeypatch):
+def test_a_small_models_rows_are_split_over_the_cores_and_a_large_ones_are_not(redis_db, model_dir, monkeypatch):
     import os
 
     import jax
@@ -360,7 +351,7 @@ def test_a_small_models_rows_are_split_over_the_cores_and_a_large_ones_are_not(c
     assert done["completion_tokens"] == 12 and "error" not in done
 
 
-def test_a_model_written_again_at_its_path_is_served_as_written_now(client, model_dir, tmp_path):
+def test_a_model_written_again_at_its_path_is_served_as_written_now(redis_db, model_dir, tmp_path):
     # A resumed run exports again (and its serving copy is made again) at the same path, under the same
     # key: its chats went on being answered by the weights the worker had loaded before.
     import shutil
@@ -458,16 +449,16 @@ def test_a_system_prompt_that_fills_the_context_is_named_as_the_cause(model_dir)
         serve.fit_to_context(long_message, tokenizer, 256)
 
 
-def test_a_request_over_the_context_fails_with_its_code_unless_fitted(client, model_dir):
+def test_a_request_over_the_context_fails_with_its_code_unless_fitted(redis_db, model_dir):
     refused = serve.generate(request(model_dir, "over", max_new_tokens=4000))
     assert "exceeds the model's context length (256)" in refused["error"]
-    last = channels.stored_events(client, "over")[-1]
+    last = channels.stored_events(redis_db, "over")[-1]
     assert (last["type"], last["message"], last["code"]) == ("error", refused["error"], "context_length_exceeded")
     done = serve.generate(request(model_dir, "fitted", max_new_tokens=4000, fit_context=True, timeout_seconds=60))
     assert "error" not in done and done["prompt_tokens"] + done["completion_tokens"] <= 256
 
 
-def test_a_request_that_does_not_say_how_many_tokens_gets_what_the_context_leaves(client, model_dir):
+def test_a_request_that_does_not_say_how_many_tokens_gets_what_the_context_leaves(redis_db, model_dir):
     """QA: an API request without max_tokens asked for 256 new tokens, so every prompt to a model whose context is
     256 tokens (the demo model's) was refused with context_length_exceeded; OpenAI's and vLLM's servers fill
     what the context leaves instead."""
@@ -615,24 +606,24 @@ def test_a_serving_copy_that_fails_records_why_and_the_model_serves_unquantized(
     assert not (tmp_path / "serving-copies").exists() or not any((tmp_path / "serving-copies").rglob("quantization.json"))
 
 
-def test_a_deletion_wakes_the_watching_thread_at_once(client, model_dir):
+def test_a_deletion_wakes_the_watching_thread_at_once(redis_db, model_dir):
     """The watching thread read the deleted models every DELETED_POLL_SECONDS only: a deleted model's weights
     stayed up to 5 s. It now listens on the deletions' channel too, so models_deleted reaches it at once (the
     poll remains for what a lost connection missed)."""
     serve.server_for(f"run_soon_gone@{model_dir}", str(model_dir))
     assert serve._watcher is not None and serve._watcher.is_alive()
     for _attempt in range(1000):  # the thread subscribes once it runs
-        if client.pubsub_numsub(channels.DELETED_MODELS_CHANNEL)[0][1]:
+        if redis_db.pubsub_numsub(channels.DELETED_MODELS_CHANNEL)[0][1]:
             break
         time.sleep(0.01)
-    assert client.pubsub_numsub(channels.DELETED_MODELS_CHANNEL)[0][1] == 1
-    assert channels.models_deleted(client, ["run_soon_gone"]) == 1  # serve workers told at once
+    assert redis_db.pubsub_numsub(channels.DELETED_MODELS_CHANNEL)[0][1] == 1
+    assert channels.models_deleted(redis_db, ["run_soon_gone"]) == 1  # serve workers told at once
     while any(serve.model_ref(key) == "run_soon_gone" for key in serve._cache.keys):
         time.sleep(0.01)
     assert f"run_soon_gone@{model_dir}" not in serve._servers
 
 
-def test_a_deleted_models_weights_and_server_are_dropped_and_its_answer_ends_saying_so(client, model_dir,
+def test_a_deleted_models_weights_and_server_are_dropped_and_its_answer_ends_saying_so(redis_db, model_dir,
                                                                                        monkeypatch):
     """A run deleted (or a base model unregistered, or their project) while a serve worker had its model loaded:
     the weights stayed in memory until evicted, and an answer decoding on them went on. Once the web names the
@@ -647,14 +638,14 @@ def test_a_deleted_models_weights_and_server_are_dropped_and_its_answer_ends_say
     answering = threading.Thread(target=lambda: outcome.update(serve.generate(
         request(model_dir, "deleted", model_key=gone_key, max_new_tokens=200))))
     answering.start()
-    while len(channels.stored_events(client, "deleted")) < 2 and answering.is_alive():  # until it decodes
+    while len(channels.stored_events(redis_db, "deleted")) < 2 and answering.is_alive():  # until it decodes
         time.sleep(0.01)
     assert answering.is_alive(), outcome
-    channels.models_deleted(client, ["run_gone"])
+    channels.models_deleted(redis_db, ["run_gone"])
     serve.drop_deleted_models()  # what the watching thread does within DELETED_POLL_SECONDS
     answering.join(timeout=60)
     assert outcome == {"error": serve.MODEL_DELETED}
-    last = channels.stored_events(client, "deleted")[-1]
+    last = channels.stored_events(redis_db, "deleted")[-1]
     assert last["type"] == "error" and last["message"] == serve.MODEL_DELETED
     assert gone_key not in serve._cache.keys and gone_key not in serve._servers
     gone._thread.join(timeout=10)
@@ -721,7 +712,7 @@ def test_a_serving_copy_of_a_runs_export_deleted_since_it_was_asked_for_fails_sa
     assert outcome["error"] == copy.error_message
 
 
-def test_shutdown_closes_the_servers_and_stops_the_watcher(client, model_dir, monkeypatch):
+def test_shutdown_closes_the_servers_and_stops_the_watcher(redis_db, model_dir, monkeypatch):
     """A serve process's batching servers and its deleted-models watcher lived as long as the process: a
     test process (or a worker shutting down) had no way to end their threads. ``shutdown`` (Celery's
     worker_shutdown) closes them, and the next answer loads its model and starts a watcher anew."""
@@ -741,53 +732,53 @@ def test_shutdown_closes_the_servers_and_stops_the_watcher(client, model_dir, mo
     assert serve._watcher is not None and serve._watcher is not watcher and serve._watcher.is_alive()
 
 
-def test_a_generation_whose_first_worker_died_mid_answer_ends_saying_so(client, model_dir):
+def test_a_generation_whose_first_worker_died_mid_answer_ends_saying_so(redis_db, model_dir):
     """A serve worker killed mid-answer leaves its message delivered; the reapers queue it again
     (``webapp.workers.deliveries``), and the next worker generated the answer again from the start, its events
     numbered from 0 again after the dead worker's: a page had shown those numbers already, so it skipped the new
     tokens that far and glued the rest onto the dead worker's words. It ends the answer instead, with the reason
     and what to do, numbered after what the page saw; a generation whose answer was written already does nothing."""
-    channels.emit(client, "lost", {"seq": 0, "type": "token", "text": "Hel", "tokens": 1})  # then its worker died
+    channels.emit(redis_db, "lost", {"seq": 0, "type": "token", "text": "Hel", "tokens": 1})  # then its worker died
     result = serve.generate(request(model_dir, "lost"))
     assert result["error"] == serve.WORKER_LOST
-    assert channels.stored_events(client, "lost")[1:] == [{"seq": 1, "type": "error", "message": serve.WORKER_LOST}]
+    assert channels.stored_events(redis_db, "lost")[1:] == [{"seq": 1, "type": "error", "message": serve.WORKER_LOST}]
 
-    channels.emit(client, "early", {"seq": 0, "type": "status", "message": "loading the model"})  # died loading
+    channels.emit(redis_db, "early", {"seq": 0, "type": "status", "message": "loading the model"})  # died loading
     answered = serve.generate(request(model_dir, "early"))
-    events = channels.stored_events(client, "early")
+    events = channels.stored_events(redis_db, "early")
     assert [event["seq"] for event in events] == list(range(len(events))) and events[-1]["text"] == answered["text"]
 
     serve.generate(request(model_dir, "written"))
-    events = channels.stored_events(client, "written")
+    events = channels.stored_events(redis_db, "written")
     assert serve.generate(request(model_dir, "written")) == {}  # delivered again once it was done
-    assert channels.stored_events(client, "written") == events
+    assert channels.stored_events(redis_db, "written") == events
 
 
-def test_a_request_for_n_answers_whose_first_worker_died_mid_answer_ends_each_saying_so(client, model_dir):
+def test_a_request_for_n_answers_whose_first_worker_died_mid_answer_ends_each_saying_so(redis_db, model_dir):
     """The n-answer case of the test above: each answer its worker left unended ends with WORKER_LOST, numbered
     after what it had (tokens, a status, or nothing yet: the relay emits answer by answer, so a worker can die
     between them), and one it had ended keeps its done as its last event, not an error after it."""
     ids = [channels.choice_id("lost-n", index) for index in range(4)]
-    channels.emit(client, ids[0], {"seq": 0, "type": "token", "text": "Hel", "tokens": 1})
-    channels.emit(client, ids[1], {"seq": 0, "type": "status", "message": "compiling"})
+    channels.emit(redis_db, ids[0], {"seq": 0, "type": "token", "text": "Hel", "tokens": 1})
+    channels.emit(redis_db, ids[1], {"seq": 0, "type": "status", "message": "compiling"})
     done = {"seq": 1, "type": "done", "text": "Hi", "finish_reason": "stop", "choice": 2, "prompt_tokens": 5,
             "completion_tokens": 1, "first_token_seconds": 0.1}
-    channels.emit(client, ids[2], {"seq": 0, "type": "token", "text": "Hi", "tokens": 1})
-    channels.emit(client, ids[2], done)  # ids[3]: its worker died before its first event
+    channels.emit(redis_db, ids[2], {"seq": 0, "type": "token", "text": "Hi", "tokens": 1})
+    channels.emit(redis_db, ids[2], done)  # ids[3]: its worker died before its first event
     result = serve.generate(request(model_dir, "lost-n", n=4))
     assert result["error"] == serve.WORKER_LOST
     lost = {"type": "error", "message": serve.WORKER_LOST}
-    assert channels.stored_events(client, ids[0])[1:] == [{"seq": 1, **lost}]
-    assert channels.stored_events(client, ids[1])[1:] == [{"seq": 1, **lost}]
-    assert channels.stored_events(client, ids[2])[-1] == done
-    assert channels.stored_events(client, ids[3]) == [{"seq": 0, **lost}]
-    assert not channels.stored_events(client, "lost-n")
+    assert channels.stored_events(redis_db, ids[0])[1:] == [{"seq": 1, **lost}]
+    assert channels.stored_events(redis_db, ids[1])[1:] == [{"seq": 1, **lost}]
+    assert channels.stored_events(redis_db, ids[2])[-1] == done
+    assert channels.stored_events(redis_db, ids[3]) == [{"seq": 0, **lost}]
+    assert not channels.stored_events(redis_db, "lost-n")
 
     for choice_id in [channels.choice_id("early-n", index) for index in range(2)]:  # died loading the model
-        channels.emit(client, choice_id, {"seq": 0, "type": "status", "message": "loading the model"})
+        channels.emit(redis_db, choice_id, {"seq": 0, "type": "status", "message": "loading the model"})
     answered = serve.generate(request(model_dir, "early-n", n=2))
     for index, choice in enumerate(answered["choices"]):
-        events = channels.stored_events(client, channels.choice_id("early-n", index))
+        events = channels.stored_events(redis_db, channels.choice_id("early-n", index))
         assert [event["seq"] for event in events] == list(range(len(events))) and events[-1]["text"] == choice["text"]
     assert serve.generate(request(model_dir, "early-n", n=2)) == {}  # delivered again once every answer was done
 
@@ -843,7 +834,7 @@ def live_programs() -> int:
     return len(jax.devices()[0].client.live_executables())
 
 
-def test_models_served_in_turn_leave_no_programs_behind(client, tmp_path, settings):
+def test_models_served_in_turn_leave_no_programs_behind(redis_db, tmp_path, settings):
     """A serve worker kept the compiled programs of every model structure it had served (up to 16), each with memory
     maps of its own: one serving many models for days could reach vm.max_map_count, where XLA's compiler segfaults
     mid-chat (bench/RESULTS.md, "The serve worker's compiled programs"). An evicted model's programs are kept among
@@ -893,7 +884,7 @@ def held_programs() -> list:
     return [held for held in PROGRAMS.held() if isinstance(held, serving._Compiled)]
 
 
-def test_past_the_maps_high_water_mark_a_model_load_drops_every_retired_structures_programs(client, tmp_path,
+def test_past_the_maps_high_water_mark_a_model_load_drops_every_retired_structures_programs(redis_db, tmp_path,
                                                                                              settings, caplog):
     """A safety net under the bounds: after a model load, a serve worker whose memory maps (/proc/self/maps lines)
     pass ``TEMPER_SERVE_MAPS_HIGH_WATER`` drops the programs of every structure retired (kept for a user going back
