@@ -17,6 +17,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import expect
 
 from tests.browser import test_projects
@@ -2495,6 +2496,56 @@ def test_step_and_token_axes_are_written_whole_with_thousands_separators(page, l
         page.reload()
         tokens = x_ticks_fitting(page, "loss")
         assert len(tokens) >= 2 and all(whole.match(count) for count in tokens), (path, tokens)
+
+
+X_TICKS_FIT = f"""name => {{ const ticks = ({X_TICKS})(name);
+    return ticks.length >= 2 && ticks.every(([, tilted]) => !tilted)
+        && ticks.slice(1).every((right, index) => ticks[index][3] < right[2]); }}"""
+
+
+def test_x_ticks_are_counted_again_as_a_chart_is_resized(page, live_server, monkeypatch):
+    """QA (a reader who narrowed the window from a desktop's 1280 pixels to a phone's 390): the x axis took as many
+    ticks as fit the chart's width when it was drawn, so after the resize its long token counts ran into each other,
+    tilted over the axis's title, until the page was read again. The chart follows its place's width and the count
+    follows the chart's: on the run page, and on the compare page's charts without a legend (one with a legend is
+    drawn again as its legend rewraps) as the window or the charts' place narrows."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="resizedticks")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    runs = []
+    for name in ("wide a", "wide b"):
+        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 10**6}}
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=metric, value=2.0 / (1 + step),
+                                                     wall_time=float(step), tokens=99 * step)
+                                         for step in range(0, 10**6 + 1, 50_000) for metric in ("loss", "grad_norm")])
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+        runs.append(run)
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    for path in (f"{runs[0].public_id}/?x=tokens", f"compare/?x=tokens&runs={runs[0].public_id}&runs={runs[1].public_id}"):
+        page.set_viewport_size({"width": 1280, "height": 900})
+        page.goto(f"{live_server.url}/p/resizedticks/runs/{path}")
+        page.locator('.plot[data-metric="grad_norm"]').scroll_into_view_if_needed()
+        wide = x_ticks_fitting(page, "grad_norm")
+        page.set_viewport_size({"width": 390, "height": 900})
+        page.wait_for_function("() => document.querySelector(`.plot[data-metric='grad_norm']`)._fullLayout.width < 390")
+        try:  # plotly's resize and the count made anew each wait for the resizing to stop
+            page.wait_for_function(X_TICKS_FIT, arg="grad_norm", timeout=3000)
+        except PlaywrightTimeoutError:
+            pass  # x_ticks_fitting says how they meet
+        narrow = x_ticks_fitting(page, "grad_norm")
+        assert len(narrow) < len(wide), (path, wide, narrow)
+    # The compare page's charts are as wide at 1280 pixels as at 390 (a grid of columns 340 pixels and more): there
+    # the place of the charts narrows, which plotly's own resize (the window's) missed, the chart drawn past its edge.
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.reload()
+    wide = x_ticks_fitting(page, "grad_norm")
+    page.evaluate("() => { document.getElementById('compare-charts').style.width = '240px'; }")
+    page.wait_for_function("() => document.querySelector(`.plot[data-metric='grad_norm']`)._fullLayout.width <= 240",
+                           timeout=3000)
+    narrow = x_ticks_fitting(page, "grad_norm")
+    assert len(narrow) < len(wide), (wide, narrow)
 
 
 def test_the_run_page_says_while_the_run_evaluates(page, asgi_server, redis_url, transactional_db, settings):
