@@ -2003,8 +2003,8 @@ LEGEND_ENTRY_STROKE = "() => getComputedStyle(document.activeElement.querySelect
 
 def test_a_run_is_hidden_and_shown_from_the_compare_legend_with_the_keyboard(page, live_server, monkeypatch):
     """QA (a keyboard-only user on a sweep): the legend's entries took no focus, so hiding a run from every chart was
-    for the mouse alone, and a screen reader met the chart's tick labels and nothing to press. Each entry is a toggle
-    button in the Tab order, pressed while its run is shown: Enter or Space hides or shows the run in every chart, as a
+    for the mouse alone, and a screen reader met the chart's tick labels and nothing to press. The legend is a toolbar
+    of toggle buttons, each pressed while its run is shown: Enter or Space hides or shows the run in every chart, as a
     click does, Shift+Enter shows it alone, as a double click does; the focus stays on it and shows. The rest of the
     chart stays hidden from a screen reader."""
     runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="keylegend")
@@ -2013,7 +2013,8 @@ def test_a_run_is_hidden_and_shown_from_the_compare_legend_with_the_keyboard(pag
     names = [f"lr-sweep · learning_rate={rate}" for rate in ("0.0001", "0.0003", "0.001")]
     plot = page.locator('.plot[data-metric="loss"]')
     plot.locator(".legend .traces").nth(2).wait_for()
-    assert plot.aria_snapshot() == "\n".join(f'- button "Show {name}" [pressed]' for name in names)
+    assert plot.aria_snapshot() == "\n".join(['- toolbar "Legend of loss":'] +
+                                             [f'  - button "Show {name}" [pressed]' for name in names])
     page.locator("#chart-filter").focus()
     page.keyboard.press("Tab")
     first = page.get_by_role("button", name=f"Show {names[0]}")
@@ -2030,7 +2031,7 @@ def test_a_run_is_hidden_and_shown_from_the_compare_legend_with_the_keyboard(pag
     assert page.evaluate(visibility) == [[True, True, True]]
     expect(first).to_have_attribute("aria-pressed", "true")
     assert page.evaluate("() => window.scrollY") == 0, "Space pressed the entry and did not scroll the page"
-    page.keyboard.press("Tab")
+    page.keyboard.press("ArrowRight")
     second = page.get_by_role("button", name=f"Show {names[1]}")
     expect(second).to_be_focused()
     page.keyboard.press("Shift+Enter")
@@ -2041,6 +2042,49 @@ def test_a_run_is_hidden_and_shown_from_the_compare_legend_with_the_keyboard(pag
     page.keyboard.press("Shift+Enter")
     page.wait_for_function("() => !location.search.includes('hide=')")
     assert page.evaluate(visibility) == [[True, True, True]]
+
+
+def test_a_compare_charts_legend_is_one_tab_stop_whose_entries_the_arrows_move_between(page, live_server,
+                                                                                       monkeypatch):
+    """QA (a keyboard-only user on a 16-run sweep): each legend entry was its own Tab stop, 16 stops a chart before the
+    next control. A legend is one stop (WAI-ARIA's toolbar, named for its chart): Tab goes past it from its first entry,
+    the arrows move between its entries (round from the last to the first), Home and End to its ends, without
+    scrolling the page; toggling works as before and keeps the focus across the redrawing, and Tab comes back into the
+    legend at the entry focused last."""
+    runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="rovelegend")
+    names = [f"lr-sweep · learning_rate={rate}" for rate in ("0.0001", "0.0003", "0.001")]
+    entries = [page.get_by_role("button", name=f"Show {name}") for name in names]
+    plot = page.locator('.plot[data-metric="loss"]')
+    plot.locator(".legend .traces").nth(2).wait_for()
+    download = page.get_by_role("button", name="Download the loss chart as PNG")
+    page.locator("#chart-filter").focus()
+    stops = []
+    for _ in range(2):
+        page.keyboard.press("Tab")
+        stops.append(page.evaluate("() => document.activeElement.getAttribute('aria-label')"))
+    assert stops == [f"Show {names[0]}", "Download the loss chart as PNG"], stops
+    expect(plot.get_by_role("toolbar", name="Legend of loss")).to_have_count(1)
+    page.keyboard.press("Shift+Tab")
+    expect(entries[0]).to_be_focused()
+    scrolled = page.evaluate("() => window.scrollY")
+    for key, index in (("ArrowRight", 1), ("ArrowDown", 2), ("ArrowRight", 0), ("ArrowLeft", 2), ("Home", 0),
+                       ("End", 2), ("ArrowUp", 1)):
+        page.keyboard.press(key)
+        expect(entries[index]).to_be_focused()
+    assert page.evaluate("() => window.scrollY") == scrolled, "the keys moved the focus and did not scroll the page"
+    page.keyboard.press(" ")
+    page.wait_for_function(f"() => location.search.includes('hide={runs[1].public_id}')")
+    expect(entries[1]).to_have_attribute("aria-pressed", "false")
+    expect(entries[1]).to_be_focused()
+    assert plot.evaluate("p => [...p.querySelectorAll('.legend .traces')].map(e => e.tabIndex)") == [-1, 0, -1]
+    page.keyboard.press("Tab")
+    expect(download).to_be_focused()
+    page.keyboard.press("Shift+Tab")
+    expect(entries[1]).to_be_focused()
+    page.keyboard.press("Enter")
+    page.wait_for_function("() => !location.search.includes('hide=')")
+    expect(entries[1]).to_have_attribute("aria-pressed", "true")
+    expect(entries[1]).to_be_focused()
 
 
 def test_a_group_is_hidden_from_a_run_pages_legend_with_the_keyboard(page, live_server, monkeypatch):
