@@ -108,18 +108,25 @@ window.TemperPlotAxis = (function () {
   var RESIZE_WAIT = 100;  // milliseconds
   var placeWidths = new WeakMap(), resized = new Set(), resizeTimer = null;
 
-  function fitTickCount(plot) {
+  // ``height``: the chart's own, given back after a resize (Plots.resize drops a layout's height with its width, and
+  // the chart's PNG, drawn from its layout, came out at plotly's default 450 pixels).
+  function fitTickCount(plot, height) {
     if (!plot.isConnected || !plot.layout || !plot.layout.xaxis) return;  // gone, or not drawn yet
     var count = xTickCount(plot, plot.data.filter(function (each) { return each.visible !== "legendonly"; }));
-    if (count !== null && count !== plot.layout.xaxis.nticks) window.Plotly.relayout(plot, { "xaxis.nticks": count });
+    var edits = {};
+    if (count !== null && count !== plot.layout.xaxis.nticks) edits["xaxis.nticks"] = count;
+    if (height && plot.layout.height !== height) edits.height = height;
+    if (Object.keys(edits).length) window.Plotly.relayout(plot, edits);
   }
 
+  // Plotly's own measure: a width within a pixel of the place's is that width (the one is fractional, the other not).
   function fitToPlace(plot) {
-    if (!plot._fullLayout || plot.clientWidth === 0 || plot._fullLayout.width === plot.clientWidth) {
+    if (!plot._fullLayout || plot.clientWidth === 0 || Math.abs(plot._fullLayout.width - plot.clientWidth) <= 1) {
       fitTickCount(plot);
       return;
     }
-    window.Plotly.Plots.resize(plot).then(function () { fitTickCount(plot); }, function () {});  // hidden meanwhile
+    var height = plot.layout.height;
+    window.Plotly.Plots.resize(plot).then(function () { fitTickCount(plot, height); }, function () {});  // hidden meanwhile
   }
 
   var widths = "ResizeObserver" in window ? new ResizeObserver(function (entries) {

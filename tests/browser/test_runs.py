@@ -2585,8 +2585,12 @@ def test_x_ticks_are_counted_again_as_a_chart_is_resized(page, live_server, monk
     page.set_viewport_size({"width": 1280, "height": 900})
     page.reload()
     wide = x_ticks_fitting(page, "grad_norm")
+    height = page.evaluate("() => document.querySelector(`.plot[data-metric='grad_norm']`).layout.height")
     page.evaluate("() => { document.getElementById('compare-charts').style.width = '240px'; }")
     page.wait_for_function("() => document.querySelector(`.plot[data-metric='grad_norm']`)._fullLayout.width <= 240",
+                           timeout=3000)
+    # Plotly's resize drops the layout's height, which the chart's PNG is drawn at: it is given back.
+    page.wait_for_function(f"() => document.querySelector(`.plot[data-metric='grad_norm']`).layout.height === {height}",
                            timeout=3000)
     narrow = x_ticks_fitting(page, "grad_norm")
     assert len(narrow) < len(wide), (wide, narrow)
