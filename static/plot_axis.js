@@ -108,14 +108,15 @@ window.TemperPlotAxis = (function () {
   var RESIZE_WAIT = 100;  // milliseconds
   var placeWidths = new WeakMap(), resized = new Set(), resizeTimer = null;
 
-  // ``height``: the chart's own, given back after a resize (Plots.resize drops a layout's height with its width, and
-  // the chart's PNG, drawn from its layout, came out at plotly's default 450 pixels).
+  // ``height``: the chart's own, given back after a resize (Plots.resize, ours or plotly's own at the window's, drops a
+  // layout's height with its width, and the chart's PNG, drawn from its layout, came out at plotly's default 450
+  // pixels); without it, the height drawn.
   function fitTickCount(plot, height) {
     if (!plot.isConnected || !plot.layout || !plot.layout.xaxis) return;  // gone, or not drawn yet
     var count = xTickCount(plot, plot.data.filter(function (each) { return each.visible !== "legendonly"; }));
-    var edits = {};
+    var kept = height || plot.layout.height || plot._fullLayout.height, edits = {};
     if (count !== null && count !== plot.layout.xaxis.nticks) edits["xaxis.nticks"] = count;
-    if (height && plot.layout.height !== height) edits.height = height;
+    if (plot.layout.height !== kept) edits.height = kept;
     if (Object.keys(edits).length) window.Plotly.relayout(plot, edits);
   }
 

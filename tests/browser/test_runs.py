@@ -2572,6 +2572,7 @@ def test_x_ticks_are_counted_again_as_a_chart_is_resized(page, live_server, monk
         page.goto(f"{live_server.url}/p/resizedticks/runs/{path}")
         page.locator('.plot[data-metric="grad_norm"]').scroll_into_view_if_needed()
         wide = x_ticks_fitting(page, "grad_norm")
+        height = page.evaluate("() => document.querySelector(`.plot[data-metric='grad_norm']`).layout.height")
         page.set_viewport_size({"width": 390, "height": 900})
         page.wait_for_function("() => document.querySelector(`.plot[data-metric='grad_norm']`)._fullLayout.width < 390")
         try:  # plotly's resize and the count made anew each wait for the resizing to stop
@@ -2580,6 +2581,9 @@ def test_x_ticks_are_counted_again_as_a_chart_is_resized(page, live_server, monk
             pass  # x_ticks_fitting says how they meet
         narrow = x_ticks_fitting(page, "grad_norm")
         assert len(narrow) < len(wide), (path, wide, narrow)
+        # Plotly's resize drops the layout's height, which the chart's PNG is drawn at: it is given back.
+        page.wait_for_function("height => document.querySelector(`.plot[data-metric='grad_norm']`).layout.height"
+                               " === height", arg=height, timeout=3000)
     # The compare page's charts are as wide at 1280 pixels as at 390 (a grid of columns 340 pixels and more): there
     # the place of the charts narrows, which plotly's own resize (the window's) missed, the chart drawn past its edge.
     page.set_viewport_size({"width": 1280, "height": 900})
@@ -2590,8 +2594,8 @@ def test_x_ticks_are_counted_again_as_a_chart_is_resized(page, live_server, monk
     page.wait_for_function("() => document.querySelector(`.plot[data-metric='grad_norm']`)._fullLayout.width <= 240",
                            timeout=3000)
     # Plotly's resize drops the layout's height, which the chart's PNG is drawn at: it is given back.
-    page.wait_for_function(f"() => document.querySelector(`.plot[data-metric='grad_norm']`).layout.height === {height}",
-                           timeout=3000)
+    page.wait_for_function("height => document.querySelector(`.plot[data-metric='grad_norm']`).layout.height"
+                           " === height", arg=height, timeout=3000)
     narrow = x_ticks_fitting(page, "grad_norm")
     assert len(narrow) < len(wide), (wide, narrow)
 
