@@ -1,6 +1,6 @@
 /* The axes of the run page's and compare page's charts, and how both write a value in a hover and on a y axis
    (formatValue, VALUE_TICK_FORMATS), and a step, a token count or a time on the x axis and in the hover's title
-   (X_FORMATS: "1,000,000", as many ticks as fit: xTickCount).
+   (X_FORMATS: "1,000,000", as many ticks as fit: xTickCount, counted anew as the chart's width changes: fitTicks).
    The y axis of a chart whose points all have one value. Plotly's autorange pads such a series by 1
    whatever its size, so a constant learning rate of 1e-4 was drawn on an axis from -1 to 1, its line
    on the zero, and read as 0. Such a chart gets an axis of half the value either side of it (1 either
@@ -85,8 +85,8 @@ window.TemperPlotAxis = (function () {
   // How many ticks (plotly's nticks) the x axis of ``traces`` takes in ``plot`` so that its numbers, written whole
   // (X_FORMATS), fit side by side: plotly's own count, fewer where its widest numbers would meet (plotly then tilted
   // them over the axis's title). Plotly spaces the ticks at least the axis's length over that count apart. Null for
-  // a plot not shown (no width to go by): plotly's own count. Counted as the page draws the chart: a window resized
-  // since changes its width little (the charts' grid columns are 340 pixels wide and more; a phone's, 330).
+  // a plot not shown (no width to go by): plotly's own count. Counted as the page draws the chart and again as its
+  // width changes (fitTicks).
   function xTickCount(plot, traces) {
     var length = plot.clientWidth - SIDE_MARGINS.l - SIDE_MARGINS.r;
     if (length <= 0) return null;
@@ -98,6 +98,52 @@ window.TemperPlotAxis = (function () {
     var plotlys = Math.min(Math.max(length / 80, 4), 9) + 1;  // plotly's own: src/plots/cartesian/axes.js autoTicks
     return Math.max(2, Math.min(Math.floor(length / (widest + TICK_CHARACTER)), plotlys));
   }
+
+  // A chart's width changes with the window's (a phone turned, a window narrowed) and with its place's (the compare
+  // page's grid of charts): a count made when it was drawn at 1280 pixels put its numbers over each other, tilted,
+  // at 390. Each chart drawn is fitted to its place's width (plotly's own resize follows the window alone) and gets
+  // its count anew once that width has held still for RESIZE_WAIT (a window dragged wide or narrow resizes it at
+  // every frame; plotly's own resize waits 100 ms too), by a relayout of that alone: the reader's zoom stays. A
+  // change of its height alone (the page makes room for a legend) asks for neither.
+  var RESIZE_WAIT = 100;  // milliseconds
+  var placeWidths = new WeakMap(), resized = new Set(), resizeTimer = null;
+
+  // ``height``: the chart's own, given back after a resize (Plots.resize, ours or plotly's own at the window's, drops a
+  // layout's height with its width, and the chart's PNG, drawn from its layout, came out at plotly's default 450
+  // pixels); without it, the height drawn.
+  function fitTickCount(plot, height) {
+    if (!plot.isConnected || !plot.layout || !plot.layout.xaxis) return;  // gone, or not drawn yet
+    var count = xTickCount(plot, plot.data.filter(function (each) { return each.visible !== "legendonly"; }));
+    var kept = height || plot.layout.height || plot._fullLayout.height, edits = {};
+    if (count !== null && count !== plot.layout.xaxis.nticks) edits["xaxis.nticks"] = count;
+    if (plot.layout.height !== kept) edits.height = kept;
+    if (Object.keys(edits).length) window.Plotly.relayout(plot, edits);
+  }
+
+  // Plotly's own measure: a width within a pixel of the place's is that width (the one is fractional, the other not).
+  function fitToPlace(plot) {
+    if (!plot._fullLayout || plot.clientWidth === 0 || Math.abs(plot._fullLayout.width - plot.clientWidth) <= 1) {
+      fitTickCount(plot);
+      return;
+    }
+    var height = plot.layout.height;
+    window.Plotly.Plots.resize(plot).then(function () { fitTickCount(plot, height); }, function () {});  // hidden meanwhile
+  }
+
+  var widths = "ResizeObserver" in window ? new ResizeObserver(function (entries) {
+    entries.forEach(function (entry) {
+      if (placeWidths.get(entry.target) === entry.contentRect.width) return;
+      placeWidths.set(entry.target, entry.contentRect.width);
+      resized.add(entry.target);
+    });
+    if (!resized.size) return;
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(function () {
+      var plots = Array.from(resized);
+      resized.clear();
+      plots.forEach(fitToPlace);
+    }, RESIZE_WAIT);
+  }) : null;
 
   // Where a value is written in exponent form: below the thousandth, from a million on.
   var EXPONENT_BELOW = 1e-3, EXPONENT_FROM = 1e6;
@@ -170,6 +216,9 @@ window.TemperPlotAxis = (function () {
         if (range) zoomedYRanges.set(plot, { revision: plot.layout.uirevision, range: range });
       });
     },
+    // Fit drawn chart ``plot`` to its place's width and count its x ticks (xTickCount) anew whenever that changes
+    // (once, after its first drawing).
+    fitTicks: function (plot) { if (widths) widths.observe(plot); },
     // The y range ``plot``'s reader zoomed to in the view ``revision`` (viewRevision) and not autoranged since, or null.
     zoomedY: function (plot, revision) {
       var zoomed = zoomedYRanges.get(plot);

@@ -4,10 +4,13 @@
    drawn in, kept across drawings, in the page's address (so that a copied link opens the same view) and counted on a
    "Show the N hidden …" button that shows them all again; a double click shows that one alone, and once more every one.
    The page keeps the charts: it asks ``has`` as it draws a line, and draws again when told.
-   A legend entry is a toggle button for the keyboard and screen readers too (plotly's were for the mouse alone): it
-   takes the focus (Tab), Enter or Space does what a click does and Shift with either what a double click does, and
-   it says whether its line is shown (aria-pressed). The rest of a plotly chart (ticks, titles, paths) reads as noise
-   and stays hidden from screen readers (aria-hidden), which the page's caption or Final metrics table speak for. */
+   A legend entry is a toggle button for the keyboard and screen readers too (plotly's were for the mouse alone):
+   Enter or Space does what a click does and Shift with either what a double click does, and it says whether its line
+   is shown (aria-pressed). A legend is one Tab stop, a toolbar named for its chart (WAI-ARIA's toolbar pattern, a
+   roving tabindex): each entry its own stop made a 16-run comparison 16 stops a chart. Tab enters it at the entry
+   focused last, the arrows move between its entries, Home and End to its first and last. The rest of a plotly chart
+   (ticks, titles, paths) reads as noise and stays hidden from screen readers (aria-hidden), which the page's caption
+   or Final metrics table speak for. */
 window.TemperPlotLegend = (function () {
   "use strict";
 
@@ -29,19 +32,79 @@ window.TemperPlotLegend = (function () {
     });
   }
 
-  // Drawn chart ``plot``'s legend entries as toggle buttons ("Show <name>", pressed while its line is shown), and the
-  // rest of it hidden from screen readers, after each drawing: it may add entries and other elements, and a line's shown
-  // or not changes.
+  // plot element -> { index, inside }: the trace of the legend entry that takes the Tab stop (roving tabindex), and
+  // whether the focus is in the legend, so that a drawing that makes its entries anew hands the focus on to them.
+  var rovings = new WeakMap();
+
+  function rovingOf(plot) {
+    if (!rovings.has(plot)) rovings.set(plot, { index: null, inside: false });
+    return rovings.get(plot);
+  }
+
+  // The entry of ``entries`` that takes the Tab stop: the one focused last, else the first.
+  function stopOf(plot, entries) {
+    var index = rovingOf(plot).index;
+    return entries.filter(function (entry) { return traceOf(entry).index === index; })[0] || entries[0];
+  }
+
+  // Drawn chart ``plot``'s legend as a toolbar of toggle buttons ("Show <name>", pressed while its line is shown), one
+  // Tab stop, and the rest of it hidden from screen readers, after each drawing: it may add entries and other
+  // elements, and a line's shown or not changes.
   function describe(plot) {
+    var legend = plot.querySelector(".legend");
     var entries = Array.prototype.slice.call(plot.querySelectorAll(ENTRY));
+    if (!legend || !entries.length) { hideAllBut(plot, []); return; }
+    var stop = stopOf(plot, entries);
     entries.forEach(function (entry) {
-      entry.setAttribute("tabindex", "0");
+      entry.setAttribute("tabindex", entry === stop ? "0" : "-1");
       entry.setAttribute("role", "button");
       entry.setAttribute("aria-label", "Show " + entry.querySelector(".legendtext").textContent);
       entry.setAttribute("aria-pressed", String(traceOf(entry).visible === true));
       hideAllBut(entry, []);  // its text is its name already
     });
-    hideAllBut(plot, entries);
+    hideAllBut(plot, [legend]);
+    legend.removeAttribute("aria-hidden");
+    legend.setAttribute("role", "toolbar");
+    legend.setAttribute("aria-label", "Legend of " + plot.dataset.metric);
+    hideAllBut(legend, entries);
+    var focused = document.activeElement;
+    if (rovingOf(plot).inside && (!focused || focused === document.body)) stop.focus({ preventScroll: true });
+  }
+
+  // The entry an arrow, Home or End (``key``) moves to from ``entry`` of ``entries``, or null for another key. The
+  // arrows go round: from the last entry to the first.
+  function movedTo(entries, entry, key) {
+    var at = entries.indexOf(entry), last = entries.length - 1;
+    var to = { ArrowRight: at + 1, ArrowDown: at + 1, ArrowLeft: at - 1, ArrowUp: at - 1, Home: 0, End: last }[key];
+    if (to === undefined) return null;
+    return entries[to > last ? 0 : to < 0 ? last : to];
+  }
+
+  // The keys of WAI-ARIA's toolbar in ``plot``'s legend, and the Tab stop kept on the entry focused last. A focus
+  // that leaves the page's DOM with its entry (plotly drew the legend anew) is no reader's leaving: describe hands
+  // it to the new entry.
+  function rove(plot) {
+    var roving = rovingOf(plot);
+    plot.addEventListener("focusin", function (event) {
+      var entry = event.target.closest(ENTRY);
+      if (!entry) return;
+      roving.index = traceOf(entry).index;
+      roving.inside = true;
+      plot.querySelectorAll(ENTRY).forEach(function (each) { each.setAttribute("tabindex", each === entry ? "0" : "-1"); });
+    });
+    plot.addEventListener("focusout", function (event) {
+      var entry = event.target.closest(ENTRY);
+      if (!entry || (event.relatedTarget && plot.contains(event.relatedTarget))) return;
+      setTimeout(function () { if (entry.isConnected) roving.inside = false; }, 0);
+    });
+    plot.addEventListener("keydown", function (event) {
+      if (event.altKey || event.ctrlKey || event.metaKey) return;  // the browser's own (Alt+Left: back)
+      var entry = event.target.closest(ENTRY);
+      var next = entry && movedTo(Array.prototype.slice.call(plot.querySelectorAll(ENTRY)), entry, event.key);
+      if (!next) return;
+      event.preventDefault();  // the arrows and Home and End would scroll the page
+      next.focus({ preventScroll: true });
+    });
   }
 
   return {
@@ -89,8 +152,8 @@ window.TemperPlotLegend = (function () {
         },
       };
     },
-    // Drawn chart ``plot`` (after its first drawing) read by a screen reader as its legend's entries alone, each a
-    // toggle button in the Tab order, after each drawing; ``act(curveNumber, alone)`` (if given) is called for the
+    // Drawn chart ``plot`` (after its first drawing) read by a screen reader as its legend alone, a toolbar of toggle
+    // buttons that is one Tab stop, after each drawing; ``act(curveNumber, alone)`` (if given) is called for the
     // entry of that trace in place of plotly's own click, ``alone`` for a double click or Shift with Enter or Space.
     // Plotly tells a double click's two clicks as clicks too, before the double click: a click acts once the double
     // click's wait is over, as plotly's own does, and a double click drops the click waiting (each acted at once, the
@@ -99,6 +162,7 @@ window.TemperPlotLegend = (function () {
     follow: function (plot, act) {
       plot.on("plotly_afterplot", function () { describe(plot); });
       describe(plot);
+      rove(plot);
       if (!act) return;
       var waitingClick = null;
       plot.on("plotly_legendclick", function (event) {

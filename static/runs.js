@@ -127,6 +127,7 @@
     window.Plotly.newPlot(plot, figure.traces, Object.assign(figure.layout, chosen), axes.PLOT_CONFIG);
     describeChart(plot);
     axes.keepZoom(plot);
+    axes.fitTicks(plot);
     window.TemperPlotLegend.follow(plot, plot.dataset.grouped ? function (curveNumber, alone) {
       var label = plot.data[curveNumber].meta;
       if (alone) hiddenGroups.showAlone(label, groupLabels()); else hiddenGroups.toggle(label);

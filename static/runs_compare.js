@@ -182,6 +182,7 @@
       if (wasHidden && !previous.hidden) window.Plotly.Plots.resize(plot);
       if (created) {
         axes.keepZoom(plot);
+        axes.fitTicks(plot);
         plot.on("plotly_afterplot", function () { fitLegend(plot); });
         legends.follow(plot, function (curveNumber, alone) { hideFromLegend(plot, curveNumber, alone); });
       }

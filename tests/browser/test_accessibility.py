@@ -260,10 +260,11 @@ def test_a_compare_chart_names_itself_and_where_its_numbers_are(page, live_serve
     open_a_sweeps_comparison(page, live_server, monkeypatch, slug="alpha")
     name = "loss by step: each run's last, lowest and highest value are in the Final metrics table"
     expect(page.get_by_role("figure", name=name, exact=True)).to_have_count(1)
-    # Of its SVG a screen reader meets the legend's entries alone, each a button (static/plot_legend.js).
+    # Of its SVG a screen reader meets the legend alone, a toolbar of buttons (static/plot_legend.js).
     page.locator("#compare-charts .plot .legend .traces").nth(2).wait_for()
     snapshot = page.locator("#compare-charts .plot").aria_snapshot().splitlines()
-    assert len(snapshot) == 3 and all(line.startswith('- button "Show lr-sweep') for line in snapshot), snapshot
+    assert snapshot[0] == '- toolbar "Legend of loss":', snapshot
+    assert len(snapshot) == 4 and all(line.startswith('  - button "Show lr-sweep') for line in snapshot[1:]), snapshot
     expect(page.get_by_role("heading", name="Final metrics")).to_be_visible()
     page.get_by_label("x axis").select_option("tokens")
     expect(page.get_by_role("figure", name=name.replace("by step", "by tokens"), exact=True)).to_have_count(1)
@@ -713,9 +714,8 @@ def test_the_chart_downloads_and_show_hidden_buttons_work_from_the_keyboard(page
     expect(show).to_be_focused()
     page.keyboard.press("Tab")
     expect(page.get_by_role("button", name="Download the loss chart as PNG")).to_be_focused()
-    for group in ("difference", "sum"):  # the chart by group's legend entries (static/plot_legend.js)
-        page.keyboard.press("Tab")
-        expect(page.get_by_role("button", name=f"Show {group}")).to_be_focused()
+    page.keyboard.press("Tab")  # the chart by group's legend: one Tab stop, at its first entry (static/plot_legend.js)
+    expect(page.get_by_role("button", name="Show difference")).to_be_focused()
     page.keyboard.press("Tab")
     expect(page.get_by_role("button", name="Download the eval/loss by task chart as PNG")).to_be_focused()
     with page.expect_download() as download:

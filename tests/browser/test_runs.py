@@ -17,6 +17,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import expect
 
 from tests.browser import test_projects
@@ -2002,8 +2003,8 @@ LEGEND_ENTRY_STROKE = "() => getComputedStyle(document.activeElement.querySelect
 
 def test_a_run_is_hidden_and_shown_from_the_compare_legend_with_the_keyboard(page, live_server, monkeypatch):
     """QA (a keyboard-only user on a sweep): the legend's entries took no focus, so hiding a run from every chart was
-    for the mouse alone, and a screen reader met the chart's tick labels and nothing to press. Each entry is a toggle
-    button in the Tab order, pressed while its run is shown: Enter or Space hides or shows the run in every chart, as a
+    for the mouse alone, and a screen reader met the chart's tick labels and nothing to press. The legend is a toolbar
+    of toggle buttons, each pressed while its run is shown: Enter or Space hides or shows the run in every chart, as a
     click does, Shift+Enter shows it alone, as a double click does; the focus stays on it and shows. The rest of the
     chart stays hidden from a screen reader."""
     runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="keylegend")
@@ -2012,7 +2013,8 @@ def test_a_run_is_hidden_and_shown_from_the_compare_legend_with_the_keyboard(pag
     names = [f"lr-sweep · learning_rate={rate}" for rate in ("0.0001", "0.0003", "0.001")]
     plot = page.locator('.plot[data-metric="loss"]')
     plot.locator(".legend .traces").nth(2).wait_for()
-    assert plot.aria_snapshot() == "\n".join(f'- button "Show {name}" [pressed]' for name in names)
+    assert plot.aria_snapshot() == "\n".join(['- toolbar "Legend of loss":'] +
+                                             [f'  - button "Show {name}" [pressed]' for name in names])
     page.locator("#chart-filter").focus()
     page.keyboard.press("Tab")
     first = page.get_by_role("button", name=f"Show {names[0]}")
@@ -2029,7 +2031,7 @@ def test_a_run_is_hidden_and_shown_from_the_compare_legend_with_the_keyboard(pag
     assert page.evaluate(visibility) == [[True, True, True]]
     expect(first).to_have_attribute("aria-pressed", "true")
     assert page.evaluate("() => window.scrollY") == 0, "Space pressed the entry and did not scroll the page"
-    page.keyboard.press("Tab")
+    page.keyboard.press("ArrowRight")
     second = page.get_by_role("button", name=f"Show {names[1]}")
     expect(second).to_be_focused()
     page.keyboard.press("Shift+Enter")
@@ -2040,6 +2042,49 @@ def test_a_run_is_hidden_and_shown_from_the_compare_legend_with_the_keyboard(pag
     page.keyboard.press("Shift+Enter")
     page.wait_for_function("() => !location.search.includes('hide=')")
     assert page.evaluate(visibility) == [[True, True, True]]
+
+
+def test_a_compare_charts_legend_is_one_tab_stop_whose_entries_the_arrows_move_between(page, live_server,
+                                                                                       monkeypatch):
+    """QA (a keyboard-only user on a 16-run sweep): each legend entry was its own Tab stop, 16 stops a chart before the
+    next control. A legend is one stop (WAI-ARIA's toolbar, named for its chart): Tab goes past it from its first entry,
+    the arrows move between its entries (round from the last to the first), Home and End to its ends, without
+    scrolling the page; toggling works as before and keeps the focus across the redrawing, and Tab comes back into the
+    legend at the entry focused last."""
+    runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="rovelegend")
+    names = [f"lr-sweep · learning_rate={rate}" for rate in ("0.0001", "0.0003", "0.001")]
+    entries = [page.get_by_role("button", name=f"Show {name}") for name in names]
+    plot = page.locator('.plot[data-metric="loss"]')
+    plot.locator(".legend .traces").nth(2).wait_for()
+    download = page.get_by_role("button", name="Download the loss chart as PNG")
+    page.locator("#chart-filter").focus()
+    stops = []
+    for _ in range(2):
+        page.keyboard.press("Tab")
+        stops.append(page.evaluate("() => document.activeElement.getAttribute('aria-label')"))
+    assert stops == [f"Show {names[0]}", "Download the loss chart as PNG"], stops
+    expect(plot.get_by_role("toolbar", name="Legend of loss")).to_have_count(1)
+    page.keyboard.press("Shift+Tab")
+    expect(entries[0]).to_be_focused()
+    scrolled = page.evaluate("() => window.scrollY")
+    for key, index in (("ArrowRight", 1), ("ArrowDown", 2), ("ArrowRight", 0), ("ArrowLeft", 2), ("Home", 0),
+                       ("End", 2), ("ArrowUp", 1)):
+        page.keyboard.press(key)
+        expect(entries[index]).to_be_focused()
+    assert page.evaluate("() => window.scrollY") == scrolled, "the keys moved the focus and did not scroll the page"
+    page.keyboard.press(" ")
+    page.wait_for_function(f"() => location.search.includes('hide={runs[1].public_id}')")
+    expect(entries[1]).to_have_attribute("aria-pressed", "false")
+    expect(entries[1]).to_be_focused()
+    assert plot.evaluate("p => [...p.querySelectorAll('.legend .traces')].map(e => e.tabIndex)") == [-1, 0, -1]
+    page.keyboard.press("Tab")
+    expect(download).to_be_focused()
+    page.keyboard.press("Shift+Tab")
+    expect(entries[1]).to_be_focused()
+    page.keyboard.press("Enter")
+    page.wait_for_function("() => !location.search.includes('hide=')")
+    expect(entries[1]).to_have_attribute("aria-pressed", "true")
+    expect(entries[1]).to_be_focused()
 
 
 def test_a_group_is_hidden_from_a_run_pages_legend_with_the_keyboard(page, live_server, monkeypatch):
@@ -2495,6 +2540,64 @@ def test_step_and_token_axes_are_written_whole_with_thousands_separators(page, l
         page.reload()
         tokens = x_ticks_fitting(page, "loss")
         assert len(tokens) >= 2 and all(whole.match(count) for count in tokens), (path, tokens)
+
+
+X_TICKS_FIT = f"""name => {{ const ticks = ({X_TICKS})(name);
+    return ticks.length >= 2 && ticks.every(([, tilted]) => !tilted)
+        && ticks.slice(1).every((right, index) => ticks[index][3] < right[2]); }}"""
+
+
+def test_x_ticks_are_counted_again_as_a_chart_is_resized(page, live_server, monkeypatch):
+    """QA (a reader who narrowed the window from a desktop's 1280 pixels to a phone's 390): the x axis took as many
+    ticks as fit the chart's width when it was drawn, so after the resize its long token counts ran into each other,
+    tilted over the axis's title, until the page was read again. The chart follows its place's width and the count
+    follows the chart's: on the run page, and on the compare page's charts without a legend (one with a legend is
+    drawn again as its legend rewraps) as the window or the charts' place narrows."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="resizedticks")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    runs = []
+    for name in ("wide a", "wide b"):
+        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 10**6}}
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=metric, value=2.0 / (1 + step),
+                                                     wall_time=float(step), tokens=99 * step)
+                                         for step in range(0, 10**6 + 1, 50_000) for metric in ("loss", "grad_norm")])
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+        runs.append(run)
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    for path in (f"{runs[0].public_id}/?x=tokens", f"compare/?x=tokens&runs={runs[0].public_id}&runs={runs[1].public_id}"):
+        page.set_viewport_size({"width": 1280, "height": 900})
+        page.goto(f"{live_server.url}/p/resizedticks/runs/{path}")
+        page.locator('.plot[data-metric="grad_norm"]').scroll_into_view_if_needed()
+        wide = x_ticks_fitting(page, "grad_norm")
+        height = page.evaluate("() => document.querySelector(`.plot[data-metric='grad_norm']`).layout.height")
+        page.set_viewport_size({"width": 390, "height": 900})
+        page.wait_for_function("() => document.querySelector(`.plot[data-metric='grad_norm']`)._fullLayout.width < 390")
+        try:  # plotly's resize and the count made anew each wait for the resizing to stop
+            page.wait_for_function(X_TICKS_FIT, arg="grad_norm", timeout=3000)
+        except PlaywrightTimeoutError:
+            pass  # x_ticks_fitting says how they meet
+        narrow = x_ticks_fitting(page, "grad_norm")
+        assert len(narrow) < len(wide), (path, wide, narrow)
+        # Plotly's resize drops the layout's height, which the chart's PNG is drawn at: it is given back.
+        page.wait_for_function("height => document.querySelector(`.plot[data-metric='grad_norm']`).layout.height"
+                               " === height", arg=height, timeout=3000)
+    # The compare page's charts are as wide at 1280 pixels as at 390 (a grid of columns 340 pixels and more): there
+    # the place of the charts narrows, which plotly's own resize (the window's) missed, the chart drawn past its edge.
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.reload()
+    wide = x_ticks_fitting(page, "grad_norm")
+    height = page.evaluate("() => document.querySelector(`.plot[data-metric='grad_norm']`).layout.height")
+    page.evaluate("() => { document.getElementById('compare-charts').style.width = '240px'; }")
+    page.wait_for_function("() => document.querySelector(`.plot[data-metric='grad_norm']`)._fullLayout.width <= 240",
+                           timeout=3000)
+    # Plotly's resize drops the layout's height, which the chart's PNG is drawn at: it is given back.
+    page.wait_for_function("height => document.querySelector(`.plot[data-metric='grad_norm']`).layout.height"
+                           " === height", arg=height, timeout=3000)
+    narrow = x_ticks_fitting(page, "grad_norm")
+    assert len(narrow) < len(wide), (wide, narrow)
 
 
 def test_the_run_page_says_while_the_run_evaluates(page, asgi_server, redis_url, transactional_db, settings):
