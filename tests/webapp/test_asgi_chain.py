@@ -2,7 +2,6 @@
 API addresses answered as before, and no middleware that makes every request cross to a thread and back."""
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 
 import pytest
@@ -10,6 +9,7 @@ from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
 from django.utils.module_loading import import_string
 
+from tests.asgi_calls import asgi_call
 from webapp.core.metrics import REQUEST_DURATION
 from webapp.datasets.uploads import MULTIPART_OVERHEAD_BYTES, RequestBodyLimit
 
@@ -23,26 +23,7 @@ def test_every_middleware_runs_in_the_event_loop():
 
 def call(app, path: str, *, method: str = "GET", headers: list[tuple[bytes, bytes]] = (),
          client: str = "127.0.0.1") -> tuple[int, dict[bytes, bytes], bytes]:
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
-             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-             "headers": [(b"host", b"127.0.0.1"), *headers], "client": (client, 50000), "server": ("127.0.0.1", 8000)}
-    request = [{"type": "http.request", "body": b"", "more_body": False}]
-    started: dict = {}
-    body = bytearray()
-
-    async def receive():
-        if request:
-            return request.pop()
-        await asyncio.Event().wait()  # the client stays: Django listens for a disconnect meanwhile
-
-    async def send(message):
-        if message["type"] == "http.response.start":
-            started.update(message)
-        else:
-            body.extend(message.get("body", b""))
-
-    asyncio.run(app(scope, receive, send))
-    return started["status"], {name.lower(): value for name, value in started["headers"]}, bytes(body)
+    return asgi_call(app, path, method=method, headers=headers, client=client)
 
 
 @pytest.mark.django_db(transaction=True)  # the handler's threads use their own database connections
@@ -98,29 +79,12 @@ def call_chunked(app, path: str, body: bytes, *, headers: list[tuple[bytes, byte
                  ) -> tuple[int, bytes]:
     """``path`` POSTed through ``app`` with ``Transfer-Encoding: chunked`` and no ``Content-Length`` (curl
     -H 'Transfer-Encoding: chunked', a client streaming a file it does not measure): the body in pieces."""
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-             "headers": [(b"host", b"127.0.0.1"), (b"transfer-encoding", b"chunked"), *headers],
-             "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000)}
     pieces = [body[at:at + chunk_bytes] for at in range(0, len(body), chunk_bytes)]
-    messages = [{"type": "http.request", "body": piece, "more_body": index < len(pieces) - 1}
-                for index, piece in enumerate(pieces)]
-    started: dict = {}
-    answer = bytearray()
-
-    async def receive():
-        if messages:
-            return messages.pop(0)
-        await asyncio.Event().wait()
-
-    async def send(message):
-        if message["type"] == "http.response.start":
-            started.update(message)
-        else:
-            answer.extend(message.get("body", b""))
-
-    asyncio.run(app(scope, receive, send))
-    return started["status"], bytes(answer)
+    status, _headers, answer = asgi_call(
+        app, path, method="POST", headers=[(b"transfer-encoding", b"chunked"), *headers],
+        messages=[{"type": "http.request", "body": piece, "more_body": index < len(pieces) - 1}
+                  for index, piece in enumerate(pieces)])
+    return status, answer
 
 
 def multipart(fields: dict[str, str], files: dict[str, tuple[str, bytes]]) -> tuple[bytes, bytes]:

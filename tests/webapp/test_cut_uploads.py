@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
+from tests.asgi_calls import asgi_call
 from tests.webapp.test_asgi_chain import multipart
 from webapp.api.services import token_create
 from webapp.basemodels.models import BaseModel
@@ -129,35 +130,16 @@ def test_a_body_shorter_than_its_content_length_is_told_how_much_came(team, mode
                                                                        upload_temp_dir):
     """An ASGI server that ends the body where the connection did (uvicorn reports a disconnect instead) hands
     Django fewer bytes than the Content-Length announced: the answer says how many of them came."""
-    import asyncio
-
     from webapp.asgi import application
 
     body, content_type = cut_inside_the_file({"name": "cut"}, "archive", "tiny.zip", archive_bytes, kept=1000)
     _token, secret = token_create(user=team.owner, name="script")
-    path = "/api/v1/projects/alpha/base-models/"
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-             "headers": [(b"host", b"127.0.0.1"), (b"authorization", f"Bearer {secret}".encode()),
-                         (b"content-type", content_type.encode()), (b"content-length", b"50000")],
-             "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000)}
-    messages = [{"type": "http.request", "body": body, "more_body": False}]
-    started: dict = {}
-    answer = bytearray()
-
-    async def receive():
-        if messages:
-            return messages.pop(0)
-        await asyncio.Event().wait()
-
-    async def send(message):
-        if message["type"] == "http.response.start":
-            started.update(message)
-        else:
-            answer.extend(message.get("body", b""))
-
-    asyncio.run(application(scope, receive, send))
-    assert started["status"] == 400, bytes(answer)
+    status, _headers, answer = asgi_call(
+        application, "/api/v1/projects/alpha/base-models/", method="POST",
+        headers=[(b"authorization", f"Bearer {secret}".encode()), (b"content-type", content_type.encode()),
+                 (b"content-length", b"50000")],
+        messages=[{"type": "http.request", "body": body, "more_body": False}])
+    assert status == 400, answer
     assert json.loads(answer) == {"errors": {"archive": [
         f"the upload ended before tiny.zip was complete: {len(body):,} bytes of the 50,000 the request announced "
         "arrived; nothing was saved: send it again"]}}
