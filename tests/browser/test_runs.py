@@ -2501,23 +2501,31 @@ def x_ticks_fitting(page, name: str) -> list[str]:
     return [text for text, _, _, _ in ticks]
 
 
-def test_step_and_token_axes_are_written_whole_with_thousands_separators(page, live_server, monkeypatch):
-    """QA (a W&B user reading a long run's step off a chart): the x axes read "500k" and "1M", the hover "step 1000000".
-    Both pages write a step or a token count whole, with thousands separators, on the axis and in the hover alike, and
-    take as many ticks as fit the chart's width: on a phone, where plotly tilted long numbers over the axis's title."""
+def two_million_step_runs(monkeypatch, slug: str, *, tokens_per_step: int, every: int, metrics: tuple[str, ...]):
+    """A team (project ``slug``) with two succeeded SFT runs of a million steps, ``metrics`` logged every ``every``
+    steps with ``tokens_per_step`` tokens a step: x axes of long numbers."""
     monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
-    team = make_team(slug="bigsteps")
+    team = make_team(slug=slug)
     model = make_base_model(team.project)
     data = make_ready_version(team.project)
     runs = []
     for name in ("long a", "long b"):
         spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 10**6}}
         run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
-        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=2.0 / (1 + step),
-                                                     wall_time=float(step), tokens=123 * step)
-                                         for step in range(0, 10**6 + 1, 250_000)])
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=metric, value=2.0 / (1 + step),
+                                                     wall_time=float(step), tokens=tokens_per_step * step)
+                                         for step in range(0, 10**6 + 1, every) for metric in metrics])
         Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
         runs.append(run)
+    return team, runs
+
+
+def test_step_and_token_axes_are_written_whole_with_thousands_separators(page, live_server, monkeypatch):
+    """QA (a W&B user reading a long run's step off a chart): the x axes read "500k" and "1M", the hover "step 1000000".
+    Both pages write a step or a token count whole, with thousands separators, on the axis and in the hover alike, and
+    take as many ticks as fit the chart's width: on a phone, where plotly tilted long numbers over the axis's title."""
+    team, runs = two_million_step_runs(monkeypatch, "bigsteps", tokens_per_step=123, every=250_000,
+                                       metrics=("loss",))
     test_projects.log_in(page, live_server.url, team.viewer.username)
     whole = re.compile(r"^\d{1,3}(,\d{3})*$")
     for path in (f"{runs[0].public_id}/", f"compare/?runs={runs[0].public_id}&runs={runs[1].public_id}"):
@@ -2553,19 +2561,8 @@ def test_x_ticks_are_counted_again_as_a_chart_is_resized(page, live_server, monk
     tilted over the axis's title, until the page was read again. The chart follows its place's width and the count
     follows the chart's: on the run page, and on the compare page's charts without a legend (one with a legend is
     drawn again as its legend rewraps) as the window or the charts' place narrows."""
-    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
-    team = make_team(slug="resizedticks")
-    model = make_base_model(team.project)
-    data = make_ready_version(team.project)
-    runs = []
-    for name in ("wide a", "wide b"):
-        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 10**6}}
-        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
-        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=metric, value=2.0 / (1 + step),
-                                                     wall_time=float(step), tokens=99 * step)
-                                         for step in range(0, 10**6 + 1, 50_000) for metric in ("loss", "grad_norm")])
-        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
-        runs.append(run)
+    team, runs = two_million_step_runs(monkeypatch, "resizedticks", tokens_per_step=99, every=50_000,
+                                       metrics=("loss", "grad_norm"))
     test_projects.log_in(page, live_server.url, team.viewer.username)
     for path in (f"{runs[0].public_id}/?x=tokens", f"compare/?x=tokens&runs={runs[0].public_id}&runs={runs[1].public_id}"):
         page.set_viewport_size({"width": 1280, "height": 900})
