@@ -861,8 +861,11 @@ async def _answer(body: _Body, choice, generation_id: str, endpoint: _Endpoint, 
                   logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
             if text is None:  # the usage chunk
                 return dict(head)
-            part = endpoint.chunk_text(text, bool(text) and index not in texted)
-            if text:
+            # The role with a choice's first text, or with its finish where it had none (an empty answer), so that
+            # every choice names it once, as OpenAI's do.
+            first = index not in texted and (bool(text) or finish_reason is not None)
+            part = endpoint.chunk_text(text, first)
+            if first:
                 texted.add(index)
             logprobs_part = endpoint.logprobs(logprobs, offsets[index])
             offsets[index] += _tokens_length(logprobs or [])

@@ -884,6 +884,21 @@ def test_n_answers_are_one_task_and_a_choice_each_with_the_prompt_counted_once(a
     assert "n" not in requests[-1]
 
 
+def test_every_streamed_choice_names_its_role_once_an_empty_answer_too(api, worker):
+    """An empty answer's choice got only its finish chunk, with no role (found in the QA of n): OpenAI's chunks
+    name the role once in every choice, so a client that keys a choice's message on it met none."""
+    model, headers = api
+    scripts, _requests = worker
+    scripts += [choice_events("ab", 0), choice_events("", 1)]
+    status, lines = stream("/v1/chat/completions", chat(model, n=2, stream=True), headers)
+    assert status == 200
+    deltas = {0: [], 1: []}
+    for line in lines[:-1]:
+        for choice in json.loads(line.removeprefix("data: "))["choices"]:
+            deltas[choice["index"]].append(choice["delta"])
+    assert deltas == {0: [{"role": "assistant", "content": "ab"}, {}], 1: [{"role": "assistant"}]}
+
+
 def test_a_list_of_prompts_with_n_numbers_each_prompts_answers_in_turn(api, worker):
     """OpenAI numbers prompt p's answer i as choice p * n + i; each prompt is a task for n answers."""
     model, headers = api
