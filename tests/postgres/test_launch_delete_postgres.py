@@ -79,3 +79,81 @@ print("ok")
 
 def test_a_launch_and_the_deletion_of_its_data_at_once_end_in_one_refusal_not_an_error(database_url, tmp_path):  # noqa: F811
     assert run_django(LAUNCH_AND_DELETE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
+
+
+LAUNCH_AND_RESUME_SCRIPT = RACE_PREAMBLE + """
+from tests.webapp.factories import make_base_model, make_ready_version
+from webapp.runs import services
+from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
+
+celery_app.send_task = lambda *args, **kwargs: None
+owner = get_user_model().objects.create_user("scorer-owner", password="unused-password")
+project = project_services.project_create(name="PG scorer", slug="pg-scorer", owner=owner)
+base_model = make_base_model(project)
+pairs = make_ready_version(project, name="pairs", kind="preference", rows=[{"prompt": "p", "chosen": "a", "rejected": "b"}])
+prompts = make_ready_version(project, name="asks", kind="prompts", rows=[{"prompt": "2+2?", "answer": "4"}])
+
+
+def race(first, name):
+    '''A succeeded reward run; one thread launches a GRPO run scoring with it while another trains it further.
+    ``first``: "launch" (its plan read the reward run, then the resume comes in before its save) or "resume" (it
+    holds a moment once past its checks while the launch comes in). Returns (launch, resume, the reward run).'''
+    reward = services.run_create(project=project, user=owner, name=f"scorer {name}", spec={
+        "task": "reward", "model": base_model.public_id, "data": {"train": pairs.public_id},
+        "train": {"max_steps": 2, "batch_size": 2}})
+    Run.objects.filter(pk=reward.pk).update(status=RunStatus.SUCCEEDED, current_step=2)
+    Artifact.objects.create(run=reward, kind=ArtifactKind.MODEL, step=2, path=str(reward.output_dir / "export"))
+    spec = {"task": "grpo", "model": base_model.public_id, "data": {"train": prompts.public_id},
+            "train": {"max_steps": 2, "batch_size": 2},
+            "grpo": {"num_generations": 2, "rewards": [{"name": "reward_model", "args": {"model": reward.public_id}}]}}
+    reached = threading.Event()
+    real_plan, real_refuse = services.plan_run, services._refuse_while_files_written
+
+    def plan_then_hold(**kwargs):
+        plan = real_plan(**kwargs)
+        if first == "launch":
+            reached.set()
+            time.sleep(0.5)  # the resume now comes in and commits
+        return plan
+
+    def refuse_then_hold(checked):
+        real_refuse(checked)
+        if first == "resume":
+            reached.set()
+            time.sleep(0.5)  # the launch now comes in
+    services.plan_run, services._refuse_while_files_written = plan_then_hold, refuse_then_hold
+    outcome = {}
+
+    def launch():
+        if first != "launch":
+            reached.wait(10)
+        outcome["launch"] = outcome_of(lambda: services.run_create(project=project, spec=spec, user=owner, name=name))
+
+    def resume():
+        if first != "resume":
+            reached.wait(10)
+            time.sleep(0.1)
+        outcome["resume"] = outcome_of(lambda: services.run_resume(run=Run.objects.get(pk=reward.pk), user=owner,
+                                                                   max_steps=4))
+
+    run_together(launch, resume)
+    services.plan_run, services._refuse_while_files_written = real_plan, real_refuse
+    return outcome["launch"], outcome["resume"], Run.objects.get(pk=reward.pk)
+
+
+for first in ("launch", "resume"):
+    launched, resumed, reward = race(first, f"{first} first")
+    assert resumed == ("made", ""), (first, resumed)
+    assert launched[0] == "refused" and f"run {reward.public_id} has no exported reward model (it is queued)" in launched[1], (
+        first, launched)
+    assert not Run.objects.filter(project=project, task="grpo").exists(), first
+print("ok")
+"""
+
+
+def test_a_launch_and_a_resume_of_the_reward_run_it_scores_with_at_once_never_both_go_ahead(database_url,  # noqa: F811
+                                                                                             tmp_path):
+    """The launch read its reward run in plan_run, before any lock: a resume committed before its save set the run
+    queued again, and the launch still went ahead, queued to score with a model being trained anew. The runs it reads
+    are judged again once locked (``services._lock_what_it_reads``)."""
+    assert run_django(LAUNCH_AND_RESUME_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"

@@ -995,6 +995,13 @@ def _lock_what_it_reads(*, project: Project, plan: RunPlan) -> None:
     for reference in runs.keys() - locked:
         missing.setdefault(runs[reference], []).append(f"run {reference} was deleted as the run was being launched; "
                                                        "choose another")
+    # The runs it reads are judged again now that they are locked: plan_run read them before, and a resume (which
+    # locks the project first) committed in between had set one queued again, its export no longer the one read.
+    if plan.source_run is not None and plan.source_run.public_id in locked:
+        _resolve_model(project, plan.spec.get("model"), missing)
+    for key, reference in reward_references(plan.spec):
+        if reference in locked:
+            _resolve_reward_run(project, reference, missing, key=key)
     if missing:
         raise ValidationError(missing)
 
