@@ -30,10 +30,12 @@
     body.set("submission_token", tokens[kind]);
     return body;
   }
-  // The server took a sending of this kind: the next draws a new token. Whether its answer is on the page already
-  // (the same sending answered twice, for a double click: shown once).
-  function shownAlready(data, kind) {
+  // The server took a sending of this kind: the next draws a new token.
+  function taken(kind) {
     tokens[kind] = newToken();
+  }
+  // Whether an answer is on the page already (the same sending answered twice, for a double click: shown once).
+  function shownAlready(data) {
     return Boolean(document.getElementById(data.message));
   }
 
@@ -140,7 +142,8 @@
       const data = await post(log.dataset.send, body);
       textBox.value = "";  // sent: not restored into the box by a reload
       markRefused(false);
-      if (shownAlready(data, "send") || !showsLast(data.previous)) return;
+      taken("send");
+      if (shownAlready(data) || !showsLast(data.previous)) return;
       if (data.title) {  // named by its first turn: the heading and the tab (its title isolated, as served)
         document.getElementById("chat-title").textContent = data.title;
         document.title = "\u2068" + data.title + "\u2069" + document.title.slice(document.title.indexOf(" · "));
@@ -171,7 +174,8 @@
     errorBox.textContent = "";
     try {
       const data = await post(log.dataset.regenerate, once("regenerate", new FormData()));
-      if (shownAlready(data, "regenerate")) return;
+      taken("regenerate");
+      if (shownAlready(data)) return;
       const answers = log.querySelectorAll(".chat-assistant");
       if (answers.length) answers[answers.length - 1].remove();
       if (!showsLast(data.previous)) return;
