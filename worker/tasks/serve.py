@@ -439,6 +439,22 @@ def logprobs_json(tokenizer, logprobs) -> list[dict]:
             for entry in logprobs]
 
 
+def token_fields(tokenizer, tokens: int, delta: str, logprobs) -> dict:
+    """A ``token`` event's fields for a server callback's tokens (``logprobs`` only where the request asked)."""
+    named = {} if logprobs is None else {"logprobs": logprobs_json(tokenizer, logprobs)}
+    return {"text": delta, "tokens": tokens, **named}
+
+
+def done_fields(tokenizer, result) -> dict:
+    """A ``done`` event's fields for a ``ServeResult``; its log probabilities whole, as the text (an answer read at
+    its end does not depend on token events), where the request asked."""
+    done = {"text": result.text, "finish_reason": result.finish_reason, "prompt_tokens": result.prompt_tokens,
+            "completion_tokens": len(result.token_ids), "first_token_seconds": result.first_token_seconds}
+    if result.logprobs is not None:
+        done["logprobs"] = logprobs_json(tokenizer, result.logprobs)
+    return done
+
+
 class _Events:
     """Numbered events of one generation; a Redis hiccup loses live tokens, never the generation.
 
@@ -512,9 +528,7 @@ class _Events:
             if read is None:
                 return
             if read:  # the flag is read with the tokens' event while tokens flow: one round trip for both
-                tokens, delta, logprobs = read
-                named = {} if logprobs is None else {"logprobs": logprobs_json(self.tokenizer, logprobs)}
-                self.emit("token", text=delta, tokens=tokens, read_stop=stop_due, **named)
+                self.emit("token", read_stop=stop_due, **token_fields(self.tokenizer, *read))
             elif stop_due:
                 self.read_stop_flag()
 
@@ -591,9 +605,7 @@ class _ChoiceEvents:
             if index is not None and read is None:
                 going -= 1
             elif read:
-                tokens, delta, logprobs = read
-                named = {} if logprobs is None else {"logprobs": logprobs_json(self.tokenizer, logprobs)}
-                self.choices[index].emit("token", text=delta, tokens=tokens, **named)
+                self.choices[index].emit("token", **token_fields(self.tokenizer, *read))
             if not self.stopped and time.monotonic() - stop_checked_at >= STOP_POLL_SECONDS:
                 stop_checked_at = time.monotonic()
                 self.read_stop_flag()
@@ -632,11 +644,7 @@ def _choices_done(events: _ChoiceEvents, results: list, server, request) -> dict
         return _fail(events, request, MODEL_DELETED)
     dones = []
     for index, (choice, result) in enumerate(zip(events.choices, results)):
-        dones.append({"text": result.text, "finish_reason": result.finish_reason, "choice": index,
-                      "prompt_tokens": result.prompt_tokens, "completion_tokens": len(result.token_ids),
-                      "first_token_seconds": result.first_token_seconds})
-        if result.logprobs is not None:  # as one answer's done: every token's
-            dones[-1]["logprobs"] = logprobs_json(events.tokenizer, result.logprobs)
+        dones.append({**done_fields(events.tokenizer, result), "choice": index})
         choice.emit("done", **dones[-1])
     return {"choices": dones}
 
@@ -698,10 +706,7 @@ def generate(request: dict) -> dict:
     except Exception as error:  # reported to the user, and logged with its traceback for the operator
         logger.exception("generation %s failed", generation_id)
         return _fail(events, request, f"the model failed: {error}")
-    done = {"text": result.text, "finish_reason": result.finish_reason, "prompt_tokens": result.prompt_tokens,
-            "completion_tokens": len(result.token_ids), "first_token_seconds": result.first_token_seconds}
-    if result.logprobs is not None:  # whole, as the text: an answer read at its end does not depend on token events
-        done["logprobs"] = logprobs_json(tokenizer, result.logprobs)
+    done = done_fields(tokenizer, result)
     if parsed.message:
         chat_services.message_finish(message_id=parsed.message, text=result.text, finish_reason=result.finish_reason,
                                      completion_tokens=len(result.token_ids),

@@ -1029,18 +1029,8 @@ def test_a_stage_whose_reward_model_became_unusable_after_creation_fails_at_its_
         team, catalog, sent_tasks, tmp_path):
     """What a later stage names may change after the pipeline was made (here its reward run trained further, so it
     has no exported model while it runs): the stage then fails at its launch, in the words creation gives it."""
-    from webapp.runs import services
-    from webapp.runs.models import Artifact
-
-    reward = services.run_create(project=team.project, user=team.teammate, spec={
-        "task": "reward", "model": catalog.base_model.public_id, "data": {"train": catalog.preference.public_id},
-        "train": {"max_steps": 10, "batch_size": 2}})
-    Run.objects.filter(pk=reward.pk).update(status=RunStatus.SUCCEEDED)
-    Artifact.objects.create(run=reward, kind=ArtifactKind.MODEL, step=10, path=str(tmp_path / "reward-export"))
-    doc = document(catalog, stages=1)
-    doc["stages"].append({"name": "rl", "spec": {
-        "task": "grpo", "data": {"train": catalog.prompts.public_id}, "train": {"max_steps": 5, "batch_size": 2},
-        "grpo": {"num_generations": 2, "rewards": [{"name": "reward_model", "args": {"model": reward.public_id}}]}}})
+    reward = succeeded_reward_run(team, catalog, tmp_path)
+    doc = scoring_document(catalog, reward)
     pipeline = pipelines.pipeline_create(project=team.project, document=doc, user=team.teammate)
     Run.objects.filter(pk=reward.pk).update(status=RunStatus.RUNNING)
     with pytest.raises(ValidationError) as caught:
@@ -1053,8 +1043,8 @@ def test_a_stage_whose_reward_model_became_unusable_after_creation_fails_at_its_
     assert pipeline.message.startswith(f"stage 2 could not start: {words}; the result stays")
 
 
-def reward_run_and_its_pipeline(team, catalog, tmp_path):
-    """A succeeded reward run, and a running pipeline whose second stage (not launched yet) scores with it."""
+def succeeded_reward_run(team, catalog, tmp_path) -> Run:
+    """A succeeded reward run ("judge", 10 steps) with its exported model."""
     from webapp.runs import services
     from webapp.runs.models import Artifact
 
@@ -1063,11 +1053,23 @@ def reward_run_and_its_pipeline(team, catalog, tmp_path):
         "train": {"max_steps": 10, "batch_size": 2}})
     Run.objects.filter(pk=reward.pk).update(status=RunStatus.SUCCEEDED, current_step=10)
     Artifact.objects.create(run=reward, kind=ArtifactKind.MODEL, step=10, path=str(tmp_path / "reward-export"))
+    return Run.objects.get(pk=reward.pk)
+
+
+def scoring_document(catalog, reward: Run) -> dict:
+    """A pipeline of an sft stage, then a grpo stage that scores with ``reward``."""
     doc = document(catalog, stages=1)
     doc["stages"].append({"name": "rl", "spec": {
         "task": "grpo", "data": {"train": catalog.prompts.public_id}, "train": {"max_steps": 5, "batch_size": 2},
         "grpo": {"num_generations": 2, "rewards": [{"name": "reward_model", "args": {"model": reward.public_id}}]}}})
-    pipeline = pipelines.pipeline_create(project=team.project, document=doc, user=team.teammate)
+    return doc
+
+
+def reward_run_and_its_pipeline(team, catalog, tmp_path):
+    """A succeeded reward run, and a running pipeline whose second stage (not launched yet) scores with it."""
+    reward = succeeded_reward_run(team, catalog, tmp_path)
+    pipeline = pipelines.pipeline_create(project=team.project, document=scoring_document(catalog, reward),
+                                         user=team.teammate)
     return Run.objects.get(pk=reward.pk), pipeline
 
 
