@@ -86,12 +86,17 @@ def spec_as_run(spec: JobSpec, model_dir: Path) -> JobSpec:
     that ``jaxengine export`` (and a resume) find the model the run trained without TEMPER_DEMO_DIR, which
     may be set for the training only, and a relative path as an absolute one: read from another working
     directory, it named no model (export refused the run, and the same job was refused its own output_dir
-    as another's). Job identities compare resolved directories, so this is the same job."""
+    as another's). Job identities compare resolved directories, so this is the same job. The data files likewise:
+    ``jaxengine export --quantize`` scores the copy on ``data.eval`` read from the run's spec.yaml, which from
+    another working directory named no file (a FileNotFoundError). Resumes compare the spec they are given, not
+    this file (``recorded_settings``)."""
     if spec.model == DEMO_PRESET:
-        return spec.model_copy(update={"model": str(model_dir.resolve())})
-    if not Path(spec.model).is_absolute():
-        return spec.model_copy(update={"model": str(model_dir.absolute())})
-    return spec
+        spec = spec.model_copy(update={"model": str(model_dir.resolve())})
+    elif not Path(spec.model).is_absolute():
+        spec = spec.model_copy(update={"model": str(model_dir.absolute())})
+    data = {key: str(Path(path).absolute()) for key in ("train", "eval")
+            if (path := getattr(spec.data, key)) is not None and not Path(path).is_absolute()}
+    return spec.model_copy(update={"data": spec.data.model_copy(update=data)}) if data else spec
 
 
 def resolve_dtypes(spec: JobSpec):

@@ -530,7 +530,7 @@ def quantize_run_export(run_dir: str | Path, *, scheme_name: str = "int8", group
     reference answers). ``entry``: where the run's spec came from, whose settings a problem in its eval data names,
     as its training named them (``job.run_job``): a job spec's keys (``jaxengine export``), or the launch form's
     (``Entry.LAUNCH``: the web app's workers, for a run launched there)."""
-    from jaxengine.job import _read_eval_rows
+    from jaxengine.job import JobError, _read_eval_rows
     from jaxengine.spec import TASK_DATASET_KINDS, load_spec
 
     run_dir = Path(run_dir)
@@ -538,6 +538,12 @@ def quantize_run_export(run_dir: str | Path, *, scheme_name: str = "int8", group
     spec = load_spec(run_dir / "spec.yaml")
     rows, eval_kind = [], "sft"
     if spec.data.eval and eval_limit:
+        if not Path(spec.data.eval).is_file():  # moved since the run: it was a FileNotFoundError traceback
+            problem = "is a directory, not a file" if Path(spec.data.eval).is_dir() else "no such file"
+            way_out = ("put it back, or give --eval-limit 0 to write the copy unscored" if entry is Entry.SPEC
+                       else "its dataset version was deleted since the run")
+            raise JobError(f"data.eval: {spec.data.eval} (in {run_dir / 'spec.yaml'}): {problem}; the quantized copy "
+                           f"is scored on its rows: {way_out}")
         rows, eval_kind = scoring_rows(_read_eval_rows(spec.data.eval, spec.task, spec.data.columns, entry=entry),
                                        data_kind=TASK_DATASET_KINDS.get(spec.task, "prompts"), limit=eval_limit)
     return export_quantized(model_dir, model_dir / "quantized",

@@ -952,3 +952,43 @@ def test_cli_names_the_first_five_bad_rows_of_a_data_file_and_counts_the_rest(de
         "problem; line 7, row 7: broken JSON at column 15: Expecting ',' delimiter; each line must be one JSON "
         "object; and 4 more\n")
     assert not (tmp_path / "run").exists()
+
+
+def test_relative_data_paths_are_kept_absolute_so_export_scores_from_elsewhere(demo_dir, tmp_path, monkeypatch):
+    """Docs audit: the README's first spec (`data: {train: var/models/demo/data/sft.jsonl, eval: ...}`) trained
+    from the repository root kept those relative paths in the run's spec.yaml; `jaxengine export --run DIR
+    --quantize int8` from any other directory then read data.eval there to score the quantized copy and died with
+    a FileNotFoundError traceback, while the README says the run's spec.yaml lets export work from any working
+    directory. The data files are kept as absolute paths, as a relative model path is."""
+    from jaxengine.quantize import quantize_run_export
+
+    monkeypatch.chdir(demo_dir)
+    run = tmp_path / "run"
+    run.mkdir()
+    spec = spec_for(demo_dir, run, data={"train": "data/sft.jsonl", "eval": "data/eval.jsonl", "max_seq_len": 64})
+    (run / "spec.yaml").write_text(dump_spec(spec_as_run(spec, resolve_model_dir(spec.model))))
+    monkeypatch.chdir(tmp_path)
+    kept = load_spec(run / "spec.yaml").data
+    assert (kept.train, kept.eval) == (str(demo_dir / "data/sft.jsonl"), str(demo_dir / "data/eval.jsonl"))
+    shutil.copytree(demo_dir / "model", run / "export")
+    assert quantize_run_export(run, eval_limit=2)["eval_sequences"] == 2
+
+
+def test_an_eval_file_gone_since_the_run_is_named_by_export_quantize(demo_dir, tmp_path, capsys):
+    """Docs audit: a run whose data.eval was moved away since it trained made `jaxengine export --quantize` end in a
+    FileNotFoundError traceback; it is bad input (exit 2) naming the key, the file and the way around it."""
+    from jaxengine.quantize import quantize_run_export
+
+    run = tmp_path / "run"
+    run.mkdir()
+    gone = tmp_path / "moved" / "eval.jsonl"
+    spec = spec_for(demo_dir, run, data={"train": str(demo_dir / "data/sft.jsonl"), "eval": str(gone),
+                                         "max_seq_len": 64})
+    (run / "spec.yaml").write_text(dump_spec(spec))
+    shutil.copytree(demo_dir / "model", run / "export")
+    with pytest.raises(JobError) as raised:
+        quantize_run_export(run, eval_limit=2)
+    assert str(raised.value) == (
+        f"data.eval: {gone} (in {run / 'spec.yaml'}): no such file; the quantized copy is scored on its rows: put "
+        "it back, or give --eval-limit 0 to write the copy unscored")
+    assert "eval_sequences" not in quantize_run_export(run, eval_limit=0)
