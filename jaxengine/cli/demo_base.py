@@ -44,6 +44,12 @@ def _demo_base(args: argparse.Namespace) -> int:
         print(f"jaxengine demo-base: error: --out {args.out} is a file; give a directory (it is made if missing)",
               file=sys.stderr)
         return EXIT_BAD_INPUT
+    # A file further up the path: the build made its corpus and tokenizer, then its mkdir raised
+    # NotADirectoryError (a traceback). The nearest existing ancestor decides, as job.check_output_dir does.
+    if (above := next((path for path in Path(args.out).parents if path.exists()), None)) and not above.is_dir():
+        print(f"jaxengine demo-base: error: --out {args.out}: {above} is a file, not a directory; give a directory "
+              "(it is made if missing)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     result = build_demo(args.out, settings, progress_bar=False if args.no_progress else None)
     print(json.dumps(result))
     return 0

@@ -21,3 +21,13 @@ def test_an_out_that_is_a_file_is_refused_in_one_line(tmp_path, capsys):
     afile.write_text("x")
     assert main(["demo-base", "--out", str(afile), "--no-progress"]) == 2
     assert f"--out {afile} is a file; give a directory" in capsys.readouterr().err
+
+
+def test_an_out_below_a_file_is_refused_in_one_line(tmp_path, capsys):
+    """Docs audit: `--out afile/demo` (a file on the way) built the corpus and tokenizer, then ended in a
+    NotADirectoryError traceback, where the CLI's bad input is one `jaxengine demo-base: error:` line, exit 2."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert main(["demo-base", "--out", str(afile / "demo"), "--no-progress", "--steps", "1"]) == 2
+    assert capsys.readouterr().err == (f"jaxengine demo-base: error: --out {afile / 'demo'}: {afile} is a file, not a "
+                                       "directory; give a directory (it is made if missing)\n")
