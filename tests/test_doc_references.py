@@ -35,3 +35,30 @@ def resolves(name: str) -> bool:
 def test_every_dotted_name_of_the_code_in_the_doc_exists(doc):
     """docs/architecture.md named worker.tasks.serve._server_for, renamed server_for long before."""
     assert [name for name in dotted_names(doc) if not resolves(name)] == []
+
+
+def file_references(doc: str) -> list[str]:
+    """The repository paths the doc writes in code (`worker/tasks/serve.py`, `static/runs.js`), and the
+    `path/module.attribute` form (`worker/multihost.HostLiveness`); none with a placeholder (`<id>`) or a glob."""
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    top = "webapp|worker|jaxengine|tests|scripts|bench|static|templates|docs"
+    return sorted(set(re.findall(rf"`((?:{top})/[\w./-]*\w)(?=[`: ,)])", text)))
+
+
+def names_a_file_or_a_definition(reference: str) -> bool:
+    if (ROOT / reference).exists():
+        return True
+    module, _, attribute = reference.rpartition(".")
+    source = ROOT / f"{module}.py"
+    return bool(module) and source.is_file() and re.search(
+        rf"^\s*(?:(?:async )?def |class )?{re.escape(attribute)}\b(?:\s*[(:=]|\s*$)",
+        source.read_text(encoding="utf-8"), re.M) is not None
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_file_the_doc_names_exists(doc):
+    """Docs audit: the dotted names were checked, the paths (`tests/postgres/test_project_delete_postgres.py`,
+    `worker/tasks/train._pool_process_died`) were not; a moved file left its old path in the map."""
+    references = file_references(doc)
+    assert len(references) > 10
+    assert [reference for reference in references if not names_a_file_or_a_definition(reference)] == []

@@ -27,6 +27,24 @@ def test_the_readme_documents_every_variable_the_settings_read():
     assert sorted(read - readme_variables()) == []
 
 
+def test_the_readme_documents_every_variable_the_app_the_engine_and_make_up_read():
+    """Not only the settings: the engine (TEMPER_DEMO_DIR), temper_setup (TEMPER_ADMIN_USER) and scripts/up.sh
+    (TEMPER_HOST) read variables of their own, each in the configuration table; the test runner's and the
+    multi-host compose files' (TEMPER_TEST_WORKERS, TEMPER_NFS_SERVER) are named in the README's text."""
+    def read_in(paths, pattern):
+        return {name for path in paths for name in re.findall(pattern, path.read_text(encoding="utf-8"))}
+
+    python = [*(ROOT / "webapp").rglob("*.py"), *(ROOT / "worker").rglob("*.py"), *(ROOT / "jaxengine").rglob("*.py")]
+    read = read_in(python, r'(?:environ(?:\.get)?\(|environ\[|getenv\(|env_\w+\()\s*"(TEMPER_[A-Z0-9_]+)"')
+    read |= read_in([ROOT / "scripts" / "up.sh", ROOT / "docker-compose.yml"], r"\$\{(TEMPER_[A-Z0-9_]+)")
+    assert {"TEMPER_DEMO_DIR", "TEMPER_ADMIN_USER", "TEMPER_HOST"} <= read
+    assert sorted(read - readme_variables()) == []
+    elsewhere = read_in([*(ROOT / "scripts").glob("*.sh"), *ROOT.glob("docker-compose*.yml")], r"\$\{(TEMPER_[A-Z0-9_]+)")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "TEMPER_NFS_SERVER" in elsewhere
+    assert sorted(name for name in elsewhere if not re.search(rf"\b{name}\b", readme)) == []
+
+
 def test_every_variable_the_readme_documents_is_read_somewhere():
     """The other direction: a row outliving the code that read its variable would be set to no effect."""
     places = [*(ROOT / "webapp").rglob("*.py"), *(ROOT / "worker").rglob("*.py"), *(ROOT / "jaxengine").rglob("*.py"),

@@ -59,3 +59,59 @@ def test_an_unknown_argument_is_refused_by_its_command_with_its_usage(capsys, ar
     assert exit_info.value.code == 2
     assert err.startswith(f"usage: jaxengine {argv[0]} ")
     assert err.endswith(f"\njaxengine {argv[0]}: error: unrecognized arguments: {unknown}\n")
+
+
+def documented_invocations() -> list[tuple[str, str, str]]:
+    """(document, sub-command, the rest of the line) of every ``jaxengine COMMAND ...`` the README and
+    docs/architecture.md write in code (a span or a fenced block), and of a span that starts ``COMMAND --flag``."""
+    import re
+    from pathlib import Path
+
+    from jaxengine.cli import SUBCOMMANDS
+
+    root = Path(__file__).resolve().parents[3]
+    names = "|".join(sorted(map(re.escape, SUBCOMMANDS), key=len, reverse=True))
+    found = []
+    for doc in ("README.md", "docs/architecture.md"):
+        codes, fenced, prose = [], False, []
+        for line in (root / doc).read_text(encoding="utf-8").splitlines() + [""]:
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            elif fenced and line.startswith(" ") and codes:
+                codes[-1] += " " + line.strip()  # a command's continuation line, as the README's generate
+            elif fenced:
+                codes.append(line)
+            elif line.strip():
+                prose.append(line)
+            else:  # a paragraph's spans, one may run over a line break (validate-data's); a ```json in a table
+                codes += re.findall(r"`([^`]+)`", re.sub(r"`{3,}", "", " ".join(prose)))  # cell is no span's edge
+                prose = []
+        for code in codes:
+            match = re.search(rf"\bjaxengine ({names})(?![\w-])(.*)", code) or re.match(rf"({names}) (--.*)", code)
+            if match:
+                found.append((doc, match.group(1), match.group(2).split("#")[0]))
+    return found
+
+
+def test_every_flag_the_docs_give_a_command_is_one_of_its_own_with_a_value_it_takes():
+    """The other direction of test_the_readme_names_every_flag_of_every_command: a flag the docs write after
+    `jaxengine COMMAND` (or a value written for a flag with fixed choices, `--metric exact_match|loss`) that the
+    command's parser does not take would be refused as written."""
+    import argparse
+    import re
+
+    from jaxengine.cli import build_parser
+
+    subparsers = next(action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction))
+    invocations = documented_invocations()
+    assert {command for _doc, command, _rest in invocations} == set(subparsers.choices)
+    wrong = []
+    for doc, command, rest in invocations:
+        options = {flag: action for action in subparsers.choices[command]._actions for flag in action.option_strings}
+        for flag, value in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)(?:[ =]([\w.|-]+))?", rest):
+            if flag not in options:
+                wrong.append(f"{doc}: jaxengine {command} {flag}")
+            elif options[flag].choices and value and not value.isupper():
+                wrong += [f"{doc}: jaxengine {command} {flag} {each}" for each in value.split("|")
+                          if each not in options[flag].choices]
+    assert wrong == []
