@@ -37,6 +37,18 @@ def test_every_dotted_name_of_the_code_in_the_doc_exists(doc):
     assert [name for name in dotted_names(doc) if not resolves(name)] == []
 
 
+WEB_APPS = "accounts|projects|basemodels|datasets|review|workers|runs|chat|api|core"
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_name_the_doc_gives_under_a_web_app_exists(doc):
+    """The map names most of the web's code by app (`core.addresses.client_address`, `review.services.item_add`),
+    without `webapp.`; those resolve too (a migration's number and a stylesheet, `runs.css`, are no names)."""
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    names = sorted(set(re.findall(rf"`((?:{WEB_APPS})(?:\.(?!\d|css`|js`)\w+)+)`?", text)))
+    assert [name for name in names if not resolves(f"webapp.{name}")] == []
+
+
 def file_references(doc: str) -> list[str]:
     """The repository paths the doc writes in code (`worker/tasks/serve.py`, `static/runs.js`), and the
     `path/module.attribute` form (`worker/multihost.HostLiveness`); none with a placeholder (`<id>`) or a glob."""
