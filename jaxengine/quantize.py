@@ -540,10 +540,13 @@ def quantize_run_export(run_dir: str | Path, *, scheme_name: str = "int8", group
     if spec.data.eval and eval_limit:
         if not Path(spec.data.eval).is_file():  # moved since the run: it was a FileNotFoundError traceback
             problem = "is a directory, not a file" if Path(spec.data.eval).is_dir() else "no such file"
-            way_out = ("put it back, or give --eval-limit 0 to write the copy unscored" if entry is Entry.SPEC
-                       else "its dataset version was deleted since the run")
-            raise JobError(f"data.eval: {spec.data.eval} (in {run_dir / 'spec.yaml'}): {problem}; the quantized copy "
-                           f"is scored on its rows: {way_out}")
+            if entry is Entry.SPEC:
+                raise JobError(f"data.eval: {spec.data.eval} (in {run_dir / 'spec.yaml'}): {problem}; the quantized "
+                               "copy is scored on its rows: put it back, or give --eval-limit 0 to write the copy "
+                               "unscored")
+            # The web's: the run's held-out version, named by reporting.in_project_terms while it exists.
+            raise JobError(f"data.eval: {spec.data.eval}: {problem} (its dataset version deleted since the run?); the "
+                           "quantized copy is scored on its rows")
         rows, eval_kind = scoring_rows(_read_eval_rows(spec.data.eval, spec.task, spec.data.columns, entry=entry),
                                        data_kind=TASK_DATASET_KINDS.get(spec.task, "prompts"), limit=eval_limit)
     return export_quantized(model_dir, model_dir / "quantized",

@@ -977,6 +977,7 @@ def test_relative_data_paths_are_kept_absolute_so_export_scores_from_elsewhere(d
 def test_an_eval_file_gone_since_the_run_is_named_by_export_quantize(demo_dir, tmp_path, capsys):
     """Docs audit: a run whose data.eval was moved away since it trained made `jaxengine export --quantize` end in a
     FileNotFoundError traceback; it is bad input (exit 2) naming the key, the file and the way around it."""
+    from jaxengine.data.formats import Entry
     from jaxengine.quantize import quantize_run_export
 
     run = tmp_path / "run"
@@ -992,3 +993,7 @@ def test_an_eval_file_gone_since_the_run_is_named_by_export_quantize(demo_dir, t
         f"data.eval: {gone} (in {run / 'spec.yaml'}): no such file; the quantized copy is scored on its rows: put "
         "it back, or give --eval-limit 0 to write the copy unscored")
     assert "eval_sequences" not in quantize_run_export(run, eval_limit=0)
+    with pytest.raises(JobError) as raised:  # the web's workers: no command line to advise, no spec.yaml path
+        quantize_run_export(run, eval_limit=2, entry=Entry.LAUNCH)
+    assert str(raised.value) == (f"data.eval: {gone}: no such file (its dataset version deleted since the run?); the "
+                                 "quantized copy is scored on its rows")
