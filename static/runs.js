@@ -297,7 +297,7 @@
     if (charts[name]) return charts[name];
     lastStep[name] = -1;  // before step 0
     var layout = layoutFor(name);
-    var points = { name: "value", x: [], y: [], customdata: [], type: "scatter", mode: "lines+markers", marker: { size: 3 },
+    var points = { name: "value", x: [], y: [], customdata: [], type: "scatter", marker: { size: 3 },
       line: { color: "#4f46e5", width: 1.5 }, hovertemplate: axes.HOVER_TEMPLATE };
     var plot = newChart(name, [points], layout);
     plot.dataset.single = "1";
@@ -390,7 +390,7 @@
       groupTrace[name] = traceCount(plot);
       lastStep[name] = -1;  // before step 0
       var line = { x: [], y: [], customdata: [], name: literal(group.label), meta: group.label, type: "scatter",
-        mode: "lines+markers", marker: { size: 3 }, line: { width: 1.5 }, hovertemplate: axes.HOVER_TEMPLATE,
+        marker: { size: 3 }, line: { width: 1.5 }, hovertemplate: axes.HOVER_TEMPLATE,
         visible: hiddenGroups.has(group.label) ? "legendonly" : true };
       addTrace(plot, line);
     }
@@ -445,6 +445,26 @@
     Object.keys(seriesByName).forEach(function (name) {
       addPoints(name, seriesByName[name]);
     });
+  }
+
+  // Live points are drawn once a frame, however many events came since the last: each event's points drawn as it
+  // came cost a plotly redraw per chart, which a loaded machine's page fell behind on, until its queue of events
+  // kept it from answering (a click on Cancel… included) for tens of seconds. A hidden page gets no frames: it draws
+  // each second. (No trace sets a mode: plotly's own draws markers on lines of under 20 points alone, the SVG node
+  // and styling per point that made a redraw of a long run's charts slow.)
+  var livePoints = [], liveDrawAsked = false;
+
+  function queueEventPoints(points) {
+    Array.prototype.push.apply(livePoints, points);
+    if (liveDrawAsked) return;
+    liveDrawAsked = true;
+    var draw = function () {
+      var drawn = livePoints;
+      livePoints = [];
+      liveDrawAsked = false;
+      addEventPoints(drawn);
+    };
+    if (document.hidden) setTimeout(draw, 1000); else window.requestAnimationFrame(draw);
   }
 
   function addEventPoints(points) {
@@ -800,7 +820,7 @@
       // The hello comes once the server listens to the run's channel (the stream's opening comes
       // before): catching up then leaves no gap for an event to fall into.
       if (event.type === "hello") { document.getElementById("live-state").textContent = "live"; catchUp(); }
-      else if (event.type === "metrics") addEventPoints(event.points);
+      else if (event.type === "metrics") queueEventPoints(event.points);
       else if (event.type === "progress") showProgress(Object.assign({ starting: false }, event));  // a step: started
       else if (event.type === "evaluating") showEvaluating(event);
       else if (event.type === "log") addLogLines(event.lines);
