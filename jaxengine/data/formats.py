@@ -487,6 +487,8 @@ def _iter_jsonl(path: Path, *, source: DataSource = WEB_UPLOAD) -> Iterator[RawR
                     raise DatasetFormatError(_json_array_as_jsonl(line_number, source)) from None
                 if row == 0 and _ends_lines_with_cr(raw):
                     raise DatasetFormatError(_cr_line_endings(line_number)) from None
+                if row == 0 and raw.strip() == b"{":
+                    raise DatasetFormatError(_indented_jsonl(line_number)) from None
                 row += 1
                 yield _jsonl_issue(raw, exc, line=line_number, row=row, file_offset=line_start)
                 continue
@@ -599,6 +601,16 @@ def _cr_line_endings(line: int) -> Issue:
     return Issue(code="line_endings", line=line,
                  message="the lines of this file end with a carriage return (CR) alone, an old Mac line ending: "
                          "save it again with LF (or CRLF) line endings")
+
+
+def _indented_jsonl(line: int) -> Issue:
+    # Read line by line, rows written with an indent were a "broken JSON" problem for each of their lines ("Expecting
+    # property name enclosed in double quotes", "Extra data", ...), each counted as a row, and nothing said why.
+    return Issue(code="json", line=line,
+                 message=f"line {line} holds only '{{', the start of an object written over several lines (indented, "
+                         "as json.dump(row, file, indent=2) writes it): a JSON Lines file holds each row whole on one "
+                         "line; write each row with json.dumps(row) and a line break, with no indent, and upload it "
+                         "again")
 
 
 def _json_array_as_jsonl(line: int, source: DataSource) -> Issue:

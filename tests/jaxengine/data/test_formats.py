@@ -1431,3 +1431,28 @@ def test_a_parquet_value_of_a_type_that_cannot_be_kept_is_named(tmp_path):
     assert (issue.code, issue.row, issue.field) == ("wrong_type", 1, "price")
     assert issue.message == ("holds a value of a type Temper does not keep (Type is not JSON serializable: "
                              "decimal.Decimal): store it as text or a number")
+
+
+@pytest.mark.parametrize("indent", [2, 4])
+def test_a_jsonl_file_of_indented_objects_is_one_problem_that_says_so(tmp_path, indent):
+    """Audit: rows written with json.dump(row, f, indent=2), each object spread over several lines, were a
+    "broken JSON" problem for each line ("row 1: broken JSON at column 2: Expecting property name enclosed in
+    double quotes", "row 2: ... Extra data", ...: 20 listed, each counted as a row of its own), and nothing said
+    that the file held whole objects over several lines."""
+    rows = [{"prompt": "a", "completion": "b"}, {"prompt": "c", "completion": "d"}]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(row, indent=indent) + "\n" for row in rows), encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.line, issue.row) == ("json", 1, None)
+    assert issue.message == (
+        "line 1 holds only '{', the start of an object written over several lines (indented, as json.dump(row, "
+        "file, indent=2) writes it): a JSON Lines file holds each row whole on one line; write each row with "
+        "json.dumps(row) and a line break, with no indent, and upload it again")
+
+
+def test_a_jsonl_file_whose_first_row_alone_is_indented_is_read_as_such(tmp_path):
+    """The indented layout is told from the first row: a broken row further on is named as broken JSON."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"prompt": "a", "completion": "b"}\n{\n"prompt": "c"}\n', encoding="utf-8")
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=SFT)
+    assert report.errors[0].line == 2 and report.errors[0].message.startswith("broken JSON")
