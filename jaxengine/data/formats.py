@@ -690,8 +690,17 @@ def _jsonl_issue(raw: bytes, exc: Exception, *, line: int, row: int, file_offset
             line=line,
             row=row,
         )
-    # orjson is stricter than json in a few corners (e.g. NaN, huge integers).
+    # orjson is stricter than json in a few corners (e.g. NaN, huge integers, a lone surrogate).
+    if "surrogate" in str(exc) and isinstance(exc, json.JSONDecodeError):
+        return Issue(code="json", message=f"broken JSON at column {exc.colno}: {LONE_SURROGATE}", line=line, row=row)
     return Issue(code="json", message=f"broken JSON: {exc}; each line must be one JSON object", line=line, row=row)
+
+
+# orjson refuses a lone surrogate escape ("\ud83d" without its "\ude00") and the json module reads it into a str that
+# cannot be written as UTF-8: "no low surrogate in string: line 1 column 13 (char 12); each line must be one JSON
+# object", or in a .json file "str is not valid UTF-8: surrogates not allowed" with advice for another type.
+LONE_SURROGATE = ("half of a character (a lone UTF-16 surrogate: a \\ud800-\\udfff escape without its other half, as "
+                  "text cut inside an emoji leaves): remove it, or write the whole character")
 
 
 def _iter_json_array(path: Path) -> Iterator[RawRow | Issue]:
@@ -1516,6 +1525,8 @@ def check_record(
             prompt = None
         else:
             _check_text_or_messages(prompt, "prompt", problems)
+            if not problems:
+                _check_prompt_not_repeated(prompt, (("chosen", chosen), ("rejected", rejected)), problems, source)
         return (None if problems else {"prompt": prompt, "chosen": chosen, "rejected": rejected}), problems
 
     prompt = get("prompt")
@@ -1532,6 +1543,24 @@ def check_record(
     del example[prompt_column]
     example["prompt"] = prompt
     return example, problems
+
+
+def _check_prompt_not_repeated(prompt: Any, sides: tuple[tuple[str, Any], ...], problems: list[Problem],
+                               source: DataSource) -> None:
+    """A side of a preference row that is a chat starting with the prompt's turns (UltraFeedback's layout: the
+    prompt, and chosen and rejected as whole conversations): training puts the prompt before each side
+    (``rendered_chats``), so that the model read the prompt twice."""
+    turns = _as_chat(prompt, "user")
+    for field_name, side in sides:
+        if type(side) is list and len(side) >= len(turns) and all(
+                type(message) is dict and message.get("role") == turn["role"]
+                and message.get("content") == turn["content"] for message, turn in zip(side, turns)):
+            problems.append((field_name, "prompt_repeated", (
+                f"starts with the prompt's {'turn' if len(turns) == 1 else f'{len(turns)} turns'} again (a whole "
+                "conversation, as UltraFeedback's chosen and rejected are): training puts the prompt before it, so "
+                "the model would read the prompt twice; leave the prompt out, as whole conversations may (remove its "
+                f"column, or map 'prompt' to a column the file lacks: {source.mapping_place()}), or give only the "
+                f"answer in '{field_name}'")))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1946,6 +1975,8 @@ def _unkept_value_issue(example: Mapping[str, Any], *, line: int | None, row: in
                 return Issue(code="too_deep", line=line, row=row, field=key,
                              message="holds lists or objects nested more than 254 levels deep, which Temper does not "
                                      "keep; flatten them, or store such a value as a JSON string")
+            if "surrogates not allowed" in str(error):
+                return Issue(code="wrong_type", line=line, row=row, field=key, message=f"holds {LONE_SURROGATE}")
             return Issue(code="wrong_type", line=line, row=row, field=key,
                          message=f"holds a value of a type Temper does not keep ({error}): store it as text or a number")
     raise AssertionError("row_digest raised TypeError on a row each of whose values orjson writes")

@@ -1456,3 +1456,64 @@ def test_a_jsonl_file_whose_first_row_alone_is_indented_is_read_as_such(tmp_path
     path.write_text('{"prompt": "a", "completion": "b"}\n{\n"prompt": "c"}\n', encoding="utf-8")
     report = validate_file(path, fmt=FileFormat.JSONL, mapping=SFT)
     assert report.errors[0].line == 2 and report.errors[0].message.startswith("broken JSON")
+
+
+ULTRAFEEDBACK_ROW = {  # HuggingFaceH4/ultrafeedback_binarized's layout: chosen and rejected repeat the prompt's turn
+    "prompt": "Name a prime.",
+    "chosen": [{"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "7"}],
+    "rejected": [{"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "8"}],
+}
+
+
+def test_preference_sides_that_repeat_the_prompt_are_refused_saying_how_to_leave_it_out(tmp_path):
+    """Audit: UltraFeedback's layout (a prompt, and chosen/rejected as whole conversations that start with that
+    prompt's turn) passed its check, and training put the prompt before each side: the model read
+    [user: prompt, user: prompt, assistant: answer], which the version page only noted as "two turns of one role in
+    a row" that some chat templates refuse."""
+    preference = ColumnMapping(kind=DatasetKind.PREFERENCE)
+    path = write_jsonl(tmp_path / "ultra.jsonl", [
+        {"prompt": "fine", "chosen": "a", "rejected": "b"},
+        ULTRAFEEDBACK_ROW,
+        {**ULTRAFEEDBACK_ROW, "prompt": [{"role": "system", "content": "Be brief."},
+                                         {"role": "user", "content": "Name a prime."}],
+         "chosen": [{"role": "system", "content": "Be brief."}, *ULTRAFEEDBACK_ROW["chosen"]],
+         "rejected": [{"role": "assistant", "content": "9"}]},
+    ])
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=preference)
+    assert [(issue.code, issue.row, issue.field) for issue in report.errors] == [
+        ("prompt_repeated", 2, "chosen"), ("prompt_repeated", 2, "rejected"), ("prompt_repeated", 3, "chosen")]
+    assert report.errors[0].message == (
+        "starts with the prompt's turn again (a whole conversation, as UltraFeedback's chosen and rejected are): "
+        "training puts the prompt before it, so the model would read the prompt twice; leave the prompt out, as "
+        "whole conversations may (remove its column, or map 'prompt' to a column the file lacks: Column mapping on "
+        "the upload form, mapping in the API), or give only the answer in 'chosen'")
+    assert report.errors[2].message.startswith("starts with the prompt's 2 turns again")
+    # Left out as it says, the rows are whole conversations, trained on their assistant turns.
+    left_out = ColumnMapping(kind=DatasetKind.PREFERENCE, columns={"prompt": "no_such_column"})
+    write_jsonl(path, [ULTRAFEEDBACK_ROW])
+    assert validate_file(path, fmt=FileFormat.JSONL, mapping=left_out).ok
+    assert [example["prompt"] for example in iter_examples(path, fmt=FileFormat.JSONL, mapping=left_out)] == [None]
+
+
+LONE_SURROGATE = ("half of a character (a lone UTF-16 surrogate: a \\ud800-\\udfff escape without its other half, as "
+                  "text cut inside an emoji leaves): remove it, or write the whole character")
+
+
+@pytest.mark.parametrize(("name", "data", "fmt", "where"), [
+    ("rows.jsonl", b'{"prompt": "cut \\ud83d", "completion": "b"}\n', FileFormat.JSONL, (1, 1, None)),
+    ("rows.json", b'[{"prompt": "a", "completion": "b"}, {"prompt": "cut \\ud83d", "completion": "b"}]',
+     FileFormat.JSON, (1, 2, "prompt")),
+])
+def test_a_lone_surrogate_escape_is_named_as_half_a_character(tmp_path, name, data, fmt, where):
+    """Audit: text cut inside an emoji written as two escapes ("\\ud83d\\ude00" cut after the first) was, in a
+    .jsonl file, "broken JSON: no low surrogate in string: line 1 column 13 (char 12); each line must be one JSON
+    object", and in a .json file "holds a value of a type Temper does not keep (str is not valid UTF-8: surrogates
+    not allowed): store it as text or a number", advice that does not apply to a string."""
+    path = tmp_path / name
+    path.write_bytes(data)
+    issue = only_error(validate_file(path, fmt=fmt, mapping=SFT))
+    assert (issue.code, issue.line, issue.row, issue.field) == ("json" if fmt is FileFormat.JSONL else "wrong_type",
+                                                                *where)
+    assert issue.message.endswith(LONE_SURROGATE)
+    if fmt is FileFormat.JSONL:
+        assert issue.message == "broken JSON at column 17: " + LONE_SURROGATE
