@@ -607,7 +607,7 @@ def _indented_jsonl(line: int) -> Issue:
     # Read line by line, rows written with an indent were a "broken JSON" problem for each of their lines ("Expecting
     # property name enclosed in double quotes", "Extra data", ...), each counted as a row, and nothing said why.
     return Issue(code="json", line=line,
-                 message=f"line {line} holds only '{{', the start of an object written over several lines (indented, "
+                 message="this line holds only '{', the start of an object written over several lines (indented, "
                          "as json.dump(row, file, indent=2) writes it): a JSON Lines file holds each row whole on one "
                          "line; write each row with json.dumps(row) and a line break, with no indent, and upload it "
                          "again")

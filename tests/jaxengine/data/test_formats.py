@@ -1445,7 +1445,7 @@ def test_a_jsonl_file_of_indented_objects_is_one_problem_that_says_so(tmp_path, 
     issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
     assert (issue.code, issue.line, issue.row) == ("json", 1, None)
     assert issue.message == (
-        "line 1 holds only '{', the start of an object written over several lines (indented, as json.dump(row, "
+        "this line holds only '{', the start of an object written over several lines (indented, as json.dump(row, "
         "file, indent=2) writes it): a JSON Lines file holds each row whole on one line; write each row with "
         "json.dumps(row) and a line break, with no indent, and upload it again")
 
