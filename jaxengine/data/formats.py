@@ -1017,6 +1017,10 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
                     return
                 if len(cells) < 2 and _blank_csv_row(cells):
                     continue
+                # A line of commas alone: a spreadsheet's empty row under its table, blank as an empty line is (each of
+                # its cells was otherwise "an empty string" of a row the user never wrote).
+                if not cells[0].strip() and not any(cell.strip() for cell in cells):
+                    continue
                 row += 1
                 if len(cells) != len(header):
                     yield Issue(
@@ -1042,8 +1046,8 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
 
 
 def _blank_csv_row(cells: list[str]) -> bool:
-    """A blank line, or one of only spaces."""
-    return not cells or (len(cells) == 1 and not cells[0].strip())
+    """A blank line, or one of only spaces, or of commas alone (a spreadsheet's empty row)."""
+    return not any(cell.strip() for cell in cells)
 
 
 def _csv_issue(error: csv.Error, *, first_line: int, line: int) -> Issue:
@@ -1089,12 +1093,20 @@ def _check_other_separator(header: list[str], *, line: int) -> None:
 
 def _check_csv_header(header: list[str], *, line: int) -> None:
     seen: set[str] = set()
+    named = len(header)
+    while named and not header[named - 1]:
+        named -= 1
     for index, name in enumerate(header, start=1):
         if not name and index == len(header) > 1:
             raise DatasetFormatError(Issue(
                 code="csv_header", line=line,
                 message=f"the header row ends with a comma, which makes an empty column {index} with no name; remove "
                         "the commas at the ends of the lines (or name the column)"))
+        if not name and index > named > 0:  # a spreadsheet's empty columns at the right of its table
+            raise DatasetFormatError(Issue(
+                code="csv_header", line=line,
+                message=f"the header row ends with {len(header) - named} commas, which make empty columns {index} to "
+                        f"{len(header)} with no name; remove the commas at the ends of the lines (or name the columns)"))
         if not name:
             raise DatasetFormatError(
                 Issue(code="csv_header", message=f"column {index} of the header row has no name; name every column",
@@ -1428,16 +1440,25 @@ def _check_text_or_messages(value: Any, field_name: str, problems: list[Problem]
     return False
 
 
-def _maybe_chat(value: Any) -> Any:
-    """CSV cells are strings: a cell holding a JSON list of messages is read as that list."""
+def _maybe_chat(value: Any, *, messages_only: bool = False) -> Any:
+    """CSV cells are strings: a cell holding a JSON list of messages is read as that list. ``messages_only``: only a
+    list of messages (objects with a role, a content or ShareGPT's from) is, where the field may be text (every one but sft's ``messages``): any
+    other JSON there is the cell's text, an answer that is a JSON array (``["apple", "banana"]``) or a prompt "[1, 2]",
+    where every JSON list was read as a chat and refused ("must be a string, got a list")."""
     if type(value) is str and value.lstrip().startswith("["):
         try:
             decoded = orjson.loads(value)
         except orjson.JSONDecodeError:
             return value
-        if type(decoded) is list:
+        if type(decoded) is list and (not messages_only or (decoded and all(
+                type(message) is dict and not _MESSAGE_KEYS.isdisjoint(message) for message in decoded))):
             return decoded
     return value
+
+
+# The keys that make a JSON object in a CSV cell a message, a chat's turn: {role, content}, or ShareGPT's {from, value}
+# (read so that the checks name it and say how to write it).
+_MESSAGE_KEYS = frozenset(("role", "content", "from"))
 
 
 _ROW_EXAMPLES = {
@@ -1476,7 +1497,7 @@ def check_record(
         found = value.get(columns.get(field_name, field_name))  # a column left out or null: missing alike
         if found is None:
             return _MISSING
-        return _maybe_chat(found) if cells_are_strings else found
+        return _maybe_chat(found, messages_only=field_name != "messages") if cells_are_strings else found
 
     if kind is DatasetKind.TEXT:
         text = get("text")

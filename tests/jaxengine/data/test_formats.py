@@ -1517,3 +1517,75 @@ def test_a_lone_surrogate_escape_is_named_as_half_a_character(tmp_path, name, da
     assert issue.message.endswith(LONE_SURROGATE)
     if fmt is FileFormat.JSONL:
         assert issue.message == "broken JSON at column 17: " + LONE_SURROGATE
+
+
+def _csv(path: Path, header: list[str], rows: list[list[str]]) -> Path:
+    import csv
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+@pytest.mark.parametrize(("kind", "header", "cells"), [
+    (DatasetKind.SFT, ["prompt", "completion"], ["List two fruits as a JSON array.", '["apple", "banana"]']),
+    (DatasetKind.SFT, ["prompt", "completion"], ["Give the fruits as JSON objects.", '[{"name": "apple"}]']),
+    (DatasetKind.SFT, ["prompt", "completion"], ["Return an empty JSON array.", "[]"]),
+    (DatasetKind.TEXT, ["text"], ['["a", "b"]']),
+    (DatasetKind.TEXT, ["text"], ['[{"id": 1}, {"id": 2}]']),
+    (DatasetKind.PREFERENCE, ["prompt", "chosen", "rejected"], ["Sort 3, 1, 2 as a JSON array.", "[1, 2, 3]", "[3, 2, 1]"]),
+    (DatasetKind.PROMPTS, ["prompt", "answer"], ["[1, 2]", "[1, 2]"]),
+])
+def test_a_csv_cell_of_json_that_is_no_chat_is_text(tmp_path, kind, header, cells):
+    """Audit: every CSV cell that held a JSON list was read as a chat, in text fields too, so an sft answer that is a
+    JSON array (structured output: '["apple", "banana"]') failed "must be a string, got a list (a chat?)", a text
+    cell '[{"id": 1}]' "must be a string, got a list", and a prompt "[1, 2]" "must be an object with 'role' and
+    'content', got a number". Only a list of messages (objects with a role) is a chat; any other cell is its text."""
+    path = _csv(tmp_path / "rows.csv", header, [cells])
+    mapping = ColumnMapping(kind=kind)
+    report = validate_file(path, fmt=FileFormat.CSV, mapping=mapping)
+    assert report.ok, report.errors
+    example, = iter_examples(path, fmt=FileFormat.CSV, mapping=mapping)
+    assert [example[name] for name in header] == cells
+
+
+def test_a_csv_cell_holding_a_chat_is_still_read_as_one_where_a_text_is_expected(tmp_path):
+    """A message list in an sft prompt cell is still named as a chat (the advice to give it as 'messages')."""
+    chat = json.dumps([{"role": "user", "content": "q"}])
+    issue = only_error(validate_file(_csv(tmp_path / "rows.csv", ["prompt", "completion"], [[chat, "a"]]),
+                                     fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.field) == ("wrong_type", "prompt")
+    assert "(a chat?)" in issue.message
+    # And a preference side written as ShareGPT's turns is named as such, not kept as its JSON text.
+    sharegpt = json.dumps([{"from": "gpt", "value": "a"}])
+    issue = only_error(validate_file(_csv(tmp_path / "pairs.csv", ["prompt", "chosen", "rejected"],
+                                          [["q", sharegpt, "b"]]),
+                                     fmt=FileFormat.CSV, mapping=ColumnMapping(kind=DatasetKind.PREFERENCE)))
+    assert (issue.code, issue.field) == ("bad_role", "chosen[0]") and "ShareGPT" in issue.message
+
+
+def test_a_csv_row_of_only_commas_is_a_blank_line(tmp_path):
+    """Audit: a spreadsheet saves the empty rows under its table (once formatted, or cleared) as lines of commas
+    alone (',' or ', ,'): each was a row of empty strings, "row 2, field 'prompt': is an empty string; give it text or
+    drop the row", for rows the user never wrote. Like a blank line, it is skipped (and still counts as a line)."""
+    path = tmp_path / "rows.csv"
+    path.write_bytes(b",,\r\nprompt,completion\r\na,b\r\n,\r\n , \r\nc,d\r\n,\r\n")  # above the table too
+    report = validate_file(path, fmt=FileFormat.CSV, mapping=SFT)
+    assert report.ok and report.row_count == 2, report.errors
+    assert [(number, example["prompt"]) for number, example in read_page(
+        path, fmt=FileFormat.CSV, mapping=SFT, offset=0, limit=5)] == [(1, "a"), (2, "c")]
+    path.write_bytes(b"prompt,completion\r\na,b\r\n,\r\n,x\r\n")  # a row with one cell filled is a row
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.line, issue.row, issue.field) == ("empty_string", 4, 2, "prompt")
+
+
+def test_a_csv_header_ending_with_several_commas_says_so(tmp_path):
+    """Audit: 'prompt,completion,,' (a spreadsheet's empty columns at the table's right) was "column 3 of the header
+    row has no name; name every column"; one comma there is named as such, and so are several now."""
+    path = tmp_path / "rows.csv"
+    path.write_bytes(b"prompt,completion,,\r\na,b,,\r\n")
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.line) == ("csv_header", 1)
+    assert issue.message == ("the header row ends with 2 commas, which make empty columns 3 to 4 with no name; remove "
+                             "the commas at the ends of the lines (or name the columns)")
