@@ -716,9 +716,11 @@ def _iter_json_array(path: Path) -> Iterator[RawRow | Issue]:
 
 # Hugging Face's Dataset.to_json writes JSON Lines whatever the file's extension, and pandas' to_json(lines=True)
 # too: such a .json file was refused for starting with '{'. One line alone is read as a JSON document (json.dump
-# writes one line), so that {"data": [...]} and pandas' other layouts get their own answer.
+# writes one line), so that {"data": [...]} and pandas' other layouts get their own answer, unless it is one row
+# (``_one_row``).
 def _holds_json_lines(path: Path) -> bool:
-    """Whether a .json file holds one object per line: its first line is a whole object and more lines follow."""
+    """Whether a .json file holds one object per line: its first line is a whole object and more lines follow, or it
+    is the file's one line and a row."""
     with open(path, "rb") as handle:
         if not handle.read(_SNIFF_BYTES).removeprefix(codecs.BOM_UTF8).lstrip().startswith(b"{"):
             return False  # an array: its first line, perhaps the whole file, is not read here
@@ -727,13 +729,24 @@ def _holds_json_lines(path: Path) -> bool:
         if not first.startswith(b"{"):
             return False
         try:
-            orjson.loads(first)
+            value = orjson.loads(first)
         except orjson.JSONDecodeError:  # an object over several lines, or cut at the limit
             return False
         while line := handle.readline(MAX_LINE_BYTES):  # bounded: the next line may be a 2 GB one
             if line.strip():
                 return True
-        return False
+        return _one_row(value)
+
+
+def _one_row(value: Any) -> bool:
+    """Whether a .json file's one line, an object, is one row (as ``json.dump(row, f)`` writes it, and Hugging Face's
+    loader reads it), not a document holding rows: none of its values is an object (pandas' to_json layouts) or a
+    list of anything but messages (``{"data": [...]}``, pandas' orient="split"). Such a file was refused as "an object
+    whose first key, 'prompt', holds a string, not a list of rows"."""
+    return type(value) is dict and bool(value) and all(
+        type(item) is not dict and (type(item) is not list or (item and all(
+            type(message) is dict and "role" in message for message in item)))
+        for item in value.values())
 
 
 _WRAPPER_ADVICE = ("; a .json dataset is one array of rows ([{...}, {...}]), or an object whose one key holds that "

@@ -540,7 +540,7 @@ def test_json_array_element_nested_too_deeply_is_named(tmp_path):
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [('{"text": "a"}', "whose first key, 'text', holds a string, not a list of rows"),
+    [('{"text": ["a"]}', "whose first key, 'text', holds a list of strings, not of rows"),  # {"text": "a"}: one row
      ('[{"text": "a"}', "not closed"),
      ('[{"text": "a"}] []', "after the closing"),
      ('[{"text": "a"} {"text": "b"}]', "expected ',' or ']' after element 1")],
@@ -1589,3 +1589,22 @@ def test_a_csv_header_ending_with_several_commas_says_so(tmp_path):
     assert (issue.code, issue.line) == ("csv_header", 1)
     assert issue.message == ("the header row ends with 2 commas, which make empty columns 3 to 4 with no name; remove "
                              "the commas at the ends of the lines (or name the columns)")
+
+
+@pytest.mark.parametrize(("kind", "row"), [
+    (DatasetKind.SFT, {"prompt": "a", "completion": "b"}),
+    (DatasetKind.SFT, {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}),
+    (DatasetKind.PROMPTS, {"prompt": [{"role": "user", "content": "2+2?"}], "answer": "4"}),
+    (DatasetKind.TEXT, {"text": "Once upon a time."}),
+])
+def test_a_json_file_of_one_row_on_one_line_is_that_row(tmp_path, kind, row):
+    """Audit: a .json file of one row, as json.dump(row, f) writes it (Hugging Face's to_json of a one-row dataset
+    too, and its loader reads it as that row), was refused: "the file is an object whose first key, 'prompt', holds a
+    string, not a list of rows; ... save the list of rows alone, or as JSON Lines (.jsonl)", which it already was."""
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    mapping = ColumnMapping(kind=kind)
+    report = validate_file(path, fmt=FileFormat.JSON, mapping=mapping)
+    assert report.ok and report.row_count == 1, report.errors
+    example, = iter_examples(path, fmt=FileFormat.JSON, mapping=mapping)
+    assert example == row if kind is not DatasetKind.PROMPTS else {"answer": "4", "prompt": row["prompt"]}
