@@ -289,6 +289,15 @@ class DataSource:
             return "give --format json, or give the file the .json extension"
         return "give the file the .json extension"
 
+    def csv_format(self) -> str:
+        """How to have a file read as CSV."""
+        if self.entry in (Entry.UPLOAD, Entry.LAUNCH):
+            return ("choose the format CSV (Format on the upload form, file_format in the API) or give the file the "
+                    ".csv extension, and upload it again")
+        if self.entry is Entry.VALIDATE_DATA:
+            return "give --format csv, or give the file the .csv extension"
+        return "give the file the .csv extension"
+
     def mapping_place(self) -> str:
         """Where a column mapping is set, as said in parentheses."""
         return {Entry.UPLOAD: "Column mapping on the upload form, mapping in the API",
@@ -452,6 +461,8 @@ def iter_rows(path: str | os.PathLike, *, fmt: FileFormat,
     """Stream the records of a file. Run ``check_file`` first for size/empty/binary checks."""
     if FileFormat(fmt) is FileFormat.JSONL:
         return _iter_jsonl(Path(path), source=source)
+    if FileFormat(fmt) is FileFormat.JSON:
+        return _iter_json_array(Path(path), source=source)
     readers = {
         FileFormat.JSONL: _iter_jsonl,
         FileFormat.JSON: _iter_json_array,
@@ -489,6 +500,8 @@ def _iter_jsonl(path: Path, *, source: DataSource = WEB_UPLOAD) -> Iterator[RawR
                     raise DatasetFormatError(_cr_line_endings(line_number)) from None
                 if row == 0 and raw.strip() == b"{":
                     raise DatasetFormatError(_indented_jsonl(line_number)) from None
+                if row == 0 and (csv_header := _csv_header_line(raw)) is not None:
+                    raise DatasetFormatError(_csv_as_json(csv_header, line_number, source)) from None
                 row += 1
                 yield _jsonl_issue(raw, exc, line=line_number, row=row, file_offset=line_start)
                 continue
@@ -603,6 +616,27 @@ def _cr_line_endings(line: int) -> Issue:
                          "save it again with LF (or CRLF) line endings")
 
 
+def _csv_header_line(raw: bytes) -> str | None:
+    """The first line of a file read as JSON, when it is no JSON but a CSV header row's text (names separated by
+    commas, tabs or semicolons, perhaps quoted; no JSON object or array, comment or YAML); else None."""
+    try:
+        text = raw.removeprefix(codecs.BOM_UTF8).decode("utf-8").strip()
+    except UnicodeDecodeError:
+        return None
+    if (not text or text[0] in "{[/#" or ":" in text  # JSON gone wrong, a comment, YAML
+            or not any(separator in text for separator in ",\t;")):
+        return None
+    return text
+
+
+def _csv_as_json(header: str, line: int, source: DataSource) -> Issue:
+    # Read as JSON Lines, each line of a CSV file was "broken JSON at column 1: Expecting value", and as a .json array
+    # "it starts with 'p'": JSON under a .csv name was named as such, CSV under a JSON name was not.
+    shown = header if len(header) <= 80 else header[:80] + "…"
+    return Issue(code="json", line=line, message=f"the first line is not JSON but looks like the header row of a CSV "
+                                                 f"file ('{shown}'): {source.csv_format()}")
+
+
 def _indented_jsonl(line: int) -> Issue:
     # Read line by line, rows written with an indent were a "broken JSON" problem for each of their lines ("Expecting
     # property name enclosed in double quotes", "Extra data", ...), each counted as a row, and nothing said why.
@@ -703,14 +737,17 @@ LONE_SURROGATE = ("half of a character (a lone UTF-16 surrogate: a \\ud800-\\udf
                   "text cut inside an emoji leaves): remove it, or write the whole character")
 
 
-def _iter_json_array(path: Path) -> Iterator[RawRow | Issue]:
+def _iter_json_array(path: Path, *, source: DataSource = WEB_UPLOAD) -> Iterator[RawRow | Issue]:
     """Elements of a top-level JSON array, parsed one at a time from a text buffer that grows
     only as far as the element being parsed needs; or of the array an object holds under its one key
     (``{"data": [...]}``); or, for a .json file that holds JSON Lines, its lines."""
     if _holds_json_lines(path):
-        yield from _iter_jsonl(path)
+        yield from _iter_jsonl(path, source=source)
         return
     with open(path, "rb") as handle:
+        if (csv_header := _csv_header_line(handle.readline(_SNIFF_BYTES))) is not None:
+            raise DatasetFormatError(_csv_as_json(csv_header, 1, source))
+        handle.seek(0)
         yield from _JsonArrayReader(_DecodedChunks(handle)).rows()
 
 

@@ -1608,3 +1608,17 @@ def test_a_json_file_of_one_row_on_one_line_is_that_row(tmp_path, kind, row):
     assert report.ok and report.row_count == 1, report.errors
     example, = iter_examples(path, fmt=FileFormat.JSON, mapping=mapping)
     assert example == row if kind is not DatasetKind.PROMPTS else {"answer": "4", "prompt": row["prompt"]}
+
+
+@pytest.mark.parametrize(("name", "fmt"), [("rows.jsonl", FileFormat.JSONL), ("rows.json", FileFormat.JSON)])
+def test_a_csv_file_under_a_json_name_is_named_as_csv(tmp_path, name, fmt):
+    """Audit: a CSV file saved under a .jsonl name was a "broken JSON at column 1: Expecting value; each line must
+    be one JSON object" problem for each of its lines, and under a .json name "a .json dataset must be one array of
+    objects ... but it starts with 'p'": neither said it is CSV (JSON under a .csv name is named as JSON)."""
+    path = tmp_path / name
+    path.write_text('"prompt","completion"\r\nq,a\r\n', encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=fmt, mapping=SFT))
+    assert (issue.code, issue.line, issue.row) == ("json", 1, None)
+    assert issue.message == ("the first line is not JSON but looks like the header row of a CSV file "
+                             "('\"prompt\",\"completion\"'): choose the format CSV (Format on the upload form, file_format in "
+                             "the API) or give the file the .csv extension, and upload it again")
