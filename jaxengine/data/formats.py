@@ -1065,11 +1065,10 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
                 cells = next(reader, None)
                 if cells is None:
                     return
-                if len(cells) < 2 and _blank_csv_row(cells):
-                    continue
-                # A line of commas alone: a spreadsheet's empty row under its table, blank as an empty line is (each of
-                # its cells was otherwise "an empty string" of a row the user never wrote).
-                if not cells[0].strip() and not any(cell.strip() for cell in cells):
+                # A line of commas alone is a spreadsheet's empty row under its table, blank as an empty line is
+                # (each of its cells was otherwise "an empty string" of a row the user never wrote); the first cell is
+                # looked at alone first: it is rarely empty.
+                if not cells or (not cells[0].strip() and _blank_csv_row(cells)):
                     continue
                 row += 1
                 if len(cells) != len(header):
@@ -1156,7 +1155,8 @@ def _check_csv_header(header: list[str], *, line: int) -> None:
             raise DatasetFormatError(Issue(
                 code="csv_header", line=line,
                 message=f"the header row ends with {len(header) - named} commas, which make empty columns {index} to "
-                        f"{len(header)} with no name; remove the commas at the ends of the lines (or name the columns)"))
+                        f"{len(header)} with no name; remove the commas at the ends of the lines (or name the "
+                        "columns)"))
         if not name:
             raise DatasetFormatError(
                 Issue(code="csv_header", message=f"column {index} of the header row has no name; name every column",
@@ -1492,9 +1492,10 @@ def _check_text_or_messages(value: Any, field_name: str, problems: list[Problem]
 
 def _maybe_chat(value: Any, *, messages_only: bool = False) -> Any:
     """CSV cells are strings: a cell holding a JSON list of messages is read as that list. ``messages_only``: only a
-    list of messages (objects with a role, a content or ShareGPT's from) is, where the field may be text (every one but sft's ``messages``): any
-    other JSON there is the cell's text, an answer that is a JSON array (``["apple", "banana"]``) or a prompt "[1, 2]",
-    where every JSON list was read as a chat and refused ("must be a string, got a list")."""
+    list of messages (objects with a role, a content or ShareGPT's from) is, where the field may be text (every one
+    but sft's ``messages``): any other JSON there is the cell's text, an answer that is a JSON array (``["apple",
+    "banana"]``) or a prompt "[1, 2]", where every JSON list was read as a chat and refused ("must be a string, got a
+    list")."""
     if type(value) is str and value.lstrip().startswith("["):
         try:
             decoded = orjson.loads(value)
