@@ -289,6 +289,15 @@ class DataSource:
             return "give --format json, or give the file the .json extension"
         return "give the file the .json extension"
 
+    def csv_format(self) -> str:
+        """How to have a file read as CSV."""
+        if self.entry in (Entry.UPLOAD, Entry.LAUNCH):
+            return ("choose the format CSV (Format on the upload form, file_format in the API) or give the file the "
+                    ".csv extension, and upload it again")
+        if self.entry is Entry.VALIDATE_DATA:
+            return "give --format csv, or give the file the .csv extension"
+        return "give the file the .csv extension"
+
     def mapping_place(self) -> str:
         """Where a column mapping is set, as said in parentheses."""
         return {Entry.UPLOAD: "Column mapping on the upload form, mapping in the API",
@@ -452,6 +461,8 @@ def iter_rows(path: str | os.PathLike, *, fmt: FileFormat,
     """Stream the records of a file. Run ``check_file`` first for size/empty/binary checks."""
     if FileFormat(fmt) is FileFormat.JSONL:
         return _iter_jsonl(Path(path), source=source)
+    if FileFormat(fmt) is FileFormat.JSON:
+        return _iter_json_array(Path(path), source=source)
     readers = {
         FileFormat.JSONL: _iter_jsonl,
         FileFormat.JSON: _iter_json_array,
@@ -487,6 +498,10 @@ def _iter_jsonl(path: Path, *, source: DataSource = WEB_UPLOAD) -> Iterator[RawR
                     raise DatasetFormatError(_json_array_as_jsonl(line_number, source)) from None
                 if row == 0 and _ends_lines_with_cr(raw):
                     raise DatasetFormatError(_cr_line_endings(line_number)) from None
+                if row == 0 and raw.strip() == b"{":
+                    raise DatasetFormatError(_indented_jsonl(line_number)) from None
+                if row == 0 and (csv_header := _csv_header_line(raw)) is not None:
+                    raise DatasetFormatError(_csv_as_json(csv_header, line_number, source)) from None
                 row += 1
                 yield _jsonl_issue(raw, exc, line=line_number, row=row, file_offset=line_start)
                 continue
@@ -601,6 +616,37 @@ def _cr_line_endings(line: int) -> Issue:
                          "save it again with LF (or CRLF) line endings")
 
 
+def _csv_header_line(raw: bytes) -> str | None:
+    """The first line of a file read as JSON, when it is no JSON but a CSV header row's text (names separated by
+    commas, tabs or semicolons, perhaps quoted; no JSON object or array, comment or YAML); else None."""
+    try:
+        text = raw.removeprefix(codecs.BOM_UTF8).decode("utf-8").strip()
+    except UnicodeDecodeError:
+        return None
+    if (not text or text[0] in "{[/#" or ":" in text  # JSON gone wrong, a comment, YAML
+            or not any(separator in text for separator in ",\t;")):
+        return None
+    return text
+
+
+def _csv_as_json(header: str, line: int, source: DataSource) -> Issue:
+    # Read as JSON Lines, each line of a CSV file was "broken JSON at column 1: Expecting value", and as a .json array
+    # "it starts with 'p'": JSON under a .csv name was named as such, CSV under a JSON name was not.
+    shown = header if len(header) <= 80 else header[:80] + "…"
+    return Issue(code="json", line=line, message=f"the first line is not JSON but looks like the header row of a CSV "
+                                                 f"file ('{shown}'): {source.csv_format()}")
+
+
+def _indented_jsonl(line: int) -> Issue:
+    # Read line by line, rows written with an indent were a "broken JSON" problem for each of their lines ("Expecting
+    # property name enclosed in double quotes", "Extra data", ...), each counted as a row, and nothing said why.
+    return Issue(code="json", line=line,
+                 message="this line holds only '{', the start of an object written over several lines (indented, "
+                         "as json.dump(row, file, indent=2) writes it): a JSON Lines file holds each row whole on one "
+                         "line; write each row with json.dumps(row) and a line break, with no indent, and upload it "
+                         "again")
+
+
 def _json_array_as_jsonl(line: int, source: DataSource) -> Issue:
     # Read line by line, an array gave a "broken JSON" problem for each of its lines (or, on one line,
     # "a row that is not an object"), and nothing said that the whole file was one array.
@@ -678,26 +724,40 @@ def _jsonl_issue(raw: bytes, exc: Exception, *, line: int, row: int, file_offset
             line=line,
             row=row,
         )
-    # orjson is stricter than json in a few corners (e.g. NaN, huge integers).
+    # orjson is stricter than json in a few corners (e.g. NaN, huge integers, a lone surrogate).
+    if "surrogate" in str(exc) and isinstance(exc, json.JSONDecodeError):
+        return Issue(code="json", message=f"broken JSON at column {exc.colno}: {LONE_SURROGATE}", line=line, row=row)
     return Issue(code="json", message=f"broken JSON: {exc}; each line must be one JSON object", line=line, row=row)
 
 
-def _iter_json_array(path: Path) -> Iterator[RawRow | Issue]:
+# orjson refuses a lone surrogate escape ("\ud83d" without its "\ude00") and the json module reads it into a str that
+# cannot be written as UTF-8: "no low surrogate in string: line 1 column 13 (char 12); each line must be one JSON
+# object", or in a .json file "str is not valid UTF-8: surrogates not allowed" with advice for another type.
+LONE_SURROGATE = ("half of a character (a lone UTF-16 surrogate: a \\ud800-\\udfff escape without its other half, as "
+                  "text cut inside an emoji leaves): remove it, or write the whole character")
+
+
+def _iter_json_array(path: Path, *, source: DataSource = WEB_UPLOAD) -> Iterator[RawRow | Issue]:
     """Elements of a top-level JSON array, parsed one at a time from a text buffer that grows
     only as far as the element being parsed needs; or of the array an object holds under its one key
     (``{"data": [...]}``); or, for a .json file that holds JSON Lines, its lines."""
     if _holds_json_lines(path):
-        yield from _iter_jsonl(path)
+        yield from _iter_jsonl(path, source=source)
         return
     with open(path, "rb") as handle:
+        if (csv_header := _csv_header_line(handle.readline(_SNIFF_BYTES))) is not None:
+            raise DatasetFormatError(_csv_as_json(csv_header, 1, source))
+        handle.seek(0)
         yield from _JsonArrayReader(_DecodedChunks(handle)).rows()
 
 
 # Hugging Face's Dataset.to_json writes JSON Lines whatever the file's extension, and pandas' to_json(lines=True)
 # too: such a .json file was refused for starting with '{'. One line alone is read as a JSON document (json.dump
-# writes one line), so that {"data": [...]} and pandas' other layouts get their own answer.
+# writes one line), so that {"data": [...]} and pandas' other layouts get their own answer, unless it is one row
+# (``_one_row``).
 def _holds_json_lines(path: Path) -> bool:
-    """Whether a .json file holds one object per line: its first line is a whole object and more lines follow."""
+    """Whether a .json file holds one object per line: its first line is a whole object and more lines follow, or it
+    is the file's one line and a row."""
     with open(path, "rb") as handle:
         if not handle.read(_SNIFF_BYTES).removeprefix(codecs.BOM_UTF8).lstrip().startswith(b"{"):
             return False  # an array: its first line, perhaps the whole file, is not read here
@@ -706,13 +766,24 @@ def _holds_json_lines(path: Path) -> bool:
         if not first.startswith(b"{"):
             return False
         try:
-            orjson.loads(first)
+            value = orjson.loads(first)
         except orjson.JSONDecodeError:  # an object over several lines, or cut at the limit
             return False
         while line := handle.readline(MAX_LINE_BYTES):  # bounded: the next line may be a 2 GB one
             if line.strip():
                 return True
-        return False
+        return _one_row(value)
+
+
+def _one_row(value: Any) -> bool:
+    """Whether a .json file's one line, an object, is one row (as ``json.dump(row, f)`` writes it, and Hugging Face's
+    loader reads it), not a document holding rows: none of its values is an object (pandas' to_json layouts) or a
+    list of anything but messages (``{"data": [...]}``, pandas' orient="split"). Such a file was refused as "an object
+    whose first key, 'prompt', holds a string, not a list of rows"."""
+    return type(value) is dict and bool(value) and all(
+        type(item) is not dict and (type(item) is not list or (item and all(
+            type(message) is dict and "role" in message for message in item)))
+        for item in value.values())
 
 
 _WRAPPER_ADVICE = ("; a .json dataset is one array of rows ([{...}, {...}]), or an object whose one key holds that "
@@ -994,7 +1065,10 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
                 cells = next(reader, None)
                 if cells is None:
                     return
-                if len(cells) < 2 and _blank_csv_row(cells):
+                # A line of commas alone is a spreadsheet's empty row under its table, blank as an empty line is
+                # (each of its cells was otherwise "an empty string" of a row the user never wrote); the first cell is
+                # looked at alone first: it is rarely empty.
+                if not cells or (not cells[0].strip() and _blank_csv_row(cells)):
                     continue
                 row += 1
                 if len(cells) != len(header):
@@ -1021,8 +1095,8 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
 
 
 def _blank_csv_row(cells: list[str]) -> bool:
-    """A blank line, or one of only spaces."""
-    return not cells or (len(cells) == 1 and not cells[0].strip())
+    """A blank line, or one of only spaces, or of commas alone (a spreadsheet's empty row)."""
+    return not any(cell.strip() for cell in cells)
 
 
 def _csv_issue(error: csv.Error, *, first_line: int, line: int) -> Issue:
@@ -1068,12 +1142,21 @@ def _check_other_separator(header: list[str], *, line: int) -> None:
 
 def _check_csv_header(header: list[str], *, line: int) -> None:
     seen: set[str] = set()
+    named = len(header)
+    while named and not header[named - 1]:
+        named -= 1
     for index, name in enumerate(header, start=1):
         if not name and index == len(header) > 1:
             raise DatasetFormatError(Issue(
                 code="csv_header", line=line,
                 message=f"the header row ends with a comma, which makes an empty column {index} with no name; remove "
                         "the commas at the ends of the lines (or name the column)"))
+        if not name and index > named > 0:  # a spreadsheet's empty columns at the right of its table
+            raise DatasetFormatError(Issue(
+                code="csv_header", line=line,
+                message=f"the header row ends with {len(header) - named} commas, which make empty columns {index} to "
+                        f"{len(header)} with no name; remove the commas at the ends of the lines (or name the "
+                        "columns)"))
         if not name:
             raise DatasetFormatError(
                 Issue(code="csv_header", message=f"column {index} of the header row has no name; name every column",
@@ -1407,16 +1490,26 @@ def _check_text_or_messages(value: Any, field_name: str, problems: list[Problem]
     return False
 
 
-def _maybe_chat(value: Any) -> Any:
-    """CSV cells are strings: a cell holding a JSON list of messages is read as that list."""
+def _maybe_chat(value: Any, *, messages_only: bool = False) -> Any:
+    """CSV cells are strings: a cell holding a JSON list of messages is read as that list. ``messages_only``: only a
+    list of messages (objects with a role, a content or ShareGPT's from) is, where the field may be text (every one
+    but sft's ``messages``): any other JSON there is the cell's text, an answer that is a JSON array (``["apple",
+    "banana"]``) or a prompt "[1, 2]", where every JSON list was read as a chat and refused ("must be a string, got a
+    list")."""
     if type(value) is str and value.lstrip().startswith("["):
         try:
             decoded = orjson.loads(value)
         except orjson.JSONDecodeError:
             return value
-        if type(decoded) is list:
+        if type(decoded) is list and (not messages_only or (decoded and all(
+                type(message) is dict and not _MESSAGE_KEYS.isdisjoint(message) for message in decoded))):
             return decoded
     return value
+
+
+# The keys that make a JSON object in a CSV cell a message, a chat's turn: {role, content}, or ShareGPT's {from, value}
+# (read so that the checks name it and say how to write it).
+_MESSAGE_KEYS = frozenset(("role", "content", "from"))
 
 
 _ROW_EXAMPLES = {
@@ -1455,7 +1548,7 @@ def check_record(
         found = value.get(columns.get(field_name, field_name))  # a column left out or null: missing alike
         if found is None:
             return _MISSING
-        return _maybe_chat(found) if cells_are_strings else found
+        return _maybe_chat(found, messages_only=field_name != "messages") if cells_are_strings else found
 
     if kind is DatasetKind.TEXT:
         text = get("text")
@@ -1504,6 +1597,8 @@ def check_record(
             prompt = None
         else:
             _check_text_or_messages(prompt, "prompt", problems)
+            if not problems:
+                _check_prompt_not_repeated(prompt, (("chosen", chosen), ("rejected", rejected)), problems, source)
         return (None if problems else {"prompt": prompt, "chosen": chosen, "rejected": rejected}), problems
 
     prompt = get("prompt")
@@ -1520,6 +1615,24 @@ def check_record(
     del example[prompt_column]
     example["prompt"] = prompt
     return example, problems
+
+
+def _check_prompt_not_repeated(prompt: Any, sides: tuple[tuple[str, Any], ...], problems: list[Problem],
+                               source: DataSource) -> None:
+    """A side of a preference row that is a chat starting with the prompt's turns (UltraFeedback's layout: the
+    prompt, and chosen and rejected as whole conversations): training puts the prompt before each side
+    (``rendered_chats``), so that the model read the prompt twice."""
+    turns = _as_chat(prompt, "user")
+    for field_name, side in sides:
+        if type(side) is list and len(side) >= len(turns) and all(
+                type(message) is dict and message.get("role") == turn["role"]
+                and message.get("content") == turn["content"] for message, turn in zip(side, turns)):
+            problems.append((field_name, "prompt_repeated", (
+                f"starts with the prompt's {'turn' if len(turns) == 1 else f'{len(turns)} turns'} again (a whole "
+                "conversation, as UltraFeedback's chosen and rejected are): training puts the prompt before it, so "
+                "the model would read the prompt twice; leave the prompt out, as whole conversations may (remove its "
+                f"column, or map 'prompt' to a column the file lacks: {source.mapping_place()}), or give only the "
+                f"answer in '{field_name}'")))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1934,6 +2047,8 @@ def _unkept_value_issue(example: Mapping[str, Any], *, line: int | None, row: in
                 return Issue(code="too_deep", line=line, row=row, field=key,
                              message="holds lists or objects nested more than 254 levels deep, which Temper does not "
                                      "keep; flatten them, or store such a value as a JSON string")
+            if "surrogates not allowed" in str(error):
+                return Issue(code="wrong_type", line=line, row=row, field=key, message=f"holds {LONE_SURROGATE}")
             return Issue(code="wrong_type", line=line, row=row, field=key,
                          message=f"holds a value of a type Temper does not keep ({error}): store it as text or a number")
     raise AssertionError("row_digest raised TypeError on a row each of whose values orjson writes")

@@ -540,7 +540,7 @@ def test_json_array_element_nested_too_deeply_is_named(tmp_path):
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [('{"text": "a"}', "whose first key, 'text', holds a string, not a list of rows"),
+    [('{"text": ["a"]}', "whose first key, 'text', holds a list of strings, not of rows"),  # {"text": "a"}: one row
      ('[{"text": "a"}', "not closed"),
      ('[{"text": "a"}] []', "after the closing"),
      ('[{"text": "a"} {"text": "b"}]', "expected ',' or ']' after element 1")],
@@ -1431,3 +1431,194 @@ def test_a_parquet_value_of_a_type_that_cannot_be_kept_is_named(tmp_path):
     assert (issue.code, issue.row, issue.field) == ("wrong_type", 1, "price")
     assert issue.message == ("holds a value of a type Temper does not keep (Type is not JSON serializable: "
                              "decimal.Decimal): store it as text or a number")
+
+
+@pytest.mark.parametrize("indent", [2, 4])
+def test_a_jsonl_file_of_indented_objects_is_one_problem_that_says_so(tmp_path, indent):
+    """Audit: rows written with json.dump(row, f, indent=2), each object spread over several lines, were a
+    "broken JSON" problem for each line ("row 1: broken JSON at column 2: Expecting property name enclosed in
+    double quotes", "row 2: ... Extra data", ...: 20 listed, each counted as a row of its own), and nothing said
+    that the file held whole objects over several lines."""
+    rows = [{"prompt": "a", "completion": "b"}, {"prompt": "c", "completion": "d"}]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(row, indent=indent) + "\n" for row in rows), encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.line, issue.row) == ("json", 1, None)
+    assert issue.message == (
+        "this line holds only '{', the start of an object written over several lines (indented, as json.dump(row, "
+        "file, indent=2) writes it): a JSON Lines file holds each row whole on one line; write each row with "
+        "json.dumps(row) and a line break, with no indent, and upload it again")
+
+
+def test_a_jsonl_file_whose_first_row_alone_is_indented_is_read_as_such(tmp_path):
+    """The indented layout is told from the first row: a broken row further on is named as broken JSON."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"prompt": "a", "completion": "b"}\n{\n"prompt": "c"}\n', encoding="utf-8")
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=SFT)
+    assert report.errors[0].line == 2 and report.errors[0].message.startswith("broken JSON")
+
+
+ULTRAFEEDBACK_ROW = {  # HuggingFaceH4/ultrafeedback_binarized's layout: chosen and rejected repeat the prompt's turn
+    "prompt": "Name a prime.",
+    "chosen": [{"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "7"}],
+    "rejected": [{"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "8"}],
+}
+
+
+def test_preference_sides_that_repeat_the_prompt_are_refused_saying_how_to_leave_it_out(tmp_path):
+    """Audit: UltraFeedback's layout (a prompt, and chosen/rejected as whole conversations that start with that
+    prompt's turn) passed its check, and training put the prompt before each side: the model read
+    [user: prompt, user: prompt, assistant: answer], which the version page only noted as "two turns of one role in
+    a row" that some chat templates refuse."""
+    preference = ColumnMapping(kind=DatasetKind.PREFERENCE)
+    path = write_jsonl(tmp_path / "ultra.jsonl", [
+        {"prompt": "fine", "chosen": "a", "rejected": "b"},
+        ULTRAFEEDBACK_ROW,
+        {**ULTRAFEEDBACK_ROW, "prompt": [{"role": "system", "content": "Be brief."},
+                                         {"role": "user", "content": "Name a prime."}],
+         "chosen": [{"role": "system", "content": "Be brief."}, *ULTRAFEEDBACK_ROW["chosen"]],
+         "rejected": [{"role": "assistant", "content": "9"}]},
+    ])
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=preference)
+    assert [(issue.code, issue.row, issue.field) for issue in report.errors] == [
+        ("prompt_repeated", 2, "chosen"), ("prompt_repeated", 2, "rejected"), ("prompt_repeated", 3, "chosen")]
+    assert report.errors[0].message == (
+        "starts with the prompt's turn again (a whole conversation, as UltraFeedback's chosen and rejected are): "
+        "training puts the prompt before it, so the model would read the prompt twice; leave the prompt out, as "
+        "whole conversations may (remove its column, or map 'prompt' to a column the file lacks: Column mapping on "
+        "the upload form, mapping in the API), or give only the answer in 'chosen'")
+    assert report.errors[2].message.startswith("starts with the prompt's 2 turns again")
+    # Left out as it says, the rows are whole conversations, trained on their assistant turns.
+    left_out = ColumnMapping(kind=DatasetKind.PREFERENCE, columns={"prompt": "no_such_column"})
+    write_jsonl(path, [ULTRAFEEDBACK_ROW])
+    assert validate_file(path, fmt=FileFormat.JSONL, mapping=left_out).ok
+    assert [example["prompt"] for example in iter_examples(path, fmt=FileFormat.JSONL, mapping=left_out)] == [None]
+
+
+LONE_SURROGATE = ("half of a character (a lone UTF-16 surrogate: a \\ud800-\\udfff escape without its other half, as "
+                  "text cut inside an emoji leaves): remove it, or write the whole character")
+
+
+@pytest.mark.parametrize(("name", "data", "fmt", "where"), [
+    ("rows.jsonl", b'{"prompt": "cut \\ud83d", "completion": "b"}\n', FileFormat.JSONL, (1, 1, None)),
+    ("rows.json", b'[{"prompt": "a", "completion": "b"}, {"prompt": "cut \\ud83d", "completion": "b"}]',
+     FileFormat.JSON, (1, 2, "prompt")),
+])
+def test_a_lone_surrogate_escape_is_named_as_half_a_character(tmp_path, name, data, fmt, where):
+    """Audit: text cut inside an emoji written as two escapes ("\\ud83d\\ude00" cut after the first) was, in a
+    .jsonl file, "broken JSON: no low surrogate in string: line 1 column 13 (char 12); each line must be one JSON
+    object", and in a .json file "holds a value of a type Temper does not keep (str is not valid UTF-8: surrogates
+    not allowed): store it as text or a number", advice that does not apply to a string."""
+    path = tmp_path / name
+    path.write_bytes(data)
+    issue = only_error(validate_file(path, fmt=fmt, mapping=SFT))
+    assert (issue.code, issue.line, issue.row, issue.field) == ("json" if fmt is FileFormat.JSONL else "wrong_type",
+                                                                *where)
+    assert issue.message.endswith(LONE_SURROGATE)
+    if fmt is FileFormat.JSONL:
+        assert issue.message == "broken JSON at column 17: " + LONE_SURROGATE
+
+
+def _csv(path: Path, header: list[str], rows: list[list[str]]) -> Path:
+    import csv
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+@pytest.mark.parametrize(("kind", "header", "cells"), [
+    (DatasetKind.SFT, ["prompt", "completion"], ["List two fruits as a JSON array.", '["apple", "banana"]']),
+    (DatasetKind.SFT, ["prompt", "completion"], ["Give the fruits as JSON objects.", '[{"name": "apple"}]']),
+    (DatasetKind.SFT, ["prompt", "completion"], ["Return an empty JSON array.", "[]"]),
+    (DatasetKind.TEXT, ["text"], ['["a", "b"]']),
+    (DatasetKind.TEXT, ["text"], ['[{"id": 1}, {"id": 2}]']),
+    (DatasetKind.PREFERENCE, ["prompt", "chosen", "rejected"], ["Sort 3, 1, 2 as a JSON array.", "[1, 2, 3]", "[3, 2, 1]"]),
+    (DatasetKind.PROMPTS, ["prompt", "answer"], ["[1, 2]", "[1, 2]"]),
+])
+def test_a_csv_cell_of_json_that_is_no_chat_is_text(tmp_path, kind, header, cells):
+    """Audit: every CSV cell that held a JSON list was read as a chat, in text fields too, so an sft answer that is a
+    JSON array (structured output: '["apple", "banana"]') failed "must be a string, got a list (a chat?)", a text
+    cell '[{"id": 1}]' "must be a string, got a list", and a prompt "[1, 2]" "must be an object with 'role' and
+    'content', got a number". Only a list of messages (objects with a role) is a chat; any other cell is its text."""
+    path = _csv(tmp_path / "rows.csv", header, [cells])
+    mapping = ColumnMapping(kind=kind)
+    report = validate_file(path, fmt=FileFormat.CSV, mapping=mapping)
+    assert report.ok, report.errors
+    example, = iter_examples(path, fmt=FileFormat.CSV, mapping=mapping)
+    assert [example[name] for name in header] == cells
+
+
+def test_a_csv_cell_holding_a_chat_is_still_read_as_one_where_a_text_is_expected(tmp_path):
+    """A message list in an sft prompt cell is still named as a chat (the advice to give it as 'messages')."""
+    chat = json.dumps([{"role": "user", "content": "q"}])
+    issue = only_error(validate_file(_csv(tmp_path / "rows.csv", ["prompt", "completion"], [[chat, "a"]]),
+                                     fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.field) == ("wrong_type", "prompt")
+    assert "(a chat?)" in issue.message
+    # And a preference side written as ShareGPT's turns is named as such, not kept as its JSON text.
+    sharegpt = json.dumps([{"from": "gpt", "value": "a"}])
+    issue = only_error(validate_file(_csv(tmp_path / "pairs.csv", ["prompt", "chosen", "rejected"],
+                                          [["q", sharegpt, "b"]]),
+                                     fmt=FileFormat.CSV, mapping=ColumnMapping(kind=DatasetKind.PREFERENCE)))
+    assert (issue.code, issue.field) == ("bad_role", "chosen[0]") and "ShareGPT" in issue.message
+
+
+def test_a_csv_row_of_only_commas_is_a_blank_line(tmp_path):
+    """Audit: a spreadsheet saves the empty rows under its table (once formatted, or cleared) as lines of commas
+    alone (',' or ', ,'): each was a row of empty strings, "row 2, field 'prompt': is an empty string; give it text or
+    drop the row", for rows the user never wrote. Like a blank line, it is skipped (and still counts as a line)."""
+    path = tmp_path / "rows.csv"
+    path.write_bytes(b",,\r\nprompt,completion\r\na,b\r\n,\r\n , \r\nc,d\r\n,\r\n")  # above the table too
+    report = validate_file(path, fmt=FileFormat.CSV, mapping=SFT)
+    assert report.ok and report.row_count == 2, report.errors
+    assert [(number, example["prompt"]) for number, example in read_page(
+        path, fmt=FileFormat.CSV, mapping=SFT, offset=0, limit=5)] == [(1, "a"), (2, "c")]
+    path.write_bytes(b"prompt,completion\r\na,b\r\n,\r\n,x\r\n")  # a row with one cell filled is a row
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.line, issue.row, issue.field) == ("empty_string", 4, 2, "prompt")
+
+
+def test_a_csv_header_ending_with_several_commas_says_so(tmp_path):
+    """Audit: 'prompt,completion,,' (a spreadsheet's empty columns at the table's right) was "column 3 of the header
+    row has no name; name every column"; one comma there is named as such, and so are several now."""
+    path = tmp_path / "rows.csv"
+    path.write_bytes(b"prompt,completion,,\r\na,b,,\r\n")
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.line) == ("csv_header", 1)
+    assert issue.message == ("the header row ends with 2 commas, which make empty columns 3 to 4 with no name; remove "
+                             "the commas at the ends of the lines (or name the columns)")
+
+
+@pytest.mark.parametrize(("kind", "row"), [
+    (DatasetKind.SFT, {"prompt": "a", "completion": "b"}),
+    (DatasetKind.SFT, {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}),
+    (DatasetKind.PROMPTS, {"prompt": [{"role": "user", "content": "2+2?"}], "answer": "4"}),
+    (DatasetKind.TEXT, {"text": "Once upon a time."}),
+])
+def test_a_json_file_of_one_row_on_one_line_is_that_row(tmp_path, kind, row):
+    """Audit: a .json file of one row, as json.dump(row, f) writes it (Hugging Face's to_json of a one-row dataset
+    too, and its loader reads it as that row), was refused: "the file is an object whose first key, 'prompt', holds a
+    string, not a list of rows; ... save the list of rows alone, or as JSON Lines (.jsonl)", which it already was."""
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    mapping = ColumnMapping(kind=kind)
+    report = validate_file(path, fmt=FileFormat.JSON, mapping=mapping)
+    assert report.ok and report.row_count == 1, report.errors
+    example, = iter_examples(path, fmt=FileFormat.JSON, mapping=mapping)
+    assert example == row if kind is not DatasetKind.PROMPTS else {"answer": "4", "prompt": row["prompt"]}
+
+
+@pytest.mark.parametrize(("name", "fmt"), [("rows.jsonl", FileFormat.JSONL), ("rows.json", FileFormat.JSON)])
+def test_a_csv_file_under_a_json_name_is_named_as_csv(tmp_path, name, fmt):
+    """Audit: a CSV file saved under a .jsonl name was a "broken JSON at column 1: Expecting value; each line must
+    be one JSON object" problem for each of its lines, and under a .json name "a .json dataset must be one array of
+    objects ... but it starts with 'p'": neither said it is CSV (JSON under a .csv name is named as JSON)."""
+    path = tmp_path / name
+    path.write_text('"prompt","completion"\r\nq,a\r\n', encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=fmt, mapping=SFT))
+    assert (issue.code, issue.line, issue.row) == ("json", 1, None)
+    assert issue.message == ("the first line is not JSON but looks like the header row of a CSV file "
+                             "('\"prompt\",\"completion\"'): choose the format CSV (Format on the upload form, file_format in "
+                             "the API) or give the file the .csv extension, and upload it again")
