@@ -131,7 +131,11 @@ def chat_token_create(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def chat_token_revoke(request: HttpRequest, slug: str, token_id: int) -> HttpResponse:
     project, _membership = chat_access(request.user, slug)
-    project_token_revoke(user=request.user, project=project, token_id=token_id)
+    token = project_token_revoke(user=request.user, project=project, token_id=token_id)
+    if token is not None:
+        messages.success(request, f"Token {isolated(token.name)} revoked: programs using it are refused from now on.")
+    else:  # a second click, or an id that is not one of yours: the same answer, nothing changed
+        messages.info(request, "That token is not among yours in this project (revoked already?); nothing was revoked.")
     return redirect("chat:list", slug=project.slug)
 
 

@@ -117,6 +117,24 @@ def test_a_token_sent_that_is_not_one_is_told_so(team):
     assert nothing.startswith("send 'Authorization: Bearer <token>' with a project token (tpk_…)")
 
 
+def test_revoking_a_token_says_so_where_the_tokens_are(team, client_for):
+    """QA: Revoke, at the foot of the Chat page, answered with the page's top and no word: nothing seemed to have
+    happened. The page now says the token was revoked (or that it was already), in its messages, which take the
+    focus (forms.js)."""
+    from django.urls import reverse
+
+    token, _secret = project_token_create(user=team.teammate, project=team.project, name="laptop <b>")
+    client = client_for(team.teammate)
+    revoke = reverse("chat:token_revoke", args=[team.project.slug, token.pk])
+    response = client.post(revoke)
+    assert response.status_code == 302 and response["Location"] == reverse("chat:list", args=[team.project.slug])
+    page = client.get(response["Location"]).content.decode()
+    assert "Token ⁨laptop &lt;b&gt;⁩ revoked: programs using it are refused from now on." in page
+    client.post(revoke)
+    page = client.get(reverse("chat:list", args=[team.project.slug])).content.decode()
+    assert "That token is not among yours in this project (revoked already?); nothing was revoked." in page
+
+
 def test_a_member_creates_and_revokes_a_token_in_the_ui(team, client_for):
     from django.urls import reverse
 
