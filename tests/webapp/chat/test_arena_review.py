@@ -130,6 +130,19 @@ def test_the_pages_offer_it_to_owners_only(team, client_for, models, campaign):
     assert 'name="battle"' in client_for(team.owner).get(reverse("chat:arena", args=[team.project.slug])).content.decode()
 
 
+def test_battles_are_ticked_only_where_a_campaign_can_take_them(team, client_for, models):
+    """QA: with no campaign ready for battles, the owner's arena table still had its Send column of check boxes,
+    tied to a form the page did not hold (no campaign to pick, no button to send them): ticks that did nothing."""
+    voted_battle(team, team.owner, "Name a colour.", "a")
+    page = client_for(team.owner).get(reverse("chat:arena", args=[team.project.slug])).content.decode()
+    assert 'id="to-review-form"' not in page
+    assert 'name="battle"' not in page and "<th>Send</th>" not in page
+    review_services.campaign_create(project=team.project, name="arena pass", guidelines="", source_version=None,
+                                    required_reviews=1, reviewers=[team.teammate], user=team.owner)
+    page = client_for(team.owner).get(reverse("chat:arena", args=[team.project.slug])).content.decode()
+    assert 'id="to-review-form"' in page and 'name="battle"' in page and "<th>Send</th>" in page
+
+
 def test_it_requires_the_owner_role_and_the_project(team, client_for, models, campaign):
     battle = voted_battle(team, team.teammate, "Name a colour.", "a")
     data = {"campaign": campaign.public_id, "scope": "all"}
