@@ -24,6 +24,7 @@ from webapp.chat.forms import (THINKING_CHOICES, THINKING_HELP, VARIABLE_PREFIX,
 from webapp.chat.leaderboard import MIN_VOTES_FOR_INTERVAL
 from webapp.chat.models import Battle, BattleOutcome, MessageStatus
 from webapp.chat.services import ChatError
+from webapp.chat.views import no_serve_worker_context
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.numbers import whole_number
@@ -161,7 +162,7 @@ def arena_battle(request: HttpRequest, slug: str, battle_id: str) -> HttpRespons
         # The vote opens once both answers are done (battle_vote refuses it before); the page enables it.
         "answering": any(side["answer"].status == MessageStatus.STREAMING for side in sides),
         # A failed answer (an error, not the model's text) rates nothing: no vote, the same prompt again.
-        "failed_side": arena.failed_side(battle)})
+        "failed_side": arena.failed_side(battle), **no_serve_worker_context()})
 
 
 @login_required

@@ -33,6 +33,7 @@ from webapp.core.numbers import whole_number
 from webapp.core.submissions import (SendingInProgress, deleted_once_or_refused, form_send_once, form_send_once_secret,
                                      note_secret_already_shown, posted_once)
 from webapp.core.views import post_answered_with_a_page
+from webapp.workers.selectors import queue_unserved
 
 
 CONVERSATIONS_PER_PAGE = 50
@@ -161,7 +162,14 @@ def chat_detail(request: HttpRequest, slug: str, conversation_id: str) -> HttpRe
         "project": project, "membership": membership, "conversation": conversation,
         **_prompt(conversation, model),
         "chat_messages": list(conversation.messages.all()), "form": MessageForm(), "model_available": not unavailable,
-        "unavailable": unavailable})
+        "unavailable": unavailable, **no_serve_worker_context()})
+
+
+def no_serve_worker_context() -> dict:
+    """What the chat and battle pages say when no serve worker runs (``chat/_no_serve_worker.html``): an answer
+    would wait under "waiting for the model…" until it is given up, with nothing saying why."""
+    return {"no_serve_worker": queue_unserved("serve"),
+            "answer_given_up_after": services.generation_expiry_seconds()}
 
 
 def _prompt(conversation, model) -> dict:
