@@ -7,9 +7,7 @@ on log-strengths, where the log-likelihood is concave), with ``prior`` virtual t
 against a fixed reference of strength 1 so that a model that never lost still gets a finite rating. Ratings are on the Elo scale, ``1000 + 400 log10 p_i`` with the strengths'
 geometric mean fixed at 1 (ratings average 1000); a 400-point gap means 10:1 odds. The interval
 of each rating is the 2.5th–97.5th percentile over fits to votes resampled with replacement (a
-resample that cannot be fitted, possible only without the prior, is left out). Each pair's outcomes are resampled
-with half a vote of each outcome added to it (``RESAMPLE_PSEUDO_VOTES``): a pair whose votes all went one way would
-otherwise resample to itself every round, and its interval would be a point. With few votes the
+resample that cannot be fitted, possible only without the prior, is left out). With few votes the
 resamples barely differ (one vote resamples to itself every round), so the interval of a model
 with fewer than ``MIN_VOTES_FOR_INTERVAL`` votes would look precise without being so: it is not shown.
 
@@ -30,10 +28,6 @@ OUTCOMES = ("a", "b", "tie", "both_bad")
 ELO_BASE = 1000.0
 ELO_SCALE = 400.0
 MIN_VOTES_FOR_INTERVAL = 5  # per model; below it the bootstrap interval is too narrow to mean anything
-# Votes of each outcome (A won, B won, tied) that every pair that met is resampled as holding besides its own (the
-# Jeffreys prior of its outcome shares): without them, a pair whose votes all went one way drew those votes in every
-# round, and its models' intervals had no width ("1343 – 1343" after ten votes for A).
-RESAMPLE_PSEUDO_VOTES = 0.5
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -153,11 +147,14 @@ def leaderboard(votes: Sequence[Vote], *, prior: float = 0.5, rounds: int = 200,
         return []
     tally = _tally(votes)
     ratings = _ratings(fit_strengths(tally.wins(tally.counts), prior=prior))
-    # Each round draws len(votes) votes with replacement: as counts of the (pair, outcome) cells of the pairs that
-    # met, a multinomial with their shares, each cell holding RESAMPLE_PSEUDO_VOTES more than it has.
-    cells = (tally.counts + RESAMPLE_PSEUDO_VOTES).ravel()
-    resampled_counts = np.random.default_rng(seed).multinomial(len(votes), cells / cells.sum(), size=rounds)
-    resampled_wins = tally.wins(resampled_counts.reshape(rounds, *tally.counts.shape).astype(float))
+    # Each round draws len(votes) votes with replacement: as counts of the (pair, outcome) cells that hold
+    # votes, a multinomial with their shares; the other cells stay 0.
+    cells = tally.counts.ravel()
+    held = np.flatnonzero(cells)
+    resampled_counts = np.zeros((rounds, cells.size))
+    resampled_counts[:, held] = np.random.default_rng(seed).multinomial(len(votes), cells[held] / len(votes),
+                                                                         size=rounds)
+    resampled_wins = tally.wins(resampled_counts.reshape(rounds, *tally.counts.shape))
     # With prior 0, a resample in which some model never won has no finite fit: it is left out.
     fittable = np.all(resampled_wins.sum(axis=-1) + prior / 2 > 0, axis=-1)
     resampled = _ratings(fit_strengths(resampled_wins[fittable], prior=prior)) if fittable.any() else []
