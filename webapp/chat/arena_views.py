@@ -216,7 +216,7 @@ def arena_leaderboard(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 def _sent_message(send: arena.ReviewSend, campaign_name: str) -> str:
-    parts = [f"{send.added} battle{'s' if send.added != 1 else ''} added to {campaign_name}"]
+    parts = [f"{send.added} battle{'s' if send.added != 1 else ''} added to {isolated(campaign_name)}"]
     if send.already_sent:
         parts.append(f"{send.already_sent} already there")
     if send.unusable:
@@ -265,7 +265,7 @@ def arena_review_create(request: HttpRequest, slug: str) -> HttpResponse:
     def create() -> str:
         campaign, send = arena.arena_campaign_create(project=project, name=request.POST.get("name", ""),
                                                      required_reviews=required_reviews, user=request.user)
-        messages.success(request, f"Campaign {campaign.name} created: {_sent_message(send, campaign.name)} "
+        messages.success(request, f"Campaign {isolated(campaign.name)} created: {_sent_message(send, campaign.name)} "
                                   "Its reviewers are every member and owner; change them in Settings.")
         return reverse("review:detail", args=[project.slug, campaign.public_id])
 
