@@ -45,11 +45,11 @@ def test_battles_go_to_review_from_the_arena_and_the_leaderboard(browser, live_s
         owner.select_option("#id_review_campaign", label=f"{isolated('arena pass')} (0 items)")
         with owner.expect_navigation():
             owner.get_by_role("button", name="Send ticked battles").click()
-        assert "1 battle added to arena pass." in owner.locator(".messages").inner_text()
+        assert "1 battle added to \u2068arena pass\u2069." in owner.locator(".messages").inner_text()
         screenshot(owner, "arena-to-review")
         with owner.expect_navigation():
             owner.get_by_role("button", name="Send all decisive battles not yet sent").click()
-        assert "1 battle added to arena pass; 1 already there." in owner.locator(".messages").inner_text()
+        assert "1 battle added to \u2068arena pass\u2069; 1 already there." in owner.locator(".messages").inner_text()
         assert sorted(item.metadata["battle"] for item in campaign.items.all()) == sorted(
             [mine.public_id, theirs.public_id])
 

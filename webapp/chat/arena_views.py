@@ -24,6 +24,7 @@ from webapp.chat.forms import (THINKING_CHOICES, THINKING_HELP, VARIABLE_PREFIX,
 from webapp.chat.leaderboard import MIN_VOTES_FOR_INTERVAL
 from webapp.chat.models import Battle, BattleOutcome, MessageStatus
 from webapp.chat.services import ChatError
+from webapp.chat.views import no_serve_worker_context
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.numbers import whole_number
@@ -161,7 +162,7 @@ def arena_battle(request: HttpRequest, slug: str, battle_id: str) -> HttpRespons
         # The vote opens once both answers are done (battle_vote refuses it before); the page enables it.
         "answering": any(side["answer"].status == MessageStatus.STREAMING for side in sides),
         # A failed answer (an error, not the model's text) rates nothing: no vote, the same prompt again.
-        "failed_side": arena.failed_side(battle)})
+        "failed_side": arena.failed_side(battle), **no_serve_worker_context()})
 
 
 @login_required
@@ -215,7 +216,7 @@ def arena_leaderboard(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 def _sent_message(send: arena.ReviewSend, campaign_name: str) -> str:
-    parts = [f"{send.added} battle{'s' if send.added != 1 else ''} added to {campaign_name}"]
+    parts = [f"{send.added} battle{'s' if send.added != 1 else ''} added to {isolated(campaign_name)}"]
     if send.already_sent:
         parts.append(f"{send.already_sent} already there")
     if send.unusable:
@@ -264,7 +265,7 @@ def arena_review_create(request: HttpRequest, slug: str) -> HttpResponse:
     def create() -> str:
         campaign, send = arena.arena_campaign_create(project=project, name=request.POST.get("name", ""),
                                                      required_reviews=required_reviews, user=request.user)
-        messages.success(request, f"Campaign {campaign.name} created: {_sent_message(send, campaign.name)} "
+        messages.success(request, f"Campaign {isolated(campaign.name)} created: {_sent_message(send, campaign.name)} "
                                   "Its reviewers are every member and owner; change them in Settings.")
         return reverse("review:detail", args=[project.slug, campaign.public_id])
 

@@ -9,7 +9,9 @@ geometric mean fixed at 1 (ratings average 1000); a 400-point gap means 10:1 odd
 of each rating is the 2.5th–97.5th percentile over fits to votes resampled with replacement (a
 resample that cannot be fitted, possible only without the prior, is left out). With few votes the
 resamples barely differ (one vote resamples to itself every round), so the interval of a model
-with fewer than ``MIN_VOTES_FOR_INTERVAL`` votes would look precise without being so: it is not shown.
+with fewer than ``MIN_VOTES_FOR_INTERVAL`` votes would look precise without being so: it is not shown. Nor is that of
+a model whose every opponent's votes went one way (``Rating.one_sided``: all won, all lost or all tied): each pair is
+resampled from its own outcomes, so those votes resample to themselves and the interval has no width, however many.
 
 The votes are read once, into counts per pair of models and outcome (``_tally``): resampling the votes
 with replacement is drawing those counts from a multinomial (the same distribution, without going back
@@ -50,10 +52,13 @@ class Rating:
     low: float  # 95% bootstrap interval
     high: float
     votes: int
+    # Every opponent's votes went one way (all won, all lost, or all tied): the bootstrap resamples each pair from
+    # its own outcomes, so such votes resample to themselves and the interval says nothing ("1343 – 1343").
+    one_sided: bool = False
 
     @property
     def has_interval(self) -> bool:
-        return self.votes >= MIN_VOTES_FOR_INTERVAL
+        return self.votes >= MIN_VOTES_FOR_INTERVAL and not self.one_sided
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +80,14 @@ class _Tally:
         wins[..., self.first, self.second] = counts[..., 0] + counts[..., 2] / 2
         wins[..., self.second, self.first] = counts[..., 1] + counts[..., 2] / 2
         return wins
+
+    def one_sided(self) -> np.ndarray:
+        """[M] bool: whether every pair the model is in holds votes of one outcome only (A won, B won, or tied)."""
+        mixed_pairs = (self.counts > 0).sum(axis=-1) > 1
+        size = len(self.models)
+        mixed = (np.bincount(self.first, weights=mixed_pairs, minlength=size)
+                 + np.bincount(self.second, weights=mixed_pairs, minlength=size))
+        return mixed == 0
 
     def votes_per_model(self) -> np.ndarray:
         games = self.counts.sum(axis=-1)
@@ -159,9 +172,9 @@ def leaderboard(votes: Sequence[Vote], *, prior: float = 0.5, rounds: int = 200,
     fittable = np.all(resampled_wins.sum(axis=-1) + prior / 2 > 0, axis=-1)
     resampled = _ratings(fit_strengths(resampled_wins[fittable], prior=prior)) if fittable.any() else []
     low, high = np.percentile(resampled, [2.5, 97.5], axis=0) if len(resampled) else (ratings, ratings)
-    votes_per_model = tally.votes_per_model()
+    votes_per_model, one_sided = tally.votes_per_model(), tally.one_sided()
     board = [Rating(model=model, rating=float(ratings[i]), low=float(low[i]), high=float(high[i]),
-                    votes=int(votes_per_model[i])) for i, model in enumerate(tally.models)]
+                    votes=int(votes_per_model[i]), one_sided=bool(one_sided[i])) for i, model in enumerate(tally.models)]
     return sorted(board, key=lambda rating: -rating.rating)
 
 

@@ -50,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_
 from pydantic_core import PydanticCustomError
 
 from jaxengine.chat_template import TEMPLATE_VARIABLES_MAX
+from webapp.api.services import TOKEN_PREFIX as REST_TOKEN_PREFIX
 from webapp.celery import app as celery_app
 from webapp.chat import channels, selectors
 from webapp.chat.events import MAX_STREAM_SECONDS, relay
@@ -58,6 +59,7 @@ from webapp.chat.services import (FIRST_TOKEN_WAIT_SECONDS, GENERATE_TASK, MAX_C
                                   api_generation_start, generation_expiry_seconds)
 from webapp.chat.tokens import project_token_authenticate, project_token_refusal, project_token_standing
 from webapp.core import json_bodies, sse
+from webapp.core.auth_header import bearer_secret
 from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS
 from webapp.core.streams import release_connections
 from webapp.core.text import lone_surrogate_problem, shown_text
@@ -442,6 +444,21 @@ def _authenticate(request: HttpRequest):
     return project_token_authenticate(request.headers.get("Authorization", ""))
 
 
+def _why_no_token(header: str) -> str:
+    """Why ``Authorization: header`` names no project token, in words: a token sent (revoked, mistyped, the REST API's)
+    is not told to send one."""
+    secret = bearer_secret(header)
+    if secret is None:
+        return ("send 'Authorization: Bearer <token>' with a project token (tpk_…): made on the project's Chat page "
+                "under 'API tokens for this project', or by python manage.py apitoken; tokens of the API tokens page "
+                "(tmp_…) are for the REST API at /api/v1/")
+    if secret.startswith(REST_TOKEN_PREFIX):
+        return ("this is a REST API token (tmp_…), for the REST API at /api/v1/; /v1/ takes a project token (tpk_…), "
+                "made on the project's Chat page under 'API tokens for this project'")
+    return ("the token sent is not a valid project token (revoked, or mistyped); make a new one on the project's Chat "
+            "page under 'API tokens for this project' and send it as 'Authorization: Bearer <token>'")
+
+
 def _unauthorized(request: HttpRequest) -> JsonResponse:
     refusal = project_token_refusal(request.headers.get("Authorization", ""))
     if refusal is not None and not refusal[1]:  # a real token whose user's role changed: not "send a token"
@@ -450,10 +467,8 @@ def _unauthorized(request: HttpRequest) -> JsonResponse:
         response = _error(401, refusal[0], kind="authentication_error", code="invalid_api_key")
         response["WWW-Authenticate"] = 'Bearer realm="temper"'
         return response
-    response = _error(401, "send 'Authorization: Bearer <token>' with a project token (tpk_…): made on the project's "
-                           "Chat page under 'API tokens for this project', or by python manage.py apitoken; tokens of "
-                           "the API tokens page (tmp_…) are for the REST API at /api/v1/",
-                      kind="authentication_error", code="invalid_api_key")
+    response = _error(401, _why_no_token(request.headers.get("Authorization", "")), kind="authentication_error",
+                      code="invalid_api_key")
     response["WWW-Authenticate"] = 'Bearer realm="temper"'  # RFC 9110 requires it on a 401
     return response
 

@@ -93,9 +93,13 @@ def project_token_refusal(header: str) -> tuple[str, bool] | None:
     return None if refusal is None else (refusal, token_expired(token))
 
 
-def project_token_revoke(*, user, project: Project, token_id: int) -> None:
-    """Delete one of ``user``'s tokens for ``project`` (no error if it is already gone)."""
-    ProjectToken.objects.filter(pk=token_id, user=user, project=project).delete()
+def project_token_revoke(*, user, project: Project, token_id: int) -> ProjectToken | None:
+    """Delete one of ``user``'s tokens for ``project``; returns it, or None when there was none such (revoked
+    already: no error)."""
+    token = ProjectToken.objects.filter(pk=token_id, user=user, project=project).first()
+    if token is not None:
+        token.delete()
+    return token
 
 
 def project_tokens_revoke_all(*, user, project: Project) -> None:

@@ -33,6 +33,7 @@ from webapp.core.numbers import whole_number
 from webapp.core.submissions import (SendingInProgress, deleted_once_or_refused, form_send_once, form_send_once_secret,
                                      note_secret_already_shown, posted_once)
 from webapp.core.views import post_answered_with_a_page
+from webapp.workers.selectors import queue_unserved
 
 
 CONVERSATIONS_PER_PAGE = 50
@@ -131,7 +132,11 @@ def chat_token_create(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def chat_token_revoke(request: HttpRequest, slug: str, token_id: int) -> HttpResponse:
     project, _membership = chat_access(request.user, slug)
-    project_token_revoke(user=request.user, project=project, token_id=token_id)
+    token = project_token_revoke(user=request.user, project=project, token_id=token_id)
+    if token is not None:
+        messages.success(request, f"Token {isolated(token.name)} revoked: programs using it are refused from now on.")
+    else:  # a second click, or an id that is not one of yours: the same answer, nothing changed
+        messages.info(request, "That token is not among yours in this project (revoked already?); nothing was revoked.")
     return redirect("chat:list", slug=project.slug)
 
 
@@ -157,7 +162,14 @@ def chat_detail(request: HttpRequest, slug: str, conversation_id: str) -> HttpRe
         "project": project, "membership": membership, "conversation": conversation,
         **_prompt(conversation, model),
         "chat_messages": list(conversation.messages.all()), "form": MessageForm(), "model_available": not unavailable,
-        "unavailable": unavailable})
+        "unavailable": unavailable, **no_serve_worker_context()})
+
+
+def no_serve_worker_context() -> dict:
+    """What the chat and battle pages say when no serve worker runs (``chat/_no_serve_worker.html``): an answer
+    would wait under "waiting for the model…" until it is given up, with nothing saying why."""
+    return {"no_serve_worker": queue_unserved("serve"),
+            "answer_given_up_after": services.generation_expiry_seconds()}
 
 
 def _prompt(conversation, model) -> dict:

@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import PurePath
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q
 from django.urls import reverse
@@ -271,6 +272,16 @@ _DESCRIBE: dict[str, Callable[..., JobShown]] = {
     "worker.tasks.review.generate_campaign_answers": _generate_campaign_answers,
     "worker.tasks.review.write_export": _write_export,
 }
+
+
+def queue_unserved(queue: str, *, now: datetime | None = None) -> bool:
+    """Whether no live worker (a heartbeat within ``stale_after()``, not stopped) consumes ``queue``, so that its
+    tasks wait for one. False where workers send no heartbeats (``TEMPER_HEARTBEAT_SECONDS=0``): nothing tells."""
+    if settings.TEMPER_HEARTBEAT_SECONDS <= 0:
+        return False
+    now = now or timezone.now()
+    alive = Worker.objects.filter(stopped_at__isnull=True, last_seen__gte=now - stale_after())
+    return not any(queue in worker.queues for worker in alive.only("queues"))
 
 
 def workers_alive_count(*, now: datetime | None = None) -> int:

@@ -231,12 +231,27 @@ def test_the_leaderboard_page_shows_intervals_from_the_minimum_number_of_votes(t
     for number in range(MIN_VOTES_FOR_INTERVAL):
         battle = start_battle(team, client_for, prompt=f"Question {number}")
         finish(battle, "x", "y")
-        arena.battle_vote(battle=battle, outcome="a" if number % 2 else "b")
+        # falcon wins the odd questions, heron the even ones (the sides are drawn at random): votes both ways
+        falcon_won = battle.side_a.model_label == "Base model: falcon"
+        arena.battle_vote(battle=battle, outcome="a" if falcon_won == bool(number % 2) else "b")
     ratings, _rates = arena.project_leaderboard(project=team.project)
     page = client_for(team.teammate).get(reverse("chat:leaderboard", args=[team.project.slug])).content.decode()
-    assert "too few votes" not in page
+    assert "too few votes" not in page and "votes all one way" not in page
     for rating in ratings:
         assert f'<td class="num">{floatformat(rating.low, 0)} – {floatformat(rating.high, 0)}</td>' in page
+
+
+def test_the_leaderboard_page_shows_no_interval_for_votes_all_one_way(team, client_for, models, sent):
+    """QA: five votes, all for falcon, showed each model a 95% interval of no width ("1249 – 1249")."""
+    for number in range(MIN_VOTES_FOR_INTERVAL):
+        battle = start_battle(team, client_for, prompt=f"Question {number}")
+        finish(battle, "x", "y")
+        arena.battle_vote(battle=battle, outcome="a" if battle.side_a.model_label == "Base model: falcon" else "b")
+    ratings, _rates = arena.project_leaderboard(project=team.project)
+    page = client_for(team.teammate).get(reverse("chat:leaderboard", args=[team.project.slug])).content.decode()
+    assert page.count(">votes all one way<") == 2 and "too few votes" not in page
+    for rating in ratings:
+        assert f"{floatformat(rating.low, 0)} – {floatformat(rating.high, 0)}" not in page
 
 
 def test_the_leaderboard_reads_the_votes_once_per_vote_however_many_there_are(team, client_for, models, sent):

@@ -56,7 +56,7 @@ def test_ticked_battles_go_to_the_campaign_once(team, client_for, models, campai
     client.post(send_url(team), {"campaign": campaign.public_id, "scope": "selected", "battle": [mine.public_id]})
     assert campaign.items.count() == 2, "a battle is never added twice"
     page = client.get(reverse("chat:arena", args=[team.project.slug])).content.decode()
-    assert "0 battles added to arena pass; 1 already there." in page
+    assert "0 battles added to \u2068arena pass\u2069; 1 already there." in page
 
 
 def test_all_decisive_battles_of_the_project_not_yet_sent(team, client_for, models, campaign):
@@ -128,6 +128,34 @@ def test_the_pages_offer_it_to_owners_only(team, client_for, models, campaign):
         assert "New review campaign from arena votes" in owner_page
         assert "Send all decisive" not in client_for(team.teammate).get(url).content.decode()
     assert 'name="battle"' in client_for(team.owner).get(reverse("chat:arena", args=[team.project.slug])).content.decode()
+
+
+def test_battles_are_ticked_only_where_a_campaign_can_take_them(team, client_for, models):
+    """QA: with no campaign ready for battles, the owner's arena table still had its Send column of check boxes,
+    tied to a form the page did not hold (no campaign to pick, no button to send them): ticks that did nothing."""
+    voted_battle(team, team.owner, "Name a colour.", "a")
+    page = client_for(team.owner).get(reverse("chat:arena", args=[team.project.slug])).content.decode()
+    assert 'id="to-review-form"' not in page
+    assert 'name="battle"' not in page and "<th>Send</th>" not in page
+    review_services.campaign_create(project=team.project, name="arena pass", guidelines="", source_version=None,
+                                    required_reviews=1, reviewers=[team.teammate], user=team.owner)
+    page = client_for(team.owner).get(reverse("chat:arena", args=[team.project.slug])).content.decode()
+    assert 'id="to-review-form"' in page and 'name="battle"' in page and "<th>Send</th>" in page
+
+
+def test_the_messages_isolate_the_campaigns_name(team, client_for, models):
+    """A right-to-left name ran into the counts after it ("2 battles added to סקירה; 1 already there" read with the
+    count taken into the name); the review pages' own messages isolate it, and now so do the arena's."""
+    voted_battle(team, team.owner, "Name a colour.", "a")
+    client = client_for(team.owner)
+    client.post(reverse("chat:arena_review_create", args=[team.project.slug]),
+                {"name": "סקירה", "required_reviews": "1", "submission_token": "a" * 24})
+    campaign = Campaign.objects.get(name="סקירה")
+    page = client.get(reverse("review:detail", args=[team.project.slug, campaign.public_id])).content.decode()
+    assert "Campaign \u2068סקירה\u2069 created: 1 battle added to \u2068סקירה\u2069." in page
+    client.post(send_url(team), {"campaign": campaign.public_id, "scope": "all"})
+    page = client.get(reverse("chat:arena", args=[team.project.slug])).content.decode()
+    assert "0 battles added to \u2068סקירה\u2069; 1 already there." in page
 
 
 def test_it_requires_the_owner_role_and_the_project(team, client_for, models, campaign):

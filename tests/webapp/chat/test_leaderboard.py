@@ -61,7 +61,8 @@ def test_an_interval_is_shown_only_from_the_minimum_number_of_votes_per_model():
     # B plays every vote, A and C share them: with one vote fewer than the minimum A has none to show.
     few = MIN_VOTES_FOR_INTERVAL - 1
     board = {rating.model: rating for rating in
-             leaderboard(votes("A", "B", "a", few) + votes("B", "C", "a", MIN_VOTES_FOR_INTERVAL), rounds=20)}
+             leaderboard(votes("A", "B", "a", few - 1) + votes("A", "B", "b", 1)
+                         + votes("B", "C", "a", MIN_VOTES_FOR_INTERVAL - 1) + votes("B", "C", "b", 1), rounds=20)}
     assert (board["A"].votes, board["B"].votes, board["C"].votes) == (few, 2 * MIN_VOTES_FOR_INTERVAL - 1,
                                                                       MIN_VOTES_FOR_INTERVAL)
     assert [board[model].has_interval for model in "ABC"] == [False, True, True]
@@ -71,6 +72,23 @@ def test_a_single_vote_has_no_interval_to_show():
     # One vote resamples to itself every round: the bootstrap "interval" is one point.
     [first, second] = leaderboard(votes("A", "B", "a", 1), rounds=20)
     assert first.low == first.high and not first.has_interval and not second.has_interval
+
+
+def test_votes_all_one_way_show_no_interval():
+    """QA (two models, ten votes all for A): the leaderboard showed "1343 – 1343" as A's 95% interval, ten ties
+    "1000 – 1000": each bootstrap round resamples the votes of a pair from its own outcomes, so a pair whose votes
+    all went one way resamples to itself, and the interval said the rating was known exactly. A model whose every
+    opponent's votes went one way has no interval to show; one opponent with mixed votes gives it one."""
+    for data in (votes("A", "B", "a", 10), votes("A", "B", "tie", 10),
+                 votes("A", "B", "a", 10) + votes("B", "C", "b", 10)):
+        board = leaderboard(data, rounds=50)
+        assert all(rating.votes >= MIN_VOTES_FOR_INTERVAL and rating.one_sided and not rating.has_interval
+                   for rating in board), board
+    board = {rating.model: rating for rating in
+             leaderboard(votes("A", "B", "a", 10) + votes("B", "C", "a", 6) + votes("B", "C", "b", 4), rounds=50)}
+    assert board["A"].one_sided and not board["A"].has_interval
+    assert not board["B"].one_sided and board["B"].has_interval and board["B"].high > board["B"].low
+    assert not board["C"].one_sided and board["C"].has_interval
 
 
 def test_win_rates_by_hand():

@@ -47,7 +47,7 @@ def test_a_refused_token_is_told_where_project_tokens_are_made(team):
     response = Client().get("/v1/models", **bearer(rest_secret))
     assert response.status_code == 401
     message = response.json()["error"]["message"]
-    assert "Chat page under 'API tokens for this project'" in message and "(tmp_…) are for the REST API" in message
+    assert "Chat page under 'API tokens for this project'" in message and "REST API token (tmp_…), for the REST API" in message
 
 
 def test_a_token_stops_working_when_its_user_is_no_longer_a_member(team):
@@ -95,6 +95,44 @@ def test_it_rejects_a_model_of_another_project_and_a_bad_body(team):
                                                     "temperature": 9}, content_type="application/json",
                            **bearer(secret))
     assert response.status_code == 400 and response.json()["error"]["message"].startswith("temperature: ")
+
+
+def test_a_token_sent_that_is_not_one_is_told_so(team):
+    """QA: a client whose token was revoked got 401 "send 'Authorization: Bearer <token>' with a project token",
+    as if it had sent none, and so did one that sent its REST API token (tmp_…). Each is now told what it sent."""
+    from webapp.api.services import token_create
+    from webapp.chat.tokens import project_token_revoke
+
+    token, secret = project_token_create(user=team.teammate, project=team.project, name="laptop")
+    project_token_revoke(user=team.teammate, project=team.project, token_id=token.pk)
+    refused = Client().get("/v1/models", **bearer(secret))
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+    assert refused.json()["error"]["message"] == (
+        "the token sent is not a valid project token (revoked, or mistyped); make a new one on the project's Chat page "
+        "under 'API tokens for this project' and send it as 'Authorization: Bearer <token>'")
+    _rest, rest_secret = token_create(user=team.teammate, name="rest")
+    told = Client().post("/v1/chat/completions", {}, content_type="application/json", **bearer(rest_secret))
+    assert told.status_code == 401 and told.json()["error"]["message"].startswith("this is a REST API token (tmp_…)")
+    nothing = Client().get("/v1/models").json()["error"]["message"]
+    assert nothing.startswith("send 'Authorization: Bearer <token>' with a project token (tpk_…)")
+
+
+def test_revoking_a_token_says_so_where_the_tokens_are(team, client_for):
+    """QA: Revoke, at the foot of the Chat page, answered with the page's top and no word: nothing seemed to have
+    happened. The page now says the token was revoked (or that it was already), in its messages, which take the
+    focus (forms.js)."""
+    from django.urls import reverse
+
+    token, _secret = project_token_create(user=team.teammate, project=team.project, name="laptop <b>")
+    client = client_for(team.teammate)
+    revoke = reverse("chat:token_revoke", args=[team.project.slug, token.pk])
+    response = client.post(revoke)
+    assert response.status_code == 302 and response["Location"] == reverse("chat:list", args=[team.project.slug])
+    page = client.get(response["Location"]).content.decode()
+    assert "Token ⁨laptop &lt;b&gt;⁩ revoked: programs using it are refused from now on." in page
+    client.post(revoke)
+    page = client.get(reverse("chat:list", args=[team.project.slug])).content.decode()
+    assert "That token is not among yours in this project (revoked already?); nothing was revoked." in page
 
 
 def test_a_member_creates_and_revokes_a_token_in_the_ui(team, client_for):

@@ -1065,3 +1065,38 @@ def test_a_new_conversation_sent_while_its_twin_is_at_work_is_told_to_try_again(
     assert response.status_code == 400
     assert submissions.STILL_BEING_PROCESSED in html.unescape(response.content.decode())
     assert not Conversation.objects.filter(project=team.project).exists()
+
+
+def test_the_chat_and_the_arena_say_when_no_serve_worker_runs(team, client_for, base_model, sent, settings):
+    """QA: with the serve worker stopped, a message sat under "waiting for the model…" for minutes, until it was
+    given up (TEMPER_SERVE_TIMEOUT_SECONDS plus the waits for a load and the queue), and nothing said why. The chat
+    and a battle's page say so at once, with how to start one; a live serve worker's heartbeat takes it away, and
+    with heartbeats off (nothing tells) it is not said."""
+    from webapp.chat import arena
+    from webapp.workers.models import Worker
+
+    settings.TEMPER_HEARTBEAT_SECONDS = 10
+    make_base_model(team.project, name="other", path="/models/other")
+    conversation = conversation_of(team, client_for, base_model)
+    battle = arena.battle_create(project=team.project, user=team.teammate, prompt="Hi.",
+                                 choices=selectors.model_choices(project=team.project))
+    client = client_for(team.teammate)
+    pages = (url("detail", conversation), reverse("chat:battle", args=[team.project.slug, battle.public_id]))
+    notice = "No serve worker is running, so no answer is being written"
+    for page in pages:
+        text = client.get(page).content.decode()
+        assert notice in text and "celery -A worker.celery worker -Q serve" in text, page
+    now = timezone.now()
+    # A worker of other queues, and a serve worker silent for too long or stopped, answer nothing.
+    Worker.objects.create(name="default@h0", host="h0", pid=1, queues=["default"], started_at=now, last_seen=now)
+    Worker.objects.create(name="serve@h1", host="h1", pid=1, queues=["serve"], started_at=now,
+                          last_seen=now - timedelta(minutes=5))
+    Worker.objects.create(name="serve@h2", host="h2", pid=1, queues=["serve"], started_at=now, last_seen=now,
+                          stopped_at=now)
+    assert all(notice in client.get(page).content.decode() for page in pages)
+    Worker.objects.create(name="serve@h3", host="h3", pid=1, queues=["serve", "serve@h3.dq2"], started_at=now,
+                          last_seen=now)
+    assert not any(notice in client.get(page).content.decode() for page in pages)
+    Worker.objects.all().delete()
+    settings.TEMPER_HEARTBEAT_SECONDS = 0
+    assert not any(notice in client.get(page).content.decode() for page in pages)
