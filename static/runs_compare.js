@@ -73,11 +73,11 @@
                    visible: hidden.has(line.run.id) || hiddenGroups.has(line.label) ? "legendonly" : true };
     if (!chart.grouped) {
       return Object.assign(common, { name: literal(chart.shared ? line.run.name + " · " + line.metric : line.run.name),
-        line: { color: colors[line.runIndex % colors.length], width: 1.5 } });
+        legendgroup: legends.group(line.run.id + " " + line.metric), line: { color: colors[line.runIndex % colors.length], width: 1.5 } });
     }
     var color = colors[chart.labels.indexOf(line.label) % colors.length];
-    return Object.assign(common, { name: literal(line.label + " · " + line.run.name), legendgroup: line.label,
-      line: { color: color, width: 1.5, dash: dashes[line.runIndex % dashes.length] } });
+    return Object.assign(common, { name: literal(line.label + " · " + line.run.name),
+      legendgroup: legends.group(line.run.id + " " + line.metric), line: { color: color, width: 1.5, dash: dashes[line.runIndex % dashes.length] } });
   }
 
   // The runs' colors are the same on every plain chart, so their legend is drawn once: on the first
@@ -120,7 +120,7 @@
       hovermode: "x unified",
       xaxis: axes.xAxis(axis, traces, plot),
       yaxis: axes.yAxis(chart.key, traces, log, axes.zoomedY(plot, revision)),
-      legend: { orientation: "h", yref: "container", y: 0, yanchor: "bottom", font: { size: 10 } },
+      legend: legends.layout({ orientation: "h", yref: "container", y: 0, yanchor: "bottom" }),
       // The whole name: plotly cuts it at 15 characters, and a sweep's runs differ only at their ends. The unified
       // hover's box took the chart's transparent background where the chart has no legend, its text over the lines.
       hoverlabel: { namelength: -1, bgcolor: "#ffffff" },
@@ -191,7 +191,7 @@
   }
 
   // A legend's click on a plain chart acts on its run, in every chart; on a chart by group, on its entry's group (its
-  // entries are a group and a run, plotly's legendgroup the group), in every chart by group.
+  // entries are a group and a run), in every chart by group.
   function hideFromLegend(plot, curveNumber, alone) {
     var chart = charts.filter(function (each) { return each.key === plot.dataset.metric; })[0];
     if (!chart) return;

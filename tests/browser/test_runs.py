@@ -2120,11 +2120,50 @@ def test_a_group_is_hidden_from_a_run_pages_legend_with_the_keyboard(page, live_
     expect(entry).to_be_focused()
 
 
+LEGEND_TARGETS = """name => [...document.querySelectorAll(`.plot[data-metric='${name}'] .legend .traces`)]
+    .map(entry => { const box = entry.querySelector('.legendtoggle').getBoundingClientRect();
+                    return [entry.getAttribute('aria-label'), box.left, box.top, box.right, box.bottom]; })"""
+
+
+def legend_targets_apart_and_24_pixels_square(page, name: str, entries: int) -> list[list]:
+    """The clickable boxes of chart ``name``'s legend entries (plotly's .legendtoggle), each at least 24 by 24 pixels,
+    none overlapping another (the boxes of a legend of more rows than one are stacked)."""
+    page.locator(f'.plot[data-metric="{name}"] .legend .traces').nth(entries - 1).wait_for()
+    boxes = page.evaluate(LEGEND_TARGETS, name)
+    assert len(boxes) == entries, boxes
+    assert all(right - left >= 24 and bottom - top >= 24 for _, left, top, right, bottom in boxes), boxes
+    assert not any(a[1] < b[3] - 0.5 and b[1] < a[3] - 0.5 and a[2] < b[4] - 0.5 and b[2] < a[4] - 0.5
+                   for index, a in enumerate(boxes) for b in boxes[index + 1:]), boxes
+    return boxes
+
+
 def test_every_chart_control_is_at_least_24_pixels_square(page, live_server, monkeypatch):
     """WCAG 2.2's target size (2.5.8): a chart's PNG button was 22 pixels tall. Every control of the run and compare
     pages' charts (axis, scale, smoothing, filter, the show-the-hidden buttons, each chart's PNG button; a checkbox by
-    its label, which ticks it too) takes at least 24 by 24 pixels."""
+    its label, which ticks it too) takes at least 24 by 24 pixels. So does each legend entry (a toggle button too,
+    static/plot_legend.js), which plotly made 19 pixels tall, its box against the next row's: on the compare page's
+    legend of the runs (two rows at this width) and of a chart by group, and on the run page's."""
     runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="targets")
+    boxes = legend_targets_apart_and_24_pixels_square(page, "loss", 3)
+    assert len({round(top) for _, _, top, _, _ in boxes}) == 2, boxes  # stacked rows
+    held_out = make_ready_version(runs[0].project, name="held out", kind="prompts",
+                                  rows=[{"prompt": "2+2?", "answer": "4", "task": "sum"},
+                                        {"prompt": "3-1?", "answer": "2", "task": "difference"}])
+    spec = dict(runs[0].spec, data=dict(runs[0].spec["data"], eval=held_out.public_id, eval_group_by="task"))
+    grouped = []
+    for name in ("by task a", "by task b"):
+        run = services.run_create(project=runs[0].project, spec=spec, user=runs[0].created_by, name=name)
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+        MetricPoint.objects.bulk_create([
+            MetricPoint(run=run, step=step, name=f"eval/loss/{group}", value=value * step, wall_time=float(step),
+                        tokens=step) for step in (10, 20) for group, value in (("sum", 0.5), ("difference", 0.25))])
+        grouped.append(run)
+    page.goto(f"{live_server.url}/p/targets/runs/compare/?runs={grouped[0].public_id}&runs={grouped[1].public_id}")
+    legend_targets_apart_and_24_pixels_square(page, "eval/loss by task", 4)
+    page.goto(f"{live_server.url}/p/targets/runs/{grouped[0].public_id}/")
+    boxes = legend_targets_apart_and_24_pixels_square(page, "eval/loss by task", 2)
+    assert len({round(top) for _, _, top, _, _ in boxes}) == 2, boxes  # one above the other
+    page.goto(f"{live_server.url}/p/targets/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
     controls = """() => [...document.querySelectorAll(
         '#x-axis, .check:has(#log-y), #ema, #run-ema, #chart-filter, #show-all-runs, #show-all-groups, .chart-download,'
         + ' .chart-controls a.download')].filter(control => control.offsetParent)
