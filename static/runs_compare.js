@@ -136,8 +136,8 @@
 
   // After every drawing (a new x axis, a resize that rewraps the names): make room for the legend
   // as drawn. Once the room fits, the next drawing measures the same height and stops there. The chart is
-  // drawn again with its whole layout: a relayout of its height would pin plotly's width as well, and the
-  // chart would no longer follow the window's (Plotly.Plots.resize leaves a chart of set width and height).
+  // drawn again with its whole layout, no width in it (plotly keeps the width drawn): a relayout of its height would pin
+  // plotly's width as well. Its width follows its place's by static/plot_axis.js (fitTicks).
   function fitLegend(plot) {
     var height = measuredLegendHeight(plot), reserved = Number(plot.dataset.legendHeight || 0);
     if (height === reserved) return;
@@ -179,7 +179,7 @@
       window.Plotly.react(plot, traces, axes.withShownRange(plot, layout(plot, chart, traces, axis,
                                                                          Number(plot.dataset.legendHeight || 0))),
                           axes.PLOT_CONFIG);
-      if (wasHidden && !previous.hidden) window.Plotly.Plots.resize(plot);
+      if (wasHidden && !previous.hidden) axes.fitToPlace(plot);
       if (created) {
         axes.keepZoom(plot);
         axes.fitTicks(plot);

@@ -2636,6 +2636,47 @@ def test_x_ticks_are_counted_again_as_a_chart_is_resized(page, live_server, monk
     assert len(narrow) < len(wide), (wide, narrow)
 
 
+COMPARE_CHART_SIZES = """() => [...document.querySelectorAll('#compare-charts .plot')].map(plot => ({
+    metric: plot.dataset.metric, height: plot.layout.height, drawnHeight: plot._fullLayout.height,
+    plotHeight: plot._fullLayout._size.h, legend: Number(plot.dataset.legendHeight || 0),
+    drawnWidth: plot._fullLayout.width, place: plot.getBoundingClientRect().width}))"""
+
+COMPARE_CHARTS_FIT = f"""() => ({COMPARE_CHART_SIZES})().every(chart => Math.abs(chart.drawnWidth - chart.place) <= 1
+    && chart.height === 260 + chart.legend && chart.drawnHeight === chart.height)"""
+
+
+def test_compare_charts_keep_their_height_and_follow_their_place_as_the_window_is_resized_again(page, live_server,
+                                                                                                monkeypatch):
+    """The compare page's charts as the window is resized, narrower, wider again, lower: each follows its place's
+    width, its x ticks counted anew, at its own height (260 pixels and its legend's room: plotly's resize drops the
+    layout's height, which the chart's PNG is drawn at). Given back by a relayout of the height, which pins plotly's
+    width as well: the next resize left the chart at its old width (drawn past its place or short of it), plotly's
+    resize leaving a chart of set width and height alone. And a window made lower alone resized no chart's place, but
+    plotly's own resize at the window's still dropped each chart's height."""
+    team, runs = two_million_step_runs(monkeypatch, "resizedagain", tokens_per_step=99, every=50_000,
+                                       metrics=("loss", "grad_norm"))
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(f"{live_server.url}/p/resizedagain/runs/compare/?x=tokens&runs={runs[0].public_id}"
+              f"&runs={runs[1].public_id}")
+    page.locator('.plot[data-metric="loss"] .legend .traces').nth(1).wait_for()
+    for width, height in ((1280, 900), (700, 900), (1280, 900), (1280, 700), (390, 700), (1280, 700)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.wait_for_timeout(400)  # plotly's resize at the window's (100 ms), the page's at the charts' (100 ms)
+        try:
+            page.wait_for_function(COMPARE_CHARTS_FIT, timeout=5000)
+        except PlaywrightTimeoutError:
+            pass  # the assertion below says how
+        charts = page.evaluate(COMPARE_CHART_SIZES)
+        assert [chart["metric"] for chart in charts] == ["loss", "grad_norm"], charts
+        assert charts[0]["legend"] > 0 and charts[1]["legend"] == 0, charts  # the runs' legend is on the loss chart
+        for chart in charts:
+            assert abs(chart["drawnWidth"] - chart["place"]) <= 1, (width, height, charts)
+            assert chart["height"] == chart["drawnHeight"] == 260 + chart["legend"], (width, height, charts)
+            assert chart["plotHeight"] == 260 - 28 - 44, (width, height, charts)  # the room for the axis stays
+            x_ticks_fitting(page, chart["metric"])
+
+
 def test_the_run_page_says_while_the_run_evaluates(page, asgi_server, redis_url, transactional_db, settings):
     """QA: a minute-long evaluation (DPO over a large eval set) showed nothing on the run page, its step
     standing still; it now reads "evaluating (n/m batches)" until the step's progress arrives."""
