@@ -101,33 +101,31 @@ window.TemperPlotAxis = (function () {
 
   // A chart's width changes with the window's (a phone turned, a window narrowed) and with its place's (the compare
   // page's grid of charts): a count made when it was drawn at 1280 pixels put its numbers over each other, tilted,
-  // at 390. Each chart drawn is fitted to its place's width (plotly's own resize follows the window alone) and gets
-  // its count anew once that width has held still for RESIZE_WAIT (a window dragged wide or narrow resizes it at
-  // every frame; plotly's own resize waits 100 ms too), by a relayout of that alone: the reader's zoom stays. A
-  // change of its height alone (the page makes room for a legend) asks for neither.
+  // at 390. Each chart drawn is fitted to its place's width and gets its count anew once that width has held still
+  // for RESIZE_WAIT (a window dragged wide or narrow resizes it at every frame), by one relayout of its width, its
+  // height and its count: the reader's zoom stays. A change of its height alone (the page makes room for a legend)
+  // asks for none. Not plotly's resize (Plots.resize, which its config's ``responsive`` calls at each of the window's
+  // resizes): it drops the layout's height with its width, and the chart's PNG, drawn from its layout, came out at
+  // plotly's default 450 pixels; the height given back by a relayout pins the layout's width as well (plotly sets the
+  // other of the two), and plotly's next resize left a chart of set width and height as it was, at its old width,
+  // past its place's edge or short of it; and a window made lower alone, no chart's place changed, dropped every
+  // chart's height. The width is set here each time the place's changes, which the page's own drawings keep (a
+  // Plotly.react whose layout has none keeps the width drawn).
   var RESIZE_WAIT = 100;  // milliseconds
   var placeWidths = new WeakMap(), resized = new Set(), resizeTimer = null;
 
-  // ``height``: the chart's own, given back after a resize (Plots.resize, ours or plotly's own at the window's, drops a
-  // layout's height with its width, and the chart's PNG, drawn from its layout, came out at plotly's default 450
-  // pixels); without it, the height drawn.
-  function fitTickCount(plot, height) {
-    if (!plot.isConnected || !plot.layout || !plot.layout.xaxis) return;  // gone, or not drawn yet
-    var count = xTickCount(plot, plot.data.filter(function (each) { return each.visible !== "legendonly"; }));
-    var kept = height || plot.layout.height || plot._fullLayout.height, edits = {};
-    if (count !== null && count !== plot.layout.xaxis.nticks) edits["xaxis.nticks"] = count;
-    if (plot.layout.height !== kept) edits.height = kept;
-    if (Object.keys(edits).length) window.Plotly.relayout(plot, edits);
-  }
-
-  // Plotly's own measure: a width within a pixel of the place's is that width (the one is fractional, the other not).
+  // Chart ``plot`` at its place's width (plotly's measure: within a pixel, the one fractional, the other not), at its
+  // own height (the layout's; the height drawn where plotly dropped it), its x ticks counted for that width.
   function fitToPlace(plot) {
-    if (!plot._fullLayout || plot.clientWidth === 0 || Math.abs(plot._fullLayout.width - plot.clientWidth) <= 1) {
-      fitTickCount(plot);
-      return;
+    if (!plot.isConnected || !plot.layout || !plot.layout.xaxis || plot.clientWidth === 0) return;  // gone, not drawn, hidden
+    var count = xTickCount(plot, plot.data.filter(function (each) { return each.visible !== "legendonly"; }));
+    var edits = {};
+    if (Math.abs(plot._fullLayout.width - plot.clientWidth) > 1) {
+      edits.width = plot.clientWidth;
+      edits.height = plot.layout.height || plot._fullLayout.height;
     }
-    var height = plot.layout.height;
-    window.Plotly.Plots.resize(plot).then(function () { fitTickCount(plot, height); }, function () {});  // hidden meanwhile
+    if (count !== null && count !== plot.layout.xaxis.nticks) edits["xaxis.nticks"] = count;
+    if (Object.keys(edits).length) window.Plotly.relayout(plot, edits);
   }
 
   var widths = "ResizeObserver" in window ? new ResizeObserver(function (entries) {
@@ -181,7 +179,8 @@ window.TemperPlotAxis = (function () {
     // The charts' plotly config. A double click autoranges: plotly's own first went back to the range of the chart's
     // first drawing where that was explicit (a log axis of one value), and the reader's zoom kept by hand (keepZoom)
     // would then have held the chart there as later points came.
-    PLOT_CONFIG: { displayModeBar: false, responsive: true, doubleClick: "autosize" },
+    // Sized to its place by fitTicks, not by plotly's ``responsive`` (see fitToPlace), where the browser can tell.
+    PLOT_CONFIG: { displayModeBar: false, responsive: !("ResizeObserver" in window), doubleClick: "autosize" },
     formatValue: formatValue,
     // ``values`` written as formatValue writes them: a trace's customdata, which its hover (hoverOf) shows.
     formatValues: function (values) { return Array.prototype.map.call(values, formatValue); },
@@ -219,6 +218,8 @@ window.TemperPlotAxis = (function () {
     // Fit drawn chart ``plot`` to its place's width and count its x ticks (xTickCount) anew whenever that changes
     // (once, after its first drawing).
     fitTicks: function (plot) { if (widths) widths.observe(plot); },
+    // Fit drawn chart ``plot`` to its place now (fitToPlace): one shown again after it was drawn while hidden.
+    fitToPlace: fitToPlace,
     // The y range ``plot``'s reader zoomed to in the view ``revision`` (viewRevision) and not autoranged since, or null.
     zoomedY: function (plot, revision) {
       var zoomed = zoomedYRanges.get(plot);

@@ -16,6 +16,23 @@ window.TemperPlotLegend = (function () {
 
   var ENTRY = ".legend .traces";  // plotly's element of a legend entry
 
+  // A legend entry is a target of at least TARGET pixels square (WCAG 2.2's target size, 2.5.8, as every other control
+  // of the charts). Plotly's clickable box of an entry (its .legendtoggle) is its text's line: 19 pixels at the charts'
+  // 10 pixel legend font, and entries stacked 19 pixels apart, each box against the next. Plotly sets legend entries
+  // apart only between legend groups (tracegroupgap): each line is a legend group of its own (``group``), spaced
+  // TARGET less those 19 pixels apart (LAYOUT), and describe makes each entry's box TARGET pixels tall about its
+  // middle, so that the boxes meet and do not overlap.
+  var TARGET = 24;
+  var LAYOUT = { font: { size: 10 }, traceorder: "grouped", tracegroupgap: TARGET - 19 };
+
+  // Entry ``entry``'s clickable box made TARGET pixels tall (plotly draws it anew at its own height each drawing).
+  function sizeTarget(entry) {
+    var box = entry.querySelector(".legendtoggle");
+    if (!box || Number(box.getAttribute("height")) >= TARGET) return;
+    box.setAttribute("y", String(-TARGET / 2));
+    box.setAttribute("height", String(TARGET));
+  }
+
   // The trace (plotly's full one) of legend entry ``entry``: plotly binds its data to the element (d3's __data__).
   function traceOf(entry) { return entry.__data__[0].trace; }
 
@@ -61,6 +78,7 @@ window.TemperPlotLegend = (function () {
       entry.setAttribute("aria-label", "Show " + entry.querySelector(".legendtext").textContent);
       entry.setAttribute("aria-pressed", String(traceOf(entry).visible === true));
       hideAllBut(entry, []);  // its text is its name already
+      sizeTarget(entry);
     });
     hideAllBut(plot, [legend]);
     legend.removeAttribute("aria-hidden");
@@ -108,6 +126,13 @@ window.TemperPlotLegend = (function () {
   }
 
   return {
+    // A chart's legend layout (plotly's layout.legend, to which a page adds where the legend lies): entries TARGET pixels
+    // apart, each line a legend group of its own (``group``).
+    layout: function (placed) { return Object.assign({}, LAYOUT, placed || {}); },
+    // A trace's legendgroup that is its own in its chart (``key``: whatever names its line there), which sets its legend
+    // entry apart from the others (LAYOUT's tracegroupgap). Plotly's groups are for the legend's layout alone here: a
+    // click acts through ``follow``.
+    group: function (key) { return "line " + key; },
     // The keys (a run's id, a group's label: neither holds a comma) hidden from every chart of a kind: kept in the
     // address as ``parameter`` (comma-separated), counted on ``button`` as "Show the N hidden <noun>s", which shows
     // them all and hands the focus to the charts' ``holder`` (hidden, the button dropped it to the page's start, and a

@@ -383,13 +383,15 @@
     var key = group.chart;
     var plot = charts[key];
     if (!plot) {
-      plot = newChart(key, [], Object.assign(layoutFor(key), { height: 260, showlegend: true, legend: { font: { size: 10 } } }));
+      plot = newChart(key, [], Object.assign(layoutFor(key), { height: 260, showlegend: true,
+                                                          legend: window.TemperPlotLegend.layout() }));
       plot.dataset.grouped = "1";
     }
     if (!(name in groupTrace)) {
       groupTrace[name] = traceCount(plot);
       lastStep[name] = -1;  // before step 0
-      var line = { x: [], y: [], customdata: [], name: literal(group.label), meta: group.label, type: "scatter",
+      var line = { x: [], y: [], customdata: [], name: literal(group.label), meta: group.label,
+        legendgroup: window.TemperPlotLegend.group(group.label), type: "scatter",
         marker: { size: 3 }, line: { width: 1.5 }, hovertemplate: axes.HOVER_TEMPLATE,
         visible: hiddenGroups.has(group.label) ? "legendonly" : true };
       addTrace(plot, line);

@@ -73,11 +73,11 @@
                    visible: hidden.has(line.run.id) || hiddenGroups.has(line.label) ? "legendonly" : true };
     if (!chart.grouped) {
       return Object.assign(common, { name: literal(chart.shared ? line.run.name + " · " + line.metric : line.run.name),
-        line: { color: colors[line.runIndex % colors.length], width: 1.5 } });
+        legendgroup: legends.group(line.run.id + " " + line.metric), line: { color: colors[line.runIndex % colors.length], width: 1.5 } });
     }
     var color = colors[chart.labels.indexOf(line.label) % colors.length];
-    return Object.assign(common, { name: literal(line.label + " · " + line.run.name), legendgroup: line.label,
-      line: { color: color, width: 1.5, dash: dashes[line.runIndex % dashes.length] } });
+    return Object.assign(common, { name: literal(line.label + " · " + line.run.name),
+      legendgroup: legends.group(line.run.id + " " + line.metric), line: { color: color, width: 1.5, dash: dashes[line.runIndex % dashes.length] } });
   }
 
   // The runs' colors are the same on every plain chart, so their legend is drawn once: on the first
@@ -120,7 +120,7 @@
       hovermode: "x unified",
       xaxis: axes.xAxis(axis, traces, plot),
       yaxis: axes.yAxis(chart.key, traces, log, axes.zoomedY(plot, revision)),
-      legend: { orientation: "h", yref: "container", y: 0, yanchor: "bottom", font: { size: 10 } },
+      legend: legends.layout({ orientation: "h", yref: "container", y: 0, yanchor: "bottom" }),
       // The whole name: plotly cuts it at 15 characters, and a sweep's runs differ only at their ends. The unified
       // hover's box took the chart's transparent background where the chart has no legend, its text over the lines.
       hoverlabel: { namelength: -1, bgcolor: "#ffffff" },
@@ -136,8 +136,8 @@
 
   // After every drawing (a new x axis, a resize that rewraps the names): make room for the legend
   // as drawn. Once the room fits, the next drawing measures the same height and stops there. The chart is
-  // drawn again with its whole layout: a relayout of its height would pin plotly's width as well, and the
-  // chart would no longer follow the window's (Plotly.Plots.resize leaves a chart of set width and height).
+  // drawn again with its whole layout, no width in it (plotly keeps the width drawn): a relayout of its height would pin
+  // plotly's width as well. Its width follows its place's by static/plot_axis.js (fitTicks).
   function fitLegend(plot) {
     var height = measuredLegendHeight(plot), reserved = Number(plot.dataset.legendHeight || 0);
     if (height === reserved) return;
@@ -179,7 +179,7 @@
       window.Plotly.react(plot, traces, axes.withShownRange(plot, layout(plot, chart, traces, axis,
                                                                          Number(plot.dataset.legendHeight || 0))),
                           axes.PLOT_CONFIG);
-      if (wasHidden && !previous.hidden) window.Plotly.Plots.resize(plot);
+      if (wasHidden && !previous.hidden) axes.fitToPlace(plot);
       if (created) {
         axes.keepZoom(plot);
         axes.fitTicks(plot);
@@ -191,7 +191,7 @@
   }
 
   // A legend's click on a plain chart acts on its run, in every chart; on a chart by group, on its entry's group (its
-  // entries are a group and a run, plotly's legendgroup the group), in every chart by group.
+  // entries are a group and a run), in every chart by group.
   function hideFromLegend(plot, curveNumber, alone) {
     var chart = charts.filter(function (each) { return each.key === plot.dataset.metric; })[0];
     if (!chart) return;

@@ -2172,11 +2172,50 @@ def test_a_group_is_hidden_from_a_run_pages_legend_with_the_keyboard(page, live_
     expect(entry).to_be_focused()
 
 
+LEGEND_TARGETS = """name => [...document.querySelectorAll(`.plot[data-metric='${name}'] .legend .traces`)]
+    .map(entry => { const box = entry.querySelector('.legendtoggle').getBoundingClientRect();
+                    return [entry.getAttribute('aria-label'), box.left, box.top, box.right, box.bottom]; })"""
+
+
+def legend_targets_apart_and_24_pixels_square(page, name: str, entries: int) -> list[list]:
+    """The clickable boxes of chart ``name``'s legend entries (plotly's .legendtoggle), each at least 24 by 24 pixels,
+    none overlapping another (the boxes of a legend of more rows than one are stacked)."""
+    page.locator(f'.plot[data-metric="{name}"] .legend .traces').nth(entries - 1).wait_for()
+    boxes = page.evaluate(LEGEND_TARGETS, name)
+    assert len(boxes) == entries, boxes
+    assert all(right - left >= 24 and bottom - top >= 24 for _, left, top, right, bottom in boxes), boxes
+    assert not any(a[1] < b[3] - 0.5 and b[1] < a[3] - 0.5 and a[2] < b[4] - 0.5 and b[2] < a[4] - 0.5
+                   for index, a in enumerate(boxes) for b in boxes[index + 1:]), boxes
+    return boxes
+
+
 def test_every_chart_control_is_at_least_24_pixels_square(page, live_server, monkeypatch):
     """WCAG 2.2's target size (2.5.8): a chart's PNG button was 22 pixels tall. Every control of the run and compare
     pages' charts (axis, scale, smoothing, filter, the show-the-hidden buttons, each chart's PNG button; a checkbox by
-    its label, which ticks it too) takes at least 24 by 24 pixels."""
+    its label, which ticks it too) takes at least 24 by 24 pixels. So does each legend entry (a toggle button too,
+    static/plot_legend.js), which plotly made 19 pixels tall, its box against the next row's: on the compare page's
+    legend of the runs (two rows at this width) and of a chart by group, and on the run page's."""
     runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="targets")
+    boxes = legend_targets_apart_and_24_pixels_square(page, "loss", 3)
+    assert len({round(top) for _, _, top, _, _ in boxes}) == 2, boxes  # stacked rows
+    held_out = make_ready_version(runs[0].project, name="held out", kind="prompts",
+                                  rows=[{"prompt": "2+2?", "answer": "4", "task": "sum"},
+                                        {"prompt": "3-1?", "answer": "2", "task": "difference"}])
+    spec = dict(runs[0].spec, data=dict(runs[0].spec["data"], eval=held_out.public_id, eval_group_by="task"))
+    grouped = []
+    for name in ("by task a", "by task b"):
+        run = services.run_create(project=runs[0].project, spec=spec, user=runs[0].created_by, name=name)
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+        MetricPoint.objects.bulk_create([
+            MetricPoint(run=run, step=step, name=f"eval/loss/{group}", value=value * step, wall_time=float(step),
+                        tokens=step) for step in (10, 20) for group, value in (("sum", 0.5), ("difference", 0.25))])
+        grouped.append(run)
+    page.goto(f"{live_server.url}/p/targets/runs/compare/?runs={grouped[0].public_id}&runs={grouped[1].public_id}")
+    legend_targets_apart_and_24_pixels_square(page, "eval/loss by task", 4)
+    page.goto(f"{live_server.url}/p/targets/runs/{grouped[0].public_id}/")
+    boxes = legend_targets_apart_and_24_pixels_square(page, "eval/loss by task", 2)
+    assert len({round(top) for _, _, top, _, _ in boxes}) == 2, boxes  # one above the other
+    page.goto(f"{live_server.url}/p/targets/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
     controls = """() => [...document.querySelectorAll(
         '#x-axis, .check:has(#log-y), #ema, #run-ema, #chart-filter, #show-all-runs, #show-all-groups, .chart-download,'
         + ' .chart-controls a.download')].filter(control => control.offsetParent)
@@ -2647,6 +2686,47 @@ def test_x_ticks_are_counted_again_as_a_chart_is_resized(page, live_server, monk
                            " === height", arg=height, timeout=3000)
     narrow = x_ticks_fitting(page, "grad_norm")
     assert len(narrow) < len(wide), (wide, narrow)
+
+
+COMPARE_CHART_SIZES = """() => [...document.querySelectorAll('#compare-charts .plot')].map(plot => ({
+    metric: plot.dataset.metric, height: plot.layout.height, drawnHeight: plot._fullLayout.height,
+    plotHeight: plot._fullLayout._size.h, legend: Number(plot.dataset.legendHeight || 0),
+    drawnWidth: plot._fullLayout.width, place: plot.getBoundingClientRect().width}))"""
+
+COMPARE_CHARTS_FIT = f"""() => ({COMPARE_CHART_SIZES})().every(chart => Math.abs(chart.drawnWidth - chart.place) <= 1
+    && chart.height === 260 + chart.legend && chart.drawnHeight === chart.height)"""
+
+
+def test_compare_charts_keep_their_height_and_follow_their_place_as_the_window_is_resized_again(page, live_server,
+                                                                                                monkeypatch):
+    """The compare page's charts as the window is resized, narrower, wider again, lower: each follows its place's
+    width, its x ticks counted anew, at its own height (260 pixels and its legend's room: plotly's resize drops the
+    layout's height, which the chart's PNG is drawn at). Given back by a relayout of the height, which pins plotly's
+    width as well: the next resize left the chart at its old width (drawn past its place or short of it), plotly's
+    resize leaving a chart of set width and height alone. And a window made lower alone resized no chart's place, but
+    plotly's own resize at the window's still dropped each chart's height."""
+    team, runs = two_million_step_runs(monkeypatch, "resizedagain", tokens_per_step=99, every=50_000,
+                                       metrics=("loss", "grad_norm"))
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(f"{live_server.url}/p/resizedagain/runs/compare/?x=tokens&runs={runs[0].public_id}"
+              f"&runs={runs[1].public_id}")
+    page.locator('.plot[data-metric="loss"] .legend .traces').nth(1).wait_for()
+    for width, height in ((1280, 900), (700, 900), (1280, 900), (1280, 700), (390, 700), (1280, 700)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.wait_for_timeout(400)  # plotly's resize at the window's (100 ms), the page's at the charts' (100 ms)
+        try:
+            page.wait_for_function(COMPARE_CHARTS_FIT, timeout=5000)
+        except PlaywrightTimeoutError:
+            pass  # the assertion below says how
+        charts = page.evaluate(COMPARE_CHART_SIZES)
+        assert [chart["metric"] for chart in charts] == ["loss", "grad_norm"], charts
+        assert charts[0]["legend"] > 0 and charts[1]["legend"] == 0, charts  # the runs' legend is on the loss chart
+        for chart in charts:
+            assert abs(chart["drawnWidth"] - chart["place"]) <= 1, (width, height, charts)
+            assert chart["height"] == chart["drawnHeight"] == 260 + chart["legend"], (width, height, charts)
+            assert chart["plotHeight"] == 260 - 28 - 44, (width, height, charts)  # the room for the axis stays
+            x_ticks_fitting(page, chart["metric"])
 
 
 def test_the_run_page_says_while_the_run_evaluates(page, asgi_server, redis_url, transactional_db, settings):
