@@ -563,6 +563,35 @@ class RlPrompts:
     eval_group_labels: list[str] | None = None  # data.eval_group_by of each eval row
 
 
+def _shortest_prompt_tokens(path: str, *, tokenizer, columns: Mapping[str, str]) -> int | None:
+    """The token count of the shortest prompt of ``path`` (None when it has none): read again only when no prompt
+    fitted, for the message that says how much room they need."""
+    from jaxengine.data.pipeline import encode_prompt, read_examples
+
+    return min((len(encode_prompt(tokenizer, row["prompt"]))
+                for row in read_examples(path, kind="prompts", columns=dict(columns))), default=None)
+
+
+def _no_prompt_fits(spec, *, section: str, max_new_tokens: int, context_length: int, dropped: int,
+                    shortest: int | None) -> str:
+    """Why no prompt of ``data.train`` is left, and what to change: each prompt has the room that
+    ``data.max_seq_len`` (or the model's context, when shorter) leaves after ``<section>.max_new_tokens``."""
+    length = min(spec.data.max_seq_len, context_length)
+    limit = (f"data.max_seq_len ({spec.data.max_seq_len})" if spec.data.max_seq_len <= context_length else
+             f"the model's context length ({context_length} tokens, max_position_embeddings in its config.json)")
+    message = (f"data.train: {spec.data.train} has no prompt of at most {length - max_new_tokens} tokens, the room "
+               f"{limit} leaves after {section}.max_new_tokens ({max_new_tokens})")
+    if shortest is None or not dropped:
+        return message
+    ways = []
+    if spec.data.max_seq_len < shortest + max_new_tokens <= context_length:
+        ways.append(f"raise data.max_seq_len to at least {shortest + max_new_tokens}")
+    if length - shortest >= 1:
+        ways.append(f"lower {section}.max_new_tokens to at most {length - shortest}")
+    return (f"{message}: all {dropped} prompts are longer (the shortest is {shortest} tokens with the chat "
+            f"template); {' or '.join(ways) if ways else 'shorten the prompts, or choose a model of a longer context'}")
+
+
 def read_rl_prompts(spec, tokenizer, *, section: str, max_new_tokens: int, context_length: int,
                     entry: Entry = Entry.SPEC) -> RlPrompts:
     """``data.train`` and ``data.eval`` of an RL spec, keeping prompts that leave ``max_new_tokens``
@@ -584,8 +613,10 @@ def read_rl_prompts(spec, tokenizer, *, section: str, max_new_tokens: int, conte
     rows, prompt_ids, train_counts = read_prompts(spec.data.train, **read,
                                                   source=spec_source("data.train", spec.task, entry))
     if not rows:
-        raise JobError(f"data.train: {spec.data.train} has no prompt of at most {max_prompt_tokens} tokens "
-                       f"({train_counts})")
+        raise JobError(_no_prompt_fits(spec, section=section, max_new_tokens=max_new_tokens,
+                                       context_length=context_length, dropped=train_counts["dropped_long_prompts"],
+                                       shortest=_shortest_prompt_tokens(spec.data.train, tokenizer=tokenizer,
+                                                                        columns=spec.data.columns)))
     eval_rows, eval_prompt_ids, eval_counts = (read_prompts(spec.data.eval, **read,
                                                             source=spec_source("data.eval", spec.task, entry))
                                                if spec.data.eval else ([], [], {}))

@@ -550,6 +550,8 @@ def spec_warnings(spec: JobSpec, *, train_rows: int | None = None, chat_template
         warnings.append(problem)
     if problem := _warmup_problem(spec, train_rows=train_rows):
         warnings.append(problem)
+    if problem := _step_past_epochs_problem(spec, train_rows=train_rows):
+        warnings.append(problem)
     if problem := _eval_problem(spec):
         warnings.append(problem)
     if problem := _held_out_problem(spec):
@@ -610,6 +612,22 @@ def _warmup_problem(spec: JobSpec, *, train_rows: int | None) -> str | None:
     return (f"optim.warmup_steps: {warmup} is not below the run's {steps} optimizer steps ({counted}), so the "
             f"learning rate never reaches optim.learning_rate {spec.optim.learning_rate:g}: the run ends still "
             f"warming up; give warmup_steps below {steps} (a tenth of the steps is common) or train longer")
+
+
+def _step_past_epochs_problem(spec: JobSpec, *, train_rows: int | None) -> str | None:
+    """A run of ``train.epochs`` whose one optimizer step takes more rows than those epochs hold: it still makes a
+    step, of a whole batch, so it trains more passes than asked (epochs 1 at a batch of 600 over 200 rows trained
+    3, its ``epoch`` metric ending at 3). ``train_rows`` bounds the rows a pass holds, so the passes are at least so many."""
+    if spec.train.max_steps is not None or train_rows is None or not train_rows or spec.task not in ROWS_BOUND_STEPS_TASKS:
+        return None
+    rows_per_step = spec.train.batch_size * spec.train.grad_accum
+    if rows_per_step <= spec.train.epochs * train_rows:
+        return None
+    return (f"train.epochs: one optimizer step takes {rows_per_step} rows (train.batch_size {spec.train.batch_size} × "
+            f"train.grad_accum {spec.train.grad_accum}), more than train.epochs {spec.train.epochs:g} × the "
+            f"{train_rows} rows of data.train, so the run's one step trains {rows_per_step / train_rows:.3g} passes "
+            f"over the data, not {spec.train.epochs:g}; give train.batch_size × train.grad_accum at most "
+            f"{math.floor(spec.train.epochs * train_rows)}, or train.max_steps instead of train.epochs")
 
 
 def parse_spec(data: Any, *, source: str | None = None, _lines: dict[tuple, int] | None = None) -> JobSpec:

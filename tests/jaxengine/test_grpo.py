@@ -419,6 +419,30 @@ def test_prompts_that_fit_max_seq_len_but_not_the_model_context_are_dropped(demo
     assert prompts.counts["train"] == {"rows": 1, "dropped_long_prompts": 1}
 
 
+def test_no_prompt_that_fits_says_how_long_the_prompts_are_and_what_to_change(demo_dir, tmp_path):
+    """A run whose every prompt was longer than data.max_seq_len leaves before max_new_tokens failed with a bare
+    count ("no prompt of at most 24 tokens ({'rows': 0, 'dropped_long_prompts': 200})"): the message says how long
+    the shortest prompt is and the settings that would let it in (found by launching GRPO on a tiny model)."""
+    from jaxengine.job import JobError
+    from jaxengine.prompts import encode_prompt
+
+    train = tmp_path / "prompts.jsonl"
+    prompts = ("What is the largest digit in 1 2 3 4?", "What is the largest digit in 1 2 3 4 5 6 7 8?")
+    train.write_text("".join(json.dumps({"prompt": prompt, "answer": "1"}) + "\n" for prompt in prompts))
+    tokenizer = build_job_model(grpo_spec(demo_dir, tmp_path / "run")).tokenizer
+    shortest = len(encode_prompt(tokenizer, prompts[0]))
+    # Two tokens short of the shortest prompt and its 4 new tokens.
+    spec = grpo_spec(demo_dir, tmp_path / "run", data={"train": str(train), "max_seq_len": shortest + 2},
+                     grpo={"max_new_tokens": 4})
+    with pytest.raises(JobError) as raised:
+        grpo.read_rl_prompts(spec, tokenizer, section="grpo", max_new_tokens=4, context_length=2048)
+    assert str(raised.value) == (
+        f"data.train: {train} has no prompt of at most {shortest - 2} tokens, the room data.max_seq_len "
+        f"({shortest + 2}) leaves after grpo.max_new_tokens (4): all 2 prompts are longer (the shortest is {shortest} "
+        f"tokens with the chat template); raise data.max_seq_len to at least {shortest + 4} or lower "
+        f"grpo.max_new_tokens to at most 2")
+
+
 def test_a_reward_function_that_cannot_reach_a_helper_process_is_refused_before_the_model_loads(demo_dir, tmp_path,
                                                                                                monkeypatch):
     """Issue 8: off the main thread each reward term is scored in a helper process (its time limit), and a

@@ -481,6 +481,27 @@ def test_a_warmup_as_long_as_the_run_is_warned_of_when_the_steps_are_known():
     assert warnings(epochs, train_rows=36, warmup=9, task="pretrain") == []
 
 
+def test_a_step_larger_than_the_epochs_asked_for_is_warned_of():
+    """Found launching sft with train.epochs 1 at train.batch_size 300 × grad_accum 2 over 200 rows: the form said
+    ready, and the run made its one step of 600 rows, 3 passes over the data (its epoch metric ended at 3)."""
+    from jaxengine.spec import spec_warnings
+
+    def warnings(train, *, task="sft", **known):
+        extra = {"grpo": {"rewards": [{"name": "valid_json"}]}} if task == "grpo" else {}
+        return spec_warnings(parse_spec(minimal(task=task, train=train, **extra)), **known)
+
+    big = {"epochs": 1, "batch_size": 300, "grad_accum": 2}
+    assert warnings(big, train_rows=200) == [
+        "train.epochs: one optimizer step takes 600 rows (train.batch_size 300 × train.grad_accum 2), more than "
+        "train.epochs 1 × the 200 rows of data.train, so the run's one step trains 3 passes over the data, not 1; "
+        "give train.batch_size × train.grad_accum at most 200, or train.max_steps instead of train.epochs"]
+    assert warnings(big, train_rows=600) == []  # one step, one pass
+    assert warnings(big) == []  # rows not known
+    assert warnings({**big, "epochs": 3}, train_rows=200) == []
+    assert warnings({"max_steps": 1, "batch_size": 300, "grad_accum": 2}, train_rows=200) == []  # steps asked for
+    assert warnings(big, train_rows=200, task="pretrain") == []  # a long text makes several rows
+
+
 def test_evaluations_asked_for_without_eval_data_are_warned_of():
     from jaxengine.spec import spec_warnings
 

@@ -639,10 +639,10 @@ def data_cut_warnings(*, run: Run, data: Any) -> list[str]:
         rows, truncated, dropped = (int(stats.get(key) or 0) for key in ("rows", "truncated", "dropped"))
         if truncated:
             share = 100 * truncated / rows
+            was, them = ("was", "it") if truncated == 1 else ("were", "those rows")
             warnings.append(f"data.{use}: {truncated} of {counted(rows, 'row')} "
-                            f"({f'{share:.0f}%' if share >= 1 else 'under 1%'}) {'was' if truncated == 1 else 'were'} "
-                            f"longer than data.max_seq_len {max_seq_len} tokens and were cut to it: raise "
-                            "data.max_seq_len, or shorten those rows")
+                            f"({f'{share:.0f}%' if share >= 1 else 'under 1%'}) {was} longer than data.max_seq_len "
+                            f"{max_seq_len} tokens and {was} cut to it: raise data.max_seq_len, or shorten {them}")
         if dropped:
             # The cut keeps part of every completion (jaxengine.data.pipeline): a row is dropped for having none.
             warnings.append(f"data.{use}: {dropped} of {counted(rows, 'row')} {'was' if dropped == 1 else 'were'} left out, with "

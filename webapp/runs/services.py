@@ -1112,15 +1112,31 @@ def launch_check(*, project: Project, spec: Any, axes: list[sweeps.SweepAxis], n
     checked_json(spec, field="")
     if axes:
         _checked_sweep(spec=spec, axes=axes, tags=tags)
-        plans = [plan for _public_id, _combination, plan in _plan_sweep(project=project, spec=spec, axes=axes)]
+        planned = _plan_sweep(project=project, spec=spec, axes=axes)
+        plans = [plan for _public_id, _combination, plan in planned]
+        labels = [sweeps.values_text(axes, combination) for _public_id, combination, _plan in planned]
     else:
         parse_tags(tags)
         plans = [plan_run(project=project, spec=spec, output_dir=run_output_dir("launch-check"))]
+        labels = [""]
     memory = [plan_memory(plan) for plan in plans]  # once a plan: it reads the pool's workers and models
     warnings = (warning for plan, check in zip(plans, memory) for warning in plan_warnings(plan, memory=check))
     warnings = list(dict.fromkeys(warnings))
     return LaunchCheck(warnings=warnings, counting=any(isinstance(warning, CountingWarning) for warning in warnings),
-                       memory=list(dict.fromkeys(check.summary for check in memory if check is not None)))
+                       memory=_memory_lines(memory, labels))
+
+
+def _memory_lines(checks: list[Any], labels: list[str]) -> list[str]:
+    """Each distinct memory estimate of a launch's runs once; where a sweep's combinations need different
+    amounts (its ``peft.rank`` or ``train.batch_size`` say), each names the combinations it is for: two bare
+    estimates left the reader to guess which run needed which."""
+    runs_by_summary: dict[str, list[str]] = {}
+    for check, label in zip(checks, labels):
+        if check is not None:
+            runs_by_summary.setdefault(check.summary, []).append(label)
+    if len(runs_by_summary) < 2:
+        return list(runs_by_summary)
+    return [f"{'; '.join(runs)}: {summary}" for summary, runs in runs_by_summary.items()]
 
 
 def publish_status(run: Run) -> None:

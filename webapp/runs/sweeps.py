@@ -232,14 +232,14 @@ def short_keys(axes: list[SweepAxis]) -> list[str]:
     return [name if last.count(name) == 1 else axis.key for name, axis in zip(last, axes)]
 
 
-def _values_text(axes: list[SweepAxis], combination: Combination) -> str:
+def values_text(axes: list[SweepAxis], combination: Combination) -> str:
     """``lr=0.0001 rank=8``: the combination's values as run names and messages show them."""
     return " ".join(f"{key}={label}" for key, label in zip(short_keys(axes), combination.labels))
 
 
 def run_name(base: str, axes: list[SweepAxis], combination: Combination, *, max_length: int) -> str:
     """``<base> · lr=0.0001 rank=8``, within ``max_length``: the base is cut first, then the values."""
-    values = _values_text(axes, combination)
+    values = values_text(axes, combination)
     room = max_length - len(values) - len(" · ")
     if room >= 1:
         return f"{base[:room].rstrip()} · {values}"
@@ -247,7 +247,7 @@ def run_name(base: str, axes: list[SweepAxis], combination: Combination, *, max_
 
 
 def describe(axes: list[SweepAxis], combination: Combination, total: int) -> str:
-    return f"combination {combination.number} of {total}: {_values_text(axes, combination)}"
+    return f"combination {combination.number} of {total}: {values_text(axes, combination)}"
 
 
 def errors(axes: list[SweepAxis], failures: list[tuple[Combination, dict[str, list[str]]]],

@@ -342,6 +342,15 @@ def test_a_finished_run_whose_data_fit_says_nothing_of_it(running_run):
         "fill or remove them"]
 
 
+def test_one_row_cut_to_max_seq_len_is_said_in_the_singular(running_run):
+    """Seen in a run's log: "1 of 500 rows (under 1%) was longer than data.max_seq_len … and were cut to it"."""
+    data = {"train": {"rows": 500, "examples": 500, "truncated": 1, "dropped": 0, "split": 0}}
+    run = reporting.run_finish(run=running_run, summary={"status": "succeeded", "step": 10, "data": data})
+    assert list(run.log_lines.filter(level=LogLevel.WARNING).values_list("message", flat=True)) == [
+        "data.train: 1 of 500 rows (under 1%) was longer than data.max_seq_len 512 tokens and was cut to it: raise "
+        "data.max_seq_len, or shorten it"]
+
+
 def test_an_engine_error_fails_the_run(running_run):
     run = reporting.run_fail(run=running_run, error=ValueError("data.train: no usable rows"))
     assert run.status == RunStatus.FAILED and run.error_message == "ValueError: data.train: no usable rows"

@@ -2332,6 +2332,26 @@ def test_the_launch_check_and_the_run_page_estimate_the_memory_a_device_needs(te
     assert f'<dd id="memory-estimate">{check["memory"][0]} <span class="muted">(an estimate)</span></dd>' in page
 
 
+def test_a_sweeps_memory_estimates_name_the_combinations_they_are_for(team, catalog, client_for):
+    """Found launching a sweep over peft.rank from the form: its check listed two bare estimates ("Memory: ≈ 1.07
+    MiB …", "Memory: ≈ 1.21 MiB …"), leaving the reader to guess which runs needed which. Combinations that need
+    different amounts are named with their estimate; one estimate for every run stays bare, as for a single run."""
+    type(catalog.base_model).objects.filter(pk=catalog.base_model.pk).update(parameter_count=10_000, config=TINY_CONFIG)
+    form = {"mode": "form", "task": "sft", "model": catalog.base_model.public_id, "data.train": catalog.sft.public_id,
+            "train.max_steps": "3", "train.batch_size": "2", "data.max_seq_len": "8", "peft.method": "lora",
+            "peft.targets": ["q_proj"], "sweep": "optim.learning_rate: 1e-4, 1e-3\npeft.rank: 4, 8"}
+    client = client_for(team.teammate)
+    check = client.post("/p/alpha/runs/new/check/", form).json()
+    assert check["errors"] == {}
+    rank_4, rank_8 = check["memory"]
+    assert rank_4.startswith("learning_rate=1e-4 rank=4; learning_rate=1e-3 rank=4: ≈ ")
+    assert rank_8.startswith("learning_rate=1e-4 rank=8; learning_rate=1e-3 rank=8: ≈ ")
+    single = client.post("/p/alpha/runs/new/check/", {**form, "sweep": "", "peft.rank": "8"}).json()["memory"]
+    assert single == [rank_8.split(": ", 1)[1]]
+    same = client.post("/p/alpha/runs/new/check/", {**form, "sweep": "optim.learning_rate: 1e-4, 1e-3"}).json()
+    assert same["memory"] == [client.post("/p/alpha/runs/new/check/", {**form, "sweep": ""}).json()["memory"][0]]
+
+
 def test_a_ppo_runs_memory_estimate_counts_its_reward_model(team, catalog, client_for, sent_tasks, tmp_path):
     """QA: a PPO run scoring with ppo.reward_model holds that whole model on a device, and the estimate left it
     out. The launch check and the run page now count it from the reward run's base model (10,000 float32
