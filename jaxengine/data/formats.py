@@ -1530,13 +1530,16 @@ def _not_an_object(value: Any, kind: DatasetKind) -> str:
 
 
 def check_record(
-    value: Any, *, mapping: ColumnMapping, cells_are_strings: bool = False, source: DataSource = WEB_UPLOAD
+    value: Any, *, mapping: ColumnMapping, cells_are_strings: bool = False, source: DataSource = WEB_UPLOAD,
+    read_once: PromptsReadOnce | None = None,
 ) -> tuple[dict[str, Any] | None, list[Problem]]:
     """Turn one raw record into an example of ``mapping.kind``, or return the problems found.
 
     An example holds the kind's fields under their own names (after the column mapping); for
     ``prompts`` every other column is kept too. ``cells_are_strings`` (CSV) lets a cell hold a
-    JSON-encoded message list. ``source`` decides how a missing field's advice is worded.
+    JSON-encoded message list. ``source`` decides how a missing field's advice is worded. A preference row in
+    UltraFeedback's layout is read with its prompt's turns once (``read_prompt_once``), as every reader of the
+    examples then has it; ``read_once`` (validation's count of such rows) is told whether this row was.
     """
     kind = mapping.kind
     if type(value) is not dict:
@@ -1597,9 +1600,18 @@ def check_record(
             prompt = None
         else:
             _check_text_or_messages(prompt, "prompt", problems)
-            if not problems:
-                _check_prompt_not_repeated(prompt, (("chosen", chosen), ("rejected", rejected)), problems, source)
-        return (None if problems else {"prompt": prompt, "chosen": chosen, "rejected": rejected}), problems
+        if problems:
+            return None, problems
+        example = {"prompt": prompt, "chosen": chosen, "rejected": rejected}
+        if prompt is not None and (type(chosen) is list or type(rejected) is list):
+            read = read_prompt_once(example)
+            if type(read) is tuple:
+                return None, [read]
+            if read is not None:
+                example = read
+                if read_once is not None:
+                    read_once.pending = True
+        return example, problems
 
     prompt = get("prompt")
     if prompt is _MISSING:
@@ -1617,22 +1629,65 @@ def check_record(
     return example, problems
 
 
-def _check_prompt_not_repeated(prompt: Any, sides: tuple[tuple[str, Any], ...], problems: list[Problem],
-                               source: DataSource) -> None:
-    """A side of a preference row that is a chat starting with the prompt's turns (UltraFeedback's layout: the
-    prompt, and chosen and rejected as whole conversations): training puts the prompt before each side
-    (``rendered_chats``), so that the model read the prompt twice."""
+def read_prompt_once(example: Mapping[str, Any]) -> dict[str, Any] | Problem | None:
+    """A preference example (prompt, chosen, rejected; checked) in UltraFeedback's layout
+    (HuggingFaceH4/ultrafeedback_binarized: a prompt, and chosen and rejected as whole conversations that each begin
+    with the prompt's turns), read as TRL's ``maybe_extract_prompt`` reads a prompt of text beside conversations:
+    the prompt is the longest run of turns that chosen and rejected share from their start (short of the shorter
+    side's last turn, as there), the sides are the rest. Training puts the prompt before each side
+    (``rendered_chats``, ``jaxengine.data.pipeline``), which read such a prompt twice.
+
+    Returns the example so read (the row's own prompt where the shared run is its turns, else that run); the
+    problem of a row where one side begins with the prompt's turns and the other does not, or where a side is the
+    prompt's turns and nothing after them; None for a row of any other layout, read as it is."""
+    prompt, sides = example["prompt"], (("chosen", example["chosen"]), ("rejected", example["rejected"]))
     turns = _as_chat(prompt, "user")
-    for field_name, side in sides:
-        if type(side) is list and len(side) >= len(turns) and all(
-                type(message) is dict and message.get("role") == turn["role"]
-                and message.get("content") == turn["content"] for message, turn in zip(side, turns)):
-            problems.append((field_name, "prompt_repeated", (
-                f"starts with the prompt's {'turn' if len(turns) == 1 else f'{len(turns)} turns'} again (a whole "
-                "conversation, as UltraFeedback's chosen and rejected are): training puts the prompt before it, so "
-                "the model would read the prompt twice; leave the prompt out, as whole conversations may (remove its "
-                f"column, or map 'prompt' to a column the file lacks: {source.mapping_place()}), or give only the "
-                f"answer in '{field_name}'")))
+    repeating = [name for name, side in sides if type(side) is list and len(side) >= len(turns) and all(
+        type(message) is dict and message.get("role") == turn["role"] and message.get("content") == turn["content"]
+        for message, turn in zip(side, turns))]
+    if not repeating:
+        return None
+    what = "turn" if len(turns) == 1 else f"{len(turns)} turns"
+    if len(repeating) == 1:
+        [name] = repeating
+        other = "rejected" if name == "chosen" else "chosen"
+        return (name, "prompt_repeated", (
+            f"starts with the prompt's {what} again and '{other}' does not: training puts the prompt before each "
+            f"side, so the model would read it twice in '{name}'; give '{name}' without the prompt's turns, as "
+            f"'{other}' is, or give both as whole conversations that begin with them (UltraFeedback's layout, read "
+            "with the prompt once, as TRL does)"))
+    chosen, rejected = example["chosen"], example["rejected"]
+    shared, last = 0, min(len(chosen), len(rejected)) - 1
+    while shared < last and chosen[shared] == rejected[shared]:
+        shared += 1
+    if shared < len(turns):  # a side that is the prompt's turns alone
+        name = "chosen" if len(chosen) == len(turns) else "rejected"
+        return (name, "prompt_repeated", (
+            f"is the prompt's {what} again and nothing after {'it' if len(turns) == 1 else 'them'}: give the answer "
+            "after the prompt's turns, as a whole conversation that begins with them is read with the prompt once"))
+    return {"prompt": prompt if shared == len(turns) else chosen[:shared], "chosen": chosen[shared:],
+            "rejected": rejected[shared:]}
+
+
+@dataclass
+class PromptsReadOnce:
+    """Preference rows in UltraFeedback's layout, read with their prompt's turns once (``read_prompt_once``):
+    counted for the version page, which says they were read so. ``check_record`` sets ``pending`` for a row
+    read so; ``add``, called with that row's number, counts it."""
+
+    count: int = 0
+    rows: list[int] = field(default_factory=list)
+    pending: bool = False
+
+    def add(self, example: Mapping[str, Any], row: int) -> None:
+        if self.pending:
+            self.pending = False
+            self.count += 1
+            if len(self.rows) < ROWS_SHOWN:
+                self.rows.append(row)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "rows": self.rows}
 
 
 # --------------------------------------------------------------------------------------------
@@ -2028,6 +2083,7 @@ class _Pass:
     duplicates: DuplicateRows = field(default_factory=DuplicateRows)
     one_sided: OneSidedChats | None = None
     identical: IdenticalPairs | None = None
+    read_once: PromptsReadOnce | None = None
     shapes: ChatShapes | None = None
     turn_splits: TurnSplits | None = None
 
@@ -2064,15 +2120,15 @@ def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping,
     fields = _stat_fields(mapping.kind)
     add = state.statistics.add
     if mapping.kind is DatasetKind.PREFERENCE and state.one_sided is None:
-        state.one_sided, state.identical = OneSidedChats(), IdenticalPairs()
+        state.one_sided, state.identical, state.read_once = OneSidedChats(), IdenticalPairs(), PromptsReadOnce()
     if mapping.kind is not DatasetKind.TEXT and state.shapes is None:
         state.shapes = ChatShapes(kind=mapping.kind)
     if mapping.kind is DatasetKind.SFT and state.turn_splits is None:
         state.turn_splits = TurnSplits()
     # Looked up once, not on every row.
     add_duplicate = state.duplicates.add
-    collectors = [collector.add for collector in (state.one_sided, state.identical, state.shapes, state.turn_splits)
-                  if collector is not None]
+    collectors = [collector.add for collector in (state.read_once, state.one_sided, state.identical, state.shapes,
+                                                  state.turn_splits) if collector is not None]
     try:
         for item in items:
             if type(item) is Issue:
@@ -2084,7 +2140,7 @@ def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping,
             if not state.columns and type(value) is dict:
                 state.columns = tuple(value)
             example, problems = check_record(value, mapping=mapping, cells_are_strings=cells_are_strings,
-                                             source=source)
+                                             source=source, read_once=state.read_once)
             if problems:
                 for field_name, code, message in problems:
                     if len(state.errors) < state.max_errors:
@@ -2137,6 +2193,7 @@ def validate_file(
         if state.one_sided is not None:
             statistics["no_assistant_turn"] = state.one_sided.to_dict()
             statistics["identical_pairs"] = state.identical.to_dict()
+            statistics["prompt_read_once"] = state.read_once.to_dict()
         if state.shapes is not None:
             statistics["chat_shapes"] = state.shapes.to_dict()
         if state.turn_splits is not None:

@@ -167,7 +167,10 @@ class DatasetVersionOut(_Answer):
                                                    "duplicates (duplicates: count, rows as [row, earlier row]) and, "
                                                    "for preference data, chats with no assistant turn "
                                                    "(no_assistant_turn: per side, count and rows) and rows whose "
-                                                   "chosen is their rejected (identical_pairs: count and rows), "
+                                                   "chosen is their rejected (identical_pairs: count and rows) "
+                                                   "and rows whose chosen and rejected conversations repeat the "
+                                                   "prompt's turns, read with them once (prompt_read_once: count "
+                                                   "and rows), "
                                                    "and for chats, those of a shape some chat templates refuse "
                                                    "(chat_shapes: system_later, same_role_twice, assistant_first; "
                                                    "count and rows each); {} before.")

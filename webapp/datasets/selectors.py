@@ -381,7 +381,8 @@ def token_split_note(token_statistics: dict[str, Any]) -> str | None:
 
 def statistics_notes(statistics: dict[str, Any]) -> list[str]:
     """What a ready version's validation counted besides lengths, one sentence each for its page: exact duplicate
-    rows, preference chats with no assistant turn, preference rows whose chosen is their rejected, chats of a
+    rows, preference rows read with their prompt once (UltraFeedback's layout, ``formats.read_prompt_once``),
+    preference chats with no assistant turn, preference rows whose chosen is their rejected, chats of a
     shape some chat templates refuse (``formats.CHAT_SHAPES``) and sft conversations of several assistant turns,
     which some templates train one turn per example (``formats.TurnSplits``). Nothing for versions validated
     before they were counted."""
@@ -392,6 +393,9 @@ def statistics_notes(statistics: dict[str, Any]) -> list[str]:
         notes.append(f"{count:,} row{'s' if count != 1 else ''} repeat{'s' if count == 1 else ''} an earlier row "
                      f"exactly ({repeats}{', …' if count > len(duplicates.get('rows') or []) else ''})." if count
                      else "No row repeats another exactly.")
+    if count := ((statistics.get("prompt_read_once") or {}).get("count")):
+        notes.append(f"{count:,} row{'s' if count != 1 else ''} repeat{'s its' if count == 1 else ' their'} prompt in "
+                     "chosen and rejected (UltraFeedback's layout): read once, as TRL does.")
     for side, found in sorted(((statistics.get("no_assistant_turn") or {}).items())):
         if count := found.get("count"):
             notes.append(f"{count:,} row{'s' if count != 1 else ''} ({_rows_named(found.get('rows') or [], count)}) "

@@ -22,6 +22,7 @@ from jaxengine.data.formats import (
     detect_format,
     iter_examples,
     read_page,
+    rendered_chats,
     summarize_lengths,
     validate_file,
 )
@@ -1465,34 +1466,65 @@ ULTRAFEEDBACK_ROW = {  # HuggingFaceH4/ultrafeedback_binarized's layout: chosen 
 }
 
 
-def test_preference_sides_that_repeat_the_prompt_are_refused_saying_how_to_leave_it_out(tmp_path):
-    """Audit: UltraFeedback's layout (a prompt, and chosen/rejected as whole conversations that start with that
-    prompt's turn) passed its check, and training put the prompt before each side: the model read
-    [user: prompt, user: prompt, assistant: answer], which the version page only noted as "two turns of one role in
-    a row" that some chat templates refuse."""
+def test_preference_sides_that_repeat_the_prompt_are_read_with_the_prompt_once_as_trl_reads_them(tmp_path):
+    """UltraFeedback's layout (a prompt, and chosen/rejected as whole conversations that begin with that prompt's
+    turns) is read as TRL's maybe_extract_prompt reads it: the prompt is the run of turns both sides share from
+    their start, the sides the rest, for every reader of the examples (training, preview, statistics). Commit
+    89b691ae refused it as prompt_repeated (before, training put the prompt before each side: [user: prompt, user:
+    prompt, assistant: answer]); a row where one side alone repeats the prompt is still refused, naming that side."""
     preference = ColumnMapping(kind=DatasetKind.PREFERENCE)
+    system = {"role": "system", "content": "Be brief."}
+    question, seven = ULTRAFEEDBACK_ROW["chosen"]
+    multi_turn = {"prompt": "Name a prime.",  # the shared run goes past the prompt's turn: it is the prompt read
+                  "chosen": [question, seven, {"role": "user", "content": "Another?"},
+                             {"role": "assistant", "content": "11"}],
+                  "rejected": [question, seven, {"role": "user", "content": "Another?"},
+                               {"role": "assistant", "content": "12"}]}
     path = write_jsonl(tmp_path / "ultra.jsonl", [
         {"prompt": "fine", "chosen": "a", "rejected": "b"},
         ULTRAFEEDBACK_ROW,
-        {**ULTRAFEEDBACK_ROW, "prompt": [{"role": "system", "content": "Be brief."},
-                                         {"role": "user", "content": "Name a prime."}],
-         "chosen": [{"role": "system", "content": "Be brief."}, *ULTRAFEEDBACK_ROW["chosen"]],
-         "rejected": [{"role": "assistant", "content": "9"}]},
+        {"prompt": [system, question], "chosen": [system, *ULTRAFEEDBACK_ROW["chosen"]],
+         "rejected": [system, *ULTRAFEEDBACK_ROW["rejected"]]},
+        multi_turn,
     ])
     report = validate_file(path, fmt=FileFormat.JSONL, mapping=preference)
+    assert report.ok, report.errors
+    assert report.statistics["prompt_read_once"] == {"count": 3, "rows": [2, 3, 4]}
+    # Read once, the chats training renders have no turn of one role twice in a row (they had [user, user, ...]).
+    assert report.statistics["chat_shapes"]["same_role_twice"] == {"count": 0, "rows": []}
+    # The statistics count the prompt once and each side without it (the whole conversations were up to 24).
+    lengths = report.statistics["fields"]
+    assert (lengths["prompt"]["max"], lengths["chosen"]["max"], lengths["rejected"]["max"]) == (22, 2, 2)
+    examples = list(iter_examples(path, fmt=FileFormat.JSONL, mapping=preference))
+    assert examples[1] == {"prompt": "Name a prime.", "chosen": [seven], "rejected": [ULTRAFEEDBACK_ROW["rejected"][1]]}
+    assert examples[2] == {"prompt": [system, question], "chosen": [seven],
+                           "rejected": [ULTRAFEEDBACK_ROW["rejected"][1]]}
+    assert examples[3] == {"prompt": multi_turn["chosen"][:3], "chosen": multi_turn["chosen"][3:],
+                           "rejected": multi_turn["rejected"][3:]}
+    assert [example for _row, example in read_page(path, fmt=FileFormat.JSONL, mapping=preference, offset=1,
+                                                   limit=1)] == [examples[1]]  # the preview shows it so
+    assert [rendered_chats(example, DatasetKind.PREFERENCE)[0] for example in examples[1:3]] == [
+        ULTRAFEEDBACK_ROW["chosen"], [system, *ULTRAFEEDBACK_ROW["chosen"]]]
+
+    # One side alone repeating the prompt: that side is named, as it would read the prompt twice.
+    write_jsonl(path, [{**ULTRAFEEDBACK_ROW, "rejected": [{"role": "assistant", "content": "8"}]},
+                       {**ULTRAFEEDBACK_ROW, "chosen": "7"},
+                       {**ULTRAFEEDBACK_ROW, "chosen": [question]}])
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=preference)
     assert [(issue.code, issue.row, issue.field) for issue in report.errors] == [
-        ("prompt_repeated", 2, "chosen"), ("prompt_repeated", 2, "rejected"), ("prompt_repeated", 3, "chosen")]
+        ("prompt_repeated", 1, "chosen"), ("prompt_repeated", 2, "rejected"), ("prompt_repeated", 3, "chosen")]
     assert report.errors[0].message == (
-        "starts with the prompt's turn again (a whole conversation, as UltraFeedback's chosen and rejected are): "
-        "training puts the prompt before it, so the model would read the prompt twice; leave the prompt out, as "
-        "whole conversations may (remove its column, or map 'prompt' to a column the file lacks: Column mapping on "
-        "the upload form, mapping in the API), or give only the answer in 'chosen'")
-    assert report.errors[2].message.startswith("starts with the prompt's 2 turns again")
-    # Left out as it says, the rows are whole conversations, trained on their assistant turns.
+        "starts with the prompt's turn again and 'rejected' does not: training puts the prompt before each side, so "
+        "the model would read it twice in 'chosen'; give 'chosen' without the prompt's turns, as 'rejected' is, or "
+        "give both as whole conversations that begin with them (UltraFeedback's layout, read with the prompt once, "
+        "as TRL does)")
+    assert report.errors[2].message.startswith("is the prompt's turn again and nothing after it")
+    # Left out, the prompt is not looked for: the rows are whole conversations, trained on their assistant turns.
     left_out = ColumnMapping(kind=DatasetKind.PREFERENCE, columns={"prompt": "no_such_column"})
     write_jsonl(path, [ULTRAFEEDBACK_ROW])
-    assert validate_file(path, fmt=FileFormat.JSONL, mapping=left_out).ok
-    assert [example["prompt"] for example in iter_examples(path, fmt=FileFormat.JSONL, mapping=left_out)] == [None]
+    assert validate_file(path, fmt=FileFormat.JSONL, mapping=left_out).statistics["prompt_read_once"]["count"] == 0
+    assert list(iter_examples(path, fmt=FileFormat.JSONL, mapping=left_out)) == [
+        {"prompt": None, "chosen": ULTRAFEEDBACK_ROW["chosen"], "rejected": ULTRAFEEDBACK_ROW["rejected"]}]
 
 
 LONE_SURROGATE = ("half of a character (a lone UTF-16 surrogate: a \\ud800-\\udfff escape without its other half, as "

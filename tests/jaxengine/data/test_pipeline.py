@@ -276,3 +276,29 @@ def test_a_row_a_hostile_chat_template_fails_on_stops_training_naming_the_row_an
         encode_rows([row], task=task, tokenizer=load_tokenizer(model_dir), max_seq_len=64, source="train.jsonl")
     assert str(raised.value).startswith(f"train.jsonl: row 1: {model_dir / 'tokenizer_config.json'}: chat template")
     assert message in str(raised.value)
+
+
+def test_a_dpo_batch_of_ultrafeedbacks_layout_holds_the_prompt_once(tmp_path):
+    """UltraFeedback's layout (a prompt, and chosen and rejected as whole conversations that begin with its turn)
+    is read as TRL reads it (``formats.read_prompt_once``): the token ids of the DPO batch hold the prompt once per
+    side, the conversation rendered as the chat template renders it, and train on the answer alone. Training put the
+    prompt before each side (the model read [user: q, user: q, assistant: a]); then commit 89b691ae refused the
+    rows."""
+    tok = CharTokenizer(chat=True)
+    question = {"role": "user", "content": "Name a prime."}
+    path = tmp_path / "ultrafeedback.jsonl"
+    path.write_text(json.dumps({"prompt": "Name a prime.",
+                                "chosen": [question, {"role": "assistant", "content": "7"}],
+                                "rejected": [question, {"role": "assistant", "content": "8"}]}) + "\n")
+    rows = list(pipeline.read_examples(path, kind="preference"))
+    [pair], stats = encode_rows(rows, task="dpo", tokenizer=tok, max_seq_len=64)
+    batch = pipeline.make_batch([pair], max_seq_len=64, pad_id=tok.pad_id)
+    for side, answer in ((batch.chosen, "7"), (batch.rejected, "8")):
+        ids = side.input_ids[0][side.segment_ids[0] > 0].tolist()
+        text = tok.decode(ids)
+        assert text.count("Name a prime.") == 1
+        assert ids == [tok.bos_id] + tok.encode(tok.apply_chat_template([question, {"role": "assistant",
+                                                                                     "content": answer}]))
+        trained = [target for target, trained in zip(side.targets[0].tolist(), side.loss_mask[0].tolist()) if trained]
+        assert tok.decode(trained) == f"{answer}<|im_end|>\n"
+    assert stats.examples == 1 and stats.dropped == 0

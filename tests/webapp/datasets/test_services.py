@@ -723,3 +723,30 @@ def test_the_page_of_a_version_validated_before_turn_splits_has_the_worker_count
     done = page()
     assert note in done and 'id="turn-splits-counting"' not in done and 'http-equiv="refresh"' not in done
     assert len(sent_tasks) == 2
+
+
+def test_preference_rows_in_ultrafeedbacks_layout_are_noted_and_counted_with_the_prompt_once(team, client,
+                                                                                          tokenizer_model):
+    """UltraFeedback's layout (a prompt, and chosen and rejected as whole conversations that begin with its turn) is
+    read with the prompt once, as TRL reads it (``formats.read_prompt_once``): validation counts the rows so read
+    and the version page says so, its preview shows each side without the prompt, and the token statistics count
+    the prompt once. Commit 89b691ae refused such a file (prompt_repeated)."""
+    question = {"role": "user", "content": "Name a prime."}
+    rows = [{"prompt": "Name a prime.", "chosen": [question, {"role": "assistant", "content": "Seven."}],
+             "rejected": [question, {"role": "assistant", "content": "Eight."}]}] * 2
+    version = ready(team, name="ultrafeedback", kind="preference", rows=[*rows, {"prompt": "q", "chosen": "a",
+                                                                                "rejected": "b"}])
+    assert version.status == VersionStatus.READY, version.errors
+    assert version.statistics["prompt_read_once"] == {"count": 2, "rows": [1, 2]}
+    page = version_page(team, client, version)
+    assert html.escape("2 rows repeat their prompt in chosen and rejected (UltraFeedback's layout): read once, as "
+                       "TRL does.") in page
+    # The preview: each row's prompt once, its sides without it.
+    assert page.count("Name a prime.") == 2 and page.count("Seven.") == 2
+
+    version = services.token_statistics_compute(version_id=version.pk, base_model_id=tokenizer_model.pk)
+    tokenizer = load_tokenizer(tokenizer_model.path)
+    fields = version.token_statistics["fields"]
+    assert fields["prompt"]["max"] == len(tokenizer.encode("Name a prime."))
+    assert fields["chosen"]["max"] == len(tokenizer.encode(tokenizer.apply_chat_template(
+        [{"role": "assistant", "content": "Seven."}])))
