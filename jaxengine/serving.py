@@ -69,6 +69,14 @@ Design note.
   count on the host), so a call without them runs the programs it ran before and pays nothing more. The
   warm-up compiles none of them: few conversations ask, and the first that does compiles its own (one prefill
   and one decode program per cache size it meets).
+* Prompt log probabilities (``BatchDecoder.prompt_logprobs``: ``/v1/completions``' ``echo`` with ``logprobs``, as
+  lm-evaluation-harness scores text): each prompt token's log probability after the tokens before it and its
+  alternatives', the same raw ``log_softmax`` as a generated token's, from one full forward pass of the prompt
+  (the model's training forward, right-padded to the prompt's length bucket: ``_Compiled.score``), not from the
+  prefill, whose programs, and every other program a request without them runs, stay as they were. One program
+  per length bucket, compiled on first use (the warm-up compiles none), run on the asking task's thread beside
+  the batch: a prompt is scored once however many answers follow it. The [T, V] log probabilities are computed
+  ``SCORE_CHUNK`` positions at a time, so a long prompt of a large vocabulary holds one chunk's, not the whole.
 * ``BatchDecoder`` holds a model and its settings; ``run`` decodes a list of requests arriving together.
   ``BatchingServer`` is the concurrency: callers on any thread ``submit`` a request and wait on its
   future; one loop thread adds every submitted request to its ``ContinuousBatch`` and steps it.
@@ -135,6 +143,9 @@ FINISH_REASONS = ("stop", "length", "cancelled", "timeout")
 # Most alternatives a request may ask for per token (``ServeRequest.logprobs``), OpenAI's ``top_logprobs`` limit;
 # a call with log probabilities computes this many for every row and each row keeps what it asked for.
 LOGPROBS_MAX = 20
+# Positions of a prompt whose log probabilities ``_Compiled.score`` computes at once ([SCORE_CHUNK, V] float32):
+# a 4,096-token prompt of a 152k vocabulary held 2.5 GB of logits and as much of log probabilities whole.
+SCORE_CHUNK = 256
 
 logger = logging.getLogger(__name__)
 
@@ -470,7 +481,8 @@ def _insert_on_host(cache, new_cache, rows_g: np.ndarray, index: int, *, kv_head
 class _Compiled:
     """The jitted programs of continuous batching for one model structure (see the module note). The
     weights go in as a flat list of arrays, so a call's dispatch neither hashes the graph nor walks the
-    state's tree. ``trace_count`` counts the compiles of the two model programs (prefill, decode)."""
+    state's tree. ``trace_count`` counts the compiles of the three model programs (prefill, decode, and the
+    prompt's scoring)."""
 
     def __init__(self, graphdef, treedef, cache_dtype, kv_heads: int):
         self.graphdef = graphdef
@@ -483,6 +495,7 @@ class _Compiled:
                               donate_argnames=("cache", "counts_bv"))
         self.insert = jax.jit(self._insert, donate_argnames=("cache",))
         self.relayout = jax.jit(self._relayout, static_argnames=("rows", "length"))
+        self.score = jax.jit(self._score, static_argnames=("chunk",))
         # Re-layouts, inserts and prefills by the shapes, placements and modes they were run with (keys made by
         # ``ContinuousBatch``). One met before its program was compiled ran another way (a move in numpy on host
         # devices, a group's prefill one row at a time) and waits in ``missed``, with how to compile it, for
@@ -552,6 +565,29 @@ class _Compiled:
         if adjusted:
             counts_bv = constrain(counts_bv, ("batch", None))
         return tokens_kb, tokens_kb[-1], self._constrained(cache), counts_bv, logprobs_k
+
+    def _score(self, leaves, input_ids_1t, length_1, *, chunk: int):
+        """``_raw_logprobs`` of each position's next token ([T] chosen, [T, N] ids and log probabilities) for a
+        prompt right-padded to T tokens, ``length_1`` of them real: the model's full forward pass (as training runs
+        it: causal within the real tokens), its logits made ``chunk`` positions at a time (a power of two, at most
+        T). Position t scores token t + 1; the last real position and the padding score padding, which the caller
+        drops."""
+        self.trace_count += 1
+        model = self._model(leaves)
+        length = input_ids_1t.shape[1]
+        positions_1t = jnp.arange(length, dtype=jnp.int32)[None]
+        hidden_1td, _ = model.hidden_states(input_ids_1t, positions_1t, lengths_b=length_1)
+        next_t = jnp.concatenate([input_ids_1t[0, 1:], input_ids_1t[0, :1]])  # the last is padding's
+        hidden_ncd = hidden_1td[0].reshape(length // chunk, chunk, -1)
+
+        def one_chunk(chunk_inputs):
+            hidden_cd, next_c = chunk_inputs
+            return _raw_logprobs(model.logits(hidden_cd[None])[0], next_c)
+
+        chosen_nc, top_ids_nck, top_logprobs_nck = jax.lax.map(
+            one_chunk, (hidden_ncd, next_t.reshape(length // chunk, chunk)))
+        top = top_ids_nck.shape[-1]
+        return chosen_nc.reshape(length), top_ids_nck.reshape(length, top), top_logprobs_nck.reshape(length, top)
 
     def _insert(self, cache, new_cache, rows_g, index):
         """Copies the prefilled rows (``new_cache``, T slots) into ``cache`` rows ``rows_g``, slots
@@ -1209,16 +1245,43 @@ class BatchDecoder:
 
     def check(self, request: ServeRequest) -> None:
         """Raise ``PromptError`` for a request this model cannot take."""
+        self.check_prompt(request.prompt_ids, new_tokens=request.params.max_new_tokens)
+        check_logit_bias(request.params, self.model.config.vocab_size)
+
+    def check_prompt(self, prompt_ids: Sequence[int], *, new_tokens: int) -> None:
+        """Raise ``PromptError`` for a prompt this model cannot take with ``new_tokens`` after it (0: a prompt
+        only scored, ``prompt_logprobs``)."""
         config = self.model.config
-        if not request.prompt_ids:
+        if not prompt_ids:
             raise PromptError("the prompt is empty; give at least one token")
-        if min(request.prompt_ids) < 0 or max(request.prompt_ids) >= config.vocab_size:
+        if min(prompt_ids) < 0 or max(prompt_ids) >= config.vocab_size:
             raise PromptError(f"the prompt has token ids outside the model's vocabulary (vocab_size={config.vocab_size})")
-        check_logit_bias(request.params, config.vocab_size)
-        if len(request.prompt_ids) + request.params.max_new_tokens > config.max_position_embeddings:
-            raise ContextLengthError(f"the prompt ({len(request.prompt_ids)} tokens) plus the tokens to generate "
-                                     f"({request.params.max_new_tokens}) exceeds the model's context length "
+        if len(prompt_ids) + new_tokens > config.max_position_embeddings:
+            if not new_tokens:
+                raise ContextLengthError(f"the prompt ({len(prompt_ids)} tokens) exceeds the model's context length "
+                                         f"({config.max_position_embeddings}); shorten the prompt")
+            raise ContextLengthError(f"the prompt ({len(prompt_ids)} tokens) plus the tokens to generate "
+                                     f"({new_tokens}) exceeds the model's context length "
                                      f"({config.max_position_embeddings}); shorten the prompt or ask for fewer tokens")
+
+    def prompt_logprobs(self, prompt_ids: Sequence[int], *, alternatives: int) -> list[TokenLogprobs]:
+        """The log probability of each prompt token but the first (nothing comes before it to predict it) after the
+        tokens before it, and its ``alternatives`` most likely alternatives' (0 to ``LOGPROBS_MAX``): the same raw
+        ``log_softmax`` as a generated token's (``TokenLogprobs``), from one full forward pass of the prompt at its
+        length bucket (``_Compiled.score``: one program per bucket, whatever the prompt). ``PromptError`` for a
+        prompt the model cannot take (``check_prompt``). Thread-safe: the serve task's thread calls it beside the
+        batching server's loop."""
+        if not 0 <= alternatives <= LOGPROBS_MAX:
+            raise ValueError(f"prompt_logprobs: alternatives must be from 0 to {LOGPROBS_MAX}, got {alternatives}")
+        self.check_prompt(prompt_ids, new_tokens=0)
+        length = bucket_length(len(prompt_ids), minimum=self.min_bucket)
+        input_ids_1t = np.zeros((1, length), np.int32)
+        input_ids_1t[0, :len(prompt_ids)] = prompt_ids
+        length_1 = np.asarray([len(prompt_ids)], np.int32)
+        chunk = min(length, SCORE_CHUNK)  # both powers of two: the chunks tile the bucket
+        logprobs = jax.device_get(self.compiled.score(self.leaves, input_ids_1t, length_1, chunk=chunk))
+        scored = list(prompt_ids[1:])  # position t scores token t + 1
+        return _row_logprobs(tuple(array[None, :len(scored)] for array in logprobs), 0, scored, alternatives)
 
     def warmup_requests(self, *, longest_prompt: int = 256, max_new_tokens: int = 256,
                         temperatures: Sequence[float] = (0.7, 0.0),

@@ -116,6 +116,80 @@ def test_logprobs_read_by_the_openai_client_streamed_and_not(api):
     assert logprobs.text_offset[0] == 0 and logprobs.text_offset == sorted(logprobs.text_offset)
 
 
+def test_echo_gives_the_prompt_and_its_logprobs_before_the_answer_streamed_and_not(api):
+    """echo as the official client asks it of the real serve worker: the prompt alone, scored (max_tokens 0: its
+    tokens' log probabilities, the first null; nothing generated), and the prompt before an answer, whole and
+    streamed, the prompt's entries those of the prompt alone and the answer's those of the answer asked without
+    echo, the text offsets going on from the prompt's tokens."""
+    client, team, base_model = api
+    prompt, asked = "Once upon a time", {"model": base_model.public_id, "temperature": 0, "logprobs": 2}
+    scored = client.completions.create(prompt=prompt, echo=True, max_tokens=0, **asked)
+    [choice] = scored.choices
+    assert (choice.text, choice.finish_reason, scored.usage.completion_tokens) == (prompt, "length", 0)
+    prompt_logprobs = choice.logprobs
+    assert len(prompt_logprobs.tokens) == scored.usage.prompt_tokens > 2
+    assert prompt_logprobs.token_logprobs[0] is None and prompt_logprobs.top_logprobs[0] is None
+    assert all(logprob <= 0 for logprob in prompt_logprobs.token_logprobs[1:])
+    assert all(1 <= len(alternatives) <= 2 for alternatives in prompt_logprobs.top_logprobs[1:])
+    assert "".join(prompt_logprobs.tokens) == prompt
+    assert prompt_logprobs.text_offset == [prompt.index(token, offset) for token, offset in
+                                           zip(prompt_logprobs.tokens, prompt_logprobs.text_offset)]
+    plain = client.completions.create(prompt=prompt, max_tokens=4, **asked).choices[0]
+    whole = client.completions.create(prompt=prompt, echo=True, max_tokens=4, **asked).choices[0]
+    assert whole.text == prompt + plain.text
+    for key in ("tokens", "token_logprobs", "top_logprobs"):
+        assert getattr(whole.logprobs, key) == getattr(prompt_logprobs, key) + getattr(plain.logprobs, key)
+    assert whole.logprobs.text_offset == prompt_logprobs.text_offset + [len(prompt) + offset for offset in
+                                                                        plain.logprobs.text_offset]
+    chunks = list(client.completions.create(prompt=prompt, echo=True, max_tokens=4, stream=True, **asked))
+    assert chunks[0].choices[0].text == prompt and chunks[0].choices[0].logprobs.tokens == prompt_logprobs.tokens
+    assert "".join(chunk.choices[0].text for chunk in chunks) == whole.text
+    assert [offset for chunk in chunks if chunk.choices[0].logprobs
+            for offset in chunk.choices[0].logprobs.text_offset] == whole.logprobs.text_offset
+
+
+def test_echo_answers_lm_evaluation_harness_local_completions_loglikelihood(api, asgi_server):  # noqa: F811
+    """lm-evaluation-harness's local-completions scores a context's continuations (loglikelihood tasks) by posting
+    each context + continuation with echo, logprobs 1, max_tokens 1 and temperature 0 (its _create_payload), as
+    raw JSON, and reading, for each choice by its index, ``token_logprobs[ctxlen:-1]`` (the continuation's tokens:
+    ctxlen the context's tokens, -1 the token generated) summed, and whether each is its top_logprobs' most likely
+    (its parse_logprobs). Here each continuation's tokens are read where lm-eval reads them, their sum is that of
+    the same text scored alone (max_tokens 0), and each token's alternative is at least as likely as it."""
+    import json
+    import urllib.request
+
+    from jaxengine.prompts import with_bos
+    from jaxengine.tokenizer import load_tokenizer
+
+    client, team, base_model = api
+    context, continuations = "Once upon a", [" time", " zebra"]
+    tokenizer = load_tokenizer(base_model.path)
+    ctxlen = len(with_bos(tokenizer, tokenizer.encode(context)))
+    assert [with_bos(tokenizer, tokenizer.encode(context + continuation))[:ctxlen] for continuation in continuations
+            ] == [with_bos(tokenizer, tokenizer.encode(context))] * 2  # the context's tokens begin each prompt
+    payload = {"model": base_model.public_id, "prompt": [context + continuation for continuation in continuations],
+               "temperature": 0, "max_tokens": 1, "logprobs": 1, "seed": 1234, "echo": True}
+    posted = urllib.request.Request(f"{asgi_server}/v1/completions", data=json.dumps(payload).encode(), method="POST",
+                                    headers={"Authorization": f"Bearer {client.api_key}",
+                                             "Content-Type": "application/json"})
+    with urllib.request.urlopen(posted, timeout=90) as response:
+        answer = json.load(response)
+    sums = []
+    for choice in sorted(answer["choices"], key=lambda choice: choice["index"]):  # lm-eval's parse_logprobs
+        logprobs = choice["logprobs"]
+        continuation = logprobs["token_logprobs"][ctxlen:-1]
+        sums.append(sum(continuation))
+        assert "".join(logprobs["tokens"][ctxlen:-1]) == continuations[choice["index"]]
+        # What its is_greedy compares: each token's log probability with its most likely alternative's.
+        assert all(max(top.values()) >= logprob
+                   for logprob, top in zip(continuation, logprobs["top_logprobs"][ctxlen:-1]))
+    for continuation, logprob in zip(continuations, sums):
+        alone = client.completions.create(model=base_model.public_id, prompt=context + continuation, echo=True,
+                                          logprobs=1, max_tokens=0, temperature=0).choices[0].logprobs
+        assert logprob == sum(alone.token_logprobs[ctxlen:]) < 0
+    assert answer["usage"]["completion_tokens"] == 2 and len(answer["choices"]) == 2
+
+
 def test_tokens_are_project_scoped(api, asgi_server):  # noqa: F811
     import openai
 

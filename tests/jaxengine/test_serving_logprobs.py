@@ -1,6 +1,7 @@
 """Serving log probabilities: each generated token's and its top alternatives' log probabilities are the model's
 raw distribution (log_softmax of a full forward pass, before sampling settings, penalties and bias), streamed as
-they are returned; a request that asks for none gets none, and costs a call nothing."""
+they are returned; a request that asks for none gets none, and costs a call nothing. A prompt's tokens' (an echo's,
+``BatchDecoder.prompt_logprobs``) are transformers' own, from a program per prompt length bucket."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,7 +9,8 @@ import pytest
 from flax import nnx
 
 from jaxengine.checkpoint.hf import load_hf_model
-from jaxengine.sampler import Sampler, SamplingParams
+from jaxengine import serving
+from jaxengine.sampler import ContextLengthError, PromptError, Sampler, SamplingParams
 from jaxengine.serving import LOGPROBS_MAX, BatchDecoder, ContinuousBatch, ServeRequest
 from jaxengine.tokenizer import load_tokenizer
 from tests import factories
@@ -136,3 +138,79 @@ def test_logprobs_programs_compile_on_first_use_and_leave_the_others_as_they_wer
 def test_it_rejects_a_number_of_alternatives_out_of_range(logprobs):
     with pytest.raises(ValueError, match=f"ServeRequest.logprobs must be from 0 to {LOGPROBS_MAX}"):
         ServeRequest(prompt_ids=(1,), params=SamplingParams(), logprobs=logprobs)
+
+
+def transformers_logprobs(model_dir, prompt_ids):
+    """[T, V]: transformers' log_softmax over the prompt's logits, each position's distribution of the next token."""
+    import torch
+
+    with torch.no_grad():
+        return factories.load_hf_reference(model_dir)(torch.tensor([prompt_ids])).logits[0].log_softmax(-1).numpy()
+
+
+@pytest.mark.parametrize("kind", ["qwen3", "gemma3"])  # gemma3: a sliding layer whose window the prompts pass
+@pytest.mark.parametrize("length,chunk", [(2, 256), (23, 256), (100, 16)], ids=["two", "one-chunk", "eight-chunks"])
+def test_a_prompts_logprobs_are_transformers_log_softmax_at_each_position(kind, length, chunk, tiny_hf_model_dir,
+                                                                          served, monkeypatch):
+    """Each prompt token but the first gets its log probability after the tokens before it and its alternatives',
+    as transformers' full forward pass gives them, within the bound generated tokens' are held to (1e-4); the
+    logits made ``SCORE_CHUNK`` positions at a time change nothing."""
+    monkeypatch.setattr(serving, "SCORE_CHUNK", chunk)
+    model_dir = tiny_hf_model_dir(kind)
+    model, config = load_hf_model(model_dir)
+    prompt_ids = np.random.default_rng(length).integers(3, config.vocab_size, size=length).tolist()
+    scored = BatchDecoder(model, served[1]).prompt_logprobs(prompt_ids, alternatives=LOGPROBS_MAX)
+    reference_tv = transformers_logprobs(model_dir, prompt_ids)
+    assert [entry.token_id for entry in scored] == prompt_ids[1:]
+    np.testing.assert_allclose([entry.logprob for entry in scored],
+                               reference_tv[np.arange(length - 1), prompt_ids[1:]], atol=1e-4, rtol=0)
+    for position, entry in enumerate(scored):
+        expected_ids = np.argsort(-reference_tv[position], kind="stable")[:LOGPROBS_MAX]
+        assert [token_id for token_id, _ in entry.top] == expected_ids.tolist()
+        np.testing.assert_allclose([value for _, value in entry.top], reference_tv[position, expected_ids],
+                                   atol=1e-4, rtol=0)
+
+
+def test_a_prompts_logprobs_keep_the_alternatives_asked_for_and_a_lone_token_has_none(served):
+    model, tokenizer, prompts = served
+    decoder = BatchDecoder(model, tokenizer)
+    full = decoder.prompt_logprobs(prompts[1], alternatives=LOGPROBS_MAX)
+    for alternatives in (0, 3):
+        kept = decoder.prompt_logprobs(prompts[1], alternatives=alternatives)
+        assert [(entry.token_id, entry.logprob) for entry in kept] == [(entry.token_id, entry.logprob)
+                                                                        for entry in full]
+        assert [entry.top for entry in kept] == [entry.top[:alternatives] for entry in full]
+    assert decoder.prompt_logprobs(prompts[1][:1], alternatives=2) == []
+
+
+def test_a_prompt_is_scored_by_one_program_per_length_bucket_beside_the_generation_programs(served):
+    """Scoring compiles a program per prompt length bucket, once: prompts of other lengths in a bucket reuse it. A
+    request without it runs the programs it ran before, none compiled anew, as before any prompt was scored."""
+    model, tokenizer, _ = served
+    # Its own buckets, 4 and 8 (the other tests score at 16 and past it): nothing compiled by them.
+    decoder = BatchDecoder(model, tokenizer, min_bucket=4)
+    plain = ServeRequest(prompt_ids=(5, 6, 7), params=SamplingParams(max_new_tokens=9, temperature=0.0))
+    decoder.run([plain])
+    before = decoder.compiled.trace_count
+    for length in (5, 8, 6):  # bucket 8
+        decoder.prompt_logprobs(list(range(3, 3 + length)), alternatives=2)
+    assert decoder.compiled.trace_count == before + 1
+    decoder.prompt_logprobs([3, 4, 5], alternatives=5)  # bucket 4
+    decoder.prompt_logprobs(list(range(3, 10)), alternatives=0)
+    assert decoder.compiled.trace_count == before + 2
+    decoder.run([plain])
+    assert decoder.compiled.trace_count == before + 2
+
+
+def test_a_prompt_the_model_cannot_take_is_refused_before_it_is_scored(served):
+    model, tokenizer, _ = served
+    decoder = BatchDecoder(model, tokenizer)
+    context = model.config.max_position_embeddings
+    with pytest.raises(ContextLengthError, match=rf"the prompt \({context + 1} tokens\) exceeds the model's context "
+                                                 rf"length \({context}\); shorten the prompt"):
+        decoder.prompt_logprobs([5] * (context + 1), alternatives=1)
+    assert len(decoder.prompt_logprobs([5] * context, alternatives=1)) == context - 1  # the whole context: taken
+    with pytest.raises(PromptError, match="the prompt is empty"):
+        decoder.prompt_logprobs([], alternatives=1)
+    with pytest.raises(ValueError, match=f"alternatives must be from 0 to {LOGPROBS_MAX}, got 21"):
+        decoder.prompt_logprobs([5, 6], alternatives=LOGPROBS_MAX + 1)

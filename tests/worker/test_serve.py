@@ -5,6 +5,7 @@ import logging
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from jaxengine.data.pipeline import encode_prompt
@@ -188,6 +189,96 @@ def test_each_of_n_answers_carries_its_own_log_probabilities(redis_db, model_dir
         assert choice["text"] == alone.text and streamed == choice["logprobs"] == events[-1]["logprobs"]
         assert [entry["logprob"] for entry in streamed] == pytest.approx(alone.logprobs, abs=1e-5)
         assert all(len(entry["top_logprobs"]) == 2 for entry in streamed)
+
+
+PROMPT = "Once upon a time, numbers 1 2 3"
+
+
+def echo_request(model_dir, generation_id, **fields):
+    """An echo of ``PROMPT`` as /v1/completions sends it (a raw prompt, greedy)."""
+    return {**request(model_dir, generation_id), "messages": None, "prompt": PROMPT, "echo": True, **fields}
+
+
+def scored_prompt(model_dir, alternatives):
+    """``PROMPT``'s tokens and the engine's log probabilities of them (``BatchDecoder.prompt_logprobs``), as a
+    prompt event's entries (the first's null), and its tokens."""
+    from jaxengine.prompts import with_bos
+
+    loaded = load_serving_model(model_dir)
+    ids = with_bos(loaded.tokenizer, loaded.tokenizer.encode(PROMPT))
+    scored = serving.BatchDecoder(loaded.model, loaded.tokenizer).prompt_logprobs(ids, alternatives=alternatives)
+    return serve.prompt_logprobs_json(loaded.tokenizer, ids, scored), ids
+
+
+def assert_same_entries(entries, expected):
+    """Entries of the same tokens (text, bytes, alternatives in order) whose log probabilities agree within 1e-6."""
+    def values(entries):
+        return [[entry["logprob"], *(top["logprob"] for top in entry["top_logprobs"] or [])] for entry in entries]
+
+    def names(entries):
+        return [(entry["token"], entry["bytes"], [(top["token"], top["bytes"]) for top in entry["top_logprobs"] or []])
+                for entry in entries]
+
+    assert names(entries) == names(expected)
+    assert values(entries)[0] == values(expected)[0] == [None]
+    np.testing.assert_allclose(values(entries)[1:], values(expected)[1:], atol=1e-6, rtol=0)
+
+
+def test_an_echo_sends_the_prompt_and_its_logprobs_before_the_answers_tokens(redis_db, model_dir):
+    """The prompt event comes before the first token, with the prompt's text and its tokens' entries (the first's
+    log probability null: nothing predicts it; the others' the engine's, named as the answer's are); the done event
+    holds them again (an answer read whole), and the answer is the one asked without echo."""
+    done = serve.generate(echo_request(model_dir, "echo", max_new_tokens=5, logprobs=2))
+    events = channels.stored_events(redis_db, "echo")
+    types = [event["type"] for event in events if event["type"] != "status"]
+    assert types[0] == "prompt" and set(types[1:-1]) == {"token"} and types[-1] == "done"
+    [prompt] = [event for event in events if event["type"] == "prompt"]
+    expected, ids = scored_prompt(model_dir, 2)
+    assert prompt["text"] == PROMPT and prompt["tokens"] == len(ids) == done["prompt_tokens"]
+    first, *rest = prompt["logprobs"]
+    assert first["logprob"] is None and first["top_logprobs"] is None
+    assert first["bytes"] == list(load_serving_model(model_dir).tokenizer.token_bytes(ids[0]))
+    assert len(rest) == len(ids) - 1 and all(len(entry["top_logprobs"]) == 2 for entry in rest)
+    assert_same_entries(prompt["logprobs"], expected)
+    assert done["prompt_logprobs"] == prompt["logprobs"] and len(done["logprobs"]) == done["completion_tokens"] == 5
+    plain = serve.generate({**echo_request(model_dir, "no-echo", max_new_tokens=5, logprobs=2), "echo": False})
+    assert plain["text"] == done["text"] and plain["logprobs"] == done["logprobs"] and "prompt_logprobs" not in plain
+    assert "prompt" not in [event["type"] for event in channels.stored_events(redis_db, "no-echo")]
+
+
+def test_an_echo_without_logprobs_sends_the_prompt_alone(redis_db, model_dir):
+    done = serve.generate(echo_request(model_dir, "echo-text", max_new_tokens=3))
+    [prompt] = [event for event in channels.stored_events(redis_db, "echo-text") if event["type"] == "prompt"]
+    assert prompt == {"seq": prompt["seq"], "type": "prompt", "text": PROMPT, "tokens": done["prompt_tokens"]}
+    assert "prompt_logprobs" not in done and "logprobs" not in done and done["completion_tokens"] == 3
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_an_echo_of_no_new_tokens_scores_the_prompt_and_generates_nothing(redis_db, model_dir, n):
+    """max_new_tokens 0 (an echo's max_tokens 0, how text is scored): the prompt event, then a done of no tokens
+    ended by its length, for each of n answers (the prompt scored once for all of them)."""
+    done = serve.generate(echo_request(model_dir, f"score-{n}", max_new_tokens=0, logprobs=1, n=n))
+    expected, ids = scored_prompt(model_dir, 1)
+    answers = [done] if n == 1 else done["choices"]
+    generation_ids = [f"score-{n}"] if n == 1 else [channels.choice_id(f"score-{n}", index) for index in range(n)]
+    assert len(answers) == n
+    for index, (answer, generation_id) in enumerate(zip(answers, generation_ids)):
+        events = [event for event in channels.stored_events(redis_db, generation_id) if event["type"] != "status"]
+        assert [event["type"] for event in events] == ["prompt", "done"]
+        assert {key: answer[key] for key in ("text", "finish_reason", "prompt_tokens", "completion_tokens", "logprobs")
+                } == {"text": "", "finish_reason": "length", "prompt_tokens": len(ids), "completion_tokens": 0,
+                      "logprobs": []}
+        assert answer["prompt_logprobs"] == events[0]["logprobs"]
+        assert_same_entries(answer["prompt_logprobs"], expected)
+        assert answer.get("choice") == (None if n == 1 else index)
+
+
+def test_no_new_tokens_without_echo_is_refused(redis_db, model_dir):
+    refused = serve.generate({**request(model_dir, "nothing"), "max_new_tokens": 0})
+    assert "max_new_tokens: 0 generates nothing; send it only with echo" in refused["error"]
+    over = serve.generate(echo_request(model_dir, "echo-over", prompt="words " * 400, max_new_tokens=0, logprobs=1))
+    assert "exceeds the model's context length (256); shorten the prompt" in over["error"]
+    assert channels.stored_events(redis_db, "echo-over")[-1]["code"] == "context_length_exceeded"
 
 
 @pytest.mark.parametrize("fields", [
@@ -752,6 +843,15 @@ def test_a_generation_whose_first_worker_died_mid_answer_ends_saying_so(redis_db
     events = channels.stored_events(redis_db, "written")
     assert serve.generate(request(model_dir, "written")) == {}  # delivered again once it was done
     assert channels.stored_events(redis_db, "written") == events
+
+
+def test_an_echo_whose_first_worker_died_after_sending_the_prompt_ends_saying_so(redis_db, model_dir):
+    """The prompt event is output a client has shown (a stream's first chunk): a second delivery would send it
+    again, then the answer, after it, so it ends the answer as one lost after a token."""
+    channels.emit(redis_db, "lost-echo", {"seq": 0, "type": "prompt", "text": PROMPT, "tokens": 9})
+    result = serve.generate(echo_request(model_dir, "lost-echo", max_new_tokens=0, logprobs=1))
+    assert result["error"] == serve.WORKER_LOST
+    assert [event["type"] for event in channels.stored_events(redis_db, "lost-echo")] == ["prompt", "error"]
 
 
 def test_a_request_for_n_answers_whose_first_worker_died_mid_answer_ends_each_saying_so(redis_db, model_dir):

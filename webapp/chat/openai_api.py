@@ -9,6 +9,9 @@ token), else waits for the ``done`` event. Errors have OpenAI's shape,
 ``{"error": {"message", "type", "param", "code"}}``. ``n`` answers (up to ``MAX_CHOICES``) are one task
 whose answers decode as rows of one batch, each a generation of its own (``_choice_ids``) followed as a choice
 as a list of prompts' are: chunks of each as they come, with its ``index``; the usage counts the prompt once.
+A completion's ``echo`` puts the prompt before each answer: the worker's ``prompt`` event (the prompt's text and,
+with ``logprobs``, its tokens' log probabilities) streams as the choice's first chunk, and a whole answer puts the
+prompt and its tokens' entries (the done event's ``prompt_logprobs``) before the answer's.
 
 A streamed completion answers once its first token (or its error) is there, so that a request the
 model refuses (a prompt over its context) gets a 4xx status like a whole one, not a 200 stream with an
@@ -54,7 +57,7 @@ from webapp.api.services import TOKEN_PREFIX as REST_TOKEN_PREFIX
 from webapp.celery import app as celery_app
 from webapp.chat import channels, selectors
 from webapp.chat.events import MAX_STREAM_SECONDS, relay
-from webapp.chat.openai_errors import body_problems, misspelt_field, with_misspellings
+from webapp.chat.openai_errors import body_problems, misspelt_field, said_again, with_misspellings
 from webapp.chat.services import (FIRST_TOKEN_WAIT_SECONDS, GENERATE_TASK, MAX_CHOICES, api_generation_end,
                                   api_generation_start, generation_expiry_seconds)
 from webapp.chat.tokens import project_token_authenticate, project_token_refusal, project_token_standing
@@ -357,22 +360,42 @@ MAX_LOGIT_BIAS_TOKENS = 1024
 MAX_PROMPTS = 32
 
 
+# max_tokens 0 without echo: nothing to answer. OpenAI's API takes 0 to echo the prompt alone (scoring it); vLLM's
+# server follows it there and refuses 0 otherwise ("max_tokens must be at least 1"), as Temper did before echo.
+NOTHING_TO_GENERATE = ("0 generates nothing: it is taken only with echo: true (the prompt alone, scored with "
+                       "logprobs); give a whole number from 1 to 8192, or send echo: true")
+
+
 class CompletionBody(_Body):
+    # From 0 here: max_tokens 0 with echo (the prompt's log probabilities alone) is how text is scored.
+    max_tokens: StrictInt | None = Field(default=None, ge=0, le=8192)
     prompt: str | list[str] = Field(description=f"a string, or a JSON array of up to {MAX_PROMPTS} strings (a choice "
                                                 "each)")
     # The sampled token's log probability and those of this many most likely alternatives (OpenAI's legacy
     # ``choices[0].logprobs``: tokens, token_logprobs, top_logprobs, text_offset), before sampling settings.
     logprobs: StrictInt | None = Field(default=None, ge=0, le=MAX_COMPLETION_LOGPROBS)
+    # The prompt before the completion in each choice's text (streamed first), and with logprobs its tokens' entries
+    # before the completion's, the first token's log probability null (nothing before it predicts it), as OpenAI's
+    # and vLLM's: how lm-evaluation-harness's local-completions scores text.
     echo: StrictBool = False
 
-    @field_validator("echo")
+    @model_validator(mode="wrap")
     @classmethod
-    def _no_echo(cls, echo: bool) -> bool:
-        # The prompt's log probabilities too, with logprobs: a forward pass of every prompt token the engine does
-        # not return.
-        if echo:
-            raise _unsupported("echo", "an answer is the completion only, without the prompt before it", "false")
-        return echo
+    def _something_to_answer(cls, data: Any, handler: pydantic.ValidatorFunctionWrapHandler) -> Any:
+        # Read from the body as sent (echo is a strict boolean: only true is true), and said with its other problems,
+        # naming max_tokens: a field validator of max_tokens runs before echo is read.
+        nothing = (isinstance(data, dict) and type(data.get("max_tokens")) is int and data["max_tokens"] == 0
+                   and data.get("echo") is not True)
+        if not nothing:
+            return handler(data)
+        problem = {"type": PydanticCustomError("value_error", NOTHING_TO_GENERATE), "loc": ("max_tokens",),
+                   "input": 0}
+        others = []
+        try:
+            handler(data)
+        except pydantic.ValidationError as error:
+            others = [said_again(other) for other in error.errors(include_url=False)]
+        raise pydantic.ValidationError.from_exception_data(cls.__name__, [problem, *others])
 
     @property
     def alternatives(self) -> int | None:
@@ -540,6 +563,8 @@ def _request(body: _Body, choice, generation_id: str, *, project_slug: str, mess
                "frequency_penalty": body.frequency_penalty, "logit_bias": body.logit_bias or {}}
     if body.alternatives is not None:
         request["logprobs"] = body.alternatives
+    if getattr(body, "echo", False):
+        request["echo"] = True
     if messages is not None:
         request["messages"] = [{"role": "system" if m.role == "developer" else m.role, "content": m.content}
                                for m in messages]
@@ -609,18 +634,23 @@ async def _events(generation_id: str) -> AsyncIterator[dict[str, Any]]:
     yield {"type": "unavailable" if redis_lost else "unanswered"}
 
 
+# The events whose text (and log probabilities) a stream sends on: an echo's ``prompt``, before the answer's ``token``s.
+OUTPUT_TYPES = ("prompt", "token")
+
+
 async def _first_output(events: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:
-    """The first event that is not a ``status`` (model loading) or an empty token (no text, no log probabilities)."""
+    """The first event that is not a ``status`` (model loading) or an empty output (no text, no log
+    probabilities)."""
     async for event in events:
-        if event["type"] == "status" or (event["type"] == "token" and not _carries_output(event)):
+        if event["type"] == "status" or (event["type"] in OUTPUT_TYPES and not _carries_output(event)):
             continue
         return event
     return {"type": "unavailable"}
 
 
 def _carries_output(event: dict[str, Any]) -> bool:
-    """Whether a ``token`` event has something for the client: text, or its tokens' log probabilities (a token
-    whose text is held back, part of a character or of a possible stop string, has them)."""
+    """Whether a ``token`` or ``prompt`` event has something for the client: text, or its tokens' log probabilities
+    (a token whose text is held back, part of a character or of a possible stop string, has them)."""
     return bool(event["text"] or event.get("logprobs"))
 
 
@@ -756,7 +786,7 @@ async def _stream(generations: list[tuple[str, dict[str, Any], AsyncIterator[dic
             if event["type"] == "revoked":
                 yield _sse({"error": _revoked_error(event)})
                 break
-            if event["type"] == "token" and _carries_output(event):
+            if event["type"] in OUTPUT_TYPES and _carries_output(event):
                 yield _sse(chunk(index, event["text"], None, event.get("logprobs")))
             elif event["type"] == "done":
                 going.discard(index)
@@ -829,6 +859,8 @@ class _Endpoint:
     inputs: Callable[[Any], list[dict[str, Any]]]  # each task's messages or prompt (n answers each)
     chunk_text: Callable[[str, bool], dict[str, Any]]  # (text, whether it is the choice's first text of the stream)
     final_text: Callable[[str], dict[str, Any]]
+    # Each task's prompt text, echoed before its answers (whole: the worker streams it as a ``prompt`` event); None.
+    echoed: Callable[[Any], list[str] | None]
     # A choice's ``logprobs``: (the events' entries, ``worker.tasks.serve.logprobs_json``, or None where none were
     # asked for; the text offset of the first entry's token) -> its value in the endpoint's shape.
     logprobs: Callable[[list[dict[str, Any]] | None, int], Any]
@@ -922,11 +954,19 @@ async def _answer(body: _Body, choice, generation_id: str, endpoint: _Endpoint, 
             wait.cancel()  # stops a generation still going (see _final); nothing for one that ended
         await asyncio.gather(*waits, watch, return_exceptions=True)
     finals = [wait.result() for wait in waits]
+    echoed = endpoint.echoed(body)
+
+    def final_choice(index: int, done: dict[str, Any]) -> dict[str, Any]:
+        text, entries = done["text"], done.get("logprobs")
+        if echoed is not None:  # the prompt's text and its tokens' entries before the answer's (choice p * n + i)
+            text = echoed[index // body.n] + text
+            entries = None if entries is None else [*done.get("prompt_logprobs", []), *entries]
+        return {"index": index, **endpoint.final_text(text), "logprobs": endpoint.logprobs(entries, 0),
+                "finish_reason": FINISH_REASONS[done["finish_reason"]]}
+
     return JsonResponse(head | {
         "object": endpoint.final_object,
-        "choices": [{"index": index, **endpoint.final_text(done["text"]),
-                     "logprobs": endpoint.logprobs(done.get("logprobs"), 0),
-                     "finish_reason": FINISH_REASONS[done["finish_reason"]]} for index, done in enumerate(finals)],
+        "choices": [final_choice(index, done) for index, done in enumerate(finals)],
         "usage": _usage(finals)})
 
 
@@ -936,6 +976,7 @@ CHAT = _Endpoint(
     # OpenAI names the role in the first chunk's delta only
     chunk_text=lambda text, first: {"delta": ({"role": "assistant"} if first else {}) | ({"content": text} if text else {})},
     final_text=lambda text: {"message": {"role": "assistant", "content": text}},
+    echoed=lambda body: None,
     logprobs=lambda entries, offset: None if entries is None else {"content": entries, "refusal": None},
 )
 
@@ -946,8 +987,9 @@ def _tokens_length(entries: list[dict[str, Any]]) -> int:
 
 def _completion_logprobs(entries: list[dict[str, Any]] | None, offset: int) -> dict[str, Any] | None:
     """OpenAI's legacy completion ``logprobs`` of chat-shaped entries: the tokens, their log probabilities, a
-    ``{token: logprob}`` of each one's alternatives, and where each token starts in the completion's text (the
-    lengths of the tokens before it, from ``offset``, as vLLM counts them)."""
+    ``{token: logprob}`` of each one's alternatives (null for an echoed prompt's first token, which nothing
+    predicts, as its log probability), and where each token starts in the choice's text (the lengths of the tokens
+    before it, from ``offset``, as vLLM counts them)."""
     if entries is None:
         return None
     offsets = []
@@ -956,7 +998,8 @@ def _completion_logprobs(entries: list[dict[str, Any]] | None, offset: int) -> d
         offset += len(entry["token"])
     return {"tokens": [entry["token"] for entry in entries],
             "token_logprobs": [entry["logprob"] for entry in entries],
-            "top_logprobs": [{top["token"]: top["logprob"] for top in entry["top_logprobs"]} for entry in entries],
+            "top_logprobs": [None if entry["top_logprobs"] is None
+                             else {top["token"]: top["logprob"] for top in entry["top_logprobs"]} for entry in entries],
             "text_offset": offsets}
 
 
@@ -965,6 +1008,7 @@ TEXT = _Endpoint(
     inputs=lambda body: [{"prompt": prompt} for prompt in body.prompts],
     chunk_text=lambda text, first: {"text": text},
     final_text=lambda text: {"text": text},
+    echoed=lambda body: body.prompts if body.echo else None,
     logprobs=_completion_logprobs,
 )
 

@@ -150,10 +150,16 @@ def with_misspellings(*, model: str, data: dict[str, Any], misspelt: dict[str, s
               if not (problem["type"] == "missing" and problem["loc"] in meant)]
     return pydantic.ValidationError.from_exception_data(model, [
         *({"type": misspelt_problem(key, field), "loc": (), "input": data} for key, field in misspelt.items()),
-        # Said again in their own words: pydantic makes a line of an error only from its type and context, and
-        # those of our validators (value_error, unsupported_value) it cannot make from their names alone.
-        *({"type": pydantic_core.PydanticCustomError(problem["type"], problem["msg"], problem.get("ctx")),
-           "loc": problem["loc"], "input": problem["input"]} for problem in fields)])
+        *map(said_again, fields)])
+
+
+def said_again(problem: Any) -> dict[str, Any]:
+    """A problem of a ``ValidationError`` (``errors()``), to be raised again among others
+    (``pydantic.ValidationError.from_exception_data``) in its own words: pydantic makes a line of an error only from
+    its type and context, and those of our validators (value_error, unsupported_value) it cannot make from their
+    names alone."""
+    return {"type": pydantic_core.PydanticCustomError(problem["type"], problem["msg"], problem.get("ctx")),
+            "loc": problem["loc"], "input": problem["input"]}
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,11 @@ deleted model's weights stayed in memory until evicted. Events follow ``webapp.c
 A request for ``n`` answers (a ``/v1`` request's ``n``, at most ``MAX_CHOICES``) is one task: its answers are
 submitted as one group (``BatchingServer.submit_group``), rows decoded in the same calls, answer i with the seed
 ``choice_seed(seed, i)``, and each streams as a generation of its own (``_ChoiceEvents``).
+
+An echo (``GenerateRequest.echo``, ``/v1/completions``' ``echo``) sends a ``prompt`` event before the answers' tokens:
+the prompt's text and, with ``logprobs``, its tokens' log probabilities, scored once on this task's thread
+(``jaxengine.serving.BatchDecoder.prompt_logprobs``) however many answers follow; ``max_new_tokens`` 0, which only an
+echo may ask, submits no generation.
 """
 from __future__ import annotations
 
@@ -92,8 +97,9 @@ class GenerateRequest(BaseModel):
         default_factory=dict, max_length=2 * TEMPLATE_VARIABLES_MAX)
     prompt: str | None = None
     # None (an API request without max_tokens): up to DEFAULT_MAX_NEW_TOKENS, fewer where the prompt leaves less
-    # room in the context, as OpenAI's and vLLM's servers fill the context rather than refuse.
-    max_new_tokens: int | None = Field(default=None, ge=1, le=8192)
+    # room in the context, as OpenAI's and vLLM's servers fill the context rather than refuse. 0 (with echo only):
+    # nothing generated, the prompt scored.
+    max_new_tokens: int | None = Field(default=None, ge=0, le=8192)
     temperature: float = Field(default=0.7, ge=0.0, le=5.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = Field(default=0, ge=0, le=2**31 - 1)  # jaxengine.sampler.TOP_K_MAX: an int32 a row
@@ -106,6 +112,9 @@ class GenerateRequest(BaseModel):
     stop: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list, max_length=4)
     # Log probabilities of each token and of this many alternatives (jaxengine.serving.LOGPROBS_MAX); None: none.
     logprobs: int | None = Field(default=None, ge=0, le=20)
+    # /v1/completions' echo: a ``prompt`` event (the prompt's text, and with logprobs its tokens' log probabilities,
+    # jaxengine.serving.BatchDecoder.prompt_logprobs) before the answer's tokens, and the done event's prompt_logprobs.
+    echo: bool = False
     timeout_seconds: float = Field(default_factory=lambda: float(settings.TEMPER_SERVE_TIMEOUT_SECONDS), gt=0,
                                    le=3600)
     # The chat panel's way with the context (``fit_to_context``): leave out the oldest turns, then generate
@@ -113,6 +122,14 @@ class GenerateRequest(BaseModel):
     fit_context: bool = False
     # Answers to sample (a /v1 request's n): rows decoded together, each its own generation (channels.choice_id).
     n: int = Field(default=1, ge=1, le=chat_services.MAX_CHOICES)
+
+    @model_validator(mode="after")
+    def _something_to_answer(self):
+        if self.max_new_tokens == 0 and not self.echo:
+            raise ValueError("max_new_tokens: 0 generates nothing; send it only with echo (the prompt scored)")
+        if self.echo and self.prompt is None:
+            raise ValueError("echo: a conversation's rendered prompt is not echoed; send echo with a prompt")
+        return self
 
     @model_validator(mode="after")
     def _one_answer_for_a_chat_message(self):
@@ -439,20 +456,50 @@ def logprobs_json(tokenizer, logprobs) -> list[dict]:
             for entry in logprobs]
 
 
+def prompt_logprobs_json(tokenizer, prompt_ids, logprobs) -> list[dict]:
+    """The prompt's tokens as ``logprobs_json`` entries, its first with ``logprob`` and ``top_logprobs`` null (no
+    token comes before it to predict it, as OpenAI's and vLLM's echo give it), the others' from ``logprobs``
+    (``jaxengine.serving.BatchDecoder.prompt_logprobs``)."""
+    first = {**_token_json(tokenizer, prompt_ids[0], 0.0), "logprob": None, "top_logprobs": None}
+    return [first, *logprobs_json(tokenizer, logprobs)]
+
+
 def token_fields(tokenizer, tokens: int, delta: str, logprobs) -> dict:
     """A ``token`` event's fields for a server callback's tokens (``logprobs`` only where the request asked)."""
     named = {} if logprobs is None else {"logprobs": logprobs_json(tokenizer, logprobs)}
     return {"text": delta, "tokens": tokens, **named}
 
 
-def done_fields(tokenizer, result) -> dict:
+def done_fields(tokenizer, result, prompt: dict | None = None) -> dict:
     """A ``done`` event's fields for a ``ServeResult``; its log probabilities whole, as the text (an answer read at
-    its end does not depend on token events), where the request asked."""
+    its end does not depend on token events), where the request asked; with ``prompt`` (an echo's ``prompt`` event
+    fields), the prompt's log probabilities too (``prompt_logprobs``), where they were asked."""
     done = {"text": result.text, "finish_reason": result.finish_reason, "prompt_tokens": result.prompt_tokens,
             "completion_tokens": len(result.token_ids), "first_token_seconds": result.first_token_seconds}
     if result.logprobs is not None:
         done["logprobs"] = logprobs_json(tokenizer, result.logprobs)
+    if prompt is not None and "logprobs" in prompt:
+        done["prompt_logprobs"] = prompt["logprobs"]
     return done
+
+
+def echo_fields(parsed: GenerateRequest, server, tokenizer, ids: tuple[int, ...]) -> dict:
+    """The ``prompt`` event of an echo: the prompt's text as sent and, where log probabilities were asked for, its
+    tokens' (``prompt_logprobs_json``), scored once however many answers follow; ``PromptError`` for a prompt the
+    model cannot take."""
+    if parsed.logprobs is None:
+        server.decoder.check_prompt(ids, new_tokens=0)
+        return {"text": parsed.prompt, "tokens": len(ids)}
+    scored = server.decoder.prompt_logprobs(ids, alternatives=parsed.logprobs)
+    return {"text": parsed.prompt, "tokens": len(ids), "logprobs": prompt_logprobs_json(tokenizer, ids, scored)}
+
+
+def nothing_generated(ids: tuple[int, ...], *, logprobs: bool):
+    """The ``ServeResult`` of a request for no new tokens (an echo's ``max_tokens: 0``): ended by its length."""
+    from jaxengine.serving import ServeResult
+
+    return ServeResult(text="", token_ids=[], prompt_tokens=len(ids), finish_reason="length",
+                       first_token_seconds=None, logprobs=[] if logprobs else None)
 
 
 class _Events:
@@ -500,7 +547,7 @@ class _Events:
         self.seq = max(event.get("seq", -1) for event in stored) + 1
         if stored[-1].get("type") in channels.TERMINAL_TYPES:
             return "finished"
-        return "lost" if any(event.get("type") == "token" for event in stored) else None
+        return "lost" if any(event.get("type") in ("token", "prompt") for event in stored) else None
 
     def on_tokens(self, token_ids: list[int], delta: str, logprobs: list | None = None) -> None:
         self._reads.put((len(token_ids), delta, logprobs))
@@ -635,7 +682,7 @@ def _events_of(request, generation_id: str) -> _Events | _ChoiceEvents:
     return _Events(events_client(), generation_id)
 
 
-def _choices_done(events: _ChoiceEvents, results: list, server, request) -> dict:
+def _choices_done(events: _ChoiceEvents, results: list, server, request, prompt: dict | None) -> dict:
     """Emit each answer's ``done`` (its ``choice`` numbered); a request whose model was deleted under it fails."""
     if any(result.first_token_seconds is not None for result in results):
         _answering_servers.add(server)
@@ -644,7 +691,7 @@ def _choices_done(events: _ChoiceEvents, results: list, server, request) -> dict
         return _fail(events, request, MODEL_DELETED)
     dones = []
     for index, (choice, result) in enumerate(zip(events.choices, results)):
-        dones.append({**done_fields(events.tokenizer, result), "choice": index})
+        dones.append({**done_fields(events.tokenizer, result, prompt), "choice": index})
         choice.emit("done", **dones[-1])
     return {"choices": dones}
 
@@ -675,6 +722,17 @@ def generate(request: dict) -> dict:
         server, tokenizer = server_for(parsed.model_key, parsed.model_path)
         events.tokenizer = tokenizer
         ids, max_new_tokens = fit_to_context(parsed, tokenizer, server.decoder.model.config.max_position_embeddings)
+        prompt = None
+        if parsed.echo:  # before the answer's tokens, as vLLM streams it
+            prompt = echo_fields(parsed, server, tokenizer, ids)
+            events.emit("prompt", **prompt)
+        if max_new_tokens == 0:  # an echo's max_tokens 0: the prompt alone
+            result = nothing_generated(ids, logprobs=parsed.logprobs is not None)
+            if isinstance(events, _ChoiceEvents):
+                return _choices_done(events, [result] * parsed.n, server, request, prompt)
+            done = done_fields(tokenizer, result, prompt)
+            events.emit("done", **done)
+            return done
         compiling = not programs_compiled(server)
         # The answer's own time starts once its programs are compiled (ServeRequest.time_limit); the wait for that,
         # and for a free row, has a bound of its own, which the web's generation_expiry_seconds counts in.
@@ -688,7 +746,7 @@ def generate(request: dict) -> dict:
         events.read_stop_flag()  # a stop before the request reaches the server ends it before its first token
         if isinstance(events, _ChoiceEvents):
             return _choices_done(events, _generate_choices(events, server, serve_request, compiling=compiling),
-                                 server, request)
+                                 server, request, prompt)
         future = server.submit(serve_request, on_tokens=events.on_tokens,
                                should_stop=lambda: events.stopped or server in _deleted_servers)
         if compiling:  # once the request is taken (a refused one ends with its error), before its tokens' events
@@ -706,7 +764,7 @@ def generate(request: dict) -> dict:
     except Exception as error:  # reported to the user, and logged with its traceback for the operator
         logger.exception("generation %s failed", generation_id)
         return _fail(events, request, f"the model failed: {error}")
-    done = done_fields(tokenizer, result)
+    done = done_fields(tokenizer, result, prompt)
     if parsed.message:
         chat_services.message_finish(message_id=parsed.message, text=result.text, finish_reason=result.finish_reason,
                                      completion_tokens=len(result.token_ids),

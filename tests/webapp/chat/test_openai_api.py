@@ -267,12 +267,11 @@ MISSPELT = "not a field read here; did you mean {}? (A field not read here is ig
       'parts {"type": "text", "text": ...}',
       'chat_template_kwargs["enable_thinking"]: [false] is not text (a JSON string) or a number or true or false; '
       "give a JSON scalar: a string, a number, true/false or null"]),
-    ("/v1/completions", {"model": "{model}", "prompt": 5, "max_tokens": 0, "echo": True},
+    ("/v1/completions", {"model": "{model}", "prompt": 5, "max_tokens": 0, "echo": "yes"},
      "max_tokens", "invalid_value",
-     ["max_tokens: 0 is too small; give a whole number from 1 to 8192",
+     [f"max_tokens: {openai_api.NOTHING_TO_GENERATE}",
       "prompt: give a string or a list of strings (token ids are not taken)",
-      "echo: not supported: an answer is the completion only, without the prompt before it; leave echo out (or send "
-      "false)"]),
+      'echo: "yes" is not true or false; give true or false']),
 ])
 def test_every_problem_of_a_bad_body_is_said_at_once(api, worker, path, body, param, code, lines):
     """Only the first problem of a body was said: a client mended it, sent the body again and was told the next one,
@@ -570,19 +569,6 @@ def assert_refused_as_unsupported(api, path: str, fields: dict, param: str) -> N
     assert error["message"].startswith(f"{param}: ") and "not supported" in error["message"], error
 
 
-def test_echo_is_refused_as_the_answer_cannot_hold_the_prompt(api, worker):
-    """QA: "echo": true got the completion without the prompt before it. It is a 400 naming the field, as OpenAI
-    refuses what it does not serve (with logprobs too: the prompt's log probabilities are not computed)."""
-    path = "/v1/completions"
-    assert_refused_as_unsupported(api, path, {"echo": True}, "echo")
-    assert_refused_as_unsupported(api, path, {"echo": True, "logprobs": 2}, "echo")
-    # Its off value asks for nothing and is answered.
-    model, headers = api
-    scripts, _requests = worker
-    scripts.append(ANSWER)
-    assert post(path, {"model": model.public_id, **some_input(path), "echo": False}, headers).status_code == 200
-
-
 def token_logprobs(token: str, logprob: float, *alternatives: tuple[str, float]) -> dict:
     """A token's entry as the serve worker's events carry it (``worker.tasks.serve.logprobs_json``)."""
     def named(text, value):
@@ -685,6 +671,122 @@ def test_completion_logprobs_are_openais_legacy_shape(api, worker):
                           {key: values[1:3] for key, values in expected.items()},
                           {key: values[3:] for key, values in expected.items()}]
     assert chunks[3] is None
+
+
+# An echo's prompt event (the serve worker's ``echo_fields``): the prompt "x y" of three tokens, the first with no
+# log probability (nothing predicts it).
+X = {**token_logprobs("x", 0.0), "logprob": None, "top_logprobs": None}
+SPACE = token_logprobs(" ", -1.25, (" ", -1.25), ("z", -2.0))
+Y = token_logprobs("y", -4.0, ("q", -0.5), ("y", -4.0))
+PROMPT_EVENT = {"type": "prompt", "text": "x y", "tokens": 3, "logprobs": [X, SPACE, Y]}
+ECHOED = [PROMPT_EVENT, *WITH_LOGPROBS[:-1], {**WITH_LOGPROBS[-1], "prompt_logprobs": [X, SPACE, Y]}]
+ECHOED_LOGPROBS = {"tokens": ["x", " ", "y", "Hel", "lo", "bytes:\\xe2", "bytes:\\xe2"],
+                   "token_logprobs": [None, -1.25, -4.0, -0.25, -0.5, -3.0, -3.0],
+                   "top_logprobs": [None, {" ": -1.25, "z": -2.0}, {"q": -0.5, "y": -4.0}, {"Hel": -0.25, "He": -1.5},
+                                    {"lo": -0.5, "p": -2.0}, {"bytes:\\xe2": -3.0, "!": -3.5},
+                                    {"bytes:\\xe2": -3.0, "!": -3.5}],
+                   "text_offset": [0, 1, 2, 3, 6, 8, 18]}
+
+
+def test_echo_puts_the_prompt_and_its_logprobs_before_the_answers_whole_and_streamed(api, worker):
+    """echo: true was refused. The prompt's text comes before the answer's in the choice's text, and with logprobs
+    its tokens' entries before the answer's (the first token's log probability and alternatives null, as OpenAI's
+    and vLLM's echo give them), the text offsets going on from the prompt's tokens into the answer's; streamed, the
+    prompt comes first, in a chunk of its own. The usage counts the prompt's tokens once, and the answer's."""
+    model, headers = api
+    scripts, requests = worker
+    scripts += [ECHOED, ECHOED]
+    body = {"model": model.public_id, "prompt": "x y", "echo": True, "logprobs": 2, "max_tokens": 4}
+    response = post("/v1/completions", body, headers)
+    assert response.status_code == 200, response.content
+    assert requests[-1]["echo"] is True and requests[-1]["logprobs"] == 2 and requests[-1]["prompt"] == "x y"
+    [choice] = response.json()["choices"]
+    assert choice["text"] == "x yHello" and choice["logprobs"] == ECHOED_LOGPROBS
+    assert response.json()["usage"] == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+    status, lines = stream("/v1/completions", {**body, "stream": True}, headers)
+    assert status == 200
+    chunks = [json.loads(line.removeprefix("data: "))["choices"][0] for line in lines[:-1]]
+    assert [chunk["text"] for chunk in chunks] == ["x y", "Hel", "lo", "", ""]
+    streamed = {key: [value for chunk in chunks if chunk["logprobs"] for value in chunk["logprobs"][key]]
+                for key in ECHOED_LOGPROBS}
+    assert streamed == ECHOED_LOGPROBS
+    assert chunks[0]["logprobs"]["tokens"] == ["x", " ", "y"] and chunks[-1]["finish_reason"] == "length"
+
+
+def test_echo_without_logprobs_is_the_prompt_and_the_answer(api, worker):
+    model, headers = api
+    scripts, requests = worker
+    prompt_alone = {"type": "prompt", "text": "x y", "tokens": 3}
+    scripts += [[prompt_alone, *ANSWER], [prompt_alone, *ANSWER]]
+    body = {"model": model.public_id, "prompt": "x y", "echo": True}
+    response = post("/v1/completions", body, headers)
+    assert response.status_code == 200, response.content
+    assert "logprobs" not in requests[-1]
+    assert [(choice["text"], choice["logprobs"]) for choice in response.json()["choices"]] == [("x yHi", None)]
+    status, lines = stream("/v1/completions", {**body, "stream": True}, headers)
+    assert [json.loads(line.removeprefix("data: "))["choices"][0]["text"] for line in lines[:-1]] == ["x y", "Hi", ""]
+
+
+def test_echo_of_no_new_tokens_is_the_prompt_scored_and_max_tokens_0_is_refused_without_it(api, worker):
+    """max_tokens 0 with echo is how a client scores text (lm-evaluation-harness, OpenAI's own echo): the prompt and
+    its log probabilities alone, finished by its length, no completion token counted. Without echo it would answer
+    nothing, and is refused as vLLM refuses it, naming max_tokens."""
+    model, headers = api
+    scripts, requests = worker
+    scored = [PROMPT_EVENT, {"type": "done", "text": "", "finish_reason": "length", "prompt_tokens": 3,
+                             "completion_tokens": 0, "logprobs": [], "prompt_logprobs": [X, SPACE, Y]}]
+    scripts += [scored, scored]
+    body = {"model": model.public_id, "prompt": "x y", "echo": True, "logprobs": 2, "max_tokens": 0,
+            "temperature": 0}
+    response = post("/v1/completions", body, headers)
+    assert response.status_code == 200, response.content
+    assert requests[-1]["max_new_tokens"] == 0
+    [choice] = response.json()["choices"]
+    prompt_only = {key: values[:3] for key, values in ECHOED_LOGPROBS.items()}
+    assert (choice["text"], choice["logprobs"], choice["finish_reason"]) == ("x y", prompt_only, "length")
+    assert response.json()["usage"] == {"prompt_tokens": 3, "completion_tokens": 0, "total_tokens": 3}
+    status, lines = stream("/v1/completions", {**body, "stream": True}, headers)
+    chunks = [json.loads(line.removeprefix("data: "))["choices"][0] for line in lines[:-1]]
+    assert [(chunk["text"], chunk["logprobs"], chunk["finish_reason"]) for chunk in chunks] == [
+        ("x y", prompt_only, None), ("", None, "length")]
+    sent = len(requests)
+    for fields in ({"echo": False}, {"echo": None}, {}):
+        refused = post("/v1/completions", {**body, "echo": True, **fields} if fields else
+                       {key: value for key, value in body.items() if key != "echo"}, headers)
+        assert refused.status_code == 400, refused.content
+        assert refused.json()["error"] == {"message": f"max_tokens: {openai_api.NOTHING_TO_GENERATE}",
+                                           "type": "invalid_request_error", "param": "max_tokens",
+                                           "code": "invalid_value"}
+    assert len(requests) == sent
+    refused = post("/v1/completions", {**body, "max_tokens": -1}, headers)
+    assert refused.json()["error"]["message"] == "max_tokens: -1 is too small; give a whole number from 0 to 8192"
+    chat_refused = post("/v1/chat/completions", chat(model, max_tokens=0), headers)  # nothing echoed there
+    assert chat_refused.json()["error"]["message"] == "max_tokens: 0 is too small; give a whole number from 1 to 8192"
+
+
+def test_each_choice_of_a_list_of_prompts_echoes_its_own_prompt(api, worker):
+    """Prompt p's answer i is choice p * n + i: it begins with prompt p, and its log probabilities with p's tokens."""
+    model, headers = api
+    scripts, requests = worker
+
+    def answer(prompt: str, choice: int, entry: dict) -> list[dict]:
+        first = {**token_logprobs(prompt, 0.0), "logprob": None, "top_logprobs": None}
+        return [{"type": "prompt", "text": prompt, "tokens": 1, "logprobs": [first]},
+                {"type": "token", "text": "!", "tokens": 1, "logprobs": [entry]},
+                {"type": "done", "text": "!", "finish_reason": "length", "prompt_tokens": 1, "completion_tokens": 1,
+                 "logprobs": [entry], "prompt_logprobs": [first], "choice": choice}]
+
+    bang, dot = token_logprobs("!", -0.5), token_logprobs("!", -1.5)
+    scripts += [answer("a", 0, bang), answer("a", 1, dot), answer("b", 0, bang), answer("b", 1, dot)]
+    response = post("/v1/completions", {"model": model.public_id, "prompt": ["a", "b"], "n": 2, "echo": True,
+                                        "logprobs": 0, "max_tokens": 1}, headers)
+    assert response.status_code == 200, response.content
+    assert [request["prompt"] for request in requests[-2:]] == ["a", "b"] and requests[-1]["n"] == 2
+    assert [(choice["index"], choice["text"], choice["logprobs"]["tokens"], choice["logprobs"]["token_logprobs"],
+             choice["logprobs"]["text_offset"]) for choice in response.json()["choices"]] == [
+        (0, "a!", ["a", "!"], [None, -0.5], [0, 1]), (1, "a!", ["a", "!"], [None, -1.5], [0, 1]),
+        (2, "b!", ["b", "!"], [None, -0.5], [0, 1]), (3, "b!", ["b", "!"], [None, -1.5], [0, 1])]
+    assert response.json()["usage"] == {"prompt_tokens": 2, "completion_tokens": 4, "total_tokens": 6}
 
 
 @pytest.mark.parametrize("path,fields,param,message", [
