@@ -282,21 +282,20 @@ class DataSource:
 
     def json_format(self) -> str:
         """How to have a file read as one JSON array."""
-        if self.entry in (Entry.UPLOAD, Entry.LAUNCH):
-            return ("choose the format JSON (Format on the upload form, file_format in the API) or give the file "
-                    "the .json extension, and upload it again")
-        if self.entry is Entry.VALIDATE_DATA:
-            return "give --format json, or give the file the .json extension"
-        return "give the file the .json extension"
+        return self._format_advice("JSON", "json")
 
     def csv_format(self) -> str:
         """How to have a file read as CSV."""
+        return self._format_advice("CSV", "csv")
+
+    def _format_advice(self, name: str, extension: str) -> str:
+        """How to have a file read in format ``name`` (a file of extension ``extension``), from this entry."""
         if self.entry in (Entry.UPLOAD, Entry.LAUNCH):
-            return ("choose the format CSV (Format on the upload form, file_format in the API) or give the file the "
-                    ".csv extension, and upload it again")
+            return (f"choose the format {name} (Format on the upload form, file_format in the API) or give the file "
+                    f"the .{extension} extension, and upload it again")
         if self.entry is Entry.VALIDATE_DATA:
-            return "give --format csv, or give the file the .csv extension"
-        return "give the file the .csv extension"
+            return f"give --format {extension}, or give the file the .{extension} extension"
+        return f"give the file the .{extension} extension"
 
     def mapping_place(self) -> str:
         """Where a column mapping is set, as said in parentheses."""
