@@ -220,3 +220,27 @@ def test_changing_an_edited_answer_to_a_skip_says_its_edits_are_unused(campaign,
         reverse("review:change", args=[campaign.project.slug, campaign.public_id]),
         {"item": item.public_id, "choice": "skip"}, follow=True).content.decode()
     assert "Item 1 changed to skip; your edits are not used while it is skipped." in page
+
+
+def test_a_resolution_changed_on_the_confirm_page_keeps_the_final_texts(campaign, items, team, carol, client_for):
+    from django.urls import reverse
+
+    from tests.webapp.factories import make_user
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Role
+
+    alice = make_user("alice")
+    project_services.membership_add(project=team.project, user=alice, role=Role.OWNER)
+    item = items[1]
+    answer(item, team.teammate, "a", **edit_of(item, team.teammate, "a", "four"))
+    answer(item, carol, "b", **edit_of(item, carol, "a", "IV"))
+    services.conflict_resolve(item=item, label="a", user=alice, shown_label="", texts={"a": "IV"})
+    resolve = reverse("review:resolve", args=[campaign.project.slug, campaign.public_id, item.public_id])
+    owner = client_for(team.owner)
+    page = owner.post(resolve, {"label": "b", "shown_label": "", "pick_a": "four"}, follow=True)
+    assert page.status_code == 409
+    assert "The final text of response A stays as <bdi>alice</bdi> chose: changing the label changes no text." in (
+        page.content.decode())
+    owner.post(resolve, {"label": "b", "shown_label": "a"})
+    item.refresh_from_db()
+    assert (item.resolved_label, item.resolved_a, item.resolved_by) == ("b", "IV", team.owner)
