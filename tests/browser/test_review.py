@@ -237,6 +237,55 @@ def test_reloading_the_page_that_asks_to_change_a_resolution_sends_nothing(brows
         context.close()
 
 
+def test_the_owner_gives_the_final_text_of_a_response_two_reviewers_edited_differently(browser, live_server,
+                                                                                       default_worker):
+    """Two reviewers' different edits of one response were exported as the latest, a disagreement nobody saw. The
+    item is a conflict: its page shows both texts (as text) with who made them, and its label buttons send nothing
+    until the owner picks one of them, the original, or writes the final text."""
+    from webapp.review import services as review_services
+
+    team = make_team()
+    carol = make_user("carol")
+    project_services.membership_add(project=team.project, user=carol, role=Role.MEMBER)
+    version = make_ready_version(team.project, name="prefs", kind="preference", rows=ROWS[:1], user=team.owner)
+    campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=2,
+                                               reviewers=[team.teammate, carol], source_version=version,
+                                               user=team.owner)
+    loaded(campaign, default_worker)
+    item = campaign.items.get()
+    for user, text in ((team.teammate, "<b>right</b> answer 1"), (carol, "the right answer: 1")):
+        shown_first = review_services.shown_first_for(item_public_id=item.public_id, user_id=user.pk)
+        review_services.review_submit(item=item, user=user, choice="first" if shown_first == "a" else "second",
+                                      **{"edited_first" if shown_first == "a" else "edited_second": text})
+    item.refresh_from_db()
+    assert item.status == ItemStatus.CONFLICT
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = log_in(context, live_server.url, team.owner.username)
+        page.goto(f"{live_server.url}/p/alpha/review/{campaign.public_id}/conflicts/")
+        final = page.locator("fieldset.final-text[data-side=a]")
+        assert final.locator("legend").inner_text() == "Reviewers edited response A differently: its final text"
+        assert [label.inner_text() for label in final.locator("label.pick").all()] == [
+            "<b>right</b> answer 1\nedited by alpha-teammate", "the right answer: 1\nedited by carol",
+            "the original, unedited", "write the final text:"]
+        assert page.locator("fieldset.final-text[data-side=b]").count() == 0
+        page.get_by_role("button", name="A better").click()  # nothing picked: the browser asks, sends nothing
+        assert page.url.endswith("/conflicts/")
+        item.refresh_from_db()
+        assert (item.status, item.resolved_label) == (ItemStatus.CONFLICT, "")
+        screenshot(page, "review-edit-conflict")
+        final.get_by_label("write the final text:").check()
+        final.get_by_label("The final text of response A").fill("right answer 1\n(the owner's words)")
+        with page.expect_navigation():
+            page.get_by_role("button", name="A better").click()
+        assert "Item 1 resolved: A better." in page.locator(".messages").inner_text()
+        item.refresh_from_db()
+        assert (item.status, item.resolved_label, item.resolved_a) == (
+            ItemStatus.COMPLETE, "a", "right answer 1\n(the owner's words)")
+    finally:
+        context.close()
+
+
 def test_the_letter_keys_answer_with_caps_lock_on(browser, live_server, default_worker):
     """QA: with Caps Lock on, 1 and 2 answered but t, b, s and e did nothing at all (the page looked for the
     key "t" and was sent "T"); the letters now answer in either case."""

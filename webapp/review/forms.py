@@ -164,6 +164,17 @@ class ResolveForm(forms.Form):
     # The resolution the page showed ("" for none): one made since is not overwritten unasked. A page
     # from before this field existed sends nothing, which reads as none.
     shown_label = forms.ChoiceField(choices=[("", "none"), *RESOLUTION_CHOICES], required=False)
+    # The final text of response a/b where reviewers' edits of it differ: ``pick_*`` one of the texts offered (an
+    # edit, or the original), ``""`` or none to take ``text_*``, the text the owner wrote.
+    pick_a = forms.CharField(required=False, strip=False)
+    pick_b = forms.CharField(required=False, strip=False)
+    text_a = forms.CharField(required=False, strip=False)
+    text_b = forms.CharField(required=False, strip=False)
+
+    def final_texts(self) -> dict[str, str]:
+        """The final text sent for each response: the one picked, else the one written."""
+        data = self.cleaned_data
+        return {side: data[f"pick_{side}"] or data[f"text_{side}"] for side in ("a", "b")}
 
 
 class ExportForm(forms.Form):

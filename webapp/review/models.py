@@ -181,6 +181,10 @@ class Item(models.Model):
     resolved_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,
                                     related_name="+")
     resolved_at = models.DateTimeField(null=True)
+    # The final text of response a/b when its reviewers' edits differed (``services.open_edit_sides``): one of
+    # their edits picked by the owner who resolved the item, or written by them; null where edits agreed.
+    resolved_a = models.TextField(null=True, blank=True)
+    resolved_b = models.TextField(null=True, blank=True)
 
     class Meta:
         ordering = ["campaign", "sequence"]

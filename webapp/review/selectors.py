@@ -7,7 +7,7 @@ never serves it to anyone again.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -445,6 +445,42 @@ class ConflictEntry:
     # The models that wrote response a and b (arena and generated items record them), "" for a dataset row.
     model_a: str = ""
     model_b: str = ""
+    # For each response ("a"/"b") whose reviewers' edits differ: its different edited texts, each with who made
+    # it, for the owner to pick one (or write the final text); ``originals`` holds those responses' texts unedited.
+    edit_choices: dict[str, list[EditChoice]] = field(default_factory=dict)
+    originals: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def text_conflicts(self) -> list[tuple[str, list[EditChoice], str]]:
+        """(response, its different edits, its original text) for each response edited differently."""
+        return [(side, choices, self.originals[side]) for side, choices in sorted(self.edit_choices.items())]
+
+
+@dataclass(frozen=True)
+class EditChoice:
+    """One edited text of a response and the usernames of the reviewers who made it (edits equal once stripped
+    together)."""
+
+    text: str
+    editors: list[str]
+
+
+def edit_choices(reviews: list[Review]) -> dict[str, list[EditChoice]]:
+    """The different edits of each response of one item whose (non-skip) reviews edited it differently, in the
+    order they were made; responses whose edits agree are not named (they are no conflict)."""
+    from webapp.review import services  # services read this module's selectors
+
+    ordered = sorted((review for review in reviews if review.label != Label.SKIP),
+                     key=lambda review: (review.created_at, review.pk))
+    answers = [(review.label, review.edited_a, review.edited_b) for review in ordered]
+    choices = {}
+    for side in sorted(services.open_edit_sides(answers)):
+        choices[side] = [
+            EditChoice(text=text, editors=[review.reviewer.get_username() for review in ordered
+                                           if (edit := getattr(review, f"edited_{side}")) is not None
+                                           and services.same_edit(edit, text)])
+            for text in services.distinct_edits(answers, side)]
+    return choices
 
 
 def conflict_entries(*, campaign: Campaign, limit: int) -> list[ConflictEntry]:
@@ -459,13 +495,19 @@ def conflict_entries(*, campaign: Campaign, limit: int) -> list[ConflictEntry]:
         ref = item.metadata.get(side) or ""
         return labels.get(ref) or item.metadata.get(f"{side}_label") or ref
 
-    return [
-        ConflictEntry(item=item, prompt=as_display(item.prompt), response_a=as_display(item.response_a),
-                      response_b=as_display(item.response_b),
-                      reviews=[review for review in item.reviews.all() if review.label != Label.SKIP],
-                      model_a=model(item, "model_a"), model_b=model(item, "model_b"))
-        for item in items
-    ]
+    from webapp.review.services import editable_text  # services read this module's selectors
+
+    entries = []
+    for item in items:
+        reviews = [review for review in item.reviews.all() if review.label != Label.SKIP]
+        choices = edit_choices(reviews)
+        entries.append(ConflictEntry(
+            item=item, prompt=as_display(item.prompt), response_a=as_display(item.response_a),
+            response_b=as_display(item.response_b), reviews=reviews,
+            model_a=model(item, "model_a"), model_b=model(item, "model_b"), edit_choices=choices,
+            originals={side: editable_text(item.response_a if side == "a" else item.response_b)
+                       for side in choices}))
+    return entries
 
 
 def possible_reviewers(*, project: Project):

@@ -112,18 +112,45 @@ def is_conflict(labels: list[str]) -> bool:
     return (Label.A in labels and Label.B in labels) or majority_label(labels) is None
 
 
-def item_status(labels: list[str], *, required: int, resolved_label: str) -> str:
-    """An item's status from its reviews' labels (skips left out). An owner's resolution is final: the
-    item stays complete if the campaign later asks for more reviews per item."""
+def item_status(labels: list[str], *, required: int, resolved_label: str, edits_differ: bool = False) -> str:
+    """An item's status from its reviews' labels (skips left out) and whether their edits of a response differ
+    with no final text for it (``edits_differ``: ``open_edit_sides``). An owner's resolution is final: the item
+    stays complete if the campaign later asks for more reviews per item; a resolved item whose edits disagree
+    without a final text (resolved before edits were compared) is a conflict again."""
     if resolved_label:
-        return ItemStatus.COMPLETE
+        return ItemStatus.CONFLICT if edits_differ else ItemStatus.COMPLETE
     if not labels:
         return ItemStatus.PENDING
     if len(labels) < required:
         return ItemStatus.IN_REVIEW
-    if resolved_label or not is_conflict(labels):
-        return ItemStatus.COMPLETE
-    return ItemStatus.CONFLICT
+    if is_conflict(labels) or edits_differ:
+        return ItemStatus.CONFLICT
+    return ItemStatus.COMPLETE
+
+
+def same_edit(first: str, second: str) -> bool:
+    """Two edits of one response say the same: equal once stripped (a trailing newline is no disagreement)."""
+    return first.strip() == second.strip()
+
+
+def distinct_edits(answers: Iterable[tuple[str, str | None, str | None]], side: str) -> list[str]:
+    """The different edits of response ``side`` (a/b) in ``answers`` ((label, edited_a, edited_b) in the order
+    given), skips left out: a skip carries no edit. Edits that say the same count once, as the first."""
+    found: list[str] = []
+    for label, edited_a, edited_b in answers:
+        text = edited_a if side == "a" else edited_b
+        if label != Label.SKIP and text is not None and not any(same_edit(text, seen) for seen in found):
+            found.append(text)
+    return found
+
+
+def open_edit_sides(answers: Iterable[tuple[str, str | None, str | None]], *, resolved_a: str | None = None,
+                    resolved_b: str | None = None) -> set[str]:
+    """The responses (``{"a", "b"}`` or fewer) whose reviewers' edits differ with no final text from an owner:
+    what they decided is not one text, so the item is a conflict until an owner picks or writes it."""
+    answers = list(answers)
+    return {side for side, resolved in (("a", resolved_a), ("b", resolved_b))
+            if resolved is None and len(distinct_edits(answers, side)) > 1}
 
 
 def editable_text(response: Any) -> str:
@@ -431,11 +458,20 @@ def _refresh_statuses(campaign: Campaign) -> list[tuple[str, Item]]:
     reviews = Review.objects.filter(campaign=campaign).exclude(label=Label.SKIP).values_list("item_id", "label")
     for item_id, label in reviews.iterator(chunk_size=ITEM_BATCH):
         labels_by_item.setdefault(item_id, []).append(label)
+    # Only answers with an edit can disagree on a text, so only those texts are read.
+    edits_by_item: dict[int, list[tuple[str, str | None, str | None]]] = {}
+    edits = (Review.objects.filter(campaign=campaign).exclude(label=Label.SKIP)
+             .exclude(edited_a=None, edited_b=None).order_by("created_at", "pk")
+             .values_list("item_id", "label", "edited_a", "edited_b"))
+    for item_id, *answer in edits.iterator(chunk_size=ITEM_BATCH):
+        edits_by_item.setdefault(item_id, []).append(tuple(answer))
     changed = []
-    for item in Item.objects.filter(campaign=campaign, review_count__gt=0).only("pk", "status", "resolved_label",
-                                                                                 "review_count"):
+    for item in Item.objects.filter(campaign=campaign, review_count__gt=0).only(
+            "pk", "status", "resolved_label", "resolved_a", "resolved_b", "review_count"):
+        edits_differ = bool(open_edit_sides(edits_by_item.get(item.pk, []), resolved_a=item.resolved_a,
+                                            resolved_b=item.resolved_b))
         status = item_status(labels_by_item.get(item.pk, []), required=campaign.required_reviews,
-                             resolved_label=item.resolved_label)
+                             resolved_label=item.resolved_label, edits_differ=edits_differ)
         if status != item.status:
             changed.append((item.status, item))
             item.status = status
@@ -1088,7 +1124,8 @@ def review_submit(
 ) -> Review:
     """Record ``user``'s answer to ``item`` as they saw it (``choice`` and edits of the first/second
     shown response) and update the item's status. One review per reviewer and item. An edit that leaves
-    a response blank is refused (nothing is recorded): it could be neither judged nor exported."""
+    a response blank is refused (nothing is recorded): it could be neither judged nor exported. A skip stores no
+    edit, whatever was typed: it decides nothing (the review's ``edits_dropped`` says whether edits were typed)."""
     if choice not in Choice.values:
         raise ValidationError({"choice": f"choice {choice!r} is not one of {', '.join(Choice.values)}"})
     for field_name, text in (("edited_first", edited_first), ("edited_second", edited_second),
@@ -1115,11 +1152,16 @@ def review_submit(
     label = label_for_choice(choice, shown_first=shown_first)
     edited = {"a": None, "b": None}
     blanked = {}
+    edits_dropped = False
     for field_name, position, text, shown in (("edited_first", "first", edited_first, shown_first),
                                               ("edited_second", "second", edited_second,
                                                "b" if shown_first == "a" else "a")):
         original = item.response_a if shown == "a" else item.response_b
         if text is None or text.replace("\r\n", "\n") == editable_text(original):
+            continue
+        if label == Label.SKIP:
+            # A skip decides nothing: the edits typed before it are dropped, not stored (the page says so).
+            edits_dropped = True
             continue
         if is_blank(with_text(original, text)) and not is_blank(original):
             blanked[field_name] = (f"your edit leaves the {position} response empty: type the text it should "
@@ -1135,14 +1177,19 @@ def review_submit(
         raise ValidationError({"item": "you have already reviewed this item"}) from None
     _count_reviews(item)
     Lease.objects.filter(item=item, reviewer=user).delete()
+    review.edits_dropped = edits_dropped
     return review
 
 
 def _count_reviews(item: Item) -> None:
     """``item``'s review count and status from its reviews as they are now (skips left out)."""
-    labels = list(item.reviews.exclude(label=Label.SKIP).values_list("label", flat=True))
+    answers = list(item.reviews.exclude(label=Label.SKIP).order_by("created_at", "pk")
+                   .values_list("label", "edited_a", "edited_b"))
+    labels = [label for label, _a, _b in answers]
     item.review_count = len(labels)
-    item.status = item_status(labels, required=item.campaign.required_reviews, resolved_label=item.resolved_label)
+    edits_differ = bool(open_edit_sides(answers, resolved_a=item.resolved_a, resolved_b=item.resolved_b))
+    item.status = item_status(labels, required=item.campaign.required_reviews, resolved_label=item.resolved_label,
+                              edits_differ=edits_differ)
     item.save(update_fields=["review_count", "status"])
 
 
@@ -1193,8 +1240,14 @@ class AlreadyResolved(ValidationError):
 
 
 @transaction.atomic
-def conflict_resolve(*, item: Item, label: str, user: AbstractBaseUser, shown_label: str | None = None) -> Item:
+def conflict_resolve(*, item: Item, label: str, user: AbstractBaseUser, shown_label: str | None = None,
+                     texts: dict[str, str | None] | None = None) -> Item:
     """The owner's final label for an item whose reviewers disagree; the item becomes complete.
+
+    ``texts`` gives the final text of each response (``"a"``/``"b"``) whose reviewers' edits differ
+    (``open_edit_sides``): one reviewer's edit picked, or the owner's own; such a response without one is refused
+    (field ``text_a``/``text_b``), as is a blank text. Texts of responses whose edits agree are not the owner's to
+    set here and are left alone. A resolution changed later keeps its final texts unless new ones are given.
 
     ``shown_label`` is the resolution the owner chose over (``""``: none), as their page showed it. When
     the item has been resolved otherwise since (another owner, an older tab), nothing changes and
@@ -1202,6 +1255,9 @@ def conflict_resolve(*, item: Item, label: str, user: AbstractBaseUser, shown_la
     (scripts) resolves over whatever is there. The check and the write hold the item's row lock."""
     if label not in (Label.A, Label.B, Label.TIE, Label.BOTH_BAD):
         raise ValidationError({"label": f"label {label!r} is not one of a, b, tie, both_bad"})
+    texts = texts or {}
+    for side in ("a", "b"):
+        checked_text(texts.get(side) or "", field=f"text_{side}")
     item = Item.objects.select_for_update(of=("self",)).select_related("resolved_by").get(pk=item.pk)
     # A resolved conflict may be resolved again (the owner changes their mind); nothing else may.
     if item.status != ItemStatus.CONFLICT and not item.resolved_label:
@@ -1211,11 +1267,26 @@ def conflict_resolve(*, item: Item, label: str, user: AbstractBaseUser, shown_la
         if item.resolved_label == label:
             return item
         raise AlreadyResolved(item=item)
+    answers = (item.reviews.exclude(label=Label.SKIP).order_by("created_at", "pk")
+               .values_list("label", "edited_a", "edited_b"))
+    final = {"a": item.resolved_a, "b": item.resolved_b}
+    missing = {}
+    for side in sorted(open_edit_sides(answers)):
+        text = (texts.get(side) or "").replace("\r\n", "\n")
+        original = item.response_a if side == "a" else item.response_b
+        if not is_blank(with_text(original, text)):
+            final[side] = text
+        elif final[side] is None:
+            missing[f"text_{side}"] = (f"reviewers edited response {side.upper()} differently: choose the final text of "
+                                       f"response {side.upper()} (one of their edits, or write it)")
+    if missing:
+        raise ValidationError(missing)
     item.resolved_label = label
+    item.resolved_a, item.resolved_b = final["a"], final["b"]
     item.resolved_by = user
     item.resolved_at = timezone.now()
     item.status = ItemStatus.COMPLETE
-    item.save(update_fields=["resolved_label", "resolved_by", "resolved_at", "status"])
+    item.save(update_fields=["resolved_label", "resolved_a", "resolved_b", "resolved_by", "resolved_at", "status"])
     return item
 
 
@@ -1225,7 +1296,9 @@ def conflict_resolve(*, item: Item, label: str, user: AbstractBaseUser, shown_la
 class ExportOptions:
     """What an export keeps: ``drop_ties``/``drop_both_bad`` leave those items out (kept, they are
     written with the responses in stored order and ``review.label`` saying what they are);
-    ``apply_edits`` uses reviewers' edited responses (the latest edit of each response)."""
+    ``apply_edits`` uses reviewers' edited responses: a response's edit when its answers' edits agree (skips carry
+    none), the owner's final text when they differed (an item whose edits differ unresolved is a conflict, left
+    out)."""
 
     dataset_name: str
     drop_ties: bool = True
@@ -1243,11 +1316,19 @@ def _final_row(item: Item, reviews: list[Review], options: ExportOptions) -> tup
         return None, "both_bad"
     response_a, response_b = item.response_a, item.response_b
     if options.apply_edits:
-        for review in sorted(reviews, key=lambda review: review.created_at):
-            if review.edited_a is not None:
-                response_a = with_text(item.response_a, review.edited_a)
-            if review.edited_b is not None:
-                response_b = with_text(item.response_b, review.edited_b)
+        answers = [(review.label, review.edited_a, review.edited_b)
+                   for review in sorted(reviews, key=lambda review: (review.created_at, review.pk))]
+        final = {}
+        for side, resolved in (("a", item.resolved_a), ("b", item.resolved_b)):
+            edits = distinct_edits(answers, side)
+            if resolved is None and len(edits) > 1:
+                # Not a text reviewers decided on (the item's status says conflict, so this is not reached).
+                return None, "unresolved_conflict"
+            final[side] = resolved if resolved is not None else (edits[0] if edits else None)
+        if final["a"] is not None:
+            response_a = with_text(item.response_a, final["a"])
+        if final["b"] is not None:
+            response_b = with_text(item.response_b, final["b"])
     if is_blank(response_a) or is_blank(response_b):
         # Stored by campaigns generated before blank answers were left out, or blanked by an edit: the
         # version's validator refuses the row, which would fail the whole export.
@@ -1332,7 +1413,7 @@ def export_write(*, export_id: int) -> Export:
             if row is not None:
                 upload.write(json.dumps(row, ensure_ascii=False).encode() + b"\n")
         by_status = selectors.status_counts(campaign=campaign)
-        counts["unresolved_conflict"] = by_status[ItemStatus.CONFLICT]
+        counts["unresolved_conflict"] += by_status[ItemStatus.CONFLICT]
         counts["not_complete"] = by_status[ItemStatus.PENDING] + by_status[ItemStatus.IN_REVIEW]
         upload.flush()
         upload.size = upload.tell()

@@ -301,7 +301,8 @@ def review_next(request: HttpRequest, slug: str, public_id: str) -> HttpResponse
                 done = "skipped" if form.cleaned_data["choice"] == Choice.SKIP else "recorded"
                 # Edit boxes opened and left as they were store no edit, so they do not read as one.
                 edited = review.edited_a is not None or review.edited_b is not None
-                messages.success(request, f"Item {item.sequence} {'edited and ' if edited else ''}{done}.")
+                dropped = "; your edits were dropped, as a skip carries none" if review.edits_dropped else ""
+                messages.success(request, f"Item {item.sequence} {'edited and ' if edited else ''}{done}{dropped}.")
         else:
             messages.error(request, "That answer was incomplete; answer the item again.")
         return redirect("review:next", project.slug, campaign.public_id)
@@ -327,7 +328,9 @@ def review_change(request: HttpRequest, slug: str, public_id: str) -> HttpRespon
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
     else:
-        messages.success(request, f"Item {item.sequence} changed to {review.get_choice_display().lower()}.")
+        unused = ("; your edits are not used while it is skipped" if review.label == Label.SKIP
+                  and (review.edited_a is not None or review.edited_b is not None) else "")
+        messages.success(request, f"Item {item.sequence} changed to {review.get_choice_display().lower()}{unused}.")
     return redirect("review:next", project.slug, campaign.public_id)
 
 
@@ -409,7 +412,7 @@ def conflict_resolve(request: HttpRequest, slug: str, public_id: str, item_id: s
         return _confirm_resolution_change(request, project, membership, campaign, item, label)
     try:
         item = services.conflict_resolve(item=item, label=label, user=request.user,
-                                         shown_label=form.cleaned_data["shown_label"])
+                                         shown_label=form.cleaned_data["shown_label"], texts=form.final_texts())
     except services.AlreadyResolved:
         return redirect(f"{reverse('review:resolve', args=[project.slug, campaign.public_id, item.public_id])}"
                         f"?{urlencode({'label': label})}")

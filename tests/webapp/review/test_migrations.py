@@ -147,3 +147,27 @@ def test_the_note_that_a_loads_or_exports_worker_was_lost_moves_from_the_error_t
             "rc_ready": ""}
         assert dict(apps.get_model("review", "Export").objects.values_list("dataset_name", "error")) == {
             "writing": "the worker writing this export was lost", "failed": "no pair was left to write", "done": ""}
+
+
+def test_complete_items_whose_edits_differ_become_conflicts():
+    """The export took the latest of two reviewers' different edits of one response, a disagreement nobody saw:
+    such complete items are conflicts for an owner to resolve; agreeing edits (once stripped) and a skip's edit are
+    none."""
+    with migrated_back_to(("review", "0020_conflict_reads")) as apps:
+        Project = apps.get_model("projects", "Project")
+        Campaign = apps.get_model("review", "Campaign")
+        User = apps.get_model("auth", "User")
+        project = Project.objects.create(name="Alpha", slug="alpha")
+        campaign = Campaign.objects.create(project=project, name="pass 1")
+        ann, bob = User.objects.create(username="ann"), User.objects.create(username="bob")
+        cases = {1: ("x", "y", "a"), 2: ("x", "x\n", "a"), 3: ("x", "y", "skip"), 4: (None, "y", "a")}
+        for sequence, (first, second, second_label) in cases.items():
+            item = campaign.items.create(sequence=sequence, source="dataset", response_a="a", response_b="b",
+                                         status="complete", resolved_label="a" if sequence == 1 else "")
+            for user, text, label in ((ann, first, "a"), (bob, second, second_label)):
+                item.reviews.create(campaign=campaign, reviewer=user, shown_first="a", choice="first", label=label,
+                                    edited_b=text)
+    from webapp.review.models import Item
+
+    assert dict(Item.objects.values_list("sequence", "status")) == {
+        1: "conflict", 2: "complete", 3: "complete", 4: "complete"}

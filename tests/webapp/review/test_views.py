@@ -251,7 +251,9 @@ def test_edit_boxes_opened_but_left_as_they_were_read_as_no_edit(campaign, team,
     answered = reviewer.post(url("next", campaign), {
         "item": page.context["item"].public_id, "choice": "skip", "edited_first": "Better.",
         "edited_second": page.context["second_text"]}, follow=True).content.decode()
-    assert "Item 2 edited and skipped." in answered
+    # A skip carries no edit: what was typed is dropped, and the message says so.
+    assert "Item 2 skipped; your edits were dropped, as a skip carries none." in answered
+    assert Review.objects.get(item=page.context["item"], reviewer=team.teammate).edited_a is None
 
 
 def test_it_rejects_an_edit_that_blanks_a_response(campaign, team, client_for):

@@ -1,0 +1,246 @@
+"""What reviewers decided, and nothing else, becomes training data: a skip carries no edit into the export, and two
+reviewers' different edits of the same response are a conflict that an owner resolves (picking one text or writing
+it) before the item is exported."""
+import json
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from tests.webapp.review.conftest import answer, choice_for
+from webapp.review import selectors, services
+from webapp.review.models import Item, ItemStatus, Review
+
+
+def edit_of(item, user, side: str, text: str) -> dict[str, str]:
+    """The ``review_submit`` keyword that edits response ``side`` (a/b) of ``item`` as ``user`` sees it."""
+    shown_first = services.shown_first_for(item_public_id=item.public_id, user_id=user.pk)
+    return {"edited_first" if shown_first == side else "edited_second": text}
+
+
+def export_now(campaign, user, **options):
+    export = services.export_create(campaign=campaign, user=user,
+                                    options=services.ExportOptions(dataset_name="out", **options))
+    return services.export_write(export_id=export.pk)
+
+
+def rows_of(export) -> dict[str, dict]:
+    """The exported rows by item id."""
+    lines = export.version.absolute_path.read_text().splitlines()
+    return {row["review"]["item"]: row for row in map(json.loads, lines)}
+
+
+@pytest.fixture
+def items(campaign):
+    return {item.sequence: item for item in Item.objects.filter(campaign=campaign)}
+
+
+@pytest.fixture
+def three_reviewers(campaign, team, carol):
+    """The owner reviews too: a skip still leaves two answers."""
+    services.campaign_update(campaign=campaign, guidelines="", required_reviews=2,
+                             reviewers=[team.teammate, carol, team.owner])
+    return campaign
+
+
+def test_a_skip_stores_and_exports_none_of_its_edits(three_reviewers, items, team, carol):
+    item = items[1]
+    review = answer(item, team.teammate, "skip", **edit_of(item, team.teammate, "a", "four (edited, then skipped)"))
+    assert (review.edited_a, review.edited_b) == (None, None)
+    answer(item, carol, "a")
+    answer(item, team.owner, "a")
+    rows = rows_of(export_now(three_reviewers, team.owner))
+    assert rows[item.public_id]["chosen"] == "4"
+
+
+def test_an_answer_changed_to_a_skip_takes_its_edits_out_of_the_export(three_reviewers, items, team, carol):
+    item = items[1]
+    answer(item, team.teammate, "a", **edit_of(item, team.teammate, "a", "four"))
+    services.review_change(item=item, user=team.teammate, choice="skip")
+    assert Review.objects.get(item=item, reviewer=team.teammate).edited_a == "four", "kept, should it be answered again"
+    answer(item, carol, "a")
+    answer(item, team.owner, "a")
+    assert rows_of(export_now(three_reviewers, team.owner))[item.public_id]["chosen"] == "4"
+
+
+def test_a_blanking_edit_does_not_stop_a_skip(campaign, items, team):
+    item = items[1]
+    review = answer(item, team.teammate, "skip", **edit_of(item, team.teammate, "a", "  "))
+    assert review.label == "skip" and review.edited_a is None
+
+
+def test_two_different_edits_of_one_response_are_a_conflict_left_out_of_the_export(campaign, items, team, carol):
+    item = items[1]
+    answer(item, team.teammate, "a", **edit_of(item, team.teammate, "a", "four"))
+    answer(item, carol, "a", **edit_of(item, carol, "a", "4 (two plus two)"))
+    item.refresh_from_db()
+    assert item.status == ItemStatus.CONFLICT
+    for reviewer in (team.teammate, carol):
+        answer(items[2], reviewer, "a")
+    export = export_now(campaign, team.owner)
+    assert list(rows_of(export)) == [items[2].public_id]
+    assert export.counts["unresolved_conflict"] == 1
+    entry, = selectors.conflict_entries(campaign=campaign, limit=10)
+    assert entry.item == item
+    assert [(choice.text, choice.editors) for choice in entry.edit_choices["a"]] == [
+        ("four", ["alpha-teammate"]), ("4 (two plus two)", ["carol"])]
+    assert entry.edit_choices.keys() == {"a"}
+
+
+def test_identical_edits_are_no_conflict_and_are_exported(campaign, items, team, carol):
+    item = items[1]
+    answer(item, team.teammate, "a", **edit_of(item, team.teammate, "b", "five"))
+    answer(item, carol, "a", **edit_of(item, carol, "b", "five\n"))
+    # An edit of the other response by one reviewer alone is no disagreement either.
+    item.refresh_from_db()
+    assert item.status == ItemStatus.COMPLETE
+    row = rows_of(export_now(campaign, team.owner))[item.public_id]
+    assert (row["chosen"], row["rejected"]) == ("4", "five")
+
+
+def test_an_edit_by_one_reviewer_and_none_by_the_other_is_no_conflict(campaign, items, team, carol):
+    item = items[1]
+    answer(item, team.teammate, "a", **edit_of(item, team.teammate, "a", "four"))
+    answer(item, carol, "a")
+    item.refresh_from_db()
+    assert item.status == ItemStatus.COMPLETE
+
+
+def test_a_skipped_edit_makes_no_conflict(three_reviewers, items, team, carol):
+    item = items[1]
+    answer(item, team.teammate, "a", **edit_of(item, team.teammate, "a", "four"))
+    answer(item, carol, "a", **edit_of(item, carol, "a", "4 (two plus two)"))
+    services.review_change(item=item, user=carol, choice="skip")
+    item.refresh_from_db()
+    assert item.status == ItemStatus.IN_REVIEW  # one answer of two now
+    answer(item, team.owner, "a")
+    item.refresh_from_db()
+    assert item.status == ItemStatus.COMPLETE
+    assert rows_of(export_now(three_reviewers, team.owner))[item.public_id]["chosen"] == "four"
+
+
+def test_the_owner_resolves_an_edit_conflict_by_picking_or_writing_the_text(campaign, items, team, carol):
+    item = items[3]  # chats: the edit is of the last turn
+    answer(item, team.teammate, "a", **edit_of(item, team.teammate, "a", "Hi there!"))
+    answer(item, carol, "a", **edit_of(item, carol, "a", "Hello!"))
+    with pytest.raises(ValidationError, match="final text of response A") as refused:
+        services.conflict_resolve(item=item, label="a", user=team.owner, shown_label="")
+    assert list(refused.value.message_dict) == ["text_a"]
+    with pytest.raises(ValidationError, match="final text of response A"):
+        services.conflict_resolve(item=item, label="a", user=team.owner, shown_label="", texts={"a": " \n"})
+    item = services.conflict_resolve(item=item, label="a", user=team.owner, shown_label="", texts={"a": "Hello!"})
+    assert (item.status, item.resolved_label, item.resolved_a, item.resolved_b) == (
+        ItemStatus.COMPLETE, "a", "Hello!", None)
+    row = rows_of(export_now(campaign, team.owner, drop_ties=False))[item.public_id]
+    assert row["chosen"] == [{"role": "assistant", "content": "Hello!"}]
+    assert row["review"]["resolved"] is True
+
+
+def test_a_written_text_and_a_label_conflict_resolve_together(campaign, items, team, carol):
+    item = items[4]
+    answer(item, team.teammate, "a", **edit_of(item, team.teammate, "b", "k-a-t?"))
+    answer(item, carol, "b", **edit_of(item, carol, "b", "c-a-t!"))
+    item.refresh_from_db()
+    assert item.status == ItemStatus.CONFLICT
+    services.conflict_resolve(item=item, label="b", user=team.owner, shown_label="",
+                              texts={"b": "C-A-T\r\nwritten by the owner", "a": "ignored: no conflict on A"})
+    item.refresh_from_db()
+    assert (item.resolved_a, item.resolved_b) == (None, "C-A-T\nwritten by the owner")
+    row = rows_of(export_now(campaign, team.owner))[item.public_id]
+    assert (row["chosen"], row["rejected"]) == ("C-A-T\nwritten by the owner", "c-a-t")
+
+
+def test_an_answer_changed_back_from_a_skip_brings_its_edit_conflict_back(three_reviewers, items, team, carol):
+    item = items[1]
+    answer(item, team.teammate, "a", **edit_of(item, team.teammate, "a", "four"))
+    answer(item, carol, "skip")
+    answer(item, team.owner, "a", **edit_of(item, team.owner, "a", "IV"))
+    item.refresh_from_db()
+    assert item.status == ItemStatus.CONFLICT
+    services.review_change(item=item, user=team.owner, choice="skip")
+    services.review_change(item=item, user=carol, choice=choice_for(item, carol, "a"))
+    item.refresh_from_db()
+    assert item.status == ItemStatus.COMPLETE
+
+
+def test_more_reviews_per_item_keep_an_edit_conflict_a_conflict_once_complete(campaign, items, team, carol):
+    item = items[1]
+    answer(item, team.teammate, "a", **edit_of(item, team.teammate, "a", "four"))
+    answer(item, carol, "a", **edit_of(item, carol, "a", "IV"))
+    services.campaign_update(campaign=campaign, guidelines="", required_reviews=3,
+                             reviewers=[team.teammate, carol, team.owner])
+    item.refresh_from_db()
+    assert item.status == ItemStatus.IN_REVIEW
+    services.campaign_update(campaign=campaign, guidelines="", required_reviews=2,
+                             reviewers=[team.teammate, carol, team.owner])
+    item.refresh_from_db()
+    assert item.status == ItemStatus.CONFLICT
+
+
+def test_the_conflicts_page_shows_both_edits_escaped_with_who_made_them_and_resolves_with_a_pick(
+        campaign, items, team, carol, client_for):
+    from django.urls import reverse
+
+    def url(name, *extra):
+        return reverse(f"review:{name}", args=[campaign.project.slug, campaign.public_id, *extra])
+
+    item = items[2]
+    hostile = '<script>window.pwned=1</script>"'
+    answer(item, team.teammate, "a", **edit_of(item, team.teammate, "a", hostile))
+    answer(item, carol, "a", **edit_of(item, carol, "a", "Paris, France"))
+    owner = client_for(team.owner)
+    page = owner.get(url("conflicts")).content.decode()
+    assert "<script>window.pwned" not in page
+    assert page.count("&lt;script&gt;window.pwned=1&lt;/script&gt;&quot;") == 3  # the table, the pick's value and text
+    assert "edited by <bdi>alpha-teammate</bdi>" in page and "edited by <bdi>carol</bdi>" in page
+    assert "Reviewers edited response A differently" in page and "response B differently" not in page
+    refused = owner.post(url("resolve", item.public_id), {"label": "a", "shown_label": ""}, follow=True)
+    assert "choose the final text of response A" in refused.content.decode()
+    item.refresh_from_db()
+    assert item.status == ItemStatus.CONFLICT
+    # Picked from the page as sent: the attribute's text comes back as it was edited.
+    owner.post(url("resolve", item.public_id), {"label": "a", "shown_label": "", "pick_a": hostile, "text_a": ""})
+    item.refresh_from_db()
+    assert (item.status, item.resolved_a) == (ItemStatus.COMPLETE, hostile)
+    # Nothing picked: the text written is the final one.
+    other = items[1]
+    answer(other, team.teammate, "b", **edit_of(other, team.teammate, "b", "five"))
+    answer(other, carol, "b", **edit_of(other, carol, "b", "V"))
+    owner.post(url("resolve", other.public_id), {"label": "b", "shown_label": "", "pick_a": "", "pick_b": "",
+                                                 "text_b": "5 (written)"})
+    other.refresh_from_db()
+    assert (other.status, other.resolved_b) == (ItemStatus.COMPLETE, "5 (written)")
+
+
+def test_changing_an_edited_answer_to_a_skip_says_its_edits_are_unused(campaign, items, team, client_for):
+    from django.urls import reverse
+
+    item = items[1]
+    answer(item, team.teammate, "a", **edit_of(item, team.teammate, "a", "four"))
+    page = client_for(team.teammate).post(
+        reverse("review:change", args=[campaign.project.slug, campaign.public_id]),
+        {"item": item.public_id, "choice": "skip"}, follow=True).content.decode()
+    assert "Item 1 changed to skip; your edits are not used while it is skipped." in page
+
+
+def test_a_resolution_changed_on_the_confirm_page_keeps_the_final_texts(campaign, items, team, carol, client_for):
+    from django.urls import reverse
+
+    from tests.webapp.factories import make_user
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Role
+
+    alice = make_user("alice")
+    project_services.membership_add(project=team.project, user=alice, role=Role.OWNER)
+    item = items[1]
+    answer(item, team.teammate, "a", **edit_of(item, team.teammate, "a", "four"))
+    answer(item, carol, "b", **edit_of(item, carol, "a", "IV"))
+    services.conflict_resolve(item=item, label="a", user=alice, shown_label="", texts={"a": "IV"})
+    resolve = reverse("review:resolve", args=[campaign.project.slug, campaign.public_id, item.public_id])
+    owner = client_for(team.owner)
+    page = owner.post(resolve, {"label": "b", "shown_label": "", "pick_a": "four"}, follow=True)
+    assert page.status_code == 409
+    assert "The final text of response A stays as <bdi>alice</bdi> chose: changing the label changes no text." in (
+        page.content.decode())
+    owner.post(resolve, {"label": "b", "shown_label": "a"})
+    item.refresh_from_db()
+    assert (item.resolved_label, item.resolved_a, item.resolved_by) == ("b", "IV", team.owner)
