@@ -156,6 +156,13 @@
     }
   });
 
+  // An empty box is stopped by the browser (the box is required, and says so) before the submit handler, which
+  // clears the error beside the buttons: cleared here too, or an earlier one (Regenerate's) stood as the reason.
+  textBox.addEventListener("invalid", () => {
+    errorBox.textContent = "";
+    markRefused(false);
+  });
+
   // Enter sends, as in every chat; Shift+Enter (or Enter while an input method composes) adds a line.
   textBox.addEventListener("keydown", (event) => {
     if (event.key !== "Enter" || event.shiftKey || event.isComposing) return;

@@ -156,6 +156,26 @@ def test_enter_sends_and_shift_enter_starts_a_new_line(page, asgi_server, transa
     assert Message.objects.get(role="user").content == "first line\nsecond line"  # as typed, not as the form sends it
 
 
+@pytest.mark.parametrize("how", ["click", "enter"])
+def test_send_with_an_empty_box_takes_away_an_earlier_error(page, asgi_server, transactional_db, how):  # noqa: F811
+    """Send with nothing in the box is stopped by the browser (the box is required: "Please fill out this field"),
+    before the page's own handler, which clears the error beside the buttons: an earlier error (Regenerate's here)
+    stayed there, as if it were why nothing was sent. It is taken away, as every send does, and the box says why."""
+    start_a_conversation(page, asgi_server)
+    page.get_by_role("button", name="Regenerate").click()
+    error = page.locator("#chat-error")
+    error.filter(has_text="there is no answer to regenerate").wait_for()
+    if how == "click":
+        page.get_by_role("button", name="Send").click()
+    else:
+        page.focus("#chat-form textarea")
+        page.keyboard.press("Enter")
+    page.wait_for_function("() => document.getElementById('chat-error').textContent === ''")
+    box = page.locator("#chat-form textarea")
+    assert box.evaluate("box => box.validity.valueMissing") and box.get_attribute("aria-invalid") is None
+    assert page.locator(".chat-user").count() == 0 and not Message.objects.exists()
+
+
 def test_a_double_click_on_send_takes_one_turn_with_one_answer(page, asgi_server, transactional_db):  # noqa: F811
     """A double click sent the turn twice: the second was refused "an answer is still being written" beside the
     first's answer (or, had the first ended, took a second turn). Both sendings carry one token: the second is
