@@ -68,6 +68,34 @@ def conversation_with_an_answer(**answer):
     return team, conversation
 
 
+def test_a_markdown_table_in_an_answer_has_borders_and_padded_cells(page, asgi_server, transactional_db):  # noqa: F811
+    """A table in an answer came out as bare text in columns: no rule between its cells, nor room around their text
+    (the browser's 1 px). Its cells are ruled and padded, its header set apart, and a table wider than the answer
+    scrolls inside it rather than past it."""
+    from webapp.chat.models import MessageStatus
+
+    wide = " | ".join(f"column{index}" for index in range(30))
+    team, conversation = conversation_with_an_answer(
+        content=f"| River | Length |\n| --- | --- |\n| Rhine | 1,233 km |\n\n| {wide} |\n|{' --- |' * 30}\n",
+        status=MessageStatus.COMPLETE)
+    log_in(page, asgi_server, team.teammate.username)
+    page.goto(f"{asgi_server}/p/{team.project.slug}/chat/{conversation.public_id}/")
+    style = """cell => { const s = getComputedStyle(cell);
+        return [s.borderTopWidth, s.borderTopStyle, s.borderLeftWidth, s.paddingTop, s.paddingLeft, s.fontWeight,
+                s.backgroundColor]; }"""
+    header = page.locator(".chat-markdown table").first.locator("th").first.evaluate(style)
+    cell = page.locator(".chat-markdown table").first.locator("td").first.evaluate(style)
+    for width, line, left, top, side, _weight, _background in (header, cell):
+        assert width == left == "1px" and line == "solid"
+        assert float(top.removesuffix("px")) >= 4 and float(side.removesuffix("px")) >= 8
+    assert header[6] != cell[6], "the header row is set apart"
+    answer = page.locator(".chat-assistant").bounding_box()
+    second = page.locator(".chat-markdown table").nth(1)
+    box = second.bounding_box()
+    assert box["x"] + box["width"] <= answer["x"] + answer["width"] + 0.5
+    assert second.evaluate("table => table.scrollWidth > table.clientWidth")
+
+
 def test_a_finished_conversation_offers_no_stop_button(page, asgi_server, transactional_db):  # noqa: F811
     """The Stop button carries `hidden` until an answer streams; the site's `button { display: inline-block }`
     overrode the attribute, so a Stop that does nothing stood beside Send on every chat page."""
