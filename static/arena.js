@@ -1,14 +1,16 @@
 // Battle page: follow both answers' server-sent events in parallel (answer_stream.js); the finished answer is
-// swapped for the server's sanitized rendering.
+// swapped for the server's sanitized rendering (loaded again after a failure; a side whose answer could not be
+// loaded says to reload the page, and the vote stays closed: its answer was not seen).
 (function () {
   "use strict";
   document.querySelectorAll(".arena-side").forEach((side) => {
     const streaming = side.querySelector(".chat-streaming");
     if (!streaming) return;
     window.TemperFollowAnswer(side.dataset.events, streaming, async () => {
-      const response = await fetch(side.dataset.html);
-      if (response.ok) side.querySelector(".chat-message").outerHTML = await response.text();
-      openVoteWhenDone();
+      const shown = await window.TemperShowDoneAnswer(side.querySelector(".chat-message"), side.dataset.html,
+        (why) => "Answer " + side.dataset.name + " is done, but it could not be loaded (" + why +
+          "): reload the page to see it and vote.");
+      if (shown) openVoteWhenDone();
     });
   });
 

@@ -122,13 +122,10 @@
     busy(true);
     announcer.textContent = "The model is writing its answer.";
     const source = window.TemperFollowAnswer(messagesUrl + id + "/events/", text, async () => {
-      const response = await fetch(messagesUrl + id + "/");
-      if (response.ok) {
-        element.outerHTML = await response.text();
-        announceAnswer(document.getElementById(id));
-      } else {
-        announcer.textContent = "";
-      }
+      const shown = await window.TemperShowDoneAnswer(element, messagesUrl + id + "/",
+        (why) => "The answer is done, but it could not be loaded (" + why + "): reload the page to see it.");
+      if (shown) announceAnswer(shown);
+      else announcer.textContent = "";  // the element's alert says why
       busy(false);
     });
     source.onerror = () => { if (source.readyState === EventSource.CLOSED) busy(false); };
@@ -157,6 +154,13 @@
       errorBox.textContent = error.message;
       markRefused(Boolean(error.fields && error.fields.content));
     }
+  });
+
+  // An empty box is stopped by the browser (the box is required, and says so) before the submit handler, which
+  // clears the error beside the buttons: cleared here too, or an earlier one (Regenerate's) stood as the reason.
+  textBox.addEventListener("invalid", () => {
+    errorBox.textContent = "";
+    markRefused(false);
   });
 
   // Enter sends, as in every chat; Shift+Enter (or Enter while an input method composes) adds a line.

@@ -68,6 +68,34 @@ def conversation_with_an_answer(**answer):
     return team, conversation
 
 
+def test_a_markdown_table_in_an_answer_has_borders_and_padded_cells(page, asgi_server, transactional_db):  # noqa: F811
+    """A table in an answer came out as bare text in columns: no rule between its cells, nor room around their text
+    (the browser's 1 px). Its cells are ruled and padded, its header set apart, and a table wider than the answer
+    scrolls inside it rather than past it."""
+    from webapp.chat.models import MessageStatus
+
+    wide = " | ".join(f"column{index}" for index in range(30))
+    team, conversation = conversation_with_an_answer(
+        content=f"| River | Length |\n| --- | --- |\n| Rhine | 1,233 km |\n\n| {wide} |\n|{' --- |' * 30}\n",
+        status=MessageStatus.COMPLETE)
+    log_in(page, asgi_server, team.teammate.username)
+    page.goto(f"{asgi_server}/p/{team.project.slug}/chat/{conversation.public_id}/")
+    style = """cell => { const s = getComputedStyle(cell);
+        return [s.borderTopWidth, s.borderTopStyle, s.borderLeftWidth, s.paddingTop, s.paddingLeft, s.fontWeight,
+                s.backgroundColor]; }"""
+    header = page.locator(".chat-markdown table").first.locator("th").first.evaluate(style)
+    cell = page.locator(".chat-markdown table").first.locator("td").first.evaluate(style)
+    for width, line, left, top, side, _weight, _background in (header, cell):
+        assert width == left == "1px" and line == "solid"
+        assert float(top.removesuffix("px")) >= 4 and float(side.removesuffix("px")) >= 8
+    assert header[6] != cell[6], "the header row is set apart"
+    answer = page.locator(".chat-assistant").bounding_box()
+    second = page.locator(".chat-markdown table").nth(1)
+    box = second.bounding_box()
+    assert box["x"] + box["width"] <= answer["x"] + answer["width"] + 0.5
+    assert second.evaluate("table => table.scrollWidth > table.clientWidth")
+
+
 def test_a_finished_conversation_offers_no_stop_button(page, asgi_server, transactional_db):  # noqa: F811
     """The Stop button carries `hidden` until an answer streams; the site's `button { display: inline-block }`
     overrode the attribute, so a Stop that does nothing stood beside Send on every chat page."""
@@ -154,6 +182,26 @@ def test_enter_sends_and_shift_enter_starts_a_new_line(page, asgi_server, transa
     assert page.locator(".chat-user .chat-text").inner_text() == "first line\nsecond line"
     assert page.locator("#chat-form textarea").input_value() == ""
     assert Message.objects.get(role="user").content == "first line\nsecond line"  # as typed, not as the form sends it
+
+
+@pytest.mark.parametrize("how", ["click", "enter"])
+def test_send_with_an_empty_box_takes_away_an_earlier_error(page, asgi_server, transactional_db, how):  # noqa: F811
+    """Send with nothing in the box is stopped by the browser (the box is required: "Please fill out this field"),
+    before the page's own handler, which clears the error beside the buttons: an earlier error (Regenerate's here)
+    stayed there, as if it were why nothing was sent. It is taken away, as every send does, and the box says why."""
+    start_a_conversation(page, asgi_server)
+    page.get_by_role("button", name="Regenerate").click()
+    error = page.locator("#chat-error")
+    error.filter(has_text="there is no answer to regenerate").wait_for()
+    if how == "click":
+        page.get_by_role("button", name="Send").click()
+    else:
+        page.focus("#chat-form textarea")
+        page.keyboard.press("Enter")
+    page.wait_for_function("() => document.getElementById('chat-error').textContent === ''")
+    box = page.locator("#chat-form textarea")
+    assert box.evaluate("box => box.validity.valueMissing") and box.get_attribute("aria-invalid") is None
+    assert page.locator(".chat-user").count() == 0 and not Message.objects.exists()
 
 
 def test_a_double_click_on_send_takes_one_turn_with_one_answer(page, asgi_server, transactional_db):  # noqa: F811
@@ -320,6 +368,100 @@ def test_an_answer_whose_stream_lost_redis_is_followed_again(page, asgi_server, 
     channels.emit(client, answer.public_id, {"seq": 2, "type": "done", "text": "Hello", "finish_reason": "stop"})
     page.locator(f"#{answer.public_id} .chat-markdown").filter(has_text="Hello").wait_for()
     assert len(connections) >= 2
+
+
+def _answers_done_at_their_stream(page, team) -> list[str]:
+    """The public ids of ``team``'s answers being written; the page's stream of each (routed) finds it done: the
+    answer is finished in the database, as a serve worker does, and its stream says so."""
+    from webapp.chat import services
+    from webapp.chat.models import MessageStatus
+    from webapp.core.sse import sse_message
+
+    ids = list(Message.objects.filter(conversation__project=team.project, status=MessageStatus.STREAMING)
+               .values_list("public_id", flat=True))
+
+    def done(route):
+        message_id = route.request.url.rstrip("/").split("/")[-2]
+        services.message_finish(message_id=message_id, text=f"Answer **{message_id[-4:]}**.", finish_reason="stop")
+        route.fulfill(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+                      body=sse_message({"seq": 0, "type": "done", "text": "", "finish_reason": "stop"}))
+
+    for message_id in ids:
+        page.route(f"**/messages/{message_id}/events/", done)
+    return ids
+
+
+def _failing(failure: str, loads: list[str], *, times: int):
+    """A route handler that fails the first ``times`` loads (``failure``: "network", the connection cut; or "503")
+    and lets the others through, counting each in ``loads``."""
+    def handle(route):
+        loads.append(route.request.url)
+        if len(loads) > times:
+            route.continue_()
+        elif failure == "network":
+            route.abort("connectionreset")
+        else:
+            route.fulfill(status=503, body="Service Unavailable")
+    return handle
+
+
+@pytest.mark.parametrize("failure", ["network", "503"])
+@pytest.mark.parametrize("where", ["chat", "arena"])
+def test_a_done_answer_whose_load_fails_once_is_loaded_again(page, asgi_server, transactional_db,  # noqa: F811
+                                                             monkeypatch, where, failure):
+    """Once an answer is done the page loads the server's rendering of it; a network error or a 5xx on that one load
+    left the arena's vote closed for good (the other side's answer found this one still "streaming"), and the chat's
+    answer unrendered (a network error: Send and Regenerate disabled) until a reload. The load is tried again."""
+    team, answer, path = _an_answer_streaming(where, monkeypatch)
+    _answers_done_at_their_stream(page, team)
+    loads = []
+    page.route(f"**/messages/{answer.public_id}/", _failing(failure, loads, times=1))
+    log_in(page, asgi_server, team.teammate.username)
+    page.goto(asgi_server + path)
+    page.locator(f"#{answer.public_id} .chat-markdown strong").filter(has_text=answer.public_id[-4:]).wait_for()
+    assert len(loads) == 2
+    if where == "arena":
+        page.wait_for_function("() => !document.querySelector('.arena-vote button').disabled")
+        assert page.locator("#arena-vote-status").inner_text() == "Both answers are done: the vote is open."
+    else:
+        page.wait_for_function("() => !document.getElementById('chat-send').disabled")
+        assert page.locator("#chat-error").inner_text() == ""
+    assert page.locator("[role=alert].answer-not-loaded").count() == 0
+
+
+@pytest.mark.parametrize("where", ["chat", "arena"])
+def test_a_done_answer_that_keeps_failing_to_load_says_so(page, asgi_server, transactional_db,  # noqa: F811
+                                                          monkeypatch, where):
+    """A load of the finished answer tried again and again, and failing each time, is given up, and the page says
+    so (with what to do) rather than wait for ever without a word."""
+    from webapp.chat.models import MessageStatus
+
+    team, answer, path = _an_answer_streaming(where, monkeypatch)
+    _answers_done_at_their_stream(page, team)
+    loads = []
+    page.route(f"**/messages/{answer.public_id}/", _failing("503", loads, times=1000))
+    page.clock.install()  # the waits between tries are skipped below
+    log_in(page, asgi_server, team.teammate.username)
+    page.goto(asgi_server + path)
+    said = page.locator(".answer-not-loaded")
+    for _ in range(40):
+        if said.count():
+            break
+        page.clock.fast_forward(20_000)
+        page.wait_for_timeout(100)
+    expected = ("Answer A is done, but it could not be loaded (the server answered 503): reload the page to see it and "
+                "vote." if where == "arena" else
+                "The answer is done, but it could not be loaded (the server answered 503): reload the page to see it.")
+    assert said.inner_text() == expected and said.get_attribute("role") == "alert"
+    assert len(loads) == 6  # the first and five more, then no more
+    page.clock.fast_forward(600_000)
+    page.wait_for_timeout(300)
+    assert len(loads) == 6
+    assert Message.objects.get(public_id=answer.public_id).status == MessageStatus.COMPLETE
+    if where == "arena":
+        assert page.get_by_role("button", name="A is better").is_disabled()
+    else:
+        assert page.get_by_role("button", name="Send").is_enabled()
 
 
 def test_a_tab_left_behind_by_another_shows_the_conversation_as_it_is(page, asgi_server, transactional_db):  # noqa: F811

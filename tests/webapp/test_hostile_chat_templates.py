@@ -85,14 +85,15 @@ def test_the_chat_pages_thinking_probe_takes_a_model_whose_template_fails(team, 
 @HOSTILE
 def test_a_conversation_page_shows_the_error_of_a_model_whose_template_fails_in_place_of_its_prompt(
         team, tmp_path, client_for, template, message):
-    """The conversation page renders the prompt the model reads next (with the conversation's template variables):
-    a template that fails says so there, in seconds, and the page still offers its message box."""
-    from webapp.chat.models import Conversation, Message, Role
+    """The conversation page renders the prompt of its newest answer, what Regenerate sends (with the conversation's
+    template variables): a template that fails says so there, in seconds, and the page still offers its message box."""
+    from webapp.chat.models import Conversation, Message, MessageStatus, Role
 
     model, _config = hostile_model(team, tmp_path, template)
     conversation = Conversation.objects.create(project=team.project, user=team.teammate, model_ref=model.public_id,
                                                model_label="Base model: hostile", title="hello")
     Message.objects.create(conversation=conversation, role=Role.USER, content="hello")
+    Message.objects.create(conversation=conversation, role=Role.ASSISTANT, content="hi", status=MessageStatus.COMPLETE)
     started = time.monotonic()
     page = client_for(team.teammate).get(f"/p/{team.project.slug}/chat/{conversation.public_id}/")
     assert time.monotonic() - started < SECONDS_ALLOWED

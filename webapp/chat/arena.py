@@ -227,11 +227,11 @@ def _battle_pair(battle: Battle) -> Pair | None:
                 original_label=battle.outcome if battle.outcome in DECISIVE else "")
 
 
-def recent_battles(*, project: Project, user, limit: int = 50):
-    """``user``'s latest ``limit`` battles in ``project``, newest first, with both sides: the arena page's list, read
+def battle_list(*, project: Project, user):
+    """``user``'s battles in ``project``, newest first, with both sides: the arena page's list, a page at a time, read
     through the (project, user, newest first) index, not by sorting every battle of theirs."""
     return (Battle.objects.filter(project=project, user=user).select_related("side_a", "side_b")
-            .order_by("-created_at")[:limit])
+            .order_by("-created_at"))
 
 
 def rated_battles(*, project: Project):

@@ -12,6 +12,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -35,6 +36,8 @@ from webapp.projects.models import Membership, Project
 from webapp.projects.models import Role as ProjectRole
 from webapp.review import selectors as review_selectors
 from webapp.review.models import MAX_REQUIRED_REVIEWS
+
+BATTLES_PER_PAGE = 50
 
 
 def _battle(request: HttpRequest, slug: str, battle_id: str):
@@ -93,13 +96,16 @@ def arena_home(request: HttpRequest, slug: str) -> HttpResponse:
 
 def _arena_page(request: HttpRequest, project: Project, membership: Membership, *, choices=None, error: str = "",
                 sent: dict | None = None, export_form: ArenaExportForm | None = None, status: int = 200) -> HttpResponse:
-    battles = arena.recent_battles(project=project, user=request.user)
+    page = Paginator(arena.battle_list(project=project, user=request.user), BATTLES_PER_PAGE).get_page(
+        whole_number(request.GET.get("page")))
     choices = selectors.model_choices(project=project) if choices is None else choices
-    rows = [{"battle": battle, "thinking": arena.battle_thinking(battle)} for battle in battles]
+    rows = [{"battle": battle, "thinking": arena.battle_thinking(battle)} for battle in page.object_list]
     thinking_offered = bool(selectors.thinking_defaults(choices))
     variables = _compare_variables(choices, sent or {})
     return render(request, "chat/arena.html", {
-        "project": project, "membership": membership, "error": error, "battles": rows,
+        "project": project, "membership": membership, "error": error, "battles": rows, "page": page,
+        # Also answered at arena/export/ (an export refused): the page links point at the arena itself.
+        "page_base": reverse("chat:arena", kwargs={"slug": project.slug}),
         "choices": choices, "sent": sent or {},
         # The Thinking control, as the chat's switch, only where a model of the project reads enable_thinking.
         "thinking_choices": THINKING_CHOICES if thinking_offered else None,
@@ -215,6 +221,16 @@ def arena_leaderboard(request: HttpRequest, slug: str) -> HttpResponse:
                       for (first, second), (rate, games) in sorted(rates.items())]})
 
 
+def _back(request: HttpRequest, project: Project) -> str:
+    """Where the Team review forms go back to: the leaderboard, or the page of the arena's battles they were sent
+    from (its ticks were that page's)."""
+    if request.POST.get("back") == "leaderboard":
+        return reverse("chat:leaderboard", kwargs={"slug": project.slug})
+    arena_url = reverse("chat:arena", kwargs={"slug": project.slug})
+    page = whole_number(request.POST.get("page"))
+    return f"{arena_url}?page={page}" if page and page > 1 else arena_url
+
+
 def _sent_message(send: arena.ReviewSend, campaign_name: str) -> str:
     parts = [f"{send.added} battle{'s' if send.added != 1 else ''} added to {isolated(campaign_name)}"]
     if send.already_sent:
@@ -227,13 +243,13 @@ def _sent_message(send: arena.ReviewSend, campaign_name: str) -> str:
 @login_required
 @require_POST
 def arena_to_review(request: HttpRequest, slug: str) -> HttpResponse:
-    """Send the ticked battles (the owner's own), or every decisive battle of the project
-    (``scope=all``), to a ready review campaign; battles already in it are not added again."""
+    """Send the ticked battles (the owner's own, on one page of the arena's list), or every decisive battle of the
+    project (``scope=all``), to a ready review campaign; battles already in it are not added again."""
     project, _membership = get_project_for_user(request.user, slug, min_role=ProjectRole.OWNER)
-    back = "chat:leaderboard" if request.POST.get("back") == "leaderboard" else "chat:arena"
+    back = _back(request, project)
     if not request.POST.get("campaign"):
         messages.error(request, "Pick the review campaign to send the battles to.")
-        return redirect(back, slug=project.slug)
+        return redirect(back)
     campaign = review_selectors.campaign_get(project=project, public_id=request.POST["campaign"])
     if request.POST.get("scope") == "all":
         battles = arena.decisive_battles(project=project)
@@ -241,7 +257,7 @@ def arena_to_review(request: HttpRequest, slug: str) -> HttpResponse:
         ids = set(request.POST.getlist("battle"))
         if not ids:
             messages.error(request, "Tick the battles to send, or send all decisive battles.")
-            return redirect(back, slug=project.slug)
+            return redirect(back)
         battles = list(Battle.objects.filter(project=project, user=request.user, public_id__in=ids)
                        .select_related("side_a", "side_b", "user").order_by("created_at"))
         if len(battles) != len(ids):
@@ -252,7 +268,7 @@ def arena_to_review(request: HttpRequest, slug: str) -> HttpResponse:
         messages.error(request, " ".join(error.messages))
     else:
         messages.success(request, _sent_message(send, campaign.name))
-    return redirect(back, slug=project.slug)
+    return redirect(back)
 
 
 @login_required
@@ -260,7 +276,7 @@ def arena_to_review(request: HttpRequest, slug: str) -> HttpResponse:
 def arena_review_create(request: HttpRequest, slug: str) -> HttpResponse:
     """A new review campaign on every decisive arena vote of the project."""
     project, _membership = get_project_for_user(request.user, slug, min_role=ProjectRole.OWNER)
-    back = "chat:leaderboard" if request.POST.get("back") == "leaderboard" else "chat:arena"
+    back = _back(request, project)
 
     def create() -> str:
         campaign, send = arena.arena_campaign_create(project=project, name=request.POST.get("name", ""),
@@ -273,9 +289,9 @@ def arena_review_create(request: HttpRequest, slug: str) -> HttpResponse:
     required_reviews = whole_number(request.POST.get("required_reviews", "2").strip())
     if required_reviews is None:
         messages.error(request, f"Reviews per item must be a whole number from 1 to {MAX_REQUIRED_REVIEWS}.")
-        return redirect(back, slug=project.slug)
+        return redirect(back)
     try:
         return redirect(form_send_once(request, create=create))
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
-    return redirect(back, slug=project.slug)
+    return redirect(back)

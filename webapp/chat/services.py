@@ -240,14 +240,14 @@ def _usable_answer(message: Message | None) -> bool:
             and message.status in (MessageStatus.COMPLETE, MessageStatus.STOPPED, MessageStatus.TIMEOUT))
 
 
-def history(conversation: Conversation) -> list[dict[str, str]]:
+def history(conversation: Conversation, *, messages: list[Message] | None = None) -> list[dict[str, str]]:
     """The turns the model reads: the system prompt, each earlier user turn with its answer, and the newest
-    user turn. A turn whose answer failed or came out empty is left out with its answer, so that user and
-    assistant turns alternate, as many chat templates demand (Gemma's, Llama 2's and Mistral's raise
-    "Conversation roles must alternate"): a lone user turn left in made every later turn of the
-    conversation fail."""
+    user turn (of ``messages``, the conversation's own by default). A turn whose answer failed or came out empty is
+    left out with its answer, so that user and assistant turns alternate, as many chat templates demand (Gemma's,
+    Llama 2's and Mistral's raise "Conversation roles must alternate"): a lone user turn left in made every later
+    turn of the conversation fail."""
     turns = [{"role": "system", "content": conversation.system_prompt}] if conversation.system_prompt else []
-    messages = list(conversation.messages.all())
+    messages = list(conversation.messages.all()) if messages is None else messages
     newest_user_turn = max((index for index, message in enumerate(messages) if message.role == Role.USER), default=-1)
     for index, message in enumerate(messages):
         following = messages[index + 1] if index + 1 < len(messages) else None
@@ -256,6 +256,15 @@ def history(conversation: Conversation) -> list[dict[str, str]]:
         elif _usable_answer(message):
             turns.append({"role": message.role, "content": message.content})
     return turns
+
+
+def regenerate_history(conversation: Conversation) -> list[dict[str, str]] | None:
+    """The turns Regenerate sends (``message_regenerate``): the ``history`` without the newest answer, which it
+    replaces; that answer's own prompt. None where the conversation ends with no answer to regenerate."""
+    messages = list(conversation.messages.all())
+    if not messages or messages[-1].role != Role.ASSISTANT:
+        return None
+    return history(conversation, messages=messages[:-1])
 
 
 def check_turn_text(text: str, *, field: str, what: str) -> None:

@@ -173,12 +173,15 @@ def no_serve_worker_context() -> dict:
 
 
 def _prompt(conversation, model) -> dict:
-    """The conversation so far as the serve worker encodes it for the next answer (``selectors.encoded_prompt``),
-    with the conversation's template variables (``prompt``), or why it cannot be (``prompt_error``)."""
-    if model is None:
+    """The newest answer's prompt, what Regenerate sends (``services.regenerate_history``), as the serve worker encodes
+    it (``selectors.encoded_prompt``) with the conversation's template variables (``prompt``), or why it cannot be
+    (``prompt_error``). Not the whole conversation with the answer cue after its last answer, which nothing sends: a
+    message sent adds its turn first, and Regenerate leaves out the answer it replaces."""
+    messages = services.regenerate_history(conversation) if model is not None else None
+    if not messages:
         return {}
     try:
-        return {"prompt": selectors.encoded_prompt(model=model, messages=services.history(conversation),
+        return {"prompt": selectors.encoded_prompt(model=model, messages=messages,
                                                    variables=services.template_kwargs_of(conversation, model),
                                                    max_new_tokens=conversation.max_tokens)}
     except (ChatTemplateError, PromptError) as error:

@@ -274,3 +274,32 @@ def test_the_conflicts_page_names_each_battles_models(team, client_for, models):
     headings = re.findall(r'<h3>([AB]) · <bdi class="model">([^<]*)</bdi></h3>', page.content.decode())
     assert headings == [("A", "Base model: falcon"), ("B", "Base model: heron"),
                         ("A", "Base model: heron"), ("B", "Base model: falcon")]
+
+
+def test_older_battles_are_paged_and_ticked_from_their_page(team, client_for, models, campaign):
+    """The arena listed the voter's latest 50 battles and no more: an older one could not be seen, nor ticked to be
+    sent to review. The list is paged; a page's ticked battles are sent from it, and the owner is back on that page."""
+    from tests.webapp.chat.test_arena import battles_up_to
+
+    oldest = voted_battle(team, team.owner, "The oldest question.", "a")
+    battles_up_to(team, models, 61, user=team.owner)
+    client = client_for(team.owner)
+    arena_url = reverse("chat:arena", args=[team.project.slug])
+    first = client.get(arena_url).content.decode()
+    assert first.count("Question ") == 50 and "The oldest question." not in first
+    assert "Page 1 of 2 · 61 in all" in first and f'href="{arena_url}?page=2"' in first
+    second = client.get(arena_url, {"page": "2"}).content.decode()
+    assert second.count("Question ") == 10 and "The oldest question." in second
+    assert f'name="battle" value="{oldest.public_id}" form="to-review-form"' in second
+    assert '<input type="hidden" name="page" value="2">' in second
+
+    response = client.post(send_url(team), {"campaign": campaign.public_id, "scope": "selected",
+                                            "battle": [oldest.public_id], "page": "2"})
+    assert response.status_code == 302 and response.url == f"{arena_url}?page=2"
+    assert [item.metadata["battle"] for item in campaign.items.all()] == [oldest.public_id]
+    # Nothing ticked: told so, on the same page too.
+    response = client.post(send_url(team), {"campaign": campaign.public_id, "scope": "selected", "page": "2"})
+    assert response.url == f"{arena_url}?page=2"
+    # A page number that is not one goes back to the first page.
+    response = client.post(send_url(team), {"campaign": campaign.public_id, "scope": "all", "page": "2x"})
+    assert response.url == arena_url

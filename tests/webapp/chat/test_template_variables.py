@@ -180,6 +180,42 @@ def test_the_prompt_shown_is_what_the_serve_worker_encodes(team, client_for, sen
     assert "the oldest 10 messages are left out" in said(page_section(page, "chat-prompt"))
 
 
+def test_the_prompt_shown_is_what_regenerate_sends(team, client_for, sent, tmp_path, django_capture_on_commit_callbacks):
+    """The *Prompt* section rendered the whole conversation and then the model's answer cue, right after the last
+    answer: a prompt nothing sends (a message sent adds its turn first; Regenerate leaves out the answer it replaces).
+    It shows what Regenerate sends, the newest answer's own prompt, and says so."""
+    from worker.tasks import serve
+
+    path = build_bpe_tokenizer_dir(tmp_path / "chatml", style="llama3", chat_template=PERSONA_TEMPLATE)
+    model = make_base_model(team.project, name="chatml", path=str(path))
+    client = client_for(team.teammate)
+    start(client, team, model, system_prompt="Be kind.", var_persona="a poet")
+    conversation = Conversation.objects.get(project=team.project)
+    Message.objects.create(conversation=conversation, role="user", content="Name a river.")
+    Message.objects.create(conversation=conversation, role="assistant", content="The Rhine.")
+    page = client.get(url("detail", conversation)).content.decode()
+    shown = html.unescape(page.split('id="chat-prompt"', 1)[1].split("<pre", 1)[1].split(">", 1)[1].split("</pre>")[0])
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert client.post(url("regenerate", conversation)).status_code == 200
+    [(_name, [request], _queue)] = sent
+    tokenizer = load_tokenizer(model.path)
+    ids, _max_new_tokens = serve.fit_to_context(serve.GenerateRequest.model_validate(request), tokenizer, 4096)
+    assert shown == tokenizer.decode(list(ids), skip_special_tokens=False)
+    assert shown.endswith("<|im_start|>user\nName a river.<|im_end|>\n<|im_start|>assistant\n")
+    assert "The Rhine." not in shown
+    assert "<summary>Prompt of the newest answer (what Regenerate sends)</summary>" in page
+
+
+def test_a_conversation_with_no_answer_yet_shows_no_prompt(team, client_for, persona_model):
+    """No answer, nothing to regenerate: no prompt is shown (a system prompt alone rendered it, with the answer cue
+    after it, which nothing sends either)."""
+    client = client_for(team.teammate)
+    start(client, team, persona_model, system_prompt="Be kind.", var_persona="a poet")
+    page = client.get(url("detail", Conversation.objects.get(project=team.project))).content.decode()
+    assert 'id="chat-prompt"' not in page and 'id="chat-prompt-error"' not in page
+
+
 def page_section(page: str, element_id: str):
     class Section:
         content = page.split(f'id="{element_id}"', 1)[1].split("</details>", 1)[0].encode()
