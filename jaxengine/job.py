@@ -23,6 +23,7 @@ from typing import Any
 
 from jaxengine.data.formats import Entry
 from jaxengine.spec import JobSpec, batch_split_problem, best_metric_for, dump_spec, total_steps_for
+from jaxengine.words import counted
 
 logger = logging.getLogger(__name__)
 
@@ -719,6 +720,37 @@ def check_reward_functions(spec: JobSpec) -> None:
             raise JobError(f"{spec.task}.{key}.{position}.name: {problem}")
 
 
+class RunLogWarning(str):
+    """A line for the run's log (``run_job``'s ``on_log``) that warns: the train worker logs it as a warning, once in
+    a run however many attempts say it; ``jaxengine train`` prints it as one."""
+
+
+def data_cut_warnings(data: Any, *, max_seq_len: int) -> list[RunLogWarning]:
+    """What the encoding cut to ``max_seq_len`` or left out of ``data.train`` and ``data.eval`` (``data``: the summary's
+    ``data``, ``EncodeStats.to_dict()`` by use), a line for each. Said through ``on_log`` once the data is encoded: in
+    the summary alone, a run whose every row was cut to a too small ``data.max_seq_len`` said so after its last
+    step."""
+    warnings = []
+    for use, purpose in (("train", "train on"), ("eval", "score")):
+        stats = data.get(use) if isinstance(data, dict) else None
+        if not isinstance(stats, dict) or not stats.get("rows"):
+            continue
+        rows, truncated, dropped = (int(stats.get(key) or 0) for key in ("rows", "truncated", "dropped"))
+        if truncated:
+            share = 100 * truncated / rows
+            was, them = ("was", "it") if truncated == 1 else ("were", "those rows")
+            warnings.append(RunLogWarning(
+                f"data.{use}: {truncated} of {counted(rows, 'row')} "
+                f"({f'{share:.0f}%' if share >= 1 else 'under 1%'}) {was} longer than data.max_seq_len "
+                f"{max_seq_len} tokens and {was} cut to it: raise data.max_seq_len, or shorten {them}"))
+        if dropped:
+            # The cut keeps part of every completion (jaxengine.data.pipeline): a row is dropped for having none.
+            warnings.append(RunLogWarning(
+                f"data.{use}: {dropped} of {counted(rows, 'row')} {'was' if dropped == 1 else 'were'} left out, with "
+                f"no token to {purpose} (an empty completion, or no assistant turn): fill or remove them"))
+    return warnings
+
+
 def run_job(
     spec: JobSpec,
     *,
@@ -731,7 +763,8 @@ def run_job(
     entry: Entry = Entry.SPEC,
 ) -> dict[str, Any]:
     """Run ``spec`` to completion (or cancel/failure); writes the run directory and returns the summary.
-    ``on_log`` hears of each line for the run's log: conversations trained one assistant turn per example
+    ``on_log`` hears of each line for the run's log: rows cut or left out by the encoding (``data_cut_warnings``,
+    ``RunLogWarning`` lines, before the first step), conversations trained one assistant turn per example
     (``pipeline.split_by_turn_note``), a resume's changed settings (``Trainer.fit``). ``entry``: where the spec was
     given, whose settings the advice of a problem in its data files names: ``Entry.SPEC`` (jaxengine train:
     data.columns, the task) or ``Entry.LAUNCH`` (the web app's worker: the launch form's dataset versions and the
@@ -777,7 +810,7 @@ def run_job(
                                                  entry=entry)
     else:
         trainer, data_summary = _dataset_trainer(spec, job_model, run_dir, placement=placement, files=files,
-                                                 entry=entry)
+                                                 entry=entry, on_log=on_log if writes_files else None)
     if writes_files:  # once the model and the data are read: a job that cannot start leaves no spec behind
         (run_dir / "spec.yaml").write_text(dump_spec(spec_as_run(spec, job_model.model_dir)))
     if writes_files and on_log is not None:
@@ -817,9 +850,12 @@ def run_job(
 
 
 def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, placement: Any = None,
-                     files: dict[str, dict[str, str]], entry: Entry = Entry.SPEC):
+                     files: dict[str, dict[str, str]], entry: Entry = Entry.SPEC,
+                     on_log: Callable[[str], None] | None = None):
     """The Trainer of a task that trains on a fixed dataset (pretrain, sft, reward, dpo) and the data summary;
-    ``files`` is ``data_files(spec)``, as ``run_job`` hashed them; ``entry`` as ``run_job`` takes it."""
+    ``files`` is ``data_files(spec)``, as ``run_job`` hashed them; ``entry`` as ``run_job`` takes it; ``on_log`` hears
+    what the encoding cut or left out (``data_cut_warnings``) as soon as it is done, before the first step (a DPO's
+    reference pass, or a refusal of data with no usable row, comes after)."""
     from jaxengine.data import pipeline
     from jaxengine.tasks import (
         REFERENCE_FREE,
@@ -840,6 +876,10 @@ def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, place
     train_examples, train_stats = pipeline.encode_rows(train_rows, **encode, source=spec.data.train)
     eval_rows = _read_eval_rows(spec.data.eval, spec.task, spec.data.columns, entry=entry) if spec.data.eval else []
     eval_examples, eval_stats = pipeline.encode_rows(eval_rows, **encode, source=spec.data.eval)
+    if on_log is not None:
+        for warning in data_cut_warnings({"train": train_stats.to_dict(), "eval": eval_stats.to_dict()},
+                                         max_seq_len=spec.data.max_seq_len):
+            on_log(warning)
     if not train_examples:
         raise JobError(f"data.train: {spec.data.train} has no usable rows ({train_stats.to_dict()})")
     rows_per_epoch = pipeline.count_rows_per_epoch(train_examples, max_seq_len=spec.data.max_seq_len,

@@ -115,7 +115,7 @@ def _train(args: argparse.Namespace) -> int:
 
     from jaxengine.chat_template import ChatTemplateError
     from jaxengine.data.pipeline import DataError
-    from jaxengine.job import JobError, run_job
+    from jaxengine.job import JobError, RunLogWarning, run_job
     from jaxengine.trainer import TrainingError
 
     stop_requested = []
@@ -128,7 +128,8 @@ def _train(args: argparse.Namespace) -> int:
     try:
         summary = run_job(spec, should_stop=lambda: bool(stop_requested),
                           progress_bar=False if args.no_progress else None,
-                          on_log=lambda line: print(f"{args.spec}: {line}", file=sys.stderr))
+                          on_log=lambda line: print(f"{args.spec}: {'warning: ' if isinstance(line, RunLogWarning) else ''}"
+                                                    f"{line}", file=sys.stderr))
     # A chat template that raises where no row is named (a prompt of grpo's, an eval sample's) is the
     # model's to fix too, not a traceback.
     except (JobError, DataError, TrainingError, ChatTemplateError) as error:

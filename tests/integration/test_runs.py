@@ -24,7 +24,7 @@ from tests.factories import build_tiny_model_dir
 from tests.live import environment, wait_for
 from tests.webapp.factories import make_base_model, make_ready_version, make_team
 from webapp.runs import pipelines, services
-from webapp.runs.models import ArtifactKind, MetricPoint, PipelineStatus, Run, RunStatus
+from webapp.runs.models import ArtifactKind, LogLevel, MetricPoint, PipelineStatus, Run, RunStatus
 from webapp.workers.deliveries import unacked_deliveries
 from webapp.workers.models import Worker
 
@@ -138,6 +138,27 @@ def test_cancel_stops_within_seconds_and_resume_continues(setup, train_worker):
     page = client.get(f"/p/{team.project.slug}/runs/{run.public_id}/").content.decode()
     log = page[page.index('<ol class="log" id="log">'):]
     assert f"</time> {escape(changed)}</li>" in log[:log.index("</ol>")]  # the arrow as &gt;, shown as ->
+
+
+def test_rows_cut_to_max_seq_len_are_in_the_log_while_the_run_runs_and_once_after_a_resume(setup, train_worker):
+    """Said at the run's end only (from its summary), a run whose every row was cut told its user after its last step:
+    the worker logs it, as a warning, once the engine has encoded the data; the resumed attempt encodes them again and
+    the end's summary counts them again, and the log still says it once."""
+    team, base_model, data = setup
+    spec = {"task": "sft", "model": base_model.public_id, "data": {"train": data.public_id, "max_seq_len": 8},
+            "train": {"batch_size": 4, "max_steps": 5000, "save_every": 1000}}
+    run = services.run_create(project=team.project, spec=spec, user=team.teammate)
+    cut = (f"data.train: {len(ROWS)} of {len(ROWS)} rows (100%) were longer than data.max_seq_len 8 tokens and were "
+           "cut to it: raise data.max_seq_len, or shorten those rows")
+    wait_for(reached(run, status=RunStatus.RUNNING, step=1), timeout=120, workers=train_worker, what="training")
+    warnings = run.log_lines.filter(level=LogLevel.WARNING, message__startswith="data.")
+    assert list(warnings.values_list("message", flat=True)) == [cut]
+    services.run_cancel(run=run, user=None)
+    wait_for(reached(run, status=RunStatus.CANCELLED), timeout=10, workers=train_worker, what="the cancel")
+    services.run_resume(run=run, user=None, max_steps=run.current_step + 2)
+    wait_for(reached(run, status=RunStatus.SUCCEEDED), timeout=120, workers=train_worker, what="the resumed run")
+    assert run.attempt == 2 and run.summary["data"]["train"]["truncated"] == len(ROWS)
+    assert run.log_lines.filter(message=cut).count() == 1
 
 
 def test_a_killed_train_worker_is_detected_and_the_run_resumes(setup, train_worker, redis_url):

@@ -11,8 +11,8 @@ import yaml
 from jaxengine.checkpoint.hf import load_hf_model
 from jaxengine.cli import main
 from jaxengine.evaluate import answers_match
-from jaxengine.job import (JobError, job_identity, refuse_another_jobs_directory, resolve_model_dir, run_job,
-                           spec_as_run)
+from jaxengine.job import (JobError, RunLogWarning, data_cut_warnings, job_identity, refuse_another_jobs_directory,
+                           resolve_model_dir, run_job, spec_as_run)
 from jaxengine.spec import dump_spec, load_spec
 from jaxengine.spec import parse_spec
 
@@ -997,3 +997,63 @@ def test_an_eval_file_gone_since_the_run_is_named_by_export_quantize(demo_dir, t
         quantize_run_export(run, eval_limit=2, entry=Entry.LAUNCH)
     assert str(raised.value) == (f"data.eval: {gone}: no such file (its dataset version deleted since the run?); the "
                                  "quantized copy is scored on its rows")
+
+
+def test_rows_cut_to_max_seq_len_are_said_before_the_first_step(demo_dir, tmp_path):
+    """A run whose every row was cut to a too small data.max_seq_len said so at its end only (in its summary's data):
+    the encoding's cuts are said through ``on_log`` once the data is encoded, before the first step's progress, as
+    warnings (``RunLogWarning``, which the train worker logs as such)."""
+    heard = []
+    spec = spec_for(demo_dir, tmp_path / "run", data={"train": str(demo_dir / "data/sft.jsonl"), "max_seq_len": 8},
+                    train={"max_steps": 1, "batch_size": 2})
+    summary = run_job(spec, progress_bar=False, on_log=heard.append,
+                      on_progress=lambda progress: heard.append(("step", progress.step)))
+    rows = summary["data"]["train"]["rows"]
+    assert summary["status"] == "succeeded" and summary["data"]["train"]["truncated"] == rows
+    cut = (f"data.train: {rows} of {rows} rows (100%) were longer than data.max_seq_len 8 tokens and were cut to it: "
+           "raise data.max_seq_len, or shorten those rows")
+    assert heard == [cut, ("step", 1)] and isinstance(heard[0], RunLogWarning)
+
+
+def test_a_run_that_ends_before_its_first_step_still_says_what_its_data_lost(demo_dir, tmp_path):
+    """Stopped before its first step (cancelled here; a failed reference pass or first step alike): the cuts were
+    said all the same, the summary's data being the only place they were before."""
+    heard = []
+    spec = spec_for(demo_dir, tmp_path / "run", data={"train": str(demo_dir / "data/sft.jsonl"), "max_seq_len": 8},
+                    train={"max_steps": 1, "batch_size": 2})
+    summary = run_job(spec, progress_bar=False, on_log=heard.append, should_stop=lambda: True)
+    assert (summary["status"], summary["step"]) == ("cancelled", 0)
+    assert len(heard) == 1 and heard[0].startswith("data.train: ") and "were cut to it" in heard[0]
+
+
+def test_data_cut_warnings_say_each_use_and_a_few_rows_as_under_one_percent():
+    """Held-out rows cut too are said of data.eval, a few as under 1%; data that fit says nothing."""
+    fit = {"train": {"rows": 8, "examples": 8, "truncated": 0, "dropped": 0, "split": 0}}
+    assert data_cut_warnings(fit, max_seq_len=512) == []
+    data = {**fit, "eval": {"rows": 500, "examples": 499, "truncated": 2, "dropped": 1, "split": 0}}
+    assert data_cut_warnings(data, max_seq_len=512) == [
+        "data.eval: 2 of 500 rows (under 1%) were longer than data.max_seq_len 512 tokens and were cut to it: raise "
+        "data.max_seq_len, or shorten those rows",
+        "data.eval: 1 of 500 rows was left out, with no token to score (an empty completion, or no assistant turn): "
+        "fill or remove them"]
+
+
+def test_one_row_cut_to_max_seq_len_is_said_in_the_singular():
+    """Seen in a run's log: "1 of 500 rows (under 1%) was longer than data.max_seq_len … and were cut to it"."""
+    data = {"train": {"rows": 500, "examples": 500, "truncated": 1, "dropped": 0, "split": 0}}
+    assert data_cut_warnings(data, max_seq_len=512) == [
+        "data.train: 1 of 500 rows (under 1%) was longer than data.max_seq_len 512 tokens and was cut to it: raise "
+        "data.max_seq_len, or shorten it"]
+
+
+def test_jaxengine_train_prints_the_cuts_as_a_warning(demo_dir, tmp_path, capsys):
+    spec = spec_for(demo_dir, tmp_path / "run", data={"train": str(demo_dir / "data/sft.jsonl"), "max_seq_len": 8},
+                    train={"max_steps": 1, "batch_size": 2})
+    path = tmp_path / "spec.yaml"
+    path.write_text(dump_spec(spec))
+    assert main(["train", str(path), "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    rows = json.loads(captured.out.splitlines()[-1])["data"]["train"]["rows"]
+    assert [line for line in captured.err.splitlines() if "max_seq_len" in line] == [
+        f"{path}: warning: data.train: {rows} of {rows} rows (100%) were longer than data.max_seq_len 8 tokens and were cut "
+        "to it: raise data.max_seq_len, or shorten those rows"]

@@ -22,6 +22,7 @@ from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from jaxengine.words import with_article
 from webapp.api import paging, schemas
 from webapp.api.problems import problems_by_field, query_problems, value_as_sent
 from webapp.api.services import token_authenticate, token_expired_at
@@ -403,7 +404,7 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
                                                   "leave dataset out and send name and kind for a new dataset"}) from None
             kind = request.POST.get("kind")
             if kind and kind != dataset.kind:  # it was ignored: the file was then checked as the dataset's kind
-                raise ValidationError({"kind": f"dataset {isolated(dataset.name)} is a {dataset.kind} dataset, "
+                raise ValidationError({"kind": f"dataset {isolated(dataset.name)} is {with_article(dataset.kind)} dataset, "
                                                f"not {isolated(kind)}; "
                                                "a new version keeps its dataset's kind (leave kind out)"})
             name = request.POST.get("name")

@@ -23,6 +23,7 @@ from django.db import transaction
 from django.db.models import Count, Max
 from django.utils import timezone
 
+from jaxengine.words import with_article
 from webapp.chat import services
 from webapp.chat.leaderboard import Rating, Vote, leaderboard, win_rates
 from webapp.chat.models import Battle, BattleOutcome, Conversation, Message, MessageStatus, Role
@@ -189,7 +190,7 @@ def arena_export(*, project: Project, user, dataset_name: str):
     with transaction.atomic():
         dataset = dataset_named(project=project, name=dataset_name)
         if dataset is not None and dataset.kind != "preference":
-            raise ValidationError({"dataset_name": f"{isolated(dataset_name)} is a {dataset.kind} dataset; pick another "
+            raise ValidationError({"dataset_name": f"{isolated(dataset_name)} is {with_article(dataset.kind)} dataset; pick another "
                                                    "name"})
         if dataset is None:
             try:

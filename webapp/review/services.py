@@ -43,6 +43,7 @@ from kombu.exceptions import OperationalError
 
 from jaxengine.data import formats
 from jaxengine.data.formats import is_same_response
+from jaxengine.words import with_article
 from webapp.celery import app as celery_app
 from webapp.chat.selectors import model_choice
 from webapp.chat.services import model_lock
@@ -251,7 +252,7 @@ def campaign_create(
         if source_version.dataset.project_id != project.pk:
             raise ValidationError({"source_version": "choose a dataset version of this project"})
         if source_version.dataset.kind != formats.DatasetKind.PREFERENCE:
-            raise ValidationError({"source_version": f"{source_version} is a {source_version.dataset.kind} "
+            raise ValidationError({"source_version": f"{source_version} is {with_article(source_version.dataset.kind)} "
                                                      "dataset; review campaigns need a preference dataset"})
         if source_version.status != VersionStatus.READY:
             raise ValidationError({"source_version": f"{source_version} {source_version.status_phrase}; "
@@ -678,7 +679,7 @@ def campaign_generate(
     if prompts_version.dataset.project_id != project.pk:
         raise ValidationError({"prompts_version": "choose a dataset version of this project"})
     if prompts_version.dataset.kind not in PROMPT_SOURCE_KINDS:
-        raise ValidationError({"prompts_version": f"{prompts_version} is a {prompts_version.dataset.kind} dataset, "
+        raise ValidationError({"prompts_version": f"{prompts_version} is {with_article(prompts_version.dataset.kind)} dataset, "
                                                   "which has no prompts; choose a prompts, sft or preference one"})
     if prompts_version.status != VersionStatus.READY:
         raise ValidationError({"prompts_version": f"{prompts_version} {prompts_version.status_phrase}; "
@@ -1360,7 +1361,7 @@ def _export_dataset(project: Project, name: str, user: AbstractBaseUser | None) 
     of another kind."""
     dataset = dataset_named(project=project, name=name)
     if dataset is not None and dataset.kind != formats.DatasetKind.PREFERENCE:
-        raise ValidationError({"dataset_name": f"{name!r} is a {dataset.kind} dataset; choose a preference "
+        raise ValidationError({"dataset_name": f"{name!r} is {with_article(dataset.kind)} dataset; choose a preference "
                                                "dataset or a new name"})
     return dataset
 

@@ -62,7 +62,7 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import Max, Min
 from django.utils import timezone
 
-from jaxengine.job import command_line_export
+from jaxengine.job import RunLogWarning, command_line_export
 from jaxengine.words import counted
 from webapp.core.text import storable_model_text
 from webapp.runs import channels
@@ -317,8 +317,13 @@ class RunReporter:
 
     def log_engine_line(self, line: str) -> None:
         """The engine's ``on_log``: a line for the run's log (a resume's changed settings), its files named as
-        the project names them (``in_project_terms``)."""
-        self.log(in_project_terms(self.run, line))
+        the project names them (``in_project_terms``). A ``RunLogWarning`` (what the encoding cut or left out of the
+        data, said before the first step) is a warning, logged once: a resumed attempt encodes the same data again."""
+        message = in_project_terms(self.run, line)
+        if not isinstance(line, RunLogWarning):
+            self.log(message)
+        elif not RunLogLine.objects.filter(run=self.run, level=LogLevel.WARNING, message=message).exists():
+            self.log(message, level=LogLevel.WARNING)
 
     # ---- writer thread ----------------------------------------------------------------------
 
@@ -615,8 +620,6 @@ def run_finish(*, run: Run, summary: dict[str, Any]) -> Run:
             Artifact.objects.update_or_create(run=run, kind=kind, step=run.current_step,
                                               defaults={"path": str(Path(path).resolve()),
                                                         "size_bytes": download_size(Path(path), kind=kind)})
-    for warning in data_cut_warnings(run=run, data=summary.get("data")):
-        RunLogLine.objects.create(run=run, message=warning, level=LogLevel.WARNING)
     outcome = f"{run.status} at step {run.current_step}"
     # The engine's own message often says just that ("cancelled at step 129"): it is not said twice.
     message = outcome if run.error_message in ("", outcome) else f"{outcome}: {run.error_message}"
@@ -624,30 +627,6 @@ def run_finish(*, run: Run, summary: dict[str, Any]) -> Run:
                               level=LogLevel.INFO if run.status == RunStatus.SUCCEEDED else LogLevel.WARNING)
     publish_status(run)
     return run
-
-
-def data_cut_warnings(*, run: Run, data: Any) -> list[str]:
-    """What the engine's encoding cut or dropped of ``data.train`` and ``data.eval`` (the summary's ``data``,
-    its ``EncodeStats``), a line for each: counted in the run directory's summary only, a run whose every
-    row was cut to a too small ``data.max_seq_len`` said nothing of it."""
-    max_seq_len = ((run.resolved_spec or {}).get("data") or {}).get("max_seq_len")
-    warnings = []
-    for use, purpose in (("train", "train on"), ("eval", "score")):
-        stats = data.get(use) if isinstance(data, dict) else None
-        if not isinstance(stats, dict) or not stats.get("rows"):
-            continue
-        rows, truncated, dropped = (int(stats.get(key) or 0) for key in ("rows", "truncated", "dropped"))
-        if truncated:
-            share = 100 * truncated / rows
-            was, them = ("was", "it") if truncated == 1 else ("were", "those rows")
-            warnings.append(f"data.{use}: {truncated} of {counted(rows, 'row')} "
-                            f"({f'{share:.0f}%' if share >= 1 else 'under 1%'}) {was} longer than data.max_seq_len "
-                            f"{max_seq_len} tokens and {was} cut to it: raise data.max_seq_len, or shorten {them}")
-        if dropped:
-            # The cut keeps part of every completion (jaxengine.data.pipeline): a row is dropped for having none.
-            warnings.append(f"data.{use}: {dropped} of {counted(rows, 'row')} {'was' if dropped == 1 else 'were'} left out, with "
-                            f"no token to {purpose} (an empty completion, or no assistant turn): fill or remove them")
-    return warnings
 
 
 def in_project_terms(run: Run, message: str) -> str:

@@ -40,7 +40,7 @@ from django.utils import timezone
 from jaxengine.spec import (TASK_DATASET_KINDS, JobSpec, SpecError, duplicate_key_problems, in_schema_order, parse_spec,
                             parse_spec_text, spec_warnings)
 from jaxengine.spec import load_yaml as load_spec_yaml
-from jaxengine.words import counted
+from jaxengine.words import counted, with_article
 from webapp.basemodels.models import BaseModel
 from webapp.basemodels.selectors import base_model_refusal, load_refusal
 from webapp.celery import app as celery_app
@@ -185,7 +185,7 @@ def _resolve_reward_run(project: Project, reference: Any, errors, *, key: str = 
         _add(errors, key, f"{reference!r} is not a run of {project.slug}")
         return ""
     if source.task != "reward":
-        _add(errors, key, f"run {reference} is a {source.task} run; choose a task: reward run")
+        _add(errors, key, f"run {reference} is {with_article(source.task)} run; choose a task: reward run")
         return ""
     exported = source.artifacts.filter(kind=ArtifactKind.MODEL).first()
     if source.status != RunStatus.SUCCEEDED or exported is None:
@@ -210,7 +210,7 @@ def _resolve_dataset(project: Project, key: str, reference: Any, kinds: tuple[st
         _add(errors, key, f"{version} {version.status_phrase}: a run trains on a ready version only; {remedy}")
         return None
     if version.dataset.kind not in kinds:
-        _add(errors, key, f"{version} is a {version.dataset.kind} dataset; {task} needs {' or '.join(kinds)}")
+        _add(errors, key, f"{version} is {with_article(version.dataset.kind)} dataset; {task} needs {' or '.join(kinds)}")
         return None
     return version
 

@@ -26,6 +26,7 @@ from django.core.exceptions import ValidationError
 
 from jaxengine.spec import TASK_ONLY_KEYS
 from jaxengine.spec import load_yaml as load_spec_yaml
+from jaxengine.words import with_article
 from webapp.core.text import checked_text
 from webapp.runs.specform import SET_BY_TEMPER, section_model, task_section_names
 
@@ -154,9 +155,9 @@ def _key_problem(key: str, task: str) -> str | None:
     if section in keys and name in keys[section]:
         return None
     if section in keys and dot:
-        return f"not a key of {section} in a {task} spec; its keys: {', '.join(keys[section])}"
+        return f"not a key of {section} in {with_article(task)} spec; its keys: {', '.join(keys[section])}"
     sections = [name for name in keys if name]
-    return (f"not a key of a {task} spec; write a section and its key ({', '.join(sections)}), e.g. "
+    return (f"not a key of {with_article(task)} spec; write a section and its key ({', '.join(sections)}), e.g. "
             f"optim.learning_rate, or one of {', '.join(TOP_LEVEL_KEYS)}")
 
 

@@ -1115,7 +1115,7 @@ def test_a_sweep_launches_a_run_per_combination_or_none(world):
     status, bad = apis["teammate"].call("POST", runs_path, {"spec": spec, "sweep": {
         "optim.learning_rate": [0.0001, 2.0], "peft.rank": [8, 16], "peft.rnak": [4]}})
     assert status == 400 and bad == {"errors": {"sweep": [
-        "peft.rnak: not a key of peft in a sft spec; its keys: method, rank, alpha, dropout, targets, quant_bits, "
+        "peft.rnak: not a key of peft in an sft spec; its keys: method, rank, alpha, dropout, targets, quant_bits, "
         "group_size"]}}
     status, bad = apis["teammate"].call("POST", runs_path, {"spec": spec, "sweep": {
         "optim.learning_rate": [0.0001, 2.0], "peft.rank": [8, 16]}})

@@ -171,7 +171,7 @@ def test_a_decisive_vote_becomes_a_preference_pair_and_exports(team, client_for,
 @pytest.mark.parametrize("name,says", [
     ("votes\u200b", "an invisible character, U+200B (ZERO WIDTH SPACE), at position 6: remove it"),
     ("v" * 101, "101 characters; at most 100"),
-    ("Chats", "\u2068Chats\u2069 is a sft dataset; pick another name"),
+    ("Chats", "\u2068Chats\u2069 is an sft dataset; pick another name"),
 ])
 def test_an_export_refused_for_its_name_says_so_next_to_the_field(team, client_for, models, sent, name, says):
     """The datasets service keys its refusals by its own argument, "name": the arena's export passed them on

@@ -682,7 +682,7 @@ def test_export_refuses_a_campaign_with_nothing_complete_and_a_dataset_of_anothe
     item = Item.objects.get(campaign=campaign, sequence=1)
     for reviewer in campaign.reviewers.all():
         answer(item, reviewer, "a")
-    with pytest.raises(ValidationError, match="'chats' is a sft dataset"):
+    with pytest.raises(ValidationError, match="'chats' is an sft dataset"):
         services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name="chats"),
                                user=team.owner)
     # A name the dataset could not take is refused here, keyed by the form's field, not by the worker later.

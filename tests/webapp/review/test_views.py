@@ -642,7 +642,7 @@ def test_a_refused_export_keeps_what_was_typed_and_says_why_beside_the_field(cam
     page = response.content.decode()
     assert response.status_code == 400
     assert 'value="plain &lt;b&gt;sft&lt;/b&gt;"' in page
-    assert ('<small class="error" id="id_dataset_name_error">&#x27;plain &lt;b&gt;sft&lt;/b&gt;&#x27; is a sft dataset; '
+    assert ('<small class="error" id="id_dataset_name_error">&#x27;plain &lt;b&gt;sft&lt;/b&gt;&#x27; is an sft dataset; '
             'choose a preference dataset or a new name</small>') in page
     assert re.search(r'aria-describedby="[^"]*\bid_dataset_name_error"', page), "the field names its error"
     assert 'name="drop_ties" id="id_drop_ties"' in page and 'name="drop_ties" id="id_drop_ties" checked' not in page

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from jaxengine.job import RunLogWarning
 from tests.webapp.factories import make_base_model, make_ready_version, make_team
 from webapp.runs import reporting, selectors, services
 from webapp.runs.models import Artifact, ArtifactKind, LogLevel, MetricPoint, Run, RunStatus, Sample
@@ -312,43 +313,44 @@ def test_a_finished_runs_log_line_carries_the_engines_message(running_run):
     assert run.log_lines.order_by("-id").first().message == "failed at step 2: stopped by the guard at step 2: kl 0.9 > 0.5"
 
 
-def test_a_finished_run_says_what_its_data_lost_to_max_seq_len(running_run):
-    """QA: an SFT at data.max_seq_len 8 cut every one of its 10,838 rows, and its page said nothing: the engine
-    counts the cuts in its summary (data.train.truncated), which no page showed."""
-    data = {"train": {"rows": 10838, "examples": 10838, "truncated": 10838, "dropped": 3, "split": 0},
-            "eval": {"rows": 500, "examples": 500, "truncated": 0, "dropped": 0, "split": 0}}
-    run = reporting.run_finish(run=running_run, summary={"status": "succeeded", "step": 10, "data": data})
-    warnings = list(run.log_lines.filter(level=LogLevel.WARNING).order_by("id").values_list("message", flat=True))
-    assert warnings == [
-        "data.train: 10838 of 10838 rows (100%) were longer than data.max_seq_len 512 tokens and were cut to it: "
-        "raise data.max_seq_len, or shorten those rows",
-        "data.train: 3 of 10838 rows were left out, with no token to train on (an empty completion, or no assistant "
-        "turn): fill or remove them"]
-    assert run.log_lines.order_by("-id").first().message == "succeeded at step 10"
+CUT = ("data.train: 10838 of 10838 rows (100%) were longer than data.max_seq_len 512 tokens and were cut to it: raise "
+       "data.max_seq_len, or shorten those rows")
+LEFT_OUT = ("data.train: 3 of 10838 rows were left out, with no token to train on (an empty completion, or no assistant "
+            "turn): fill or remove them")
 
 
-def test_a_finished_run_whose_data_fit_says_nothing_of_it(running_run):
-    data = {"train": {"rows": 8, "examples": 8, "truncated": 0, "dropped": 0, "split": 0}}
-    run = reporting.run_finish(run=running_run, summary={"status": "succeeded", "step": 10, "data": data})
-    assert not run.log_lines.filter(level=LogLevel.WARNING).exists()
-    # Held-out rows cut too are said of data.eval, a few as under 1%.
-    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
-    data["eval"] = {"rows": 500, "examples": 499, "truncated": 2, "dropped": 1, "split": 0}
-    run = reporting.run_finish(run=Run.objects.get(pk=run.pk), summary={"status": "succeeded", "step": 10, "data": data})
-    assert list(run.log_lines.filter(level=LogLevel.WARNING).values_list("message", flat=True)) == [
-        "data.eval: 2 of 500 rows (under 1%) were longer than data.max_seq_len 512 tokens and were cut to it: raise "
-        "data.max_seq_len, or shorten those rows",
-        "data.eval: 1 of 500 rows was left out, with no token to score (an empty completion, or no assistant turn): "
-        "fill or remove them"]
+def warnings_of(run) -> list[str]:
+    return list(run.log_lines.filter(level=LogLevel.WARNING).order_by("id").values_list("message", flat=True))
 
 
-def test_one_row_cut_to_max_seq_len_is_said_in_the_singular(running_run):
-    """Seen in a run's log: "1 of 500 rows (under 1%) was longer than data.max_seq_len … and were cut to it"."""
-    data = {"train": {"rows": 500, "examples": 500, "truncated": 1, "dropped": 0, "split": 0}}
-    run = reporting.run_finish(run=running_run, summary={"status": "succeeded", "step": 10, "data": data})
-    assert list(run.log_lines.filter(level=LogLevel.WARNING).values_list("message", flat=True)) == [
-        "data.train: 1 of 500 rows (under 1%) was longer than data.max_seq_len 512 tokens and was cut to it: raise "
-        "data.max_seq_len, or shorten it"]
+def test_what_the_data_lost_to_max_seq_len_is_logged_while_the_run_runs_and_once(running_run):
+    """QA: an SFT at data.max_seq_len 8 cut every one of its 10,838 rows, and its log said so when the run ended (from
+    its summary's data): the engine says it through ``on_log`` once its data is encoded, before the first step, and
+    the run's log has it as a warning while the run runs. A resumed attempt, which encodes the data again and says it
+    again, and the run's end, whose summary holds the same counts, do not log it twice."""
+    reporter = reporting.RunReporter(run=running_run, flush_seconds=0.05, use_redis=False)
+    reporter.start()
+    for line in (RunLogWarning(CUT), RunLogWarning(LEFT_OUT)):
+        reporter.log_engine_line(line)
+    reporter.on_progress(record(1))
+    assert Run.objects.get(pk=running_run.pk).status == RunStatus.RUNNING
+    assert warnings_of(running_run) == [CUT, LEFT_OUT]
+    reporter.close()
+    resumed = reporting.RunReporter(run=Run.objects.get(pk=running_run.pk), flush_seconds=0.05, use_redis=False)
+    resumed.start()
+    for line in (RunLogWarning(CUT), RunLogWarning(LEFT_OUT)):
+        resumed.log_engine_line(line)
+    resumed.on_progress(record(2))
+    resumed.close()
+    data = {"train": {"rows": 10838, "examples": 10838, "truncated": 10838, "dropped": 3, "split": 0}}
+    run = reporting.run_finish(run=Run.objects.get(pk=running_run.pk),
+                               summary={"status": "succeeded", "step": 2, "data": data})
+    assert warnings_of(run) == [CUT, LEFT_OUT]
+    assert run.log_lines.order_by("-id").first().message == "succeeded at step 2"
+    # The engine's other lines are information, said as often as the engine says them.
+    reporter = reporting.RunReporter(run=run, flush_seconds=0.05, use_redis=False)
+    reporter.log_engine_line("resumed from step 2 with a changed setting: train.max_steps 2 -> 3")
+    assert run.log_lines.filter(level=LogLevel.INFO, message__startswith="resumed from step 2").count() == 1
 
 
 def test_an_engine_error_fails_the_run(running_run):

@@ -885,7 +885,7 @@ def test_a_ppo_run_scores_with_a_succeeded_reward_run_of_its_own_project(team, c
     for run in (reward_run, sft_run):
         Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
         Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(tmp_path / run.public_id))
-    assert problem(sft_run.public_id) == f"run {sft_run.public_id} is a sft run; choose a task: reward run"
+    assert problem(sft_run.public_id) == f"run {sft_run.public_id} is an sft run; choose a task: reward run"
     ppo_run = services.run_create(project=team.project, spec=ppo_spec(catalog, reward_run.public_id),
                                   user=team.teammate)
     assert ppo_run.task == "ppo" and ppo_run.resolved_spec["ppo"]["reward_model"] == str(tmp_path / reward_run.public_id)

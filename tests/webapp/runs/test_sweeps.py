@@ -95,10 +95,10 @@ def test_a_value_of_another_project_is_refused_by_line(team, catalog, sent_tasks
     ("peft.rank 8, 16", "line 1: 'peft.rank 8, 16' is not a key and its values; write them as "
                         "optim.learning_rate: 1e-4, 3e-4"),
     ("peft.rank: 8\n\noptim.learning_rate:", "line 3: optim.learning_rate has no values"),
-    ("peft.rnak: 8, 16", "line 1: peft.rnak: not a key of peft in a sft spec; its keys: method, rank, alpha,"),
-    ("learning_rate: 1e-4", "line 1: learning_rate: not a key of a sft spec; write a section and its key (data, "
+    ("peft.rnak: 8, 16", "line 1: peft.rnak: not a key of peft in an sft spec; its keys: method, rank, alpha,"),
+    ("learning_rate: 1e-4", "line 1: learning_rate: not a key of an sft spec; write a section and its key (data, "
                             "peft, optim, train, parallel)"),
-    ("dpo.beta: 0.1, 0.2", "line 1: dpo.beta: not a key of a sft spec"),
+    ("dpo.beta: 0.1, 0.2", "line 1: dpo.beta: not a key of an sft spec"),
     ("peft.rank: 8\npeft.rank: 16", "line 2: peft.rank is given twice (first on line 1); give all its values on "
                                     "one line"),
     ("output_dir: /tmp/a, /tmp/b", "line 1: output_dir: Temper gives every run its own directory; remove output_dir"),

@@ -1940,7 +1940,7 @@ def test_a_refused_sweep_names_its_line_escaped_keeps_what_was_typed_and_makes_n
         page = response.content.decode()
         assert response.status_code == 400, mode
         assert "The sweep was not launched: none of its runs was made" in page
-        assert "line 2: optim.lr: not a key of optim in a sft spec; its keys: learning_rate," in page
+        assert "line 2: optim.lr: not a key of optim in an sft spec; its keys: learning_rate," in page
         assert "<b>16</b>" not in page and "peft.rank: 8, &lt;b&gt;16&lt;/b&gt;\noptim.lr: 1e-3</textarea>" in page
     # Its keys fixed, the value is plan_run's to refuse, by line and combination, still escaped.
     page = client.post("/p/alpha/runs/new/", {**_layout_form(catalog), "sweep": "peft.rank: 8, <b>16</b>"}).content.decode()
