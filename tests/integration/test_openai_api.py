@@ -325,13 +325,14 @@ def test_n_answers_take_every_sampling_field_as_one_answer_does(api, settings, r
     assert texts == [choice.text for choice in whole.choices]
     assert chunks[-1].usage.model_dump() == whole.usage.model_dump()
 
-    # Answers that cannot end before the client's leaving reaches the worker: no end of text (the tiny model's id 2
-    # biased away) and room for 3,000 tokens; CI (2026-12-07) saw 200 tokens of a 256-token model drawn by every row
-    # before the cancel came, on a slow run.
-    long_model = make_base_model(team.project, name="tiny-long", path=str(build_tiny_model_dir(
-        settings.MODELS_ROOT / "tiny-openai-long", context=4096)))
+    # Answers that cannot end before the client's leaving reaches the worker: no end of text (the model's end ids
+    # biased away) and room for 3,000 tokens; CI (2026-12-07) saw every row of a 256-token model draw its 200 tokens
+    # or its end of text before the cancel came, on a slow run.
+    long_dir = build_tiny_model_dir(settings.MODELS_ROOT / "tiny-openai-long", context=4096)
+    long_model = make_base_model(team.project, name="tiny-long", path=str(long_dir))
+    no_end = {str(token): -100 for token in load_tokenizer(long_dir).eos_ids}
     leaving = client.completions.create(model=long_model.public_id, prompt="Once upon a time", max_tokens=3000,
-                                        temperature=1.0, n=8, stream=True, logit_bias={"2": -100})
+                                        temperature=1.0, n=8, stream=True, logit_bias=no_end)
     generation_id = next(iter(leaving)).id
     leaving.close()  # the client goes away after its first chunk
     settings.REDIS_URL = redis_url
