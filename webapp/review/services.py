@@ -129,6 +129,13 @@ def item_status(labels: list[str], *, required: int, resolved_label: str, edits_
     return ItemStatus.COMPLETE
 
 
+def item_answers(item: Item) -> list[tuple[str, str | None, str | None]]:
+    """``item``'s answers (skips left out) as ``(label, edited_a, edited_b)``, oldest first: what ``open_edit_sides``
+    and ``item_status`` read."""
+    return list(item.reviews.exclude(label=Label.SKIP).order_by("created_at", "pk")
+                .values_list("label", "edited_a", "edited_b"))
+
+
 def same_edit(first: str, second: str) -> bool:
     """Two edits of one response say the same: equal once stripped (a trailing newline is no disagreement)."""
     return first.strip() == second.strip()
@@ -1184,8 +1191,7 @@ def review_submit(
 
 def _count_reviews(item: Item) -> None:
     """``item``'s review count and status from its reviews as they are now (skips left out)."""
-    answers = list(item.reviews.exclude(label=Label.SKIP).order_by("created_at", "pk")
-                   .values_list("label", "edited_a", "edited_b"))
+    answers = item_answers(item)
     labels = [label for label, _a, _b in answers]
     item.review_count = len(labels)
     edits_differ = bool(open_edit_sides(answers, resolved_a=item.resolved_a, resolved_b=item.resolved_b))
@@ -1268,8 +1274,7 @@ def conflict_resolve(*, item: Item, label: str, user: AbstractBaseUser, shown_la
         if item.resolved_label == label:
             return item
         raise AlreadyResolved(item=item)
-    answers = (item.reviews.exclude(label=Label.SKIP).order_by("created_at", "pk")
-               .values_list("label", "edited_a", "edited_b"))
+    answers = item_answers(item)
     final = {"a": item.resolved_a, "b": item.resolved_b}
     missing = {}
     for side in sorted(open_edit_sides(answers)):
