@@ -495,13 +495,14 @@ class GrpoGuard:
 
 def read_prompts(path: str, *, tokenizer, columns: Mapping[str, str], max_prompt_tokens: int, source=None
                  ) -> tuple[list[dict], list[list[int]], dict[str, int]]:
-    """The ``prompts`` rows of ``path``, their encoded prompts, and counts (rows kept, and dropped
-    because the prompt is longer than ``max_prompt_tokens``: no room left for ``max_new_tokens``); ``source`` as
+    """The ``prompts`` rows of ``path``, their encoded prompts, and counts named as an sft run's data summary names
+    them (``pipeline.EncodeStats``: ``rows`` read, ``examples`` kept) with ``dropped_long_prompts``, those left out
+    because the prompt is longer than ``max_prompt_tokens`` (no room left for ``max_new_tokens``); ``source`` as
     ``pipeline.read_examples`` takes it."""
     from jaxengine.chat_template import ChatTemplateError
     from jaxengine.data.pipeline import DataError, encode_prompt, read_examples
 
-    rows, prompt_ids, dropped = [], [], 0
+    rows, prompt_ids, dropped, number = [], [], 0, 0
     for number, row in enumerate(read_examples(path, kind="prompts", columns=dict(columns), source=source), start=1):
         try:
             ids = encode_prompt(tokenizer, row["prompt"])
@@ -513,7 +514,7 @@ def read_prompts(path: str, *, tokenizer, columns: Mapping[str, str], max_prompt
             continue
         rows.append(row)
         prompt_ids.append(ids)
-    return rows, prompt_ids, {"rows": len(rows), "dropped_long_prompts": dropped}
+    return rows, prompt_ids, {"rows": number, "examples": len(rows), "dropped_long_prompts": dropped}
 
 
 def make_eval_hook(*, rows: Sequence[Mapping[str, Any]], prompt_ids: Sequence[list[int]], tokenizer,
@@ -553,7 +554,8 @@ def make_eval_hook(*, rows: Sequence[Mapping[str, Any]], prompt_ids: Sequence[li
 @dataclass(frozen=True, kw_only=True)
 class RlPrompts:
     """The prompts of an RL job (GRPO, PPO): training and held-out rows with their encoded prompts, and
-    the data summary (``counts``: rows read, kept, dropped as too long, per split)."""
+    the data summary (``counts``: rows read, kept, dropped as too long, per split, and ``max_prompt_tokens``, the
+    room a prompt had, which ``jaxengine.job.data_cut_warnings`` names)."""
 
     rows: list[Mapping[str, Any]]
     prompt_ids: list[list[int]]
@@ -635,7 +637,7 @@ def read_rl_prompts(spec, tokenizer, *, section: str, max_new_tokens: int, conte
             raise JobError(f"{key}: row {number} of {path}: reward {name} cannot score it: {problem}; correct the "
                            "row, or give the reward another args.answer_column")
     return RlPrompts(rows=rows, prompt_ids=prompt_ids, eval_rows=eval_rows, eval_prompt_ids=eval_prompt_ids,
-                     counts={"train": train_counts, "eval": eval_counts},
+                     counts={"train": train_counts, "eval": eval_counts, "max_prompt_tokens": max_prompt_tokens},
                      eval_group_labels=eval_group_labels(spec, eval_rows))
 
 

@@ -720,29 +720,47 @@ def check_reward_functions(spec: JobSpec) -> None:
             raise JobError(f"{spec.task}.{key}.{position}.name: {problem}")
 
 
-class RunLogWarning(str):
-    """A line for the run's log (``run_job``'s ``on_log``) that warns: the train worker logs it as a warning, once in
-    a run however many attempts say it; ``jaxengine train`` prints it as one."""
+class RunLogOnce(str):
+    """A line for the run's log (``run_job``'s ``on_log``) about the run's data, which every attempt of the run reads
+    again and says again: the train worker logs it once in a run, however many attempts say it."""
 
 
-def data_cut_warnings(data: Any, *, max_seq_len: int) -> list[RunLogWarning]:
+class RunLogWarning(RunLogOnce):
+    """A ``RunLogOnce`` line that warns: the train worker logs it as a warning; ``jaxengine train`` prints it as
+    one."""
+
+
+def _share(count: int, rows: int) -> str:
+    share = 100 * count / rows
+    return f"{share:.0f}%" if share >= 1 else "under 1%"
+
+
+def data_cut_warnings(data: Any, *, max_seq_len: int, section: str | None = None) -> list[RunLogWarning]:
     """What the encoding cut to ``max_seq_len`` or left out of ``data.train`` and ``data.eval`` (``data``: the summary's
     ``data``, ``EncodeStats.to_dict()`` by use), a line for each. Said through ``on_log`` once the data is encoded: in
     the summary alone, a run whose every row was cut to a too small ``data.max_seq_len`` said so after its last
-    step."""
+    step. A GRPO or PPO run (``section``: its task) leaves out the prompts longer than the room ``data.max_seq_len``
+    leaves them before ``<section>.max_new_tokens`` (``grpo.read_rl_prompts``' counts: ``dropped_long_prompts``, and
+    that room as ``max_prompt_tokens``)."""
     warnings = []
     for use, purpose in (("train", "train on"), ("eval", "score")):
         stats = data.get(use) if isinstance(data, dict) else None
         if not isinstance(stats, dict) or not stats.get("rows"):
             continue
-        rows, truncated, dropped = (int(stats.get(key) or 0) for key in ("rows", "truncated", "dropped"))
+        rows, truncated, dropped, too_long = (int(stats.get(key) or 0) for key in (
+            "rows", "truncated", "dropped", "dropped_long_prompts"))
         if truncated:
-            share = 100 * truncated / rows
             was, them = ("was", "it") if truncated == 1 else ("were", "those rows")
             warnings.append(RunLogWarning(
-                f"data.{use}: {truncated} of {counted(rows, 'row')} "
-                f"({f'{share:.0f}%' if share >= 1 else 'under 1%'}) {was} longer than data.max_seq_len "
-                f"{max_seq_len} tokens and {was} cut to it: raise data.max_seq_len, or shorten {them}"))
+                f"data.{use}: {truncated} of {counted(rows, 'row')} ({_share(truncated, rows)}) {was} longer than "
+                f"data.max_seq_len {max_seq_len} tokens and {was} cut to it: raise data.max_seq_len, or shorten {them}"))
+        if too_long:
+            was, them = ("was", "it") if too_long == 1 else ("were", "those prompts")
+            warnings.append(RunLogWarning(
+                f"data.{use}: {too_long} of {counted(rows, 'row')} ({_share(too_long, rows)}) had a prompt longer than "
+                f"the {data.get('max_prompt_tokens')} tokens data.max_seq_len {max_seq_len} leaves before "
+                f"{section}.max_new_tokens, and {was} left out: raise data.max_seq_len, lower "
+                f"{section}.max_new_tokens, or shorten {them}"))
         if dropped:
             # The cut keeps part of every completion (jaxengine.data.pipeline): a row is dropped for having none.
             warnings.append(RunLogWarning(
@@ -765,7 +783,7 @@ def run_job(
     """Run ``spec`` to completion (or cancel/failure); writes the run directory and returns the summary.
     ``on_log`` hears of each line for the run's log: rows cut or left out by the encoding (``data_cut_warnings``,
     ``RunLogWarning`` lines, before the first step), conversations trained one assistant turn per example
-    (``pipeline.split_by_turn_note``), a resume's changed settings (``Trainer.fit``). ``entry``: where the spec was
+    (``pipeline.split_by_turn_note``, a ``RunLogOnce`` line), a resume's changed settings (``Trainer.fit``). ``entry``: where the spec was
     given, whose settings the advice of a problem in its data files names: ``Entry.SPEC`` (jaxengine train:
     data.columns, the task) or ``Entry.LAUNCH`` (the web app's worker: the launch form's dataset versions and the
     Column mapping they were uploaded with).
@@ -820,10 +838,13 @@ def run_job(
         # variables of its Run row it left out: said here too, each was named twice.
         if entry is not Entry.LAUNCH and (note := unread_variables_note(job_model)):
             on_log(note)
+        if spec.task in ("grpo", "ppo"):  # a dataset trainer said its cuts as soon as its data was encoded
+            for warning in data_cut_warnings(data_summary, max_seq_len=spec.data.max_seq_len, section=spec.task):
+                on_log(warning)
         for use in ("train", "eval"):
             stats = data_summary.get(use)
             if isinstance(stats, dict) and (note := split_by_turn_note(stats, use=use)):
-                on_log(note)
+                on_log(RunLogOnce(note))
     summary = trainer.fit(should_stop=should_stop, on_progress=on_progress, progress_bar=progress_bar,
                           on_evaluation=on_evaluation, on_log=on_log)
     if (previous_summary is not None and summary["status"] == "succeeded"

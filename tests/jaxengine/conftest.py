@@ -51,6 +51,17 @@ def demo_dir(tmp_path_factory) -> Path:
     return out
 
 
+# A prompt far past the 60 tokens that the GRPO and PPO test specs' data.max_seq_len (64) leaves before their
+# max_new_tokens (4): a run leaves it out.
+LONG_PROMPT = "What is the largest digit in 1 2 3 4? " * 40
+
+
+def write_prompts(path: Path, prompts: list[str]) -> str:
+    """A prompts file at ``path`` of ``prompts``, each with an answer for the reward functions; its path."""
+    path.write_text("".join(json.dumps({"prompt": prompt, "answer": "1"}) + "\n" for prompt in prompts))
+    return str(path)
+
+
 def read_jsonl(path: Path) -> list:
     return [json.loads(line) for line in path.read_text().splitlines()]
 

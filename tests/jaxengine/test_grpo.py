@@ -10,7 +10,7 @@ from jaxengine.grpo import make_grpo_trainer, rollout_rows
 from jaxengine.job import build_job_model, run_job
 from jaxengine.sampler import Generation
 from jaxengine.spec import parse_spec
-from tests.jaxengine.conftest import read_jsonl
+from tests.jaxengine.conftest import LONG_PROMPT, read_jsonl, write_prompts
 
 TRL_METRICS = {"reward", "reward_std", "rewards/contains/mean", "rewards/contains/std", "frac_reward_zero_std",
                "completions/mean_length", "completions/min_length", "completions/max_length",
@@ -416,7 +416,31 @@ def test_prompts_that_fit_max_seq_len_but_not_the_model_context_are_dropped(demo
     tokenizer = build_job_model(spec).tokenizer
     prompts = grpo.read_rl_prompts(spec, tokenizer, section="grpo", max_new_tokens=1900, context_length=2048)
     assert [row["prompt"] for row in prompts.rows] == ["1 2"]
-    assert prompts.counts["train"] == {"rows": 1, "dropped_long_prompts": 1}
+    assert prompts.counts["train"] == {"rows": 2, "examples": 1, "dropped_long_prompts": 1}
+
+
+def test_prompts_left_out_as_too_long_are_counted_and_said_before_the_first_step(demo_dir, tmp_path):
+    """SFT and DPO runs said the rows they cut to data.max_seq_len; a GRPO run left out, silently, each prompt longer
+    than the room data.max_seq_len leaves before grpo.max_new_tokens. Its data summary counts them as an sft one
+    counts its rows (rows read, examples kept) and the run's log says them, as warnings, before the first step
+    (cancelled before it here: nothing compiles)."""
+    from jaxengine.job import RunLogWarning
+
+    train = write_prompts(tmp_path / "train.jsonl", ["What is 1 + 2?", LONG_PROMPT, "What is 2 + 2?", LONG_PROMPT])
+    held_out = write_prompts(tmp_path / "eval.jsonl", ["What is 3 + 2?", LONG_PROMPT])
+    spec = grpo_spec(demo_dir, tmp_path / "run", data={"train": train, "eval": held_out, "max_seq_len": 64})
+    heard = []
+    summary = run_job(spec, progress_bar=False, on_log=heard.append, should_stop=lambda: True)
+    assert (summary["status"], summary["step"]) == ("cancelled", 0)
+    assert summary["data"] == {"train": {"rows": 4, "examples": 2, "dropped_long_prompts": 2},
+                               "eval": {"rows": 2, "examples": 1, "dropped_long_prompts": 1}, "max_prompt_tokens": 60}
+    assert heard == [
+        "data.train: 2 of 4 rows (50%) had a prompt longer than the 60 tokens data.max_seq_len 64 leaves before "
+        "grpo.max_new_tokens, and were left out: raise data.max_seq_len, lower grpo.max_new_tokens, or shorten those "
+        "prompts",
+        "data.eval: 1 of 2 rows (50%) had a prompt longer than the 60 tokens data.max_seq_len 64 leaves before "
+        "grpo.max_new_tokens, and was left out: raise data.max_seq_len, lower grpo.max_new_tokens, or shorten it"]
+    assert all(isinstance(line, RunLogWarning) for line in heard)
 
 
 def test_no_prompt_that_fits_says_how_long_the_prompts_are_and_what_to_change(demo_dir, tmp_path):

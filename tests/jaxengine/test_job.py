@@ -11,7 +11,7 @@ import yaml
 from jaxengine.checkpoint.hf import load_hf_model
 from jaxengine.cli import main
 from jaxengine.evaluate import answers_match
-from jaxengine.job import (JobError, RunLogWarning, data_cut_warnings, job_identity, refuse_another_jobs_directory,
+from jaxengine.job import (JobError, RunLogOnce, RunLogWarning, data_cut_warnings, job_identity, refuse_another_jobs_directory,
                            resolve_model_dir, run_job, spec_as_run)
 from jaxengine.spec import dump_spec, load_spec
 from jaxengine.spec import parse_spec
@@ -860,6 +860,8 @@ def test_sft_on_qwen3s_template_trains_every_assistant_turn_of_multi_turn_chats(
         f"sends for that turn (12 examples; those conversations take {train['tokens']:,} tokens so, {whole:,} whole); "
         "a template with {% generation %} markers trains a conversation as one example, and so does data.loss_on: all "
         "(every token trained)"]
+    # Said again by each attempt of the run (a resume after a worker loss): the train worker logs it once.
+    assert isinstance(lines[0], RunLogOnce) and not isinstance(lines[0], RunLogWarning)
     assert json.loads((tmp_path / "run" / "export" / "chat_template_kwargs.json").read_text()) == {
         "enable_thinking": False}
 
@@ -1036,6 +1038,18 @@ def test_data_cut_warnings_say_each_use_and_a_few_rows_as_under_one_percent():
         "data.max_seq_len, or shorten those rows",
         "data.eval: 1 of 500 rows was left out, with no token to score (an empty completion, or no assistant turn): "
         "fill or remove them"]
+
+
+def test_data_cut_warnings_say_the_prompts_a_grpo_or_ppo_run_left_out_as_too_long():
+    """A GRPO or PPO data summary (``grpo.read_rl_prompts``: rows read, examples kept, dropped_long_prompts, and the
+    room a prompt had) says its prompts left out as an sft one says its cut rows, naming the task's max_new_tokens;
+    one that left none out says nothing."""
+    fit = {"train": {"rows": 8, "examples": 8, "dropped_long_prompts": 0}, "eval": {}, "max_prompt_tokens": 448}
+    assert data_cut_warnings(fit, max_seq_len=512, section="grpo") == []
+    data = {**fit, "train": {"rows": 500, "examples": 499, "dropped_long_prompts": 1}}
+    assert data_cut_warnings(data, max_seq_len=512, section="ppo") == [
+        "data.train: 1 of 500 rows (under 1%) had a prompt longer than the 448 tokens data.max_seq_len 512 leaves "
+        "before ppo.max_new_tokens, and was left out: raise data.max_seq_len, lower ppo.max_new_tokens, or shorten it"]
 
 
 def test_one_row_cut_to_max_seq_len_is_said_in_the_singular():

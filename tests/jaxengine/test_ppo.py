@@ -13,7 +13,7 @@ from jaxengine.job import JobError, build_job_model, run_job
 from jaxengine.reward_scoring import score_texts
 from jaxengine.spec import SpecError, dump_spec, parse_spec, parse_spec_text
 from jaxengine.tasks import HeadParam
-from tests.jaxengine.conftest import read_jsonl
+from tests.jaxengine.conftest import LONG_PROMPT, read_jsonl, write_prompts
 
 TRL_PPO_METRICS = {"objective/kl", "objective/entropy", "objective/non_score_reward", "objective/rlhf_reward",
                    "objective/scores", "policy/clipfrac", "policy/entropy", "policy/approxkl", "val/clipfrac",
@@ -444,3 +444,17 @@ def test_an_eval_metric_that_cannot_reach_a_helper_process_is_refused_before_the
                                           "function cannot be sent to one; define it at the top level of a module, or "
                                           "run the trainer on the main thread")
     assert not (tmp_path / "run").exists()
+
+
+def test_prompts_left_out_as_too_long_are_said_before_the_first_step(demo_dir, tmp_path):
+    """PPO reads its prompts as GRPO does (``grpo.read_rl_prompts``), and left out those past the room data.max_seq_len
+    leaves before ppo.max_new_tokens as silently: its log says them, naming ppo's setting (cancelled before the first
+    step: nothing compiles)."""
+    train = write_prompts(tmp_path / "train.jsonl", ["What is 1 + 2?", "What is 2 + 2?", LONG_PROMPT])
+    spec = parse_spec(ppo_mapping(demo_dir, tmp_path / "run", data={"train": train, "max_seq_len": 64}))
+    heard = []
+    summary = run_job(spec, progress_bar=False, on_log=heard.append, should_stop=lambda: True)
+    assert summary["data"]["train"] == {"rows": 3, "examples": 2, "dropped_long_prompts": 1}
+    assert heard == [
+        "data.train: 1 of 3 rows (33%) had a prompt longer than the 60 tokens data.max_seq_len 64 leaves before "
+        "ppo.max_new_tokens, and was left out: raise data.max_seq_len, lower ppo.max_new_tokens, or shorten it"]

@@ -62,7 +62,7 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import Max, Min
 from django.utils import timezone
 
-from jaxengine.job import RunLogWarning, command_line_export
+from jaxengine.job import RunLogOnce, RunLogWarning, command_line_export
 from jaxengine.words import counted
 from webapp.core.text import storable_model_text
 from webapp.runs import channels
@@ -317,13 +317,16 @@ class RunReporter:
 
     def log_engine_line(self, line: str) -> None:
         """The engine's ``on_log``: a line for the run's log (a resume's changed settings), its files named as
-        the project names them (``in_project_terms``). A ``RunLogWarning`` (what the encoding cut or left out of the
-        data, said before the first step) is a warning, logged once: a resumed attempt encodes the same data again."""
+        the project names them (``in_project_terms``). A ``RunLogOnce`` line (what the encoding did to the data, said
+        before the first step) is logged once: a resumed attempt encodes the same data again; a ``RunLogWarning``
+        (what it cut or left out) as a warning."""
         message = in_project_terms(self.run, line)
-        if not isinstance(line, RunLogWarning):
+        if not isinstance(line, RunLogOnce):
             self.log(message)
-        elif not RunLogLine.objects.filter(run=self.run, level=LogLevel.WARNING, message=message).exists():
-            self.log(message, level=LogLevel.WARNING)
+            return
+        level = LogLevel.WARNING if isinstance(line, RunLogWarning) else LogLevel.INFO
+        if not RunLogLine.objects.filter(run=self.run, level=level, message=message).exists():
+            self.log(message, level=level)
 
     # ---- writer thread ----------------------------------------------------------------------
 

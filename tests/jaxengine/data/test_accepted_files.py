@@ -141,7 +141,7 @@ def test_a_file_validation_accepts_is_read_and_tokenized_by_every_task_of_its_ki
         if kind == "prompts":
             rows, prompt_ids, counts = read_prompts(str(path), tokenizer=tokenizer, columns=columns,
                                                     max_prompt_tokens=4096)
-            assert counts == {"rows": report.row_count, "dropped_long_prompts": 0}
+            assert counts == {"rows": report.row_count, "examples": report.row_count, "dropped_long_prompts": 0}
             assert all(ids and max(ids) < tokenizer.vocab_size for ids in prompt_ids)
             continue
         rows = list(pipeline.read_examples(path, kind=kind, columns=columns))

@@ -353,6 +353,24 @@ def test_what_the_data_lost_to_max_seq_len_is_logged_while_the_run_runs_and_once
     assert run.log_lines.filter(level=LogLevel.INFO, message__startswith="resumed from step 2").count() == 1
 
 
+def test_the_split_by_turn_note_is_logged_once_in_a_run_of_several_attempts(running_run):
+    """A chat dataset's conversations trained one assistant turn per example were said again at each attempt (a
+    resume after a worker loss said it twice): the note (``RunLogOnce``, not a warning) is logged once, as
+    information, however many attempts say it; the engine's other lines are logged each time."""
+    from jaxengine.data.pipeline import split_by_turn_note
+    from jaxengine.job import RunLogOnce
+
+    note = RunLogOnce(split_by_turn_note({"rows": 4, "examples": 12, "split_by_turn": 4}, use="train"))
+    for attempt in (1, 2):
+        reporter = reporting.RunReporter(run=Run.objects.get(pk=running_run.pk), flush_seconds=0.05, use_redis=False)
+        reporter.log_engine_line(note)
+        reporter.log_engine_line("resumed from step 2 with a changed setting: train.max_steps 2 -> 3")
+    lines = running_run.log_lines.order_by("id")
+    assert list(lines.filter(message=note).values_list("level", flat=True)) == [LogLevel.INFO]
+    assert lines.filter(message__startswith="resumed from step 2").count() == 2
+    assert warnings_of(running_run) == []
+
+
 def test_an_engine_error_fails_the_run(running_run):
     run = reporting.run_fail(run=running_run, error=ValueError("data.train: no usable rows"))
     assert run.status == RunStatus.FAILED and run.error_message == "ValueError: data.train: no usable rows"
