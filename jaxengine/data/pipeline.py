@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -325,6 +326,15 @@ def _encode_row(row: dict, *, task: str, tokenizer: TokenizerLike, max_seq_len: 
     else:
         raise DataError(f"task {task!r} has no data encoding; expected one of {', '.join(TASK_KINDS)}")
     return encoded
+
+
+def preference_lengths(row: dict, *, tokenizer: TokenizerLike) -> tuple[int, int]:
+    """The token counts of a preference row's (``formats.iter_examples``' example) chosen and rejected sequences as a
+    dpo or reward run encodes them, each with the prompt before it, before any cut to ``data.max_seq_len``: the
+    lengths that setting is compared with."""
+    [pair] = _encode_row(row, task="dpo", tokenizer=tokenizer, max_seq_len=sys.maxsize, loss_on="completion",
+                         stats=EncodeStats())
+    return len(pair.chosen), len(pair.rejected)
 
 
 def check_vocabulary(examples: Sequence[Example | PreferencePair], vocab_size: int, *, where: str) -> None:

@@ -324,14 +324,17 @@ def problem_groups(*, version: DatasetVersion) -> list[ProblemGroup]:
             for (code, field, message), errors in grouped.items()]
 
 
-# In a version's statistics while a count of its turn splits is queued (``services.turn_splits_request``): when it
-# was queued, in seconds since the epoch; gone once they are counted, and never shown (``shown_statistics``).
+# In a version's statistics while a count of what its validation did not count is queued (``services.late_count_request``:
+# its turn splits, or its rows read with their prompt once): when it was queued, in seconds since the epoch; gone once
+# they are counted, and never shown (``shown_statistics``).
 TURN_SPLITS_QUEUED = "turn_splits_queued_at"
+PROMPT_READ_ONCE_QUEUED = "prompt_read_once_queued_at"
+COUNT_QUEUED_MARKERS = frozenset({TURN_SPLITS_QUEUED, PROMPT_READ_ONCE_QUEUED})
 
 
 def shown_statistics(statistics: dict[str, Any] | None) -> dict[str, Any]:
     """A version's statistics without the bookkeeping of a count under way (the REST API's ``statistics``)."""
-    return {key: value for key, value in (statistics or {}).items() if key != TURN_SPLITS_QUEUED}
+    return {key: value for key, value in (statistics or {}).items() if key not in COUNT_QUEUED_MARKERS}
 
 
 def histograms(statistics: dict[str, Any]) -> list[dict[str, Any]]:

@@ -29,7 +29,8 @@ from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
 from webapp.core.text import checked_json, checked_name
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
-from webapp.datasets.selectors import TURN_SPLITS_QUEUED, dataset_named, shown_statistics, version_readers
+from webapp.datasets.selectors import (PROMPT_READ_ONCE_QUEUED, TURN_SPLITS_QUEUED, dataset_named, shown_statistics,
+                                      version_readers)
 from webapp.datasets.uploads import store_upload
 from webapp.projects.models import Project
 from webapp.workers.deliveries import LostWorker, task_deliveries
@@ -39,12 +40,16 @@ logger = logging.getLogger(__name__)
 VALIDATE_TASK = "worker.tasks.datasets.validate_dataset_version"
 TOKEN_STATISTICS_TASK = "worker.tasks.datasets.compute_token_statistics"
 TURN_SPLITS_TASK = "worker.tasks.datasets.count_turn_splits"
-# A count of turn splits not done this long after it was queued (``selectors.TURN_SPLITS_QUEUED``; its task lost with
-# Redis or its worker) is queued again by the next view of the version's page.
+PROMPT_READ_ONCE_TASK = "worker.tasks.datasets.count_prompt_read_once"
+# A late count (``late_count_request``) not done this long after it was queued (``selectors.TURN_SPLITS_QUEUED``; its
+# task lost with Redis or its worker) is queued again by the next view of the version's page.
 TURN_SPLITS_REQUEUE_SECONDS = 600
 # Token lengths are measured on the first rows only: tokenizing a whole large upload would
 # hold the default queue for minutes for a histogram that a sample draws as well.
 TOKEN_STATISTICS_MAX_ROWS = 20_000
+# A preference version's token statistics, by field: each side as a run encodes it, after the prompt.
+PROMPT_AND_CHOSEN = "prompt + chosen"
+PROMPT_AND_REJECTED = "prompt + rejected"
 DATASET_NAME_MAX = Dataset._meta.get_field("name").max_length
 
 
@@ -284,10 +289,14 @@ def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetV
     renders earlier assistant turns otherwise than the latest (Qwen3's; ``formats.turns_split_apart``), an sft
     run trains a conversation of several assistant turns one turn per example (``jaxengine.data.pipeline``): such
     a conversation is counted as those examples, each the conversation up to its turn as the template renders it,
-    and ``split_by_turn`` says how many conversations and examples that made.
+    and ``split_by_turn`` says how many conversations and examples that made. A preference row is counted as a dpo or
+    reward run encodes it (``pipeline.preference_lengths``): its prompt, and each side with the prompt before it
+    (``PROMPT_AND_CHOSEN``, ``PROMPT_AND_REJECTED``), the lengths ``data.max_seq_len`` cuts; counts made before were of
+    each side alone (``chosen``, ``rejected``), and their page still shows them so.
     """
     # Imported here: only the worker computes tokens, and the web process need not load tokenizers.
     from jaxengine.chat_template import ChatTemplateError
+    from jaxengine.data.pipeline import DataError, preference_lengths
     from jaxengine.tokenizer import TokenizerError, load_tokenizer
 
     version = DatasetVersion.objects.select_related("dataset").filter(pk=version_id).first()
@@ -326,6 +335,10 @@ def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetV
                 if value is not None:
                     counts[field_name] = len(tokenizer.encode(
                         tokenizer.apply_chat_template(value) if isinstance(value, list) else value))
+            if mapping.kind is formats.DatasetKind.PREFERENCE:
+                doing = f"row {rows + 1}, fields prompt, chosen and rejected"
+                chosen, rejected = preference_lengths(example, tokenizer=tokenizer)
+                return [{"prompt": counts.get("prompt", 0), PROMPT_AND_CHOSEN: chosen, PROMPT_AND_REJECTED: rejected}]
             return [{**counts, "total": sum(counts.values())}]
 
         for example in formats.iter_examples(version.absolute_path, fmt=formats.FileFormat(version.format), mapping=mapping):
@@ -342,6 +355,8 @@ def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetV
         result.update(status="failed", error=f"{doing}: {error}" if doing.startswith("row") else str(error))
     except (TokenizerError, formats.DatasetFormatError, OSError) as error:
         result.update(status="failed", error=str(error))
+    except DataError as error:  # a preference row whose turns the template renders so that they cannot be located
+        result.update(status="failed", error=f"{doing}: {error}")
     # Anything else (a template's own bug, a tokenizer library's) is recorded too: uncaught, it ended the task
     # and left the statistics 'computing' for ever, with nothing on the page to say why.
     except Exception as error:
@@ -391,15 +406,57 @@ def version_turn_splits(*, version: DatasetVersion) -> dict[str, int] | None:
     return splits
 
 
-def turn_splits_request(*, version: DatasetVersion) -> bool:
-    """For the version's page: whether the turn splits of a ready sft version validated before they were counted are
-    still to count (the page says "counting…" and refreshes). The count is one pass over the whole file
-    (``version_turn_splits``), which held the page's request for as long as a large version takes: it is queued on
-    the ``default`` queue instead (``worker.tasks.datasets.count_turn_splits``), once, and again only where one
-    queued ``TURN_SPLITS_REQUEUE_SECONDS`` ago has not counted them. False where there is nothing to count."""
-    if version.status != VersionStatus.READY or version.dataset.kind != formats.DatasetKind.SFT:
+def version_prompt_read_once(*, version: DatasetVersion) -> dict[str, Any] | None:
+    """The ``prompt_read_once`` statistics of a ready preference version (its rows in UltraFeedback's layout, read with
+    their prompt's turns once, ``formats.read_prompt_once``), counted now where its validation came before such rows
+    were so read. That validation counted those rows with the prompt in each side: its lengths, chat shapes and pairs,
+    and the row digests, are counted again too (one validation pass over the file) and stored in their place. None for
+    another kind, a version not ready, or a file that cannot be read now or no longer passes (logged; the run's start
+    says what is wrong with it)."""
+    if version.status != VersionStatus.READY or version.dataset.kind != formats.DatasetKind.PREFERENCE:
+        return None
+    if isinstance(read_once := (version.statistics or {}).get("prompt_read_once"), dict):
+        return read_once
+    mapping = formats.ColumnMapping(kind=formats.DatasetKind.PREFERENCE, columns=version.column_mapping)
+    try:
+        report = formats.validate_file(version.absolute_path, fmt=formats.FileFormat(version.format), mapping=mapping)
+    except (OSError, ValueError) as error:
+        logger.warning("rows read with their prompt once of %s not counted: %s", version.public_id, error)
+        return None
+    if not report.ok:
+        logger.warning("rows read with their prompt once of %s not counted: its file no longer passes (%s)",
+                       version.public_id, "; ".join(issue.message for issue in report.errors[:3]))
+        return None
+    with transaction.atomic():
+        stored = DatasetVersion.objects.select_for_update(of=("self",)).filter(pk=version.pk).first()
+        if stored is not None and "prompt_read_once" not in (stored.statistics or {}):
+            stored.statistics = {**shown_statistics(stored.statistics), **report.statistics}
+            stored.save(update_fields=["statistics"])
+            stored.row_digests_path.write_bytes(report.row_digests)
+    version.statistics = {**shown_statistics(version.statistics), **report.statistics}
+    return report.statistics["prompt_read_once"]
+
+
+# What a version's validation counts now that versions validated before lack, by kind: the statistics key that holds
+# it, its marker while queued (``selectors.COUNT_QUEUED_MARKERS``) and the worker's task that counts it.
+LATE_COUNTS = {
+    formats.DatasetKind.SFT: ("turn_splits", TURN_SPLITS_QUEUED, TURN_SPLITS_TASK),
+    formats.DatasetKind.PREFERENCE: ("prompt_read_once", PROMPT_READ_ONCE_QUEUED, PROMPT_READ_ONCE_TASK),
+}
+
+
+def late_count_request(*, version: DatasetVersion) -> bool:
+    """For the version's page: whether a count that a ready version's validation did not make yet (``LATE_COUNTS``:
+    an sft version's turn splits, ``version_turn_splits``; a preference version's rows read with their prompt once,
+    ``version_prompt_read_once``) is still to make (the page says "counting…" and refreshes). The count is one pass
+    over the whole file, which held the page's request for as long as a large version takes: it is queued on the
+    ``default`` queue instead, once, and again only where one queued ``TURN_SPLITS_REQUEUE_SECONDS`` ago has not
+    counted. False where there is nothing to count."""
+    late = LATE_COUNTS.get(formats.DatasetKind(version.dataset.kind))
+    if version.status != VersionStatus.READY or late is None:
         return False
-    if isinstance((version.statistics or {}).get("turn_splits"), dict):
+    key, marker, task = late
+    if isinstance((version.statistics or {}).get(key), dict):
         return False
     now = timezone.now().timestamp()
     with transaction.atomic():
@@ -407,23 +464,30 @@ def turn_splits_request(*, version: DatasetVersion) -> bool:
         if stored is None:
             return False
         statistics = stored.statistics or {}
-        if isinstance(statistics.get("turn_splits"), dict):
+        if isinstance(statistics.get(key), dict):
             version.statistics = statistics
             return False
-        queued = statistics.get(TURN_SPLITS_QUEUED)
+        queued = statistics.get(marker)
         if not isinstance(queued, (int, float)) or not 0 <= now - queued < TURN_SPLITS_REQUEUE_SECONDS:
-            stored.statistics = {**statistics, TURN_SPLITS_QUEUED: now}
+            stored.statistics = {**statistics, marker: now}
             stored.save(update_fields=["statistics"])
-            _enqueue(TURN_SPLITS_TASK, version.pk)
+            _enqueue(task, version.pk)
         version.statistics = stored.statistics
     return True
 
 
 def turn_splits_count(*, version_id: int) -> dict[str, int] | None:
-    """``version_turn_splits`` of a version by id (worker side of ``turn_splits_request``); None for one deleted
+    """``version_turn_splits`` of a version by id (worker side of ``late_count_request``); None for one deleted
     since, or with nothing to count."""
     version = DatasetVersion.objects.select_related("dataset").filter(pk=version_id).first()
     return version_turn_splits(version=version) if version is not None else None
+
+
+def prompt_read_once_count(*, version_id: int) -> dict[str, Any] | None:
+    """``version_prompt_read_once`` of a version by id (worker side of ``late_count_request``); None for one deleted
+    since, or with nothing to count."""
+    version = DatasetVersion.objects.select_related("dataset").filter(pk=version_id).first()
+    return version_prompt_read_once(version=version) if version is not None else None
 
 
 def _template_splits_turns(tokenizer) -> bool:

@@ -190,8 +190,11 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
     if version.status == VersionStatus.FAILED:
         context["problems"] = selectors.problem_groups(version=version)
     if version.status == VersionStatus.READY:
-        # A version validated before turn splits were counted has them counted by the worker: one pass over its file.
-        context["turn_splits_counting"] = services.turn_splits_request(version=version)
+        # A version validated before its turn splits, or its rows read with their prompt once, were counted has them
+        # counted by the worker: one pass over its file.
+        counting = services.late_count_request(version=version)
+        context["turn_splits_counting"] = counting and version.dataset.kind == formats.DatasetKind.SFT
+        context["prompt_read_once_counting"] = counting and version.dataset.kind == formats.DatasetKind.PREFERENCE
         base_models = list(basemodel_list(project=project))
         asked = request.GET.get("page", "")
         # A search is cut to the length of a line: it is looked for in every row of the preview.

@@ -903,7 +903,7 @@ def _turn_split_warnings(plan: RunPlan, versions: list[tuple[str, DatasetVersion
     one turn per example, each with the conversation before it (``jaxengine.data.pipeline``): said at its data key
     with the examples and tokens that makes, estimated from what validation counted (``formats.TurnSplits``). A
     version validated before that was counted is not counted here, in the request (one pass over its whole file): the
-    count is queued as its page queues it (``dataset_services.turn_splits_request``, once) and a ``CountingWarning``
+    count is queued as its page queues it (``dataset_services.late_count_request``, once) and a ``CountingWarning``
     says it is under way."""
     from jaxengine.chat_template import GENERATION_MARKER
     from jaxengine.data import formats
@@ -922,7 +922,7 @@ def _turn_split_warnings(plan: RunPlan, versions: list[tuple[str, DatasetVersion
             continue
         splits = (version.statistics or {}).get("turn_splits")
         if not isinstance(splits, dict):
-            if dataset_services.turn_splits_request(version=version):
+            if dataset_services.late_count_request(version=version):
                 warnings.append(CountingWarning(
                     f"{key}: the model's chat template renders earlier assistant turns otherwise than the latest "
                     "(Qwen3's drops their reasoning), so a conversation of several assistant turns is trained one "

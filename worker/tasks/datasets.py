@@ -1,4 +1,4 @@
-"""``default`` queue tasks for datasets: validation, token statistics and the turn splits of older versions. Thin: ids in, a
+"""``default`` queue tasks for datasets: validation, token statistics and the late counts of older versions. Thin: ids in, a
 service call, nothing returned (results live in the database)."""
 from __future__ import annotations
 
@@ -26,3 +26,10 @@ def count_turn_splits(version_id: int) -> None:
     """The turn splits of a version validated before they were counted, for its page (safe to redeliver: a version
     counted already is left alone)."""
     services.turn_splits_count(version_id=version_id)
+
+
+@app.task(name="worker.tasks.datasets.count_prompt_read_once", acks_late=True)
+def count_prompt_read_once(version_id: int) -> None:
+    """The rows read with their prompt once (and the statistics they change) of a preference version validated
+    before such rows were so read, for its page (safe to redeliver: a version counted already is left alone)."""
+    services.prompt_read_once_count(version_id=version_id)

@@ -8,6 +8,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from jaxengine.data import formats
 from jaxengine.tokenizer import load_tokenizer
 from tests.factories import build_bpe_tokenizer_dir
 from webapp.basemodels.models import BaseModel
@@ -748,5 +749,90 @@ def test_preference_rows_in_ultrafeedbacks_layout_are_noted_and_counted_with_the
     tokenizer = load_tokenizer(tokenizer_model.path)
     fields = version.token_statistics["fields"]
     assert fields["prompt"]["max"] == len(tokenizer.encode("Name a prime."))
-    assert fields["chosen"]["max"] == len(tokenizer.encode(tokenizer.apply_chat_template(
-        [{"role": "assistant", "content": "Seven."}])))
+    assert fields["prompt + chosen"]["max"] == max(len(pair.chosen) for pair in dpo_pairs(version, tokenizer))
+
+
+def dpo_pairs(version, tokenizer) -> list:
+    """The preference pairs a dpo run encodes of ``version``'s rows, none cut."""
+    from jaxengine.data.pipeline import encode_rows
+
+    mapping = formats.ColumnMapping(kind=formats.DatasetKind.PREFERENCE, columns=version.column_mapping)
+    examples = formats.iter_examples(version.absolute_path, fmt=formats.FileFormat(version.format), mapping=mapping)
+    return encode_rows(examples, task="dpo", tokenizer=tokenizer, max_seq_len=10**9)[0]
+
+
+def test_preference_token_lengths_count_each_side_after_its_prompt(team, client, tokenizer_model):
+    """A preference version's token statistics counted chosen and rejected without the prompt, though a run puts the
+    prompt before each side and data.max_seq_len cuts the two together: they count the prompt, then each side with
+    its prompt, as a dpo run encodes them, and say so in their labels. Counts made before (chosen and rejected alone,
+    and their total) still show as they were."""
+    rows = [{"prompt": "Name a prime number between ten and twenty.", "chosen": "Eleven.", "rejected": "Eight."},
+            {"prompt": [{"role": "user", "content": "Hi"}], "chosen": [{"role": "assistant", "content": "Hello there"}],
+             "rejected": "Go away."}]
+    version = ready(team, name="pairs", kind="preference", rows=rows)
+    version = services.token_statistics_compute(version_id=version.pk, base_model_id=tokenizer_model.pk)
+    stats = version.token_statistics
+    assert stats["status"] == "ready" and set(stats["fields"]) == {"prompt", "prompt + chosen", "prompt + rejected"}
+    tokenizer = load_tokenizer(tokenizer_model.path)
+    pairs = dpo_pairs(version, tokenizer)
+    for side in ("chosen", "rejected"):
+        lengths = sorted(len(getattr(pair, side)) for pair in pairs)
+        assert (stats["fields"][f"prompt + {side}"]["min"], stats["fields"][f"prompt + {side}"]["max"]) == (
+            lengths[0], lengths[-1])
+    assert stats["fields"]["prompt + chosen"]["min"] > stats["fields"]["prompt"]["max"]
+    page = html.unescape(version_page(team, client, version))
+    assert "<b>prompt + chosen</b>" in page and "<b>prompt + rejected</b>" in page
+
+    old = {**stats, "fields": {"chosen": stats["fields"]["prompt"], "rejected": stats["fields"]["prompt"],
+                               "prompt": stats["fields"]["prompt"], "total": stats["fields"]["prompt + chosen"]}}
+    DatasetVersion.objects.filter(pk=version.pk).update(token_statistics=old)
+    page = html.unescape(version_page(team, client, version))
+    assert all(f"<b>{field}</b>" in page for field in ("chosen", "rejected", "prompt", "total"))
+
+
+def test_a_preference_version_validated_before_ultrafeedbacks_layout_was_read_once_is_counted_again(
+        team, client, sent_tasks, monkeypatch, django_capture_on_commit_callbacks):
+    """A version in UltraFeedback's layout validated before such rows were read with their prompt once (before commit
+    89b691ae: its sides counted whole, the prompt in each) kept those statistics, and no ``prompt_read_once``, until
+    uploaded again. Its page has the worker count them again, as it does an old version's turn splits (queued once,
+    "counting…" and a refresh meanwhile): the statistics and row digests are then those of a version validated now."""
+    question = {"role": "user", "content": "Name a prime number between ten and twenty, please."}
+    rows = [{"prompt": question["content"], "chosen": [question, {"role": "assistant", "content": answer}],
+             "rejected": [question, {"role": "assistant", "content": "Eight."}]} for answer in ("Eleven.", "Thirteen.")]
+    rows.append({"prompt": "q", "chosen": "a", "rejected": "b"})
+    now = ready(team, name="ultrafeedback", kind="preference", rows=rows)
+    with monkeypatch.context() as before:  # validation as it read such rows then: each side as it is
+        before.setattr(formats, "read_prompt_once", lambda example: None)
+        old = ready(team, name="ultrafeedback-old", kind="preference", rows=rows)
+    statistics = {key: value for key, value in old.statistics.items() if key != "prompt_read_once"}
+    DatasetVersion.objects.filter(pk=old.pk).update(statistics=statistics)
+    old = DatasetVersion.objects.get(pk=old.pk)
+    assert old.statistics["fields"]["chosen"] != now.statistics["fields"]["chosen"]  # the prompt counted in each side
+    assert old.row_digests_path.read_bytes() != now.row_digests_path.read_bytes()
+    note = "2 rows repeat their prompt in chosen and rejected (UltraFeedback's layout): read once, as TRL does."
+
+    def page() -> str:
+        with django_capture_on_commit_callbacks(execute=True):
+            return html.unescape(version_page(team, client, old))
+
+    sent_tasks.clear()
+    first = page()
+    assert "prompt_read_once" not in DatasetVersion.objects.get(pk=old.pk).statistics  # not counted by the request
+    assert note not in first
+    assert 'id="prompt-read-once-counting"' in first and 'http-equiv="refresh"' in first
+    assert 'id="prompt-read-once-counting"' in page()
+    assert sent_tasks == [(services.PROMPT_READ_ONCE_TASK, (old.pk,), "default")]  # a refresh does not queue it again
+    # The REST API's statistics leave the bookkeeping out.
+    assert services.shown_statistics(DatasetVersion.objects.get(pk=old.pk).statistics) == old.statistics
+
+    from worker.tasks.datasets import count_prompt_read_once
+
+    count_prompt_read_once(old.pk)  # the worker's task, as the default queue's worker runs it
+    counted = DatasetVersion.objects.get(pk=old.pk)
+    assert counted.statistics == now.statistics
+    assert counted.row_digests_path.read_bytes() == now.row_digests_path.read_bytes()
+    done = page()
+    assert note in done and 'id="prompt-read-once-counting"' not in done and 'http-equiv="refresh"' not in done
+    assert len(sent_tasks) == 1
+    # A version validated now has nothing to count again.
+    assert services.late_count_request(version=now) is False
