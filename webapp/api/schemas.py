@@ -170,7 +170,9 @@ class DatasetVersionOut(_Answer):
                                                    "chosen is their rejected (identical_pairs: count and rows) "
                                                    "and rows whose chosen and rejected conversations repeat the "
                                                    "prompt's turns, read with them once (prompt_read_once: count "
-                                                   "and rows), "
+                                                   "and rows; a version checked before such rows were so read has "
+                                                   "none, and its lengths count the prompt in each side, until its "
+                                                   "page has it counted again), "
                                                    "and for chats, those of a shape some chat templates refuse "
                                                    "(chat_shapes: system_later, same_role_twice, assistant_first; "
                                                    "count and rows each); {} before.")
