@@ -229,10 +229,11 @@ def _battle_pair(battle: Battle) -> Pair | None:
 
 
 def battle_list(*, project: Project, user):
-    """``user``'s battles in ``project``, newest first, with both sides: the arena page's list, a page at a time, read
-    through the (project, user, newest first) index, not by sorting every battle of theirs."""
+    """``user``'s battles in ``project``, newest first (ties of creation time by id, so a battle keeps its page), with
+    both sides: the arena page's list, a page at a time, read through the (project, user, newest first) index, not by
+    sorting every battle of theirs."""
     return (Battle.objects.filter(project=project, user=user).select_related("side_a", "side_b")
-            .order_by("-created_at"))
+            .order_by("-created_at", "-id"))
 
 
 def rated_battles(*, project: Project):

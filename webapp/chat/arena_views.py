@@ -259,7 +259,7 @@ def arena_to_review(request: HttpRequest, slug: str) -> HttpResponse:
             messages.error(request, "Tick the battles to send, or send all decisive battles.")
             return redirect(back)
         battles = list(Battle.objects.filter(project=project, user=request.user, public_id__in=ids)
-                       .select_related("side_a", "side_b", "user").order_by("created_at"))
+                       .select_related("side_a", "side_b", "user").order_by("created_at", "id"))
         if len(battles) != len(ids):
             raise Http404("no such battle")
     try:

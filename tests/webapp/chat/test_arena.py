@@ -651,3 +651,22 @@ def test_a_prompts_line_breaks_reach_the_models_and_the_preference_pairs_as_type
     finish(battle, "Blue.", "Red.")
     client_for(team.teammate).post(battle_url("vote", battle), {"outcome": "a"})
     assert [row["prompt"] for row in arena.preference_pairs(project=team.project)] == ["Name a colour\nin one word."]
+
+
+def test_battles_made_at_the_same_instant_keep_their_places_across_the_arenas_pages(team, client_for, models, sent):
+    """The arena's list was ordered by creation time alone: battles made at the same instant (a bulk import, a clock
+    of coarse resolution) had no order between them, so a page could repeat one and the next leave another out. Ties
+    are broken by id, the newest made first, on every page."""
+    from django.utils import timezone
+
+    from webapp.chat.arena_views import BATTLES_PER_PAGE
+
+    battles_up_to(team, models, BATTLES_PER_PAGE + 10)
+    Battle.objects.filter(project=team.project).update(created_at=timezone.now())
+    client = client_for(team.teammate)
+    shown = []
+    for number in (1, 2):
+        page = client.get(reverse("chat:arena", args=[team.project.slug]), {"page": number})
+        shown += [row["battle"].pk for row in page.context["battles"]]
+    assert shown == sorted(Battle.objects.filter(project=team.project).values_list("pk", flat=True), reverse=True)
+    assert not sorts_every_row(arena.battle_list(project=team.project, user=team.teammate)[:BATTLES_PER_PAGE])
