@@ -20,7 +20,7 @@ from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import transaction
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from jaxengine.words import with_article
@@ -253,6 +253,29 @@ def decisive_battles(*, project: Project):
     """The project's rated battles with a decisive vote (every voter's), oldest vote first."""
     return (rated_battles(project=project).filter(outcome__in=DECISIVE)
             .select_related("side_a", "side_b", "user").order_by("voted_at", "id"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecisiveVotes:
+    """The project's decisive votes as the arena page counts them: ``pairs``, those ``preference_pairs`` writes (and
+    review takes); ``left_out``, those on an empty answer, which make no pair."""
+
+    pairs: int
+    left_out: int
+
+
+def decisive_votes(*, project: Project) -> DecisiveVotes:
+    """How many decisive votes make a preference pair, and how many do not (``_usable_answers``: an answer empty).
+
+    Counted on each load of the arena: the decisive battles by one count from the ``chat_battle_rated`` index; the few
+    whose side holds an empty (or unfinished) answer found once through the messages, then judged one by one as the
+    export judges them. A voted battle always has both answers (``battle_vote`` waits for them)."""
+    decisive = decisive_battles(project=project)
+    empty = (Message.objects.filter(role=Role.ASSISTANT, conversation__project=project, conversation__in_arena=True)
+             .filter(Q(content__regex=r"^\s*$") | Q(status=MessageStatus.STREAMING)).values("conversation_id"))
+    suspects = decisive.filter(Q(side_a_id__in=empty) | Q(side_b_id__in=empty))
+    left_out = sum(1 for battle in suspects if _usable_answers(battle) is None)
+    return DecisiveVotes(pairs=decisive.count() - left_out, left_out=left_out)
 
 
 @transaction.atomic

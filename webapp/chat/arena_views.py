@@ -113,7 +113,7 @@ def _arena_page(request: HttpRequest, project: Project, membership: Membership, 
         "thinking_column": thinking_offered or any(row["thinking"] is not None for row in rows),
         "thinking_help": THINKING_HELP, "template_variables": variables,
         "variables_shown": any(variable["shown"] for variable in variables),
-        "pairs": arena.decisive_battles(project=project).count(), "prompt_max_chars": services.MESSAGE_MAX_CHARS,
+        "decisive": arena.decisive_votes(project=project), "prompt_max_chars": services.MESSAGE_MAX_CHARS,
         "export_form": export_form or ArenaExportForm(), **_review_context(project, membership)}, status=status)
 
 

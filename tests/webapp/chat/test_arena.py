@@ -670,3 +670,18 @@ def test_battles_made_at_the_same_instant_keep_their_places_across_the_arenas_pa
         shown += [row["battle"].pk for row in page.context["battles"]]
     assert shown == sorted(Battle.objects.filter(project=team.project).values_list("pk", flat=True), reverse=True)
     assert not sorts_every_row(arena.battle_list(project=team.project, user=team.teammate)[:BATTLES_PER_PAGE])
+
+
+def test_the_decisive_votes_counted_are_the_pairs_the_export_writes(team, client_for, models, sent):
+    """The arena said "2 decisive votes" while its export wrote 1 pair: a decisive vote on an empty answer is no pair
+    (a pair needs two texts). The count is the pairs the export writes, and the page says how many votes are left out
+    and why."""
+    client = client_for(team.teammate)
+    for prompt, text_b in (("Name a colour.", "Red."), ("Name a fruit.", " \n")):
+        battle = start_battle(team, client_for, prompt=prompt)
+        finish(battle, "Blue.", text_b)
+        client.post(battle_url("vote", battle), {"outcome": "a"})
+    page = client.get(reverse("chat:arena", args=[team.project.slug])).content.decode()
+    assert decisive_votes_shown(client, team) == len(arena.preference_pairs(project=team.project)) == 1
+    assert ("1 more decisive vote is left out of the export and of review: its battle has an empty answer, and a "
+            "preference pair needs two texts.") in page
