@@ -23,7 +23,7 @@ from django.db import transaction
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 
-from jaxengine.words import with_article
+from jaxengine.words import counted, with_article
 from webapp.chat import services
 from webapp.chat.leaderboard import Rating, Vote, leaderboard, win_rates
 from webapp.chat.models import Battle, BattleOutcome, Conversation, Message, MessageStatus, Role
@@ -314,8 +314,13 @@ def battles_to_review(*, campaign: Campaign, battles) -> ReviewSend:
 @transaction.atomic
 def arena_campaign_create(*, project: Project, name: str, required_reviews: int, user) -> tuple[Campaign, ReviewSend]:
     """A new review campaign on every decisive vote of the project, reviewed by all its members and
-    owners (the owner can change them in the campaign's settings)."""
+    owners (the owner can change them in the campaign's settings). Reviews per item above their number are refused:
+    no item could ever be complete (a campaign whose reviewers are ticked may get more later; these are everyone)."""
     reviewers = review_selectors.possible_reviewers(project=project)
+    if required_reviews > (available := reviewers.count()):
+        raise ValidationError({"required_reviews": (
+            f"reviews per item is {required_reviews}, but {counted(available, 'person', 'people')} of this project "
+            f"may review (its members and owners): ask for at most {available}, or add members first")})
     campaign = review_services.campaign_create(
         project=project, name=name, required_reviews=required_reviews, reviewers=reviewers, source_version=None,
         guidelines="Pairs from arena votes: the voter's pick is the original label.", user=user)

@@ -55,7 +55,10 @@ def _review_context(project: Project, membership: Membership) -> dict:
         return {"can_send_to_review": False}
     campaigns = review_selectors.campaigns_taking_battles(project=project)
     return {"can_send_to_review": True, "review_campaigns": campaigns,
-            "arena_required_reviews": review_selectors.default_required_reviews(project=project)}
+            "arena_required_reviews": review_selectors.default_required_reviews(project=project),
+            # Its reviewers are everyone who may review: more reviews per item than that are refused.
+            "arena_reviewers_available": min(MAX_REQUIRED_REVIEWS,
+                                             max(1, review_selectors.possible_reviewers(project=project).count()))}
 
 
 @login_required
