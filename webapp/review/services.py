@@ -1303,8 +1303,9 @@ class ExportOptions:
     """What an export keeps: ``drop_ties``/``drop_both_bad`` leave those items out (kept, they are
     written with the responses in stored order and ``review.label`` saying what they are);
     ``apply_edits`` uses reviewers' edited responses: a response's edit when its answers' edits agree (skips carry
-    none), the owner's final text when they differed (an item whose edits differ unresolved is a conflict, left
-    out)."""
+    none; an item whose edits differ unresolved is a conflict, left out). An owner's final text of a response
+    (``Item.resolved_a``/``resolved_b``, chosen or written resolving a conflict) is written either way: it is their
+    decision, as the label is, not a reviewer's suggestion."""
 
     dataset_name: str
     drop_ties: bool = True
@@ -1320,21 +1321,21 @@ def _final_row(item: Item, reviews: list[Review], options: ExportOptions) -> tup
         return None, "tie"
     if label == Label.BOTH_BAD and options.drop_both_bad:
         return None, "both_bad"
-    response_a, response_b = item.response_a, item.response_b
-    if options.apply_edits:
-        answers = [(review.label, review.edited_a, review.edited_b)
-                   for review in sorted(reviews, key=lambda review: (review.created_at, review.pk))]
-        final = {}
-        for side, resolved in (("a", item.resolved_a), ("b", item.resolved_b)):
-            edits = distinct_edits(answers, side)
-            if resolved is None and len(edits) > 1:
-                # Not a text reviewers decided on (the item's status says conflict, so this is not reached).
-                return None, "unresolved_conflict"
-            final[side] = resolved if resolved is not None else (edits[0] if edits else None)
-        if final["a"] is not None:
-            response_a = with_text(item.response_a, final["a"])
-        if final["b"] is not None:
-            response_b = with_text(item.response_b, final["b"])
+    answers = [(review.label, review.edited_a, review.edited_b)
+               for review in sorted(reviews, key=lambda review: (review.created_at, review.pk))]
+    final = {}
+    for side, resolved in (("a", item.resolved_a), ("b", item.resolved_b)):
+        # An owner's final text is their decision, as their label is: written whether or not edits are applied.
+        if resolved is not None:
+            final[side] = resolved
+            continue
+        edits = distinct_edits(answers, side) if options.apply_edits else []
+        if len(edits) > 1:
+            # Not a text reviewers decided on (the item's status says conflict, so this is not reached).
+            return None, "unresolved_conflict"
+        final[side] = edits[0] if edits else None
+    response_a = item.response_a if final["a"] is None else with_text(item.response_a, final["a"])
+    response_b = item.response_b if final["b"] is None else with_text(item.response_b, final["b"])
     if is_blank(response_a) or is_blank(response_b):
         # Stored by campaigns generated before blank answers were left out, or blanked by an edit: the
         # version's validator refuses the row, which would fail the whole export.

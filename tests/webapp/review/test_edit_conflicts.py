@@ -244,3 +244,26 @@ def test_a_resolution_changed_on_the_confirm_page_keeps_the_final_texts(campaign
     owner.post(resolve, {"label": "b", "shown_label": "a"})
     item.refresh_from_db()
     assert (item.resolved_label, item.resolved_a, item.resolved_by) == ("b", "IV", team.owner)
+
+
+def test_an_owners_final_text_is_exported_with_or_without_the_reviewers_edits(campaign, items, team, carol,
+                                                                               client_for):
+    """Unticking "use reviewers' edited responses" wrote the original response where an owner had written the final
+    text of a conflict: the owner's text is a decision, as their label is, not one of the edits the option is about.
+    Only reviewers' edits are left out; the page says so beside the box."""
+    from django.urls import reverse
+
+    resolved, edited = items[1], items[2]
+    answer(resolved, team.teammate, "a", **edit_of(resolved, team.teammate, "a", "four"))
+    answer(resolved, carol, "a", **edit_of(resolved, carol, "a", "IV"))
+    services.conflict_resolve(item=resolved, label="a", user=team.owner, shown_label="", texts={"a": "4, decided"})
+    answer(edited, team.teammate, "a", **edit_of(edited, team.teammate, "a", "Paris, edited"))
+    answer(edited, carol, "a")
+    rows = rows_of(export_now(campaign, team.owner, apply_edits=False))
+    assert rows[resolved.public_id]["chosen"] == "4, decided"
+    assert rows[edited.public_id]["chosen"] == "Paris"
+    rows = rows_of(export_now(campaign, team.owner, apply_edits=True))
+    assert (rows[resolved.public_id]["chosen"], rows[edited.public_id]["chosen"]) == ("4, decided", "Paris, edited")
+    page = client_for(team.owner).get(reverse("review:detail", args=[campaign.project.slug, campaign.public_id]))
+    assert ("Unticked, the original responses are written, except where an owner resolving a conflict chose or wrote "
+            "a response's final text: that text is always written.") in page.content.decode()
