@@ -1236,14 +1236,27 @@ def resolver_name(item: Item) -> str:
 
 class AlreadyResolved(ValidationError):
     """Another resolution of the item was made since the owner was shown it: ``label`` by ``resolved_by``
-    (a username). Resolving again over it (``shown_label=label``) changes it."""
+    (a username). ``sent_texts`` holds the final texts the refused owner gave (``final_texts_sent``), for them to
+    weigh against that resolution's. Resolving again over it (``shown_label=label``) changes it."""
 
-    def __init__(self, *, item: Item):
+    def __init__(self, *, item: Item, sent_texts: dict[str, str] | None = None):
         self.item = item
         self.label = item.resolved_label
         self.resolved_by = resolver_name(item)
+        self.sent_texts = sent_texts or {}
         super().__init__({"item": f"item {item.sequence} is already resolved as {Label(self.label).label} by "
                                   f"{self.resolved_by}; confirm to change it"})
+
+
+def final_texts_sent(item: Item, texts: dict[str, str | None], *, sides: Iterable[str]) -> dict[str, str]:
+    """The final texts in ``texts`` for ``item``'s responses ``sides`` (those whose edits differ), line ends made
+    ``\\n``; a text that would leave its response blank is no final text and is left out."""
+    sent = {}
+    for side in sorted(sides):
+        text = (texts.get(side) or "").replace("\r\n", "\n")
+        if not is_blank(with_text(item.response_a if side == "a" else item.response_b, text)):
+            sent[side] = text
+    return sent
 
 
 @transaction.atomic
@@ -1258,8 +1271,9 @@ def conflict_resolve(*, item: Item, label: str, user: AbstractBaseUser, shown_la
 
     ``shown_label`` is the resolution the owner chose over (``""``: none), as their page showed it. When
     the item has been resolved otherwise since (another owner, an older tab), nothing changes and
-    ``AlreadyResolved`` says by whom; when it already has ``label``, it is left as it is. ``None``
-    (scripts) resolves over whatever is there. The check and the write hold the item's row lock."""
+    ``AlreadyResolved`` says by whom, holding the texts sent; when it already has ``label`` and the final texts sent
+    (if any) say the same as its own, it is left as it is: nothing the owner chose is lost. ``None`` (scripts)
+    resolves over whatever is there. The check and the write hold the item's row lock."""
     if label not in (Label.A, Label.B, Label.TIE, Label.BOTH_BAD):
         raise ValidationError({"label": f"label {label!r} is not one of a, b, tie, both_bad"})
     texts = texts or {}
@@ -1270,21 +1284,18 @@ def conflict_resolve(*, item: Item, label: str, user: AbstractBaseUser, shown_la
     if item.status != ItemStatus.CONFLICT and not item.resolved_label:
         raise ValidationError({"item": f"item {item.sequence} is {item.get_status_display().lower()}, "
                                        "not in conflict; only conflicts are resolved"})
-    if shown_label is not None and item.resolved_label != shown_label:
-        if item.resolved_label == label:
-            return item
-        raise AlreadyResolved(item=item)
-    answers = item_answers(item)
+    open_sides = open_edit_sides(item_answers(item))
+    sent = final_texts_sent(item, texts, sides=open_sides)
     final = {"a": item.resolved_a, "b": item.resolved_b}
-    missing = {}
-    for side in sorted(open_edit_sides(answers)):
-        text = (texts.get(side) or "").replace("\r\n", "\n")
-        original = item.response_a if side == "a" else item.response_b
-        if not is_blank(with_text(original, text)):
-            final[side] = text
-        elif final[side] is None:
-            missing[f"text_{side}"] = (f"reviewers edited response {side.upper()} differently: choose the final text of "
-                                       f"response {side.upper()} (one of their edits, or write it)")
+    if shown_label is not None and item.resolved_label != shown_label:
+        if item.resolved_label == label and all(final[side] is not None and same_edit(text, final[side])
+                                                for side, text in sent.items()):
+            return item
+        raise AlreadyResolved(item=item, sent_texts=sent)
+    final.update(sent)
+    missing = {f"text_{side}": (f"reviewers edited response {side.upper()} differently: choose the final text of "
+                                f"response {side.upper()} (one of their edits, or write it)")
+               for side in sorted(open_sides) if final[side] is None}
     if missing:
         raise ValidationError(missing)
     item.resolved_label = label
