@@ -286,6 +286,63 @@ def test_the_owner_gives_the_final_text_of_a_response_two_reviewers_edited_diffe
         context.close()
 
 
+def test_an_owners_final_text_survives_a_refusal_and_a_resolution_made_meanwhile(browser, live_server, default_worker):
+    """The final text an owner wrote was lost twice over: a resolution refused (a blank text) went back to the
+    conflicts page with the box empty, and one resolved meanwhile by another owner left only a notice (the same
+    label) or a page whose change kept the other's text. The box comes back holding what was typed, and the page
+    asking about the resolution made meanwhile shows the other's text beside the owner's, exactly as typed (leading
+    line break and trailing spaces too), through a reload; confirming resolves with it."""
+    from webapp.review import services as review_services
+
+    team = make_team()
+    carol, alice = make_user("carol"), make_user("alice")
+    project_services.membership_add(project=team.project, user=carol, role=Role.MEMBER)
+    project_services.membership_add(project=team.project, user=alice, role=Role.OWNER)
+    version = make_ready_version(team.project, name="prefs", kind="preference", rows=ROWS[:1], user=team.owner)
+    campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=2,
+                                               reviewers=[team.teammate, carol], source_version=version,
+                                               user=team.owner)
+    loaded(campaign, default_worker)
+    item = campaign.items.get()
+    for user, text in ((team.teammate, "right answer one"), (carol, "the right answer: 1")):
+        shown_first = review_services.shown_first_for(item_public_id=item.public_id, user_id=user.pk)
+        review_services.review_submit(item=item, user=user, choice="first" if shown_first == "a" else "second",
+                                      **{"edited_first" if shown_first == "a" else "edited_second": text})
+    written = "\nright answer 1 <b>as I wrote it</b>  "
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = log_in(context, live_server.url, team.owner.username)
+        page.goto(f"{live_server.url}/p/alpha/review/{campaign.public_id}/conflicts/")
+        final = page.locator("fieldset.final-text[data-side=a]")
+        final.get_by_label("write the final text:").check()
+        final.get_by_label("The final text of response A").fill(" \n ")
+        with page.expect_navigation():
+            page.get_by_role("button", name="A better").click()
+        assert "choose the final text of response A" in final.locator(".error").inner_text()
+        assert final.get_by_label("write the final text:").is_checked()
+        assert final.get_by_label("The final text of response A").input_value() == " \n "
+        final.get_by_label("The final text of response A").fill(written)
+        review_services.conflict_resolve(item=item, label="a", user=alice, shown_label="",  # meanwhile, elsewhere
+                                         texts={"a": "right answer one"})
+        with page.expect_navigation():
+            page.get_by_role("button", name="A better").click()
+        assert page.url.endswith(f"/conflicts/{item.public_id}/resolve/?label=a")
+        for _reload in range(2):
+            assert page.locator(".resolve-confirm h2").inner_text() == "Item 1 is already resolved as A better by alice"
+            assert page.locator(".their-text[data-side=a]").inner_text() == "right answer one"
+            assert page.get_by_label("Your final text of response A").input_value() == written
+            item.refresh_from_db()
+            assert (item.resolved_a, item.resolved_by) == ("right answer one", alice)
+            page.reload()
+        with page.expect_navigation():
+            page.get_by_role("button", name="Change to your text").click()
+        assert "Item 1 resolved: A better." in page.locator(".messages").inner_text()
+        item.refresh_from_db()
+        assert (item.resolved_label, item.resolved_a, item.resolved_by) == ("a", written, team.owner)
+    finally:
+        context.close()
+
+
 def test_the_letter_keys_answer_with_caps_lock_on(browser, live_server, default_worker):
     """QA: with Caps Lock on, 1 and 2 answered but t, b, s and e did nothing at all (the page looked for the
     key "t" and was sent "T"); the letters now answer in either case."""

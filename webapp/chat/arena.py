@@ -20,10 +20,10 @@ from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import transaction
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Q
 from django.utils import timezone
 
-from jaxengine.words import with_article
+from jaxengine.words import counted, with_article
 from webapp.chat import services
 from webapp.chat.leaderboard import Rating, Vote, leaderboard, win_rates
 from webapp.chat.models import Battle, BattleOutcome, Conversation, Message, MessageStatus, Role
@@ -229,10 +229,11 @@ def _battle_pair(battle: Battle) -> Pair | None:
 
 
 def battle_list(*, project: Project, user):
-    """``user``'s battles in ``project``, newest first, with both sides: the arena page's list, a page at a time, read
-    through the (project, user, newest first) index, not by sorting every battle of theirs."""
+    """``user``'s battles in ``project``, newest first (ties of creation time by id, so a battle keeps its page), with
+    both sides: the arena page's list, a page at a time, read through the (project, user, newest first) index, not by
+    sorting every battle of theirs."""
     return (Battle.objects.filter(project=project, user=user).select_related("side_a", "side_b")
-            .order_by("-created_at"))
+            .order_by("-created_at", "-id"))
 
 
 def rated_battles(*, project: Project):
@@ -252,6 +253,29 @@ def decisive_battles(*, project: Project):
     """The project's rated battles with a decisive vote (every voter's), oldest vote first."""
     return (rated_battles(project=project).filter(outcome__in=DECISIVE)
             .select_related("side_a", "side_b", "user").order_by("voted_at", "id"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecisiveVotes:
+    """The project's decisive votes as the arena page counts them: ``pairs``, those ``preference_pairs`` writes (and
+    review takes); ``left_out``, those on an empty answer, which make no pair."""
+
+    pairs: int
+    left_out: int
+
+
+def decisive_votes(*, project: Project) -> DecisiveVotes:
+    """How many decisive votes make a preference pair, and how many do not (``_usable_answers``: an answer empty).
+
+    Counted on each load of the arena: the decisive battles by one count from the ``chat_battle_rated`` index; the few
+    whose side holds an empty (or unfinished) answer found once through the messages, then judged one by one as the
+    export judges them. A voted battle always has both answers (``battle_vote`` waits for them)."""
+    decisive = decisive_battles(project=project)
+    empty = (Message.objects.filter(role=Role.ASSISTANT, conversation__project=project, conversation__in_arena=True)
+             .filter(Q(content__regex=r"^\s*$") | Q(status=MessageStatus.STREAMING)).values("conversation_id"))
+    suspects = decisive.filter(Q(side_a_id__in=empty) | Q(side_b_id__in=empty))
+    left_out = sum(1 for battle in suspects if _usable_answers(battle) is None)
+    return DecisiveVotes(pairs=decisive.count() - left_out, left_out=left_out)
 
 
 @transaction.atomic
@@ -290,8 +314,13 @@ def battles_to_review(*, campaign: Campaign, battles) -> ReviewSend:
 @transaction.atomic
 def arena_campaign_create(*, project: Project, name: str, required_reviews: int, user) -> tuple[Campaign, ReviewSend]:
     """A new review campaign on every decisive vote of the project, reviewed by all its members and
-    owners (the owner can change them in the campaign's settings)."""
+    owners (the owner can change them in the campaign's settings). Reviews per item above their number are refused:
+    no item could ever be complete (a campaign whose reviewers are ticked may get more later; these are everyone)."""
     reviewers = review_selectors.possible_reviewers(project=project)
+    if required_reviews > (available := reviewers.count()):
+        raise ValidationError({"required_reviews": (
+            f"reviews per item is {required_reviews}, but {counted(available, 'person', 'people')} of this project "
+            f"may review (its members and owners): ask for at most {available}, or add members first")})
     campaign = review_services.campaign_create(
         project=project, name=name, required_reviews=required_reviews, reviewers=reviewers, source_version=None,
         guidelines="Pairs from arena votes: the voter's pick is the original label.", user=user)

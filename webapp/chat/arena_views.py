@@ -55,7 +55,10 @@ def _review_context(project: Project, membership: Membership) -> dict:
         return {"can_send_to_review": False}
     campaigns = review_selectors.campaigns_taking_battles(project=project)
     return {"can_send_to_review": True, "review_campaigns": campaigns,
-            "arena_required_reviews": review_selectors.default_required_reviews(project=project)}
+            "arena_required_reviews": review_selectors.default_required_reviews(project=project),
+            # Its reviewers are everyone who may review: more reviews per item than that are refused.
+            "arena_reviewers_available": min(MAX_REQUIRED_REVIEWS,
+                                             max(1, review_selectors.possible_reviewers(project=project).count()))}
 
 
 @login_required
@@ -113,7 +116,7 @@ def _arena_page(request: HttpRequest, project: Project, membership: Membership, 
         "thinking_column": thinking_offered or any(row["thinking"] is not None for row in rows),
         "thinking_help": THINKING_HELP, "template_variables": variables,
         "variables_shown": any(variable["shown"] for variable in variables),
-        "pairs": arena.decisive_battles(project=project).count(), "prompt_max_chars": services.MESSAGE_MAX_CHARS,
+        "decisive": arena.decisive_votes(project=project), "prompt_max_chars": services.MESSAGE_MAX_CHARS,
         "export_form": export_form or ArenaExportForm(), **_review_context(project, membership)}, status=status)
 
 
@@ -259,7 +262,7 @@ def arena_to_review(request: HttpRequest, slug: str) -> HttpResponse:
             messages.error(request, "Tick the battles to send, or send all decisive battles.")
             return redirect(back)
         battles = list(Battle.objects.filter(project=project, user=request.user, public_id__in=ids)
-                       .select_related("side_a", "side_b", "user").order_by("created_at"))
+                       .select_related("side_a", "side_b", "user").order_by("created_at", "id"))
         if len(battles) != len(ids):
             raise Http404("no such battle")
     try:

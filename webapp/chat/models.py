@@ -128,9 +128,10 @@ class Battle(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["-created_at"]
+        # Ties of creation time (a bulk import, a coarse clock) broken by id, so that pages neither repeat nor skip one.
+        ordering = ["-created_at", "-id"]
         # The arena page's list: a voter's latest battles in the project, without sorting every battle of theirs.
-        indexes = [models.Index(fields=["project", "user", "-created_at"], name="chat_battle_project_user"),
+        indexes = [models.Index(fields=["project", "user", "-created_at", "-id"], name="chat_battle_project_user"),
                    # The arena's count of decisive votes (arena.rated_battles), read from the index alone.
                    models.Index(fields=["project", "outcome", "blind", "side_a", "side_b"], name="chat_battle_rated")]
 

@@ -182,4 +182,7 @@ class ExportForm(forms.Form):
                                    help_text="A new preference dataset, or an existing one to add a version to.")
     drop_ties = forms.BooleanField(required=False, initial=True, label="Leave out ties")
     drop_both_bad = forms.BooleanField(required=False, initial=True, label="Leave out both-bad items")
-    apply_edits = forms.BooleanField(required=False, initial=True, label="Use reviewers' edited responses")
+    apply_edits = forms.BooleanField(
+        required=False, initial=True, label="Use reviewers' edited responses",
+        help_text="Unticked, the original responses are written, except where an owner resolving a conflict chose or "
+                  "wrote a response's final text: that text is always written.")

@@ -6,6 +6,7 @@ never serves it to anyone again.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -449,11 +450,39 @@ class ConflictEntry:
     # it, for the owner to pick one (or write the final text); ``originals`` holds those responses' texts unedited.
     edit_choices: dict[str, list[EditChoice]] = field(default_factory=dict)
     originals: dict[str, str] = field(default_factory=dict)
+    # A resolution refused for this item (``with_refusal``): the form's fields as sent (``pick_a``, ``text_a``, …,
+    # ``shown_label``) and the refusal's messages by field, so that the form comes back as the owner left it.
+    sent: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, list[str]] = field(default_factory=dict)
 
     @property
-    def text_conflicts(self) -> list[tuple[str, list[EditChoice], str]]:
-        """(response, its different edits, its original text) for each response edited differently."""
-        return [(side, choices, self.originals[side]) for side, choices in sorted(self.edit_choices.items())]
+    def shown_label(self) -> str:
+        """The resolution the form says it was shown: the one sent with a refused form (not one made since)."""
+        return self.sent.get("shown_label", "") if self.sent else self.item.resolved_label
+
+    @property
+    def text_conflicts(self) -> list[FinalTextField]:
+        """The final-text field of each response edited differently, holding what a refused form sent."""
+        return [FinalTextField(side=side, choices=choices, original=self.originals[side],
+                               picked=self.sent.get(f"pick_{side}"), written=self.sent.get(f"text_{side}", ""),
+                               errors=self.errors.get(f"text_{side}", []))
+                for side, choices in sorted(self.edit_choices.items())]
+
+    def with_refusal(self, *, sent: dict[str, str], errors: dict[str, list[str]]) -> ConflictEntry:
+        return dataclasses.replace(self, sent=sent, errors=errors)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinalTextField:
+    """The conflicts page's choice of one response's final text: its reviewers' different edits, its original, and
+    what a refused form sent (``picked``: the text picked, ``""`` for "write it", None for nothing; ``written``)."""
+
+    side: str
+    choices: list[EditChoice]
+    original: str
+    picked: str | None = None
+    written: str = ""
+    errors: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -488,7 +517,16 @@ def conflict_entries(*, campaign: Campaign, limit: int) -> list[ConflictEntry]:
     to draw: each model by its label now (``model_preference_rows``' too), else the one recorded with the item (a
     model since deleted), else its ref. Named to the campaign's owners, whose page this is: a conflict is served to no
     reviewer (its reviews are in), and the reviewing page, which stays blind, names no model."""
-    items = list(conflict_list(campaign=campaign)[:limit])
+    return _conflict_entries(campaign, list(conflict_list(campaign=campaign)[:limit]))
+
+
+def conflict_entry(*, item: Item) -> ConflictEntry:
+    """``item`` as ``conflict_entries`` draws it, wherever it is in the list (or out of it, resolved)."""
+    item = Item.objects.filter(pk=item.pk).select_related("campaign__project").prefetch_related("reviews__reviewer").get()
+    return _conflict_entries(item.campaign, [item])[0]
+
+
+def _conflict_entries(campaign: Campaign, items: list[Item]) -> list[ConflictEntry]:
     labels = _model_labels(campaign.project) if any(item.metadata.get("model_a") for item in items) else {}
 
     def model(item: Item, side: str) -> str:

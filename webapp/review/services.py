@@ -1236,14 +1236,27 @@ def resolver_name(item: Item) -> str:
 
 class AlreadyResolved(ValidationError):
     """Another resolution of the item was made since the owner was shown it: ``label`` by ``resolved_by``
-    (a username). Resolving again over it (``shown_label=label``) changes it."""
+    (a username). ``sent_texts`` holds the final texts the refused owner gave (``final_texts_sent``), for them to
+    weigh against that resolution's. Resolving again over it (``shown_label=label``) changes it."""
 
-    def __init__(self, *, item: Item):
+    def __init__(self, *, item: Item, sent_texts: dict[str, str] | None = None):
         self.item = item
         self.label = item.resolved_label
         self.resolved_by = resolver_name(item)
+        self.sent_texts = sent_texts or {}
         super().__init__({"item": f"item {item.sequence} is already resolved as {Label(self.label).label} by "
                                   f"{self.resolved_by}; confirm to change it"})
+
+
+def final_texts_sent(item: Item, texts: dict[str, str | None], *, sides: Iterable[str]) -> dict[str, str]:
+    """The final texts in ``texts`` for ``item``'s responses ``sides`` (those whose edits differ), line ends made
+    ``\\n``; a text that would leave its response blank is no final text and is left out."""
+    sent = {}
+    for side in sorted(sides):
+        text = (texts.get(side) or "").replace("\r\n", "\n")
+        if not is_blank(with_text(item.response_a if side == "a" else item.response_b, text)):
+            sent[side] = text
+    return sent
 
 
 @transaction.atomic
@@ -1258,8 +1271,9 @@ def conflict_resolve(*, item: Item, label: str, user: AbstractBaseUser, shown_la
 
     ``shown_label`` is the resolution the owner chose over (``""``: none), as their page showed it. When
     the item has been resolved otherwise since (another owner, an older tab), nothing changes and
-    ``AlreadyResolved`` says by whom; when it already has ``label``, it is left as it is. ``None``
-    (scripts) resolves over whatever is there. The check and the write hold the item's row lock."""
+    ``AlreadyResolved`` says by whom, holding the texts sent; when it already has ``label`` and the final texts sent
+    (if any) say the same as its own, it is left as it is: nothing the owner chose is lost. ``None`` (scripts)
+    resolves over whatever is there. The check and the write hold the item's row lock."""
     if label not in (Label.A, Label.B, Label.TIE, Label.BOTH_BAD):
         raise ValidationError({"label": f"label {label!r} is not one of a, b, tie, both_bad"})
     texts = texts or {}
@@ -1270,21 +1284,18 @@ def conflict_resolve(*, item: Item, label: str, user: AbstractBaseUser, shown_la
     if item.status != ItemStatus.CONFLICT and not item.resolved_label:
         raise ValidationError({"item": f"item {item.sequence} is {item.get_status_display().lower()}, "
                                        "not in conflict; only conflicts are resolved"})
-    if shown_label is not None and item.resolved_label != shown_label:
-        if item.resolved_label == label:
-            return item
-        raise AlreadyResolved(item=item)
-    answers = item_answers(item)
+    open_sides = open_edit_sides(item_answers(item))
+    sent = final_texts_sent(item, texts, sides=open_sides)
     final = {"a": item.resolved_a, "b": item.resolved_b}
-    missing = {}
-    for side in sorted(open_edit_sides(answers)):
-        text = (texts.get(side) or "").replace("\r\n", "\n")
-        original = item.response_a if side == "a" else item.response_b
-        if not is_blank(with_text(original, text)):
-            final[side] = text
-        elif final[side] is None:
-            missing[f"text_{side}"] = (f"reviewers edited response {side.upper()} differently: choose the final text of "
-                                       f"response {side.upper()} (one of their edits, or write it)")
+    if shown_label is not None and item.resolved_label != shown_label:
+        if item.resolved_label == label and all(final[side] is not None and same_edit(text, final[side])
+                                                for side, text in sent.items()):
+            return item
+        raise AlreadyResolved(item=item, sent_texts=sent)
+    final.update(sent)
+    missing = {f"text_{side}": (f"reviewers edited response {side.upper()} differently: choose the final text of "
+                                f"response {side.upper()} (one of their edits, or write it)")
+               for side in sorted(open_sides) if final[side] is None}
     if missing:
         raise ValidationError(missing)
     item.resolved_label = label
@@ -1303,8 +1314,9 @@ class ExportOptions:
     """What an export keeps: ``drop_ties``/``drop_both_bad`` leave those items out (kept, they are
     written with the responses in stored order and ``review.label`` saying what they are);
     ``apply_edits`` uses reviewers' edited responses: a response's edit when its answers' edits agree (skips carry
-    none), the owner's final text when they differed (an item whose edits differ unresolved is a conflict, left
-    out)."""
+    none; an item whose edits differ unresolved is a conflict, left out). An owner's final text of a response
+    (``Item.resolved_a``/``resolved_b``, chosen or written resolving a conflict) is written either way: it is their
+    decision, as the label is, not a reviewer's suggestion."""
 
     dataset_name: str
     drop_ties: bool = True
@@ -1320,21 +1332,21 @@ def _final_row(item: Item, reviews: list[Review], options: ExportOptions) -> tup
         return None, "tie"
     if label == Label.BOTH_BAD and options.drop_both_bad:
         return None, "both_bad"
-    response_a, response_b = item.response_a, item.response_b
-    if options.apply_edits:
-        answers = [(review.label, review.edited_a, review.edited_b)
-                   for review in sorted(reviews, key=lambda review: (review.created_at, review.pk))]
-        final = {}
-        for side, resolved in (("a", item.resolved_a), ("b", item.resolved_b)):
-            edits = distinct_edits(answers, side)
-            if resolved is None and len(edits) > 1:
-                # Not a text reviewers decided on (the item's status says conflict, so this is not reached).
-                return None, "unresolved_conflict"
-            final[side] = resolved if resolved is not None else (edits[0] if edits else None)
-        if final["a"] is not None:
-            response_a = with_text(item.response_a, final["a"])
-        if final["b"] is not None:
-            response_b = with_text(item.response_b, final["b"])
+    answers = [(review.label, review.edited_a, review.edited_b)
+               for review in sorted(reviews, key=lambda review: (review.created_at, review.pk))]
+    final = {}
+    for side, resolved in (("a", item.resolved_a), ("b", item.resolved_b)):
+        # An owner's final text is their decision, as their label is: written whether or not edits are applied.
+        if resolved is not None:
+            final[side] = resolved
+            continue
+        edits = distinct_edits(answers, side) if options.apply_edits else []
+        if len(edits) > 1:
+            # Not a text reviewers decided on (the item's status says conflict, so this is not reached).
+            return None, "unresolved_conflict"
+        final[side] = edits[0] if edits else None
+    response_a = item.response_a if final["a"] is None else with_text(item.response_a, final["a"])
+    response_b = item.response_b if final["b"] is None else with_text(item.response_b, final["b"])
     if is_blank(response_a) or is_blank(response_b):
         # Stored by campaigns generated before blank answers were left out, or blanked by an edit: the
         # version's validator refuses the row, which would fail the whole export.

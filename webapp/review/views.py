@@ -384,13 +384,31 @@ def item_list(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
 def conflict_list(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
     campaign = selectors.campaign_get(project=project, public_id=public_id)
+    return _render_conflicts_page(request, project, membership, campaign)
+
+
+def _render_conflicts_page(request, project, membership, campaign, *, refused: selectors.ConflictEntry | None = None,
+                           status: int = 200) -> HttpResponse:
+    """The conflicts page; ``refused`` (a conflict whose resolution was refused, holding the form as sent and the
+    refusal) is drawn in its place, or first where the page's conflicts do not hold it."""
     conflicts = selectors.conflict_entries(campaign=campaign, limit=ITEMS_PER_PAGE)
+    if refused is not None:
+        places = [entry.item.pk for entry in conflicts]
+        if refused.item.pk in places:
+            conflicts[places.index(refused.item.pk)] = refused
+        else:
+            conflicts.insert(0, refused)
     # Shown their answers, this owner reviews none of them blind any more, should they go back to review.
     services.conflicts_read(items=[entry.item for entry in conflicts], user=request.user)
     return render(request, "review/conflicts.html", {
         "project": project, "membership": membership, "campaign": campaign, "conflicts": conflicts,
         "total": selectors.status_counts(campaign=campaign)[ItemStatus.CONFLICT],
-    })
+    }, status=status)
+
+
+# The final texts an owner sent with a resolution refused because another was made meanwhile, kept in their session
+# by item until they decide on the page asking them (a GET, so that reloading it sends nothing).
+_SENT_TEXTS_KEY = "review-resolve-sent:{}"
 
 
 @login_required
@@ -398,8 +416,10 @@ def conflict_list(request: HttpRequest, slug: str, public_id: str) -> HttpRespon
 def conflict_resolve(request: HttpRequest, slug: str, public_id: str, item_id: str) -> HttpResponse:
     """POST: resolve a conflict with the label pressed. A resolution made by someone else since the page
     was shown is not overwritten: the answer redirects to a GET of this address with the label pressed
-    (``?label=b``), a page (409) that names that resolution and asks to confirm the change, so that
-    reloading it sends nothing again."""
+    (``?label=b``), a page (409) that names that resolution and its final texts and asks to confirm the change,
+    holding the final texts this owner chose (kept in their session meanwhile), so that reloading it sends nothing
+    again and nothing they chose is lost. A resolution refused for its final texts draws the conflicts page again
+    (400) with the form as sent and the refusal beside the response it names."""
     project, membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
     campaign = selectors.campaign_get(project=project, public_id=public_id)
     item = selectors.item_get(campaign=campaign, public_id=item_id)
@@ -410,15 +430,27 @@ def conflict_resolve(request: HttpRequest, slug: str, public_id: str, item_id: s
     label = form.cleaned_data["label"]
     if request.method == "GET":
         return _confirm_resolution_change(request, project, membership, campaign, item, label)
+    sent_key = _SENT_TEXTS_KEY.format(item.public_id)
     try:
         item = services.conflict_resolve(item=item, label=label, user=request.user,
                                          shown_label=form.cleaned_data["shown_label"], texts=form.final_texts())
-    except services.AlreadyResolved:
+    except services.AlreadyResolved as already:
+        request.session[sent_key] = {"label": label, "texts": already.sent_texts}
         return redirect(f"{reverse('review:resolve', args=[project.slug, campaign.public_id, item.public_id])}"
                         f"?{urlencode({'label': label})}")
     except ValidationError as error:
+        if refused_texts := {field: messages_ for field, messages_ in getattr(error, "error_dict", {}).items()
+                             if field in ("text_a", "text_b")}:
+            messages.error(request, f"Item {item.sequence} is not resolved: see its final texts below (what you "
+                                    "chose is kept).")
+            refused = selectors.conflict_entry(item=item).with_refusal(
+                sent={name: request.POST.get(name, "") for name in ("pick_a", "pick_b", "text_a", "text_b")
+                      if name in request.POST} | {"shown_label": form.cleaned_data["shown_label"]},
+                errors={field: ValidationError(messages_).messages for field, messages_ in refused_texts.items()})
+            return _render_conflicts_page(request, project, membership, campaign, refused=refused, status=400)
         messages.error(request, " ".join(error.messages))
     else:
+        request.session.pop(sent_key, None)
         if item.resolved_by_id == request.user.pk:
             messages.success(request, f"Item {item.sequence} resolved: {Label(label).label}.")
         else:
@@ -428,15 +460,23 @@ def conflict_resolve(request: HttpRequest, slug: str, public_id: str, item_id: s
 
 def _confirm_resolution_change(request, project, membership, campaign, item, label: str) -> HttpResponse:
     """The page asking to change ``item``'s resolution to ``label``, drawn from the resolution as it is
-    now (its form carries that one as the one shown); the conflicts page when there is none to change."""
-    if not item.resolved_label or item.resolved_label == label:
+    now (its form carries that one as the one shown) beside the final texts this owner sent with ``label`` (its form
+    sends them); the conflicts page when nothing is left to decide: no resolution, or this one with the same texts."""
+    sent = request.session.get(_SENT_TEXTS_KEY.format(item.public_id)) or {}
+    mine = sent.get("texts", {}) if sent.get("label") == label else {}
+    theirs = {"a": item.resolved_a, "b": item.resolved_b}
+    same = item.resolved_label == label and all(
+        theirs[side] is not None and services.same_edit(text, theirs[side]) for side, text in mine.items())
+    if not item.resolved_label or same:
         if item.resolved_label:
             _say_already_resolved(request, item)
         return redirect("review:conflicts", project.slug, campaign.public_id)
     return render(request, "review/resolve_confirm.html", {
         "project": project, "membership": membership, "campaign": campaign, "item": item,
         "current": Label(item.resolved_label).label, "resolved_by": services.resolver_name(item),
-        "label": label, "label_text": Label(label).label}, status=409)
+        "label": label, "label_text": Label(label).label,
+        "theirs": [(side, text) for side, text in sorted(theirs.items()) if text is not None],
+        "mine": sorted(mine.items())}, status=409)
 
 
 def _say_already_resolved(request, item) -> None:

@@ -651,3 +651,37 @@ def test_a_prompts_line_breaks_reach_the_models_and_the_preference_pairs_as_type
     finish(battle, "Blue.", "Red.")
     client_for(team.teammate).post(battle_url("vote", battle), {"outcome": "a"})
     assert [row["prompt"] for row in arena.preference_pairs(project=team.project)] == ["Name a colour\nin one word."]
+
+
+def test_battles_made_at_the_same_instant_keep_their_places_across_the_arenas_pages(team, client_for, models, sent):
+    """The arena's list was ordered by creation time alone: battles made at the same instant (a bulk import, a clock
+    of coarse resolution) had no order between them, so a page could repeat one and the next leave another out. Ties
+    are broken by id, the newest made first, on every page."""
+    from django.utils import timezone
+
+    from webapp.chat.arena_views import BATTLES_PER_PAGE
+
+    battles_up_to(team, models, BATTLES_PER_PAGE + 10)
+    Battle.objects.filter(project=team.project).update(created_at=timezone.now())
+    client = client_for(team.teammate)
+    shown = []
+    for number in (1, 2):
+        page = client.get(reverse("chat:arena", args=[team.project.slug]), {"page": number})
+        shown += [row["battle"].pk for row in page.context["battles"]]
+    assert shown == sorted(Battle.objects.filter(project=team.project).values_list("pk", flat=True), reverse=True)
+    assert not sorts_every_row(arena.battle_list(project=team.project, user=team.teammate)[:BATTLES_PER_PAGE])
+
+
+def test_the_decisive_votes_counted_are_the_pairs_the_export_writes(team, client_for, models, sent):
+    """The arena said "2 decisive votes" while its export wrote 1 pair: a decisive vote on an empty answer is no pair
+    (a pair needs two texts). The count is the pairs the export writes, and the page says how many votes are left out
+    and why."""
+    client = client_for(team.teammate)
+    for prompt, text_b in (("Name a colour.", "Red."), ("Name a fruit.", " \n")):
+        battle = start_battle(team, client_for, prompt=prompt)
+        finish(battle, "Blue.", text_b)
+        client.post(battle_url("vote", battle), {"outcome": "a"})
+    page = client.get(reverse("chat:arena", args=[team.project.slug])).content.decode()
+    assert decisive_votes_shown(client, team) == len(arena.preference_pairs(project=team.project)) == 1
+    assert ("1 more decisive vote is left out of the export and of review: its battle has an empty answer, and a "
+            "preference pair needs two texts.") in page

@@ -200,6 +200,26 @@ def test_a_new_campaign_on_the_votes_asks_for_no_more_reviews_per_item_than_it_h
         assert field.format(1) in client_for(team.owner).get(reverse(f"chat:{name}", args=[team.project.slug])).content.decode()
 
 
+
+def test_a_new_campaign_on_the_votes_refuses_more_reviews_per_item_than_the_project_has_reviewers(
+        team, client_for, models):
+    """Its reviewers are every member and owner of the project, so reviews per item above their number can never be
+    given: the campaign was made with only a warning on its page that no item could be complete. It is refused,
+    naming how many may review, and nothing is made; the field offers no more."""
+    voted_battle(team, team.owner, "Name a colour.", "a")
+    owner = client_for(team.owner)
+    response = owner.post(reverse("chat:arena_review_create", args=[team.project.slug]),
+                          {"name": "votes pass", "required_reviews": "3"}, follow=True)
+    assert ("reviews per item is 3, but 2 people of this project may review (its members and owners): ask for at most "
+            "2, or add members first") in response.content.decode()
+    assert not Campaign.objects.filter(name="votes pass").exists(), "nothing half-made"
+    page = owner.get(reverse("chat:arena", args=[team.project.slug])).content.decode()
+    assert 'id="id_arena_required_reviews" value="2" min="1" max="2"' in page
+    owner.post(reverse("chat:arena_review_create", args=[team.project.slug]),
+               {"name": "votes pass", "required_reviews": "2"})
+    assert Campaign.objects.get(name="votes pass").required_reviews == 2
+
+
 @pytest.fixture
 def generated(team, models):
     """A ready campaign on two models' answers (falcon as A, heron as B) to two prompts, as the serve worker

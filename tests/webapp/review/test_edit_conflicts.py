@@ -5,6 +5,7 @@ import json
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils.html import escape
 
 from tests.webapp.review.conftest import answer, choice_for
 from webapp.review import selectors, services
@@ -222,25 +223,103 @@ def test_changing_an_edited_answer_to_a_skip_says_its_edits_are_unused(campaign,
     assert "Item 1 changed to skip; your edits are not used while it is skipped." in page
 
 
-def test_a_resolution_changed_on_the_confirm_page_keeps_the_final_texts(campaign, items, team, carol, client_for):
-    from django.urls import reverse
-
+def second_owner(team):
     from tests.webapp.factories import make_user
     from webapp.projects import services as project_services
     from webapp.projects.models import Role
 
     alice = make_user("alice")
     project_services.membership_add(project=team.project, user=alice, role=Role.OWNER)
+    return alice
+
+
+def test_a_resolution_made_meanwhile_keeps_the_second_owners_text_for_them_to_decide(campaign, items, team, carol,
+                                                                                   client_for):
+    """Two owners resolving one conflict at once: the second's text (picked or written) was dropped, with only a
+    notice ('already resolved ... nothing changed' for the same label; for another, a page whose change kept the first
+    owner's texts). The second is asked, on a page showing the first's label and texts beside a form holding exactly
+    the text they chose; confirming resolves with it, and reloading the page sends nothing."""
+    from django.urls import reverse
+
+    alice = second_owner(team)
     item = items[1]
     answer(item, team.teammate, "a", **edit_of(item, team.teammate, "a", "four"))
     answer(item, carol, "b", **edit_of(item, carol, "a", "IV"))
     services.conflict_resolve(item=item, label="a", user=alice, shown_label="", texts={"a": "IV"})
     resolve = reverse("review:resolve", args=[campaign.project.slug, campaign.public_id, item.public_id])
     owner = client_for(team.owner)
-    page = owner.post(resolve, {"label": "b", "shown_label": "", "pick_a": "four"}, follow=True)
-    assert page.status_code == 409
-    assert "The final text of response A stays as <bdi>alice</bdi> chose: changing the label changes no text." in (
-        page.content.decode())
-    owner.post(resolve, {"label": "b", "shown_label": "a"})
+    written = "4 <b>as I wrote it</b>\n  "
+    for label, sent in (("a", {"pick_a": "", "text_a": written}), ("b", {"pick_a": "four", "text_a": ""})):
+        mine = written if sent["text_a"] else "four"
+        response = owner.post(resolve, {"label": label, "shown_label": "", **sent})
+        assert (response.status_code, response.url) == (302, f"{resolve}?label={label}")
+        for _reload in range(2):
+            page = owner.get(response.url)
+            text = page.content.decode()
+            assert page.status_code == 409
+            assert "Item 1 is already resolved as A better by <bdi>alice</bdi>" in text
+            assert '<div class="text their-text" data-side="a">IV</div>' in text
+            assert f'<textarea name="text_a" rows="4" aria-label="Your final text of response A">\n{escape(mine)}</textarea>' \
+                in text
+            assert "<b>as I wrote" not in text
+            item.refresh_from_db()
+            assert (item.resolved_label, item.resolved_a, item.resolved_by) == ("a", "IV", alice)
+        owner.post(resolve, {"label": label, "shown_label": "a", "text_a": mine})
+        item.refresh_from_db()
+        assert (item.resolved_label, item.resolved_a, item.resolved_by) == (label, mine, team.owner)
+        services.conflict_resolve(item=item, label="a", user=alice, shown_label=label, texts={"a": "IV"})
+    # The same label and text as the resolution made meanwhile: nothing to decide, nothing changed.
+    page = owner.post(resolve, {"label": "a", "shown_label": "", "pick_a": "IV"}, follow=True)
+    assert "Item 1 is already resolved as A better by" in page.content.decode() and page.status_code == 200
+
+
+def test_a_refused_resolution_shows_the_form_again_with_what_was_typed(campaign, items, team, carol, client_for):
+    """A resolution refused for a missing final text went back to the conflicts page with a message: the text the owner
+    had written (or picked) for the other response was gone. The page comes back holding every pick and text sent, the
+    refusal beside the response it names; nothing is saved."""
+    from django.urls import reverse
+
+    item = items[1]
+    answer(item, team.teammate, "a", **{**edit_of(item, team.teammate, "a", "four"),
+                                       **edit_of(item, team.teammate, "b", "five")})
+    answer(item, carol, "a", **{**edit_of(item, carol, "a", "IV"), **edit_of(item, carol, "b", "V")})
+    resolve = reverse("review:resolve", args=[campaign.project.slug, campaign.public_id, item.public_id])
+    owner = client_for(team.owner)
+    written = "4 <i>written</i>\n"
+    response = owner.post(resolve, {"label": "a", "shown_label": "", "pick_a": "", "text_a": written, "pick_b": ""})
+    page = response.content.decode()
+    assert response.status_code == 400
+    card = page.split(f'data-item="{item.public_id}"')[1].split("</article>")[0]
+    assert f'<textarea name="text_a" rows="4" aria-label="The final text of response A">\n{escape(written)}</textarea>' \
+        in card
+    assert '<input type="radio" name="pick_a" value="" required checked>' in card
+    assert ('<p class="error" id="error-text_b-' in card and "choose the final text of response B" in card)
+    assert "choose the final text of response A" not in card and "<i>written" not in page
+    response = owner.post(resolve, {"label": "a", "shown_label": "", "pick_a": "IV", "text_a": ""})
+    card = response.content.decode().split(f'data-item="{item.public_id}"')[1].split("</article>")[0]
+    assert '<input type="radio" name="pick_a" value="IV" required checked>' in card
     item.refresh_from_db()
-    assert (item.resolved_label, item.resolved_a, item.resolved_by) == ("b", "IV", team.owner)
+    assert (item.status, item.resolved_label, item.resolved_a, item.resolved_b) == (ItemStatus.CONFLICT, "", None, None)
+
+
+def test_an_owners_final_text_is_exported_with_or_without_the_reviewers_edits(campaign, items, team, carol,
+                                                                               client_for):
+    """Unticking "use reviewers' edited responses" wrote the original response where an owner had written the final
+    text of a conflict: the owner's text is a decision, as their label is, not one of the edits the option is about.
+    Only reviewers' edits are left out; the page says so beside the box."""
+    from django.urls import reverse
+
+    resolved, edited = items[1], items[2]
+    answer(resolved, team.teammate, "a", **edit_of(resolved, team.teammate, "a", "four"))
+    answer(resolved, carol, "a", **edit_of(resolved, carol, "a", "IV"))
+    services.conflict_resolve(item=resolved, label="a", user=team.owner, shown_label="", texts={"a": "4, decided"})
+    answer(edited, team.teammate, "a", **edit_of(edited, team.teammate, "a", "Paris, edited"))
+    answer(edited, carol, "a")
+    rows = rows_of(export_now(campaign, team.owner, apply_edits=False))
+    assert rows[resolved.public_id]["chosen"] == "4, decided"
+    assert rows[edited.public_id]["chosen"] == "Paris"
+    rows = rows_of(export_now(campaign, team.owner, apply_edits=True))
+    assert (rows[resolved.public_id]["chosen"], rows[edited.public_id]["chosen"]) == ("4, decided", "Paris, edited")
+    page = client_for(team.owner).get(reverse("review:detail", args=[campaign.project.slug, campaign.public_id]))
+    assert ("Unticked, the original responses are written, except where an owner resolving a conflict chose or wrote "
+            "a response's final text: that text is always written.") in page.content.decode()
