@@ -53,9 +53,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_
 from pydantic_core import PydanticCustomError
 
 from jaxengine.chat_template import TEMPLATE_VARIABLES_MAX
+from webapp.api.problems import value_as_sent
 from webapp.api.services import TOKEN_PREFIX as REST_TOKEN_PREFIX
 from webapp.celery import app as celery_app
-from webapp.api.problems import value_as_sent
 from webapp.chat import channels, selectors
 from webapp.chat.events import MAX_STREAM_SECONDS, relay
 from webapp.chat.openai_errors import body_problems, misspelt_field, said_again, with_misspellings
@@ -458,8 +458,8 @@ class CompletionBody(_Body):
         kinds = [_item_kind(item) for item in prompt]
         if None in kinds:
             index = kinds.index(None)
-            raise ValueError(f"the item at index {index}, {value_as_sent(prompt[index])}, is not a string, a token id or "
-                             f"a list of token ids; give {PROMPT_FORMS}")
+            raise ValueError(f"the item at index {index}, {value_as_sent(prompt[index])}, is not a string, a token id "
+                             f"or a list of token ids; give {PROMPT_FORMS}")
         if len(set(kinds)) > 1:
             raise ValueError(f"the list mixes {' and '.join(sorted(set(kinds)))}; give {PROMPT_FORMS}, not a mix")
         if kinds[0] == "token ids":  # one prompt's
@@ -773,6 +773,12 @@ def _unanswered() -> str:
             "'serve' queue (scripts/up.sh starts one) and is not stuck, then try again")
 
 
+def _prompt_of_choice(index: int, *, n: int, prompts: int) -> int | None:
+    """The place of choice ``index``'s prompt in a list of ``prompts`` with ``n`` answers each (``_choice_ids``), or
+    None where there is one prompt."""
+    return index // n if prompts > 1 else None
+
+
 def _failed(event: dict[str, Any], *, prompt: int | None = None) -> JsonResponse:
     """The error of a generation that failed; ``prompt``: its prompt's place in a list of several, which the worker's
     message (of its one prompt) cannot name."""
@@ -999,7 +1005,7 @@ async def _answer(body: _Body, choice, generation_id: str, endpoint: _Endpoint, 
             for one_id, first in zip(generation_ids, firsts):
                 if first["type"] not in channels.TERMINAL_TYPES:
                     _stop(one_id)
-            return _failed(firsts[refused], prompt=refused // body.n if len(inputs) > 1 else None)
+            return _failed(firsts[refused], prompt=_prompt_of_choice(refused, n=body.n, prompts=len(inputs)))
         return _streaming(_AnswerStream(list(zip(generation_ids, firsts, streams)), chunk,
                                         include_usage=include_usage, answer_id=generation_id,
                                         token_id=token_id))
@@ -1014,7 +1020,8 @@ async def _answer(body: _Body, choice, generation_id: str, endpoint: _Endpoint, 
             pending.discard(watch)
             for wait in finished:
                 if wait.result()["type"] != "done":  # the answer is this refusal: the others' text would be lost
-                    return _failed(wait.result(), prompt=waits.index(wait) // body.n if len(inputs) > 1 else None)
+                    return _failed(wait.result(),
+                                   prompt=_prompt_of_choice(waits.index(wait), n=body.n, prompts=len(inputs)))
     finally:
         watch.cancel()
         for wait in waits:

@@ -79,8 +79,8 @@ class Message(BaseModel):
 
 
 class GenerateRequest(BaseModel):
-    """What the web sends: the generation id, the model (a cache key and its directory, and the project asking), one of a
-    conversation (rendered with the model's chat template), a raw ``prompt`` or the prompt's token ids
+    """What the web sends: the generation id, the model (a cache key and its directory, and the project asking), one
+    of a conversation (rendered with the model's chat template), a raw ``prompt`` or the prompt's token ids
     (``prompt_token_ids``, decoded as they are), and sampling settings."""
 
     model_config = ConfigDict(extra="forbid")
