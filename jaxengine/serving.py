@@ -74,7 +74,8 @@ Design note.
   alternatives', the same raw ``log_softmax`` as a generated token's, from one full forward pass of the prompt
   (the model's training forward, right-padded to the prompt's length bucket: ``_Compiled.score``), not from the
   prefill, whose programs, and every other program a request without them runs, stay as they were. One program
-  per length bucket, compiled on first use (the warm-up compiles none), run on the asking task's thread beside
+  per length bucket, the warm-up's buckets compiled by it (``warmup_scores``, after the lone and grouped answers'
+  programs: a conversation's come first), longer prompts' on first use; run on the asking task's thread beside
   the batch: a prompt is scored once however many answers follow it. The [T, V] log probabilities are computed
   ``SCORE_CHUNK`` positions at a time, so a long prompt of a large vocabulary holds one chunk's, not the whole.
 * ``BatchDecoder`` holds a model and its settings; ``run`` decodes a list of requests arriving together.
@@ -87,8 +88,9 @@ Design note.
   each for the demo model). ``BatchingServer.warm`` decodes ``BatchDecoder.warmup_requests`` (a lone
   answer per prompt bucket and temperature, and per bucket one at the chat's default temperature with
   penalties and a logit bias), then ``BatchDecoder.warmup_groups`` (2, 4, 8 and 16 answers
-  decoded together: the row counts concurrent chats grow into, at every cache size), one at a time and
-  only while no submitted request waits or decodes; what they compile is what real requests with those
+  decoded together: the row counts concurrent chats grow into, at every cache size), then scores
+  ``BatchDecoder.warmup_scores``' prompts (a prompt's scoring program per bucket of those answers' prompts), one at
+  a time and only while no submitted request waits or decodes; what they compile is what real requests with those
   settings call, and their results are dropped. A warm-up row is fast-forwarded: after one decode call on
   a cache layout it skips to the next layout, so the warm-up decodes a few calls per layout instead of
   whole answers.
@@ -174,6 +176,14 @@ class ServeRequest:
         if self.logprobs is not None and not 0 <= self.logprobs <= LOGPROBS_MAX:
             raise ValueError(f"ServeRequest.logprobs must be from 0 to {LOGPROBS_MAX} alternatives per token (or None "
                              f"for none), got {self.logprobs}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ScoringWarmup:
+    """A warm-up item that scores a prompt (``BatchDecoder.prompt_logprobs``) to compile its length bucket's
+    program (``BatchDecoder.warmup_scores``); ``BatchingServer.warm`` takes it beside requests."""
+
+    prompt_ids: tuple[int, ...]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -1255,7 +1265,11 @@ class BatchDecoder:
         if not prompt_ids:
             raise PromptError("the prompt is empty; give at least one token")
         if min(prompt_ids) < 0 or max(prompt_ids) >= config.vocab_size:
-            raise PromptError(f"the prompt has token ids outside the model's vocabulary (vocab_size={config.vocab_size})")
+            # Named by its place: a prompt sent as token ids (/v1/completions) is mended where it was made.
+            index = next(index for index, token_id in enumerate(prompt_ids) if not 0 <= token_id < config.vocab_size)
+            raise PromptError(f"prompt: the token id at index {index}, {prompt_ids[index]}, is outside the model's "
+                              f"vocabulary; give token ids from 0 to {config.vocab_size - 1} (its vocab_size is "
+                              f"{config.vocab_size})")
         if len(prompt_ids) + new_tokens > config.max_position_embeddings:
             if not new_tokens:
                 raise ContextLengthError(f"the prompt ({len(prompt_ids)} tokens) exceeds the model's context length "
@@ -1301,15 +1315,31 @@ class BatchDecoder:
         requests = []
         for temperature, adjusted in [*((temperature, False) for temperature in temperatures),
                                       *((temperature, True) for temperature in adjusted_temperatures)]:
-            bucket = self.min_bucket
-            while bucket // 2 < min(longest_prompt, context - 1):  # the bucket holds a prompt that fits
+            for bucket in self._warmup_buckets(longest_prompt):
                 prompt = bucket // 2 + 1
                 answer = min(max_new_tokens + bucket - prompt, context - prompt)
                 params = SamplingParams(max_new_tokens=answer, temperature=temperature,
                                         **(adjustments if adjusted else {}))
                 requests.append(ServeRequest(prompt_ids=(0,) * prompt, ignore_eos=True, params=params))
-                bucket *= 2
         return requests
+
+    def warmup_scores(self, *, longest_prompt: int = 256) -> list[ScoringWarmup]:
+        """Prompts whose scoring (``prompt_logprobs``: an echo with log probabilities, as lm-evaluation-harness scores
+        text) compiles the program of each prompt bucket ``warmup_requests`` prefills, the bucket's shortest prompt
+        each: a bucket's program serves every prompt of it. Buckets past them (longer prompts) compile on first
+        use, as their prefills do."""
+        return [ScoringWarmup(prompt_ids=(0,) * (bucket // 2 + 1)) for bucket in self._warmup_buckets(longest_prompt)]
+
+    def _warmup_buckets(self, longest_prompt: int) -> list[int]:
+        """The prompt length buckets the warm-up compiles: from ``min_bucket`` up to the one holding
+        ``longest_prompt`` tokens, each holding a prompt (its shortest, half the bucket and one) that leaves room in
+        the model's context for a token."""
+        context = self.model.config.max_position_embeddings
+        buckets, bucket = [], self.min_bucket
+        while bucket // 2 < min(longest_prompt, context - 1):
+            buckets.append(bucket)
+            bucket *= 2
+        return buckets
 
     def warmup_groups(self, *, row_counts: Sequence[int] = (2, 4, 8, 16), max_new_tokens: int = 256,
                       temperature: float = 0.7) -> list[tuple[ServeRequest, ...]]:
@@ -1383,7 +1413,7 @@ class _Group:
 
 @dataclasses.dataclass(frozen=True)
 class _Warmup:
-    groups: tuple[tuple[ServeRequest, ...], ...]  # each decoded as one batch
+    groups: tuple[tuple[ServeRequest, ...] | ScoringWarmup, ...]  # each decoded as one batch, or scored
 
 
 class BatchingServer:
@@ -1447,13 +1477,17 @@ class BatchingServer:
         self._pending.put(_Group(items))
         return [item.future for item in items]
 
-    def warm(self, requests: Sequence[ServeRequest | tuple[ServeRequest, ...]]) -> None:
+    def warm(self, requests: Sequence[ServeRequest | tuple[ServeRequest, ...] | ScoringWarmup]) -> None:
         """Decode ``requests`` one after another while nothing submitted waits or decodes, to compile their
         programs before the conversations that need them (see the module note); their results are dropped.
-        A tuple of requests (``BatchDecoder.warmup_groups``) decodes as one batch of that many rows. A
-        request submitted meanwhile waits at most for the warm-up call under way (one compile)."""
-        groups = [item if isinstance(item, tuple) else (item,) for item in requests]
+        A tuple of requests (``BatchDecoder.warmup_groups``) decodes as one batch of that many rows; a
+        ``ScoringWarmup`` (``BatchDecoder.warmup_scores``) scores its prompt. A request submitted meanwhile waits
+        at most for the warm-up call under way (one compile)."""
+        groups = [item if isinstance(item, (tuple, ScoringWarmup)) else (item,) for item in requests]
         for group in groups:
+            if isinstance(group, ScoringWarmup):
+                self.decoder.check_prompt(group.prompt_ids, new_tokens=0)
+                continue
             for request in group:
                 self.decoder.check(request)
         with self._state_lock:
@@ -1562,15 +1596,18 @@ class BatchingServer:
 
     def _warm_step(self) -> None:
         """One step of the warm-up batch, which takes its next group only when idle (its requests admitted
-        together, as that many conversations decode). A failing warm-up is dropped: real requests report
-        their own."""
+        together, as that many conversations decode), or, where the next item is a ``ScoringWarmup``, its prompt
+        scored. A failing warm-up is dropped: real requests report their own."""
         try:
-            if not self._warm_batch.busy:
-                group = self._warmups.popleft()
-                self._warm_batch = self._new_warm_batch(len(group))
-                for request in group:
-                    self._warm_batch.add(request, on_finish=lambda result: None, fast_forward=True)
-            self._warm_batch.step()
+            group = None if self._warm_batch.busy else self._warmups.popleft()
+            if isinstance(group, ScoringWarmup):  # one call, as long as a warm-up decode call
+                self.decoder.prompt_logprobs(group.prompt_ids, alternatives=0)
+            else:
+                if group is not None:
+                    self._warm_batch = self._new_warm_batch(len(group))
+                    for request in group:
+                        self._warm_batch.add(request, on_finish=lambda result: None, fast_forward=True)
+                self._warm_batch.step()
         except Exception:
             logger.exception("serving warm-up failed; the programs it did not compile compile on first use")
             self._warmups.clear()

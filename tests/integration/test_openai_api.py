@@ -190,6 +190,57 @@ def test_echo_answers_lm_evaluation_harness_local_completions_loglikelihood(api,
     assert answer["usage"]["completion_tokens"] == 2 and len(answer["choices"]) == 2
 
 
+def test_token_id_prompts_as_lm_evaluation_harness_sends_them_answer_as_their_text_does(api, asgi_server):  # noqa: F811
+    """lm-evaluation-harness's local-completions sends its prompts as token ids by default (tokenized_requests=True),
+    which were refused: its loglikelihood payload (a list of id lists, echo, logprobs 1, max_tokens 1, temperature
+    0) gets the log probabilities the same prompts sent as text get, each prompt's ids being the tokens the text
+    becomes, and its generation payload (ids, greedy, a stop) the text's answer; the openai client's ids alike,
+    streamed too."""
+    import json
+    import urllib.request
+
+    from jaxengine.prompts import with_bos
+    from jaxengine.tokenizer import load_tokenizer
+
+    client, team, base_model = api
+    tokenizer = load_tokenizer(base_model.path)
+    texts = ["Once upon a time", "Once upon a zebra"]
+    ids = [with_bos(tokenizer, tokenizer.encode(text)) for text in texts]
+
+    def post(payload: dict) -> dict:
+        posted = urllib.request.Request(f"{asgi_server}/v1/completions", data=json.dumps(payload).encode(),
+                                        method="POST", headers={"Authorization": f"Bearer {client.api_key}",
+                                                                "Content-Type": "application/json"})
+        with urllib.request.urlopen(posted, timeout=90) as response:
+            return json.load(response)
+
+    def scored(prompt) -> dict:  # lm-eval's _create_payload(generate=False)
+        return post({"model": base_model.public_id, "prompt": prompt, "temperature": 0, "max_tokens": 1,
+                     "logprobs": 1, "seed": 1234, "echo": True})
+
+    by_ids, by_text = scored(ids), scored(texts)
+    assert by_ids["usage"] == by_text["usage"] and by_ids["usage"]["prompt_tokens"] == sum(map(len, ids))
+    for id_choice, text_choice in zip(by_ids["choices"], by_text["choices"], strict=True):
+        assert id_choice["index"] == text_choice["index"] and id_choice["text"] == text_choice["text"]
+        assert id_choice["logprobs"] == text_choice["logprobs"]
+        assert len(id_choice["logprobs"]["token_logprobs"]) == len(ids[id_choice["index"]]) + 1
+    alone = post({"model": base_model.public_id, "prompt": ids[0], "echo": True, "logprobs": 1, "max_tokens": 0})
+    assert alone["choices"][0]["logprobs"]["token_logprobs"] == by_text["choices"][0]["logprobs"]["token_logprobs"][:-1]
+
+    def generated(prompt) -> list[str]:  # lm-eval's _create_payload(generate=True), greedy
+        answer = post({"model": base_model.public_id, "prompt": prompt, "max_tokens": 12, "temperature": 0,
+                       "stop": ["\n\n"], "seed": 1234})
+        return [choice["text"] for choice in sorted(answer["choices"], key=lambda choice: choice["index"])]
+
+    assert generated(ids) == generated(texts) and all(generated(ids))
+    one = client.completions.create(model=base_model.public_id, prompt=ids[1], max_tokens=6, temperature=0)
+    as_text = client.completions.create(model=base_model.public_id, prompt=texts[1], max_tokens=6, temperature=0)
+    assert one.choices[0].text == as_text.choices[0].text and one.usage == as_text.usage
+    chunks = list(client.completions.create(model=base_model.public_id, prompt=ids[1], max_tokens=6, temperature=0,
+                                            stream=True))
+    assert "".join(chunk.choices[0].text for chunk in chunks) == one.choices[0].text
+
+
 def test_tokens_are_project_scoped(api, asgi_server):  # noqa: F811
     import openai
 

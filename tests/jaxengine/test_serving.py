@@ -662,6 +662,33 @@ def test_a_warmed_server_compiles_nothing_for_a_penalized_or_biased_conversation
         assert compiles == []
 
 
+def test_a_warmed_server_compiles_nothing_to_score_a_prompt_of_its_warmed_buckets(tmp_path):
+    """QA: an echo with logprobs (how lm-evaluation-harness scores text) compiled its prompt bucket's scoring program
+    on the request, the warm-up compiling none: the first such request per bucket waited a compile. The warm-up's
+    scores (``warmup_scores``) compile the buckets its answers' prompts meet, one program each; a longer prompt's
+    bucket still compiles on first use."""
+    # A context of its own: a model structure of its own, whose programs no other test compiled.
+    model_dir = factories.build_tiny_model_dir(tmp_path / "scored", context=112)
+    model, _ = load_hf_model(model_dir)
+    decoder = BatchDecoder(model, load_tokenizer(model_dir), min_bucket=8)
+    server = BatchingServer(decoder)
+    scores = decoder.warmup_scores(longest_prompt=32)
+    assert [len(score.prompt_ids) for score in scores] == [5, 9, 17]  # the shortest prompt of buckets 8, 16 and 32
+    # The default 256 tokens are past the context: the buckets up to 128, whose shortest prompt (65) fits it.
+    assert [len(score.prompt_ids) for score in decoder.warmup_scores()] == [5, 9, 17, 33, 65]
+    server.warm(scores)
+    assert server.warmed.wait(timeout=300)
+    warmed = decoder.compiled.trace_count
+    assert warmed == 3
+    with xla_compiles() as compiles, contextlib.closing(server):
+        for length in (1, 2, 8, 9, 16, 17, 31, 32):
+            assert len(decoder.prompt_logprobs(list(range(3, 3 + length)), alternatives=2)) == length - 1
+        assert decoder.compiled.trace_count == warmed
+        assert compiles == []
+        decoder.prompt_logprobs(list(range(3, 36)), alternatives=1)  # bucket 64: not warmed
+    assert decoder.compiled.trace_count == warmed + 1 and compiles
+
+
 def test_warmup_groups_hold_each_row_count_of_the_smallest_buckets_request(served):
     model, tokenizer, _ = served
     decoder = BatchDecoder(model, tokenizer, max_slots=8)

@@ -273,6 +273,42 @@ def test_an_echo_of_no_new_tokens_scores_the_prompt_and_generates_nothing(redis_
         assert answer.get("choice") == (None if n == 1 else index)
 
 
+def test_a_prompt_of_token_ids_is_those_tokens_exactly_echoed_as_their_text(redis_db, model_dir):
+    """/v1/completions' prompt as token ids (lm-evaluation-harness's default) was refused. The ids are the prompt's
+    tokens as they are, never detokenized and tokenized again: the text's own ids answer, scored and echoed, as the
+    text does; the echo's text is the ids' text, special tokens included, as their entries name them."""
+    from jaxengine.prompts import with_bos
+
+    tokenizer = load_serving_model(model_dir).tokenizer
+    ids = with_bos(tokenizer, tokenizer.encode(PROMPT))
+    as_text = serve.generate(echo_request(model_dir, "ids-text", max_new_tokens=5, logprobs=2))
+    as_ids = serve.generate(echo_request(model_dir, "ids", prompt=None, prompt_token_ids=ids, max_new_tokens=5,
+                                         logprobs=2))
+    [prompt] = [event for event in channels.stored_events(redis_db, "ids") if event["type"] == "prompt"]
+    assert prompt["text"] == as_ids["prompt_text"] == as_text["prompt_text"] == PROMPT
+    assert {key: value for key, value in as_ids.items() if key != "first_token_seconds"} == {
+        key: value for key, value in as_text.items() if key != "first_token_seconds"}
+    assert as_ids["prompt_tokens"] == len(ids) == len(as_ids["prompt_logprobs"])
+    # A special token (this tokenizer's first) is a prompt token as any other: in the text, and one token.
+    special = min(tokenizer.special_ids)
+    marked = serve.generate(echo_request(model_dir, "ids-special", prompt=None, prompt_token_ids=[special, *ids],
+                                         max_new_tokens=0, logprobs=0))
+    special_text = tokenizer.decode([special], skip_special_tokens=False)
+    assert special_text and marked["prompt_text"] == special_text + PROMPT
+    assert marked["prompt_tokens"] == len(ids) + 1
+    assert "".join(entry["token"] for entry in marked["prompt_logprobs"]) == marked["prompt_text"]
+
+
+@pytest.mark.parametrize("echo", [False, True])
+def test_a_token_id_past_the_models_vocabulary_is_refused_naming_its_index_and_the_range(redis_db, model_dir, echo):
+    vocab_size = load_serving_model(model_dir).model.config.vocab_size
+    refused = serve.generate({**request(model_dir, f"ids-past-{echo}"), "messages": None, "echo": echo,
+                              "prompt_token_ids": [5, 6, vocab_size, 7], "logprobs": 1})
+    assert refused["error"] == (f"prompt: the token id at index 2, {vocab_size}, is outside the model's vocabulary; "
+                                f"give token ids from 0 to {vocab_size - 1} (its vocab_size is {vocab_size})")
+    assert channels.stored_events(redis_db, f"ids-past-{echo}")[-1]["type"] == "error"
+
+
 def test_no_new_tokens_without_echo_is_refused(redis_db, model_dir):
     refused = serve.generate({**request(model_dir, "nothing"), "max_new_tokens": 0})
     assert "max_new_tokens: 0 generates nothing; send it only with echo" in refused["error"]
@@ -353,6 +389,9 @@ def test_a_generation_past_its_timeout_ends_as_timeout(redis_db, model_dir):
 @pytest.mark.parametrize("fields,message", [
     ({"temperature": -1}, "temperature"),
     ({"messages": None}, "exactly one of messages"),
+    ({"prompt_token_ids": [1, 2]}, "exactly one of messages"),
+    ({"messages": None, "prompt_token_ids": []}, "prompt_token_ids\n  List should have at least 1 item"),
+    ({"messages": None, "prompt_token_ids": [1, -2]}, "Input should be greater than or equal to 0"),
     ({"model_path": "/nonexistent/model"}, "config.json"),
     ({"frequency_penalty": 2.5}, "frequency_penalty"),
     ({"logit_bias": {"99999": 1}}, "logit_bias: token id 99999 is outside the model's vocabulary"),
@@ -381,6 +420,11 @@ def test_prepare_loads_the_model_and_a_first_answer_then_compiles_nothing(redis_
     compiled = server.decoder.compiled.trace_count
     done = serve.generate(request(model_dir, "after-prepare", model_key="tiny-prepared", temperature=0.7, seed=3))
     assert done["completion_tokens"] > 0 and "error" not in done
+    assert server.decoder.compiled.trace_count == compiled
+    # An echo scoring its prompt (lm-evaluation-harness's loglikelihood) compiled its bucket's program on the request.
+    scored = serve.generate(echo_request(model_dir, "scored-after-prepare", model_key="tiny-prepared", max_new_tokens=0,
+                                         logprobs=1))
+    assert len(scored["prompt_logprobs"]) == scored["prompt_tokens"] > 1
     assert server.decoder.compiled.trace_count == compiled
 
 

@@ -13,13 +13,15 @@ event is a JSON object with a ``seq`` (0, 1, ...) and a ``type``:
   and, where the request asked for log probabilities (``logprobs``: how many alternatives), ``logprobs``:
   one entry per token, shaped as OpenAI's chat ``logprobs.content`` entries (``token``, ``bytes``,
   ``logprob``, ``top_logprobs``: that many ``{token, bytes, logprob}``; ``worker.tasks.serve.logprobs_json``);
-- ``prompt``: an echo's (``/v1/completions``' ``echo``), before the first token: ``text`` (the prompt as sent),
+- ``prompt``: an echo's (``/v1/completions``' ``echo``), before the first token: ``text`` (the prompt as sent, or
+  the text of the token ids sent, special tokens included: ``worker.tasks.serve.echoed_text``),
   ``tokens`` (its tokens) and, where log probabilities were asked for, ``logprobs``: an entry per prompt token as
   above, the first's ``logprob`` and ``top_logprobs`` null (nothing comes before it to predict it);
 - ``done``: ``text`` (the whole answer), ``finish_reason`` (``stop`` | ``length`` | ``cancelled`` |
   ``timeout``), ``prompt_tokens``, ``completion_tokens``, ``first_token_seconds``, ``choice`` (its place
   among a request's ``n`` answers; absent for a request of one), ``logprobs`` (every token's, as above)
-  where asked, and an echo's ``prompt_logprobs`` (its ``prompt`` event's ``logprobs``) where asked;
+  where asked, and an echo's ``prompt_text`` (its ``prompt`` event's ``text``) and ``prompt_logprobs`` (its
+  ``logprobs``) where asked;
 - ``error``: ``message`` (what went wrong, for the user), and ``code`` ``context_length_exceeded`` when
   the prompt and the tokens asked for do not fit the model's context.
 

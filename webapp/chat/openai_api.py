@@ -53,6 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_
 from pydantic_core import PydanticCustomError
 
 from jaxengine.chat_template import TEMPLATE_VARIABLES_MAX
+from webapp.api.problems import value_as_sent
 from webapp.api.services import TOKEN_PREFIX as REST_TOKEN_PREFIX
 from webapp.celery import app as celery_app
 from webapp.chat import channels, selectors
@@ -366,11 +367,53 @@ NOTHING_TO_GENERATE = ("0 generates nothing: it is taken only with echo: true (t
                        "logprobs); give a whole number from 1 to 8192, or send echo: true")
 
 
+# The forms of /v1/completions' prompt, as OpenAI's and vLLM's servers take them.
+PROMPT_FORMS = ("a string, a list of strings, a list of token ids (one prompt) or a list of lists of token ids (a "
+                "prompt each)")
+# What a token id sent in a prompt may be here; the serve worker, which knows the model's vocabulary, refuses one
+# past it naming its range (jaxengine.serving.BatchDecoder.check_prompt).
+TOKEN_IDS = "token ids are whole numbers from 0 to the model's vocabulary size less one"
+
+
+def _is_token_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _token_ids_problem(ids: list, *, prompt: int | None = None) -> str | None:
+    """What makes ``ids`` (a prompt sent as token ids, ``prompt`` its place in a list of them) no prompt, or None."""
+    which = "" if prompt is None else f" of prompt {prompt}"
+    if not ids:
+        return f"prompt {prompt} is an empty list of token ids; give at least one token id"
+    for index, token_id in enumerate(ids):
+        if not _is_token_id(token_id):
+            return f"the item at index {index}{which}, {value_as_sent(token_id)}, is not a token id; {TOKEN_IDS}"
+        if not 0 <= token_id <= MAX_STORED_INT:
+            return f"the token id at index {index}{which}, {token_id}, is out of range; {TOKEN_IDS}"
+    return None
+
+
+def _item_kind(item: Any) -> str | None:
+    """The kind of an item of a ``prompt`` list, in the plural: ``strings``, ``token ids``, ``lists`` (of token ids,
+    checked apart), or None (no item of a prompt)."""
+    if isinstance(item, str):
+        return "strings"
+    if isinstance(item, list):
+        return "lists"
+    return "token ids" if _is_token_id(item) else None
+
+
+def _prompts_of(prompt: str | list) -> list:
+    """The prompts of a ``prompt`` field: a string, or a list of token ids, is one."""
+    return [prompt] if isinstance(prompt, str) or (prompt and _is_token_id(prompt[0])) else prompt
+
+
 class CompletionBody(_Body):
     # From 0 here: max_tokens 0 with echo (the prompt's log probabilities alone) is how text is scored.
     max_tokens: StrictInt | None = Field(default=None, ge=0, le=8192)
-    prompt: str | list[str] = Field(description=f"a string, or a JSON array of up to {MAX_PROMPTS} strings (a choice "
-                                                "each)")
+    # Token ids are a prompt's tokens exactly (no BOS added, never turned into text and tokenized again), as
+    # lm-evaluation-harness's local-completions sends its prompts by default.
+    prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]] = Field(description=(
+        f"{PROMPT_FORMS}; up to {MAX_PROMPTS} prompts, a choice each"))
     # The sampled token's log probability and those of this many most likely alternatives (OpenAI's legacy
     # ``choices[0].logprobs``: tokens, token_logprobs, top_logprobs, text_offset), before sampling settings.
     logprobs: StrictInt | None = Field(default=None, ge=0, le=MAX_COMPLETION_LOGPROBS)
@@ -403,33 +446,50 @@ class CompletionBody(_Body):
 
     @field_validator("prompt", mode="before")
     @classmethod
-    def _one_or_more_strings(cls, prompt):
-        # OpenAI's prompt is a string or a list of them (a choice each); its lists of token ids are not taken here.
+    def _texts_or_token_ids(cls, prompt):
+        # One of OpenAI's four forms (PROMPT_FORMS), never a mix (strings and lists of ids), as OpenAI's API refuses
+        # one.
         if isinstance(prompt, str):
             return _refuse_lone_surrogates(prompt)
-        if not isinstance(prompt, list) or not all(isinstance(text, str) for text in prompt):
-            raise ValueError("give a string or a list of strings (token ids are not taken)")
+        if not isinstance(prompt, list):
+            raise ValueError(f"give {PROMPT_FORMS}")
         if not prompt:
-            raise ValueError("give at least one prompt")
+            raise ValueError("give at least one prompt (an empty list is none)")
+        kinds = [_item_kind(item) for item in prompt]
+        if None in kinds:
+            index = kinds.index(None)
+            raise ValueError(f"the item at index {index}, {value_as_sent(prompt[index])}, is not a string, a token id "
+                             f"or a list of token ids; give {PROMPT_FORMS}")
+        if len(set(kinds)) > 1:
+            raise ValueError(f"the list mixes {' and '.join(sorted(set(kinds)))}; give {PROMPT_FORMS}, not a mix")
+        if kinds[0] == "token ids":  # one prompt's
+            if problem := _token_ids_problem(prompt):
+                raise ValueError(problem)
+            return prompt
         if len(prompt) > MAX_PROMPTS:
             raise ValueError(f"give at most {MAX_PROMPTS} prompts")
-        for text in prompt:
-            _refuse_lone_surrogates(text)
+        if kinds[0] == "strings":
+            _refuse_lone_surrogates(*prompt)
+            return prompt
+        for index, ids in enumerate(prompt):
+            if problem := _token_ids_problem(ids, prompt=index):
+                raise ValueError(problem)
         return prompt
 
     @field_validator("prompt")
     @classmethod
-    def _choices_bounded(cls, prompt: str | list[str], info: pydantic.ValidationInfo) -> str | list[str]:
+    def _choices_bounded(cls, prompt: str | list, info: pydantic.ValidationInfo) -> str | list:
         # Every prompt's n answers are a generation each that the view follows: as many as a list of prompts may ask.
-        n = info.data.get("n", 1)
-        if isinstance(prompt, list) and len(prompt) * n > MAX_PROMPTS:
-            raise ValueError(f"{len(prompt)} prompts with n {n} ask for {len(prompt) * n} choices; ask for at most "
+        n, count = info.data.get("n", 1), len(_prompts_of(prompt))
+        if count * n > MAX_PROMPTS:
+            raise ValueError(f"{count} prompts with n {n} ask for {count * n} choices; ask for at most "
                              f"{MAX_PROMPTS} (fewer prompts, or a smaller n)")
         return prompt
 
     @property
-    def prompts(self) -> list[str]:
-        return [self.prompt] if isinstance(self.prompt, str) else self.prompt
+    def prompts(self) -> list[str | list[int]]:
+        """Each prompt: its text, or its token ids."""
+        return _prompts_of(self.prompt)
 
 
 def _refuse_lone_surrogates(*texts: str) -> str:
@@ -553,8 +613,8 @@ def _choice_ids(task_ids: list[str], n: int) -> list[str]:
     return task_ids if n == 1 else [channels.choice_id(task_id, index) for task_id in task_ids for index in range(n)]
 
 
-def _request(body: _Body, choice, generation_id: str, *, project_slug: str, messages=None, prompt=None
-             ) -> dict[str, Any]:
+def _request(body: _Body, choice, generation_id: str, *, project_slug: str, messages=None, prompt=None,
+             prompt_token_ids=None) -> dict[str, Any]:
     request = {"id": generation_id, "model_key": choice.cache_key, "model_path": choice.path,
                "project_slug": project_slug,
                "max_new_tokens": body.budget, "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k,
@@ -571,6 +631,8 @@ def _request(body: _Body, choice, generation_id: str, *, project_slug: str, mess
         # A run's model's variables as its Run row has them (ModelChoice.template_kwargs), then the request's.
         if variables := {**choice.template_kwargs, **(body.chat_template_kwargs or {})}:
             request["chat_template_kwargs"] = variables
+    elif prompt_token_ids is not None:
+        request["prompt_token_ids"] = prompt_token_ids
     else:
         request["prompt"] = prompt
     return request
@@ -711,9 +773,18 @@ def _unanswered() -> str:
             "'serve' queue (scripts/up.sh starts one) and is not stuck, then try again")
 
 
-def _failed(event: dict[str, Any]) -> JsonResponse:
+def _prompt_of_choice(index: int, *, n: int, prompts: int) -> int | None:
+    """The place of choice ``index``'s prompt in a list of ``prompts`` with ``n`` answers each (``_choice_ids``), or
+    None where there is one prompt."""
+    return index // n if prompts > 1 else None
+
+
+def _failed(event: dict[str, Any], *, prompt: int | None = None) -> JsonResponse:
+    """The error of a generation that failed; ``prompt``: its prompt's place in a list of several, which the worker's
+    message (of its one prompt) cannot name."""
     if event["type"] == "error":  # the worker's code: context_length_exceeded, or none for other refusals
-        return _error(400, event["message"], code=event.get("code") or "generation_failed")
+        where = "" if prompt is None else f" (prompt {prompt} of the list, counted from 0)"
+        return _error(400, event["message"] + where, code=event.get("code") or "generation_failed")
     if event["type"] == "unanswered":
         return _error(503, _unanswered(), kind="server_error", code="no_serve_worker")
     return _error(503, REDIS_LOST, kind="server_error")
@@ -859,8 +930,9 @@ class _Endpoint:
     inputs: Callable[[Any], list[dict[str, Any]]]  # each task's messages or prompt (n answers each)
     chunk_text: Callable[[str, bool], dict[str, Any]]  # (text, whether it is the choice's first text of the stream)
     final_text: Callable[[str], dict[str, Any]]
-    # Each task's prompt text, echoed before its answers (whole: the worker streams it as a ``prompt`` event); None.
-    echoed: Callable[[Any], list[str] | None]
+    # Whether each choice's text begins with its prompt's: the serve worker's (streamed: its ``prompt`` event; whole:
+    # its ``done``'s ``prompt_text``), a prompt of token ids having no text of its own until decoded.
+    echoes: Callable[[Any], bool]
     # A choice's ``logprobs``: (the events' entries, ``worker.tasks.serve.logprobs_json``, or None where none were
     # asked for; the text offset of the first entry's token) -> its value in the endpoint's shape.
     logprobs: Callable[[list[dict[str, Any]] | None, int], Any]
@@ -927,12 +999,13 @@ async def _answer(body: _Body, choice, generation_id: str, endpoint: _Endpoint, 
             for one_id in generation_ids:
                 _stop(one_id)
             raise
-        refused = next((first for first in firsts if first["type"] in ("error", "unavailable", "unanswered")), None)
+        refused = next((index for index, first in enumerate(firsts)
+                        if first["type"] in ("error", "unavailable", "unanswered")), None)
         if refused is not None:
             for one_id, first in zip(generation_ids, firsts):
                 if first["type"] not in channels.TERMINAL_TYPES:
                     _stop(one_id)
-            return _failed(refused)
+            return _failed(firsts[refused], prompt=_prompt_of_choice(refused, n=body.n, prompts=len(inputs)))
         return _streaming(_AnswerStream(list(zip(generation_ids, firsts, streams)), chunk,
                                         include_usage=include_usage, answer_id=generation_id,
                                         token_id=token_id))
@@ -947,19 +1020,20 @@ async def _answer(body: _Body, choice, generation_id: str, endpoint: _Endpoint, 
             pending.discard(watch)
             for wait in finished:
                 if wait.result()["type"] != "done":  # the answer is this refusal: the others' text would be lost
-                    return _failed(wait.result())
+                    return _failed(wait.result(),
+                                   prompt=_prompt_of_choice(waits.index(wait), n=body.n, prompts=len(inputs)))
     finally:
         watch.cancel()
         for wait in waits:
             wait.cancel()  # stops a generation still going (see _final); nothing for one that ended
         await asyncio.gather(*waits, watch, return_exceptions=True)
     finals = [wait.result() for wait in waits]
-    echoed = endpoint.echoed(body)
+    echoes = endpoint.echoes(body)
 
     def final_choice(index: int, done: dict[str, Any]) -> dict[str, Any]:
         text, entries = done["text"], done.get("logprobs")
-        if echoed is not None:  # the prompt's text and its tokens' entries before the answer's (choice p * n + i)
-            text = echoed[index // body.n] + text
+        if echoes:  # the prompt's text and its tokens' entries before the answer's
+            text = done["prompt_text"] + text
             entries = None if entries is None else [*done.get("prompt_logprobs", []), *entries]
         return {"index": index, **endpoint.final_text(text), "logprobs": endpoint.logprobs(entries, 0),
                 "finish_reason": FINISH_REASONS[done["finish_reason"]]}
@@ -976,7 +1050,7 @@ CHAT = _Endpoint(
     # OpenAI names the role in the first chunk's delta only
     chunk_text=lambda text, first: {"delta": ({"role": "assistant"} if first else {}) | ({"content": text} if text else {})},
     final_text=lambda text: {"message": {"role": "assistant", "content": text}},
-    echoed=lambda body: None,
+    echoes=lambda body: False,
     logprobs=lambda entries, offset: None if entries is None else {"content": entries, "refusal": None},
 )
 
@@ -1005,10 +1079,11 @@ def _completion_logprobs(entries: list[dict[str, Any]] | None, offset: int) -> d
 
 TEXT = _Endpoint(
     schema=CompletionBody, id_prefix="cmpl", chunk_object="text_completion", final_object="text_completion",
-    inputs=lambda body: [{"prompt": prompt} for prompt in body.prompts],
+    inputs=lambda body: [{"prompt": prompt} if isinstance(prompt, str) else {"prompt_token_ids": prompt}
+                         for prompt in body.prompts],
     chunk_text=lambda text, first: {"text": text},
     final_text=lambda text: {"text": text},
-    echoed=lambda body: body.prompts if body.echo else None,
+    echoes=lambda body: body.echo,
     logprobs=_completion_logprobs,
 )
 

@@ -15,7 +15,8 @@ submitted as one group (``BatchingServer.submit_group``), rows decoded in the sa
 ``choice_seed(seed, i)``, and each streams as a generation of its own (``_ChoiceEvents``).
 
 An echo (``GenerateRequest.echo``, ``/v1/completions``' ``echo``) sends a ``prompt`` event before the answers' tokens:
-the prompt's text and, with ``logprobs``, its tokens' log probabilities, scored once on this task's thread
+the prompt's text (of a prompt sent as token ids, those ids' text: ``echoed_text``) and, with ``logprobs``, its
+tokens' log probabilities, scored once on this task's thread
 (``jaxengine.serving.BatchDecoder.prompt_logprobs``) however many answers follow; ``max_new_tokens`` 0, which only an
 echo may ask, submits no generation.
 """
@@ -78,8 +79,9 @@ class Message(BaseModel):
 
 
 class GenerateRequest(BaseModel):
-    """What the web sends: the generation id, the model (a cache key and its directory, and the project asking), either a
-    conversation (rendered with the model's chat template) or a raw ``prompt``, and sampling settings."""
+    """What the web sends: the generation id, the model (a cache key and its directory, and the project asking), one
+    of a conversation (rendered with the model's chat template), a raw ``prompt`` or the prompt's token ids
+    (``prompt_token_ids``, decoded as they are), and sampling settings."""
 
     model_config = ConfigDict(extra="forbid")
     id: str = Field(min_length=1, max_length=100)
@@ -96,6 +98,9 @@ class GenerateRequest(BaseModel):
     chat_template_kwargs: dict[str, str | int | float | bool | None] = Field(
         default_factory=dict, max_length=2 * TEMPLATE_VARIABLES_MAX)
     prompt: str | None = None
+    # /v1/completions' prompt sent as token ids (lm-evaluation-harness's default): exactly the prompt's tokens, no BOS
+    # added, never detokenized and tokenized again; ids past the model's vocabulary are the engine's PromptError.
+    prompt_token_ids: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, min_length=1)
     # None (an API request without max_tokens): up to DEFAULT_MAX_NEW_TOKENS, fewer where the prompt leaves less
     # room in the context, as OpenAI's and vLLM's servers fill the context rather than refuse. 0 (with echo only):
     # nothing generated, the prompt scored.
@@ -127,7 +132,7 @@ class GenerateRequest(BaseModel):
     def _something_to_answer(self):
         if self.max_new_tokens == 0 and not self.echo:
             raise ValueError("max_new_tokens: 0 generates nothing; send it only with echo (the prompt scored)")
-        if self.echo and self.prompt is None:
+        if self.echo and self.messages is not None:
             raise ValueError("echo: a conversation's rendered prompt is not echoed; send echo with a prompt")
         return self
 
@@ -139,8 +144,8 @@ class GenerateRequest(BaseModel):
 
     @model_validator(mode="after")
     def _one_prompt(self):
-        if (self.messages is None) == (self.prompt is None):
-            raise ValueError("give exactly one of messages (a conversation) or prompt (raw text)")
+        if [self.messages, self.prompt, self.prompt_token_ids].count(None) != 2:
+            raise ValueError("give exactly one of messages (a conversation), prompt (raw text) or prompt_token_ids")
         if self.messages is not None and not self.messages:
             raise ValueError("messages: the conversation is empty")
         from jaxengine.chat_template import template_variable_problem
@@ -191,8 +196,8 @@ def configure_serve_worker(sender=None, options=None, **kwargs) -> None:
 def server_for(key: str, path: str):
     """The batching server of a cached model (loading it, and closing servers of models evicted or loaded
     again); chats and review campaigns share it, so a model is loaded once per serve process. A new server
-    compiles a lone conversation's programs, then concurrent conversations', in its idle time
-    (``TEMPER_SERVE_WARMUP``)."""
+    compiles a lone conversation's programs, then concurrent conversations', then an echo's prompt scoring, in its
+    idle time (``TEMPER_SERVE_WARMUP``)."""
     global _cache
     from jaxengine.serving import BatchDecoder, BatchingServer, ModelCache, devices_for_model
 
@@ -215,7 +220,7 @@ def server_for(key: str, path: str):
             _servers[key] = BatchingServer(decoder)
             _server_models[key] = loaded
             if settings.TEMPER_SERVE_WARMUP:
-                _servers[key].warm([*decoder.warmup_requests(), *decoder.warmup_groups()])
+                _servers[key].warm([*decoder.warmup_requests(), *decoder.warmup_groups(), *decoder.warmup_scores()])
         _forget_programs_of(closed)  # after the new server: a model loaded again keeps its structure's programs
         server = _servers[key]
     if loading:
@@ -397,9 +402,12 @@ def prepare(model_key: str, model_path: str, project_slug: str | None = None) ->
 
 
 def prompt_ids(request: GenerateRequest, tokenizer) -> tuple[int, ...]:
-    """The request's prompt as token ids: a conversation rendered exactly as SFT renders prompts."""
+    """The request's prompt as token ids: a conversation rendered exactly as SFT renders prompts, a text with the
+    model's BOS before it, token ids as they were sent."""
     from jaxengine.prompts import encode_prompt, with_bos
 
+    if request.prompt_token_ids is not None:
+        return tuple(request.prompt_token_ids)
     if request.messages is not None:
         return tuple(encode_prompt(tokenizer, [message.model_dump() for message in request.messages],
                                    **request.chat_template_kwargs))
@@ -473,25 +481,37 @@ def token_fields(tokenizer, tokens: int, delta: str, logprobs) -> dict:
 def done_fields(tokenizer, result, prompt: dict | None = None) -> dict:
     """A ``done`` event's fields for a ``ServeResult``; its log probabilities whole, as the text (an answer read at
     its end does not depend on token events), where the request asked; with ``prompt`` (an echo's ``prompt`` event
-    fields), the prompt's log probabilities too (``prompt_logprobs``), where they were asked."""
+    fields), the prompt's text (``prompt_text``) and its log probabilities (``prompt_logprobs``), where they were
+    asked."""
     done = {"text": result.text, "finish_reason": result.finish_reason, "prompt_tokens": result.prompt_tokens,
             "completion_tokens": len(result.token_ids), "first_token_seconds": result.first_token_seconds}
     if result.logprobs is not None:
         done["logprobs"] = logprobs_json(tokenizer, result.logprobs)
+    if prompt is not None:  # a whole answer's echo reads the prompt's text here: token ids have none of their own
+        done["prompt_text"] = prompt["text"]
     if prompt is not None and "logprobs" in prompt:
         done["prompt_logprobs"] = prompt["logprobs"]
     return done
 
 
 def echo_fields(parsed: GenerateRequest, server, tokenizer, ids: tuple[int, ...]) -> dict:
-    """The ``prompt`` event of an echo: the prompt's text as sent and, where log probabilities were asked for, its
-    tokens' (``prompt_logprobs_json``), scored once however many answers follow; ``PromptError`` for a prompt the
-    model cannot take."""
+    """The ``prompt`` event of an echo: the prompt's text (``echoed_text``) and, where log probabilities were asked
+    for, its tokens' (``prompt_logprobs_json``), scored once however many answers follow; ``PromptError`` for a prompt
+    the model cannot take."""
     if parsed.logprobs is None:
         server.decoder.check_prompt(ids, new_tokens=0)
-        return {"text": parsed.prompt, "tokens": len(ids)}
+        return {"text": echoed_text(parsed, tokenizer, ids), "tokens": len(ids)}
     scored = server.decoder.prompt_logprobs(ids, alternatives=parsed.logprobs)
-    return {"text": parsed.prompt, "tokens": len(ids), "logprobs": prompt_logprobs_json(tokenizer, ids, scored)}
+    return {"text": echoed_text(parsed, tokenizer, ids), "tokens": len(ids),
+            "logprobs": prompt_logprobs_json(tokenizer, ids, scored)}
+
+
+def echoed_text(parsed: GenerateRequest, tokenizer, ids: tuple[int, ...]) -> str:
+    """An echo's text: the prompt as sent, or the text of the token ids sent, special tokens included, since they
+    are prompt tokens as any other (their entries' ``token`` name them, and ``text_offset`` counts them)."""
+    if parsed.prompt is not None:
+        return parsed.prompt
+    return tokenizer.decode(ids, skip_special_tokens=False)
 
 
 def nothing_generated(ids: tuple[int, ...], *, logprobs: bool):

@@ -107,7 +107,7 @@ GIVE_A_ROLE = "give one of system, developer, user, assistant"
     ("/v1/chat/completions", {"model": "{model}"}, "messages", "missing_required_parameter",
      f"messages: missing (it is required); {GIVE_MESSAGES}"),
     ("/v1/completions", {"model": "{model}"}, "prompt", "missing_required_parameter",
-     "prompt: missing (it is required); give a string, or a JSON array of up to 32 strings (a choice each)"),
+     f"prompt: missing (it is required); give {openai_api.PROMPT_FORMS}; up to 32 prompts, a choice each"),
     ("/v1/chat/completions", {"model": "{model}", "messages": [HI, {"content": "x"}]}, "messages[1].role",
      "missing_required_parameter", f"messages[1].role: missing (it is required); {GIVE_A_ROLE}"),
     # the wrong type, a number or true/false in quotes told to leave them out
@@ -270,7 +270,7 @@ MISSPELT = "not a field read here; did you mean {}? (A field not read here is ig
     ("/v1/completions", {"model": "{model}", "prompt": 5, "max_tokens": 0, "echo": "yes"},
      "max_tokens", "invalid_value",
      [f"max_tokens: {openai_api.NOTHING_TO_GENERATE}",
-      "prompt: give a string or a list of strings (token ids are not taken)",
+      f"prompt: give {openai_api.PROMPT_FORMS}",
       'echo: "yes" is not true or false; give true or false']),
 ])
 def test_every_problem_of_a_bad_body_is_said_at_once(api, worker, path, body, param, code, lines):
@@ -679,7 +679,8 @@ X = {**token_logprobs("x", 0.0), "logprob": None, "top_logprobs": None}
 SPACE = token_logprobs(" ", -1.25, (" ", -1.25), ("z", -2.0))
 Y = token_logprobs("y", -4.0, ("q", -0.5), ("y", -4.0))
 PROMPT_EVENT = {"type": "prompt", "text": "x y", "tokens": 3, "logprobs": [X, SPACE, Y]}
-ECHOED = [PROMPT_EVENT, *WITH_LOGPROBS[:-1], {**WITH_LOGPROBS[-1], "prompt_logprobs": [X, SPACE, Y]}]
+ECHOED = [PROMPT_EVENT, *WITH_LOGPROBS[:-1],
+          {**WITH_LOGPROBS[-1], "prompt_text": "x y", "prompt_logprobs": [X, SPACE, Y]}]
 ECHOED_LOGPROBS = {"tokens": ["x", " ", "y", "Hel", "lo", "bytes:\\xe2", "bytes:\\xe2"],
                    "token_logprobs": [None, -1.25, -4.0, -0.25, -0.5, -3.0, -3.0],
                    "top_logprobs": [None, {" ": -1.25, "z": -2.0}, {"q": -0.5, "y": -4.0}, {"Hel": -0.25, "He": -1.5},
@@ -717,7 +718,8 @@ def test_echo_without_logprobs_is_the_prompt_and_the_answer(api, worker):
     model, headers = api
     scripts, requests = worker
     prompt_alone = {"type": "prompt", "text": "x y", "tokens": 3}
-    scripts += [[prompt_alone, *ANSWER], [prompt_alone, *ANSWER]]
+    echoed = [prompt_alone, *ANSWER[:-1], {**ANSWER[-1], "prompt_text": "x y"}]
+    scripts += [echoed, echoed]
     body = {"model": model.public_id, "prompt": "x y", "echo": True}
     response = post("/v1/completions", body, headers)
     assert response.status_code == 200, response.content
@@ -734,7 +736,8 @@ def test_echo_of_no_new_tokens_is_the_prompt_scored_and_max_tokens_0_is_refused_
     model, headers = api
     scripts, requests = worker
     scored = [PROMPT_EVENT, {"type": "done", "text": "", "finish_reason": "length", "prompt_tokens": 3,
-                             "completion_tokens": 0, "logprobs": [], "prompt_logprobs": [X, SPACE, Y]}]
+                             "completion_tokens": 0, "logprobs": [], "prompt_text": "x y",
+                             "prompt_logprobs": [X, SPACE, Y]}]
     scripts += [scored, scored]
     body = {"model": model.public_id, "prompt": "x y", "echo": True, "logprobs": 2, "max_tokens": 0,
             "temperature": 0}
@@ -774,7 +777,7 @@ def test_each_choice_of_a_list_of_prompts_echoes_its_own_prompt(api, worker):
         return [{"type": "prompt", "text": prompt, "tokens": 1, "logprobs": [first]},
                 {"type": "token", "text": "!", "tokens": 1, "logprobs": [entry]},
                 {"type": "done", "text": "!", "finish_reason": "length", "prompt_tokens": 1, "completion_tokens": 1,
-                 "logprobs": [entry], "prompt_logprobs": [first], "choice": choice}]
+                 "logprobs": [entry], "prompt_text": prompt, "prompt_logprobs": [first], "choice": choice}]
 
     bang, dot = token_logprobs("!", -0.5), token_logprobs("!", -1.5)
     scripts += [answer("a", 0, bang), answer("a", 1, dot), answer("b", 0, bang), answer("b", 1, dot)]
@@ -934,11 +937,100 @@ def test_a_list_of_prompts_gets_a_choice_per_prompt_in_order(api, worker):
     scripts.append(completion_events("A", 3))
     response = post("/v1/completions", {"model": model.public_id, "prompt": ["one"]}, headers)
     assert response.status_code == 200 and len(response.json()["choices"]) == 1
-    for prompt, message in (([], "prompt: give at least one prompt"),
-                            ([1, 2], "prompt: give a string or a list of strings (token ids are not taken)"),
+    for prompt, message in (([], "prompt: give at least one prompt (an empty list is none)"),
+                            (["a", [1, 2]], "prompt: the list mixes lists and strings; give "
+                                            f"{openai_api.PROMPT_FORMS}, not a mix"),
                             (["a"] * 33, "prompt: give at most 32 prompts")):
         response = post("/v1/completions", {"model": model.public_id, "prompt": prompt}, headers)
         assert response.status_code == 400 and response.json()["error"]["message"] == message, response.content
+
+
+def test_a_prompt_of_token_ids_is_sent_as_its_ids_and_a_list_of_them_a_prompt_each(api, worker):
+    """Token ids were refused ("token ids are not taken"): lm-evaluation-harness's local-completions sends them by
+    default. A list of ids is one prompt, a list of lists a prompt each (a choice each, in order); each reaches the
+    serve worker as its ids, not as text. An echo's text is the worker's (the ids' text: the web has none)."""
+    model, headers = api
+    scripts, requests = worker
+    scripts += [completion_events("A", 3)]
+    response = post("/v1/completions", {"model": model.public_id, "prompt": [5, 0, 7], "max_tokens": 1}, headers)
+    assert response.status_code == 200, response.content
+    assert [(request["prompt_token_ids"], "prompt" in request) for request in requests] == [([5, 0, 7], False)]
+    GenerateRequest.model_validate({**requests[0], "model_path": "/m"})  # the worker takes it
+    assert [choice["text"] for choice in response.json()["choices"]] == ["A"]
+    scored = [[{"type": "prompt", "text": text, "tokens": 2},
+               {"type": "done", "text": "", "finish_reason": "length", "prompt_tokens": 2, "completion_tokens": 0,
+                "prompt_text": text}] for text in ("ab", "cd")]
+    scripts += scored
+    body = {"model": model.public_id, "prompt": [[1, 2], [3, 4]], "echo": True, "max_tokens": 0}
+    response = post("/v1/completions", body, headers)
+    assert response.status_code == 200, response.content
+    assert [request["prompt_token_ids"] for request in requests[1:]] == [[1, 2], [3, 4]]
+    assert [(choice["index"], choice["text"]) for choice in response.json()["choices"]] == [(0, "ab"), (1, "cd")]
+    assert response.json()["usage"] == {"prompt_tokens": 4, "completion_tokens": 0, "total_tokens": 4}
+    scripts += scored
+    status, lines = stream("/v1/completions", {**body, "stream": True}, headers)
+    assert status == 200
+    texts = {json.loads(line.removeprefix("data: "))["choices"][0]["text"] for line in lines[:-1]}
+    assert texts == {"ab", "cd", ""}
+
+
+IDS_RANGE = "token ids are whole numbers from 0 to the model's vocabulary size less one"
+
+
+@pytest.mark.parametrize("prompt,message", [
+    ([[]], "prompt 0 is an empty list of token ids; give at least one token id"),
+    ([[1], []], "prompt 1 is an empty list of token ids; give at least one token id"),
+    ([5, -1], f"the token id at index 1, -1, is out of range; {IDS_RANGE}"),
+    ([[5], [6, 7, -3]], f"the token id at index 2 of prompt 1, -3, is out of range; {IDS_RANGE}"),
+    ([5, 2**40], f"the token id at index 1, {2**40}, is out of range; {IDS_RANGE}"),
+    ([[5], [6, 7.5]], f"the item at index 1 of prompt 1, 7.5, is not a token id; {IDS_RANGE}"),
+    ([[5], [True]], f"the item at index 0 of prompt 1, true, is not a token id; {IDS_RANGE}"),
+    ([[5], ["6"]], f'the item at index 0 of prompt 1, "6", is not a token id; {IDS_RANGE}'),
+    ([True, 5], "the item at index 0, true, is not a string, a token id or a list of token ids; give "
+                f"{openai_api.PROMPT_FORMS}"),
+    ([5, "a"], f"the list mixes strings and token ids; give {openai_api.PROMPT_FORMS}, not a mix"),
+    ([[5], "a"], f"the list mixes lists and strings; give {openai_api.PROMPT_FORMS}, not a mix"),
+    ([[5], 6], f"the list mixes lists and token ids; give {openai_api.PROMPT_FORMS}, not a mix"),
+    ([[5]] * 33, "give at most 32 prompts"),
+])
+def test_it_rejects_a_prompt_of_token_ids_it_cannot_take_and_queues_nothing(api, worker, prompt, message):
+    model, headers = api
+    _scripts, requests = worker
+    response = post("/v1/completions", {"model": model.public_id, "prompt": prompt}, headers)
+    assert response.status_code == 400, response.content
+    assert response.json()["error"] == {"message": f"prompt: {message}", "type": "invalid_request_error",
+                                        "param": "prompt", "code": "invalid_value"}
+    assert requests == []
+
+
+def test_prompts_of_token_ids_times_n_are_bounded_as_a_list_of_strings(api, worker):
+    model, headers = api
+    _scripts, requests = worker
+    one_prompt = openai_api.CompletionBody.model_validate({"model": "m", "prompt": list(range(40)), "n": 8})
+    assert one_prompt.prompts == [list(range(40))]  # 40 ids: one prompt, its 8 choices within the bound
+    response = post("/v1/completions", {"model": model.public_id, "prompt": [[1]] * 5, "n": 7}, headers)
+    assert response.json()["error"]["message"] == ("prompt: 5 prompts with n 7 ask for 35 choices; ask for at most 32 "
+                                                   "(fewer prompts, or a smaller n)")
+
+
+def test_a_token_id_the_model_has_not_is_the_workers_400_naming_the_prompt_of_a_list(api, worker):
+    """The web does not know the model's vocabulary; the serve worker refuses an id past it, naming its index and the
+    range (jaxengine's check_prompt). Of a list of prompts, the answer says which prompt it was."""
+    model, headers = api
+    scripts, _requests = worker
+    past = {"type": "error", "message": "prompt: the token id at index 1, 999, is outside the model's vocabulary; "
+                                        "give token ids from 0 to 402 (its vocab_size is 403)"}
+    scripts += [completion_events("A", 1), [past]]
+    response = post("/v1/completions", {"model": model.public_id, "prompt": [[1], [2, 999]]}, headers)
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == past["message"] + " (prompt 1 of the list, counted from 0)"
+    scripts += [completion_events("A", 1), [past]]
+    status, body = stream("/v1/completions", {"model": model.public_id, "prompt": [[1], [2, 999]], "stream": True},
+                          headers)
+    assert status == 400 and body["error"]["message"] == past["message"] + " (prompt 1 of the list, counted from 0)"
+    scripts += [[past]]
+    response = post("/v1/completions", {"model": model.public_id, "prompt": [2, 999]}, headers)
+    assert response.json()["error"]["message"] == past["message"]  # one prompt: no more to say
 
 
 def choice_events(text: str, index: int, *, prompt_tokens: int = 4, finish_reason: str = "stop") -> list[dict]:
