@@ -1818,6 +1818,23 @@ def test_a_deleted_base_model_or_dataset_is_named_in_the_runs_history(team, run,
     assert f"<code>data.train</code>: {catalog.sft.public_id}, which" in form
 
 
+def test_a_deleted_dataset_version_is_named_as_it_was_at_launch(team, client_for, catalog, sent_tasks):
+    """A run whose training data was deleted showed only ``dv_… (deleted since)``: its name and version number,
+    recorded at launch, say what it trained on (the name escaped). A run launched before they were recorded
+    keeps the id alone."""
+    catalog.sft.dataset.name = "<i>chats</i>"
+    catalog.sft.dataset.save()
+    run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate)
+    older = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate)
+    Run.objects.filter(pk=older.pk).update(dataset_names={})
+    catalog.sft.delete()
+    page = client_for(team.viewer).get(url(run)).content.decode()
+    assert (f"Training data <bdi>&lt;i&gt;chats&lt;/i&gt;</bdi> v1 <code>{catalog.sft.public_id}</code> "
+            '<span class="muted">(deleted since)</span>') in page
+    page = client_for(team.viewer).get(url(older)).content.decode()
+    assert f"Training data <code>{catalog.sft.public_id}</code> <span class=\"muted\">(deleted since)</span>" in page
+
+
 def test_it_rejects_notes_past_the_cap_keeping_what_was_typed(team, run, client_for):
     """Notes of any length were stored (9 MB was) and rendered on every view of the run page. Past
     20,000 characters they are refused at the notes field, the text kept in the form; the textarea
