@@ -1006,7 +1006,9 @@ def lineage(*, run: Run) -> dict[str, Any]:
         "base_model": run.base_model,
         "source_run": run.source_run,
         "datasets": run.datasets_by_use(),
-        "deleted": run.deleted_references(),
+        # (use, id, {"name", "number"} as recorded at launch, or None: a model, or data deleted before it was recorded).
+        "deleted": [(use, ref, run.recorded_dataset_name(ref) if use != "model" else None)
+                    for use, ref in run.deleted_references()],
         "artifacts": list(run.artifacts.all()),
         # Their names and ids only: a sweep started from this run would otherwise read each one's series_cache.
         "derived_runs": list(run.derived_runs.order_by("created_at").only("public_id", "name", "source_run")),
@@ -1130,6 +1132,12 @@ def reference_names(*, project_id: int, values: Iterable[Any]) -> dict[str, Spec
     return found
 
 
+def _deleted_name(run: Run, use: str, ref: str) -> str:
+    """How a deleted model or data version of ``run``'s spec is named: data as its launch recorded it."""
+    recorded = run.recorded_dataset_name(ref) if use != "model" else None
+    return f"{recorded['name']} v{recorded['number']} (deleted since)" if recorded else "deleted since"
+
+
 def config_diff(*, runs: list[Run]) -> list[dict[str, Any]]:
     """One row per spec key across ``runs``: its values (None where absent; a model, run or dataset
     version id as a ``SpecReference`` with its name) and whether they differ."""
@@ -1138,7 +1146,7 @@ def config_diff(*, runs: list[Run]) -> list[dict[str, Any]]:
     named = reference_names(project_id=runs[0].project_id, values=[value for entry in flat for value in entry.values()]
                             ) if runs else {}
     # What a run's spec names and is gone reads as such, as on its page's lineage (not as a bare id).
-    gone = [{("model" if use == "model" else f"data.{use}", ref): SpecReference(name="deleted since", ref=ref)
+    gone = [{("model" if use == "model" else f"data.{use}", ref): SpecReference(name=_deleted_name(run, use, ref), ref=ref)
              for use, ref in run.deleted_references()} for run in runs]
     rows = []
     for key in keys:

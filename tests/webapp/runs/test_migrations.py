@@ -289,3 +289,28 @@ def test_tags_differing_only_in_case_are_merged_into_the_oldest_runs_spelling():
         ("run_beta", "BASELINE", "baseline"), ("run_both", "Baseline", "baseline"), ("run_both", "lr", "lr"),
         ("run_new", "Baseline", "baseline"), ("run_new", "x", "x"), ("run_old", "Baseline", "baseline"),
         ("run_old", "lr", "lr")]
+
+
+def test_runs_launched_before_dataset_names_were_recorded_get_those_of_their_versions_still_there():
+    with migrated_back_to(("runs", "0025_one_spelling_per_tag"), ("datasets", "0009_version_notice")) as apps:
+        Project = apps.get_model("projects", "Project")
+        Run = apps.get_model("runs", "Run")
+        Dataset = apps.get_model("datasets", "Dataset")
+        DatasetVersion = apps.get_model("datasets", "DatasetVersion")
+        project = Project.objects.create(name="alpha", slug="alpha")
+        chats = Dataset.objects.create(project=project, name="chats", name_key="chats", kind="sft")
+        questions = Dataset.objects.create(project=project, name="questions", name_key="questions", kind="prompts")
+        train = DatasetVersion.objects.create(public_id="dv_train", dataset=chats, number=3, file_path="a",
+                                              original_filename="a.jsonl", format="jsonl", size_bytes=1)
+        held_out = DatasetVersion.objects.create(public_id="dv_eval", dataset=questions, number=1, file_path="b",
+                                                 original_filename="b.jsonl", format="jsonl", size_bytes=1)
+        both = Run.objects.create(public_id="run_both", project=project, name="r", task="sft",
+                                  spec={"data": {"train": "dv_train", "eval": "dv_eval"}}, resolved_spec={})
+        both.dataset_versions.set([train, held_out])
+        Run.objects.create(public_id="run_gone", project=project, name="r", task="sft",
+                           spec={"data": {"train": "dv_deleted"}}, resolved_spec={})
+    from webapp.runs.models import Run as CurrentRun
+
+    assert dict(CurrentRun.objects.values_list("public_id", "dataset_names")) == {
+        "run_both": {"dv_train": {"name": "chats", "number": 3}, "dv_eval": {"name": "questions", "number": 1}},
+        "run_gone": {}}

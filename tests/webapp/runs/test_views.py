@@ -1807,7 +1807,8 @@ def test_a_deleted_base_model_or_dataset_is_named_in_the_runs_history(team, run,
     catalog.base_model.delete()
     page = client_for(team.viewer).get(url(run)).content.decode()
     assert f"Starting model <code>{catalog.base_model.public_id}</code> <span class=\"muted\">(deleted since)</span>" in page
-    assert f"Training data <code>{catalog.sft.public_id}</code> <span class=\"muted\">(deleted since)</span>" in page
+    assert (f"Training data <bdi>chats</bdi> v1 <code>{catalog.sft.public_id}</code> "
+            '<span class="muted">(deleted since)</span>') in page
     table = client_for(team.viewer).get("/p/alpha/runs/").content.decode()
     row = table.split(f'data-run="{run.public_id}"')[1].split("</tr>")[0]
     assert "deleted starting model" in row and "deleted data" in row
