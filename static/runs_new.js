@@ -64,6 +64,23 @@
       });
     });
   });
+  // data.max_seq_len may not pass the chosen model's positions (the launch refuses it): each model option says
+  // them, the field's help says the chosen one's, and until someone types in the field it starts within them.
+  var modelSelect = document.getElementById("spec-model");
+  document.querySelectorAll("input[data-unlimited]").forEach(function (input) {
+    var limit = document.querySelector("#" + input.id + "-help .model-limit");
+    input.addEventListener("input", function () { input.dataset.typed = "true"; });
+    if (!modelSelect || !limit) return;
+    modelSelect.addEventListener("change", function () {
+      var option = modelSelect.options[modelSelect.selectedIndex];
+      var positions = parseInt((option && option.dataset.positions) || "", 10);
+      limit.textContent = positions ? "At most " + positions + ": the model's context." : "";
+      var unlimited = parseInt(input.dataset.unlimited, 10);
+      if (input.dataset.typed || !unlimited) return;
+      input.value = String(positions ? Math.min(unlimited, positions) : unlimited);
+    });
+  });
+
   // As bare links the task tabs dropped everything typed; the server keeps the values chosen (without
   // JavaScript they stay links).
   document.querySelectorAll("nav.tabs a[data-task]").forEach(function (tab) {

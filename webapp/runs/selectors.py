@@ -308,6 +308,23 @@ def model_choices(*, project: Project, current: Any = None) -> list[tuple[str, s
     return choices
 
 
+def model_positions(*, project: Project, references: Iterable[str]) -> dict[str, int]:
+    """The most tokens each of ``references`` (``model_choices``' ids: ``bm_…``, ``run_…``, ``run_…@step``) may train
+    on: the positions its directory's config.json gives it, by the rule the launch refuses a longer ``data.max_seq_len``
+    by (``jaxengine.models.config.read_position_limit``). Left out: models whose config.json states none."""
+    from jaxengine.models.config import read_position_limit
+
+    wanted = set(references)
+    paths = dict(BaseModel.objects.filter(project=project, public_id__in=wanted).values_list("public_id", "path"))
+    run_ids = {reference.partition("@")[0] for reference in wanted if reference.startswith("run_")}
+    for run_id, kind, step, path in (Artifact.objects.filter(run__project=project, run__public_id__in=run_ids,
+                                                             kind__in=(ArtifactKind.MODEL, ArtifactKind.CHECKPOINT))
+                                     .values_list("run__public_id", "kind", "step", "path")):
+        paths[run_id if kind == ArtifactKind.MODEL else f"{run_id}@{step}"] = path
+    limits = {reference: read_position_limit(path) for reference, path in paths.items() if reference in wanted}
+    return {reference: limit.positions for reference, limit in limits.items() if limit is not None}
+
+
 def offered_as_starting_model(*, run: Run) -> bool:
     """Whether the launch form offers ``run``'s final model to start from (``model_choices``): succeeded, not
     archived, its model exported. A reward model scores text and writes none: no policy to go on from."""

@@ -42,10 +42,10 @@ from webapp.runs.access import get_run_for_user
 from webapp.runs.markup import render_markdown
 from webapp.runs.models import RunStatus
 from webapp.runs.placement import DEFAULT_POOL
-from webapp.runs.specform import (ONE_OF_KEYS, carry_to_task, changed_from_presets, form_sections,
+from webapp.runs.specform import (MODEL_LIMITED_KEYS, ONE_OF_KEYS, carry_to_task, changed_from_presets, form_sections,
                                   keys_the_form_cannot_show, merge_spec, one_of_errors, read_form, scale_out_section,
                                   spec_from_keys, spec_initial, tasks, with_checkbox_values, with_form_defaults,
-                                  without_rivals)
+                                  within_model_context, without_rivals)
 
 RUNS_PER_PAGE = 50
 SAMPLES_PER_PAGE = 50
@@ -159,6 +159,8 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
     row_prefixes = tuple(field.name + "." for field in fields if field.widget == "rewards")
     train_choices = selectors.dataset_choices(project=project, kinds=services.train_kinds(task))
     eval_choices = selectors.dataset_choices(project=project, kinds=services.eval_kinds(task))
+    model_choices = selectors.model_choices(project=project, current=initial.get("model"))
+    positions = selectors.model_positions(project=project, references=[value for value, _label in model_choices])
     return {
         "project": project, "membership": membership, "task": task, "tasks": tasks(),
         "sections": sections, "initial": initial, "errors": errors,
@@ -166,7 +168,8 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
         "scale_out": scale_out, "pools": selectors.pool_choices(current=initial.get("pool")),
         "rivals": json.dumps(ONE_OF_KEYS),  # static/runs_new.js clears a key's rival as the key is typed
         "pool_value": initial.get("pool") or DEFAULT_POOL,
-        "model_choices": selectors.model_choices(project=project, current=initial.get("model")),
+        "model_choices": [(value, label, positions.get(value)) for value, label in model_choices],
+        "model_limits": _model_limits(task, initial, preset_name, positions.get(initial.get("model"))),
         "train_choices": train_choices, "eval_choices": eval_choices,
         # The YAML view's list of ids: evaluation data of other kinds (prompts for sft) needs its id too.
         "eval_only_choices": [choice for choice in eval_choices if choice not in train_choices],
@@ -178,6 +181,20 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
         "yaml_text": yaml_text, "mode": mode, "name": name, "tags": tags, "sweep": sweep,
         "sweep_max_runs": sweeps.max_runs(),
     }
+
+
+def _model_limits(task: str, initial: dict[str, Any], preset_name: str | None, positions: int | None
+                  ) -> dict[str, dict[str, Any]]:
+    """For each of ``MODEL_LIMITED_KEYS``: the chosen model's ``positions`` (its input says them), and the value it
+    holds without a model's limit (``unlimited``: the preset's where the model's lowered it), which
+    ``static/runs_new.js`` starts it at, within the newly chosen model's, until someone types in it."""
+    limits = {}
+    for key in MODEL_LIMITED_KEYS:
+        value = initial.get(key)
+        preset_start = spec_initial(with_form_defaults(task, presets.preset_spec(task, preset_name))).get(key)
+        lowered = preset_name is not None and positions is not None and value == positions and preset_start > positions
+        limits[key] = {"positions": positions, "unlimited": preset_start if lowered else value}
+    return limits
 
 
 @login_required
@@ -230,6 +247,7 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
             train_choices = selectors.dataset_choices(project=project, kinds=services.train_kinds(task))
             if (data := request.GET.get("data")) in {value for value, _label in train_choices}:
                 spec = {**spec, "data": {**spec.get("data", {}), "train": data}}
+            spec = within_model_context(task, spec, _positions_of(project, spec.get("model")))
         initial = spec_initial(with_form_defaults(task, spec))
         context = _launch_context(project, membership, task=task, initial=initial, errors=errors,
                                   yaml_text=services.spec_to_yaml(_yaml_seed(task, spec)), mode="form", name=name,
@@ -400,11 +418,18 @@ def _switch_task(request: HttpRequest, project, membership, *, task: str, new_ta
             del kept[key]
     preset_name = preset_name or presets.presets_for(new_task)[0]["name"]
     spec = merge_spec(without_rivals(presets.preset_spec(new_task, preset_name), kept), spec_from_keys(kept))
+    if "data.max_seq_len" not in kept:  # a value someone chose stays, for the launch to refuse if it must
+        spec = within_model_context(new_task, spec, _positions_of(project, spec.get("model")))
     context = _launch_context(project, membership, task=new_task, initial=spec_initial(with_form_defaults(new_task, spec)),
                               errors={}, yaml_text=services.spec_to_yaml(_yaml_seed(new_task, spec)), mode=mode,
                               name=name, tags=tags, sweep=sweep, preset_name=preset_name)
     context["switched"] = {"from": task, "kept": sorted(kept), "dropped": dropped}
     return render(request, "runs/new.html", context)
+
+
+def _positions_of(project, model: Any) -> int | None:
+    """The positions starting model ``model`` (an id, or nothing chosen yet) may train on (``model_positions``)."""
+    return selectors.model_positions(project=project, references=[model]).get(model) if isinstance(model, str) else None
 
 
 def _dotted_keys(spec: dict[str, Any]) -> dict[str, Any]:
