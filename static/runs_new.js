@@ -38,6 +38,23 @@
     shown.appendChild(target);
     shown.submit();
   }
+  // A task tab or preset asks for its page with the shown editor's inputs in the address (a GET: reloading
+  // or going back shows the page again, sending no form, and the address can be shared), less the tokens
+  // that guard a POST and the inputs left blank (a blank keeps nothing across a switch).
+  var POST_ONLY = ["csrfmiddlewaretoken", "submission_token"];
+  function openWithShown(params) {
+    remember("switch_task");
+    var shown = document.querySelector("form.launch-form:not([hidden])");
+    var query = new URLSearchParams();
+    new FormData(shown).forEach(function (value, name) {
+      if (POST_ONLY.indexOf(name) === -1 && name !== "task" && typeof value === "string" && value.trim() !== "") {
+        query.append(name, value);
+      }
+    });
+    query.set("from_task", shown.querySelector('input[name="task"]').value);
+    Object.keys(params).forEach(function (name) { query.set(name, params[name]); });
+    window.location.assign(window.location.pathname + "?" + query.toString());
+  }
   // Each editor is a form of its own: a bare switch showed the other as first served, and launching
   // it lost what was typed.
   tabs.forEach(function (tab) {
@@ -87,7 +104,7 @@
     tab.addEventListener("click", function (event) {
       if (tab.classList.contains("active") || !document.querySelector("form.launch-form:not([hidden])")) return;
       event.preventDefault();
-      sendShown("switch_task", tab.dataset.task);
+      openWithShown({task: tab.dataset.task});
     });
   });
 
@@ -97,7 +114,8 @@
     link.addEventListener("click", function (event) {
       if (!document.querySelector("form.launch-form:not([hidden])")) return;
       event.preventDefault();
-      sendShown("apply_preset", link.dataset.preset);
+      openWithShown({task: document.querySelector('form.launch-form:not([hidden]) input[name="task"]').value,
+                     preset: link.dataset.preset});
     });
   });
 

@@ -205,6 +205,11 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
     task = source.get("task", "sft")
     if task not in tasks():
         task = "sft"
+    if request.method == "GET" and (from_task := request.GET.get("from_task")) in tasks():
+        # A task tab or preset sends the shown editor's inputs here, as a GET: the address holds the page, so that
+        # reloading it (or going back to it) shows it again rather than sending a form again, and it can be shared.
+        return _switch_task(request, project, membership, task=from_task, new_task=task,
+                            mode=request.GET.get("mode", "form"), preset_name=request.GET.get("preset"))
     if request.method == "GET":
         name, tags, errors, copy_notes = "", "", {}, []
         errors_heading = "Some of what the run used is gone"
@@ -256,11 +261,6 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
     mode = request.POST.get("mode", "form")
     if request.POST.get("switch") in EDITORS and request.POST["switch"] != mode:
         return _switch_editor(request, project, membership, task=task, source_mode=mode)
-    if request.POST.get("switch_task") in tasks() and request.POST["switch_task"] != task:
-        return _switch_task(request, project, membership, task=task, new_task=request.POST["switch_task"], mode=mode)
-    if request.POST.get("apply_preset") in {preset["name"] for preset in presets.presets_for(task)}:
-        return _switch_task(request, project, membership, task=task, new_task=task, mode=mode,
-                            preset_name=request.POST["apply_preset"])
     name, tags, yaml_text = request.POST.get("name", ""), request.POST.get("tags", ""), request.POST.get("spec_yaml", "")
     sweep = request.POST.get("sweep", "")
     errors: dict[str, list[str]] = {}
@@ -391,10 +391,13 @@ def _switch_task(request: HttpRequest, project, membership, *, task: str, new_ta
     that key; the rest of the page is ``new_task``'s first preset (``preset_name`` where given), so that a
     DPO form does not inherit the SFT preset's learning rate, and the page says what was kept and what
     was left out. The presets send the shown editor here too, with ``new_task`` = ``task``: as links they
-    also lost the model, data and name picked."""
-    name, tags, sweep = request.POST.get("name", ""), request.POST.get("tags", ""), request.POST.get("sweep", "")
+    also lost the model, data and name picked. The editor's inputs come in the query string (``from_task``
+    the task they were typed for, ``task`` and ``preset`` the page asked for): a switch is a GET, so
+    that the address is the page's, to reload, go back to or share, and a reload sends no form again."""
+    data = request.GET
+    name, tags, sweep = data.get("name", ""), data.get("tags", ""), data.get("sweep", "")
     if mode == "yaml":
-        yaml_text = request.POST.get("spec_yaml", "")
+        yaml_text = data.get("spec_yaml", "")
         try:
             current = _dotted_keys(services.spec_mapping_from_yaml(yaml_text))
         except ValidationError as error:
@@ -402,7 +405,7 @@ def _switch_task(request: HttpRequest, project, membership, *, task: str, new_ta
                 project, membership, task=task, initial={}, errors=error.message_dict, yaml_text=yaml_text,
                 mode="yaml", name=name, tags=tags, sweep=sweep, preset_name=None), status=400)
     else:
-        spec, input_errors = read_form(task, request.POST)
+        spec, input_errors = read_form(task, data)
         if input_errors:
             context = _launch_context(project, membership, task=task, initial=spec_initial(spec),
                                       errors={key: [message] for key, message in input_errors.items()},
@@ -416,7 +419,7 @@ def _switch_task(request: HttpRequest, project, membership, *, task: str, new_ta
         if key in kept and kept[key] not in {value for value, _label in selectors.dataset_choices(project=project, kinds=kinds)}:
             dropped[key] = f"{new_task} takes {' or '.join(kinds)} data"
             del kept[key]
-    preset_name = preset_name or presets.presets_for(new_task)[0]["name"]
+    preset_name = presets.preset_named(new_task, preset_name)["name"]  # the first where none (or a gone one) is named
     spec = merge_spec(without_rivals(presets.preset_spec(new_task, preset_name), kept), spec_from_keys(kept))
     if "data.max_seq_len" not in kept:  # a value someone chose stays, for the launch to refuse if it must
         spec = within_model_context(new_task, spec, _positions_of(project, spec.get("model")))
