@@ -437,8 +437,8 @@ def carry_to_task(old_task: str, new_task: str, changes: dict[str, Any]) -> tupl
     return kept, dropped
 
 
-# Keys whose longest value is the chosen model's: the form says the limit at the input and starts within it.
-MODEL_LIMITED_KEYS = ("data.max_seq_len",)
+# The key whose most is the chosen model's context: the form says that limit at its input and starts within it.
+CONTEXT_KEY = "data.max_seq_len"
 
 
 def within_model_context(task: str, spec: dict[str, Any], positions: int | None) -> dict[str, Any]:

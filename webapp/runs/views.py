@@ -42,7 +42,7 @@ from webapp.runs.access import get_run_for_user
 from webapp.runs.markup import render_markdown
 from webapp.runs.models import RunStatus
 from webapp.runs.placement import DEFAULT_POOL
-from webapp.runs.specform import (MODEL_LIMITED_KEYS, ONE_OF_KEYS, carry_to_task, changed_from_presets, form_sections,
+from webapp.runs.specform import (CONTEXT_KEY, ONE_OF_KEYS, carry_to_task, changed_from_presets, form_sections,
                                   keys_the_form_cannot_show, merge_spec, one_of_errors, read_form, scale_out_section,
                                   spec_from_keys, spec_initial, tasks, with_checkbox_values, with_form_defaults,
                                   within_model_context, without_rivals)
@@ -185,16 +185,13 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
 
 def _model_limits(task: str, initial: dict[str, Any], preset_name: str | None, positions: int | None
                   ) -> dict[str, dict[str, Any]]:
-    """For each of ``MODEL_LIMITED_KEYS``: the chosen model's ``positions`` (its input says them), and the value it
-    holds without a model's limit (``unlimited``: the preset's where the model's lowered it), which
-    ``static/runs_new.js`` starts it at, within the newly chosen model's, until someone types in it."""
-    limits = {}
-    for key in MODEL_LIMITED_KEYS:
-        value = initial.get(key)
-        preset_start = spec_initial(with_form_defaults(task, presets.preset_spec(task, preset_name))).get(key)
-        lowered = preset_name is not None and positions is not None and value == positions and preset_start > positions
-        limits[key] = {"positions": positions, "unlimited": preset_start if lowered else value}
-    return limits
+    """The chosen model's ``positions``, which ``CONTEXT_KEY``'s input says, and the value the input holds without
+    a model's limit (``unlimited``: the preset's where the model's lowered it), which ``static/runs_new.js``
+    starts it at, within the newly chosen model's, until someone types in it."""
+    value = initial.get(CONTEXT_KEY)
+    preset_start = spec_initial(with_form_defaults(task, presets.preset_spec(task, preset_name))).get(CONTEXT_KEY)
+    lowered = preset_name is not None and positions is not None and value == positions and preset_start > positions
+    return {CONTEXT_KEY: {"positions": positions, "unlimited": preset_start if lowered else value}}
 
 
 @login_required
@@ -421,7 +418,7 @@ def _switch_task(request: HttpRequest, project, membership, *, task: str, new_ta
             del kept[key]
     preset_name = presets.preset_named(new_task, preset_name)["name"]  # the first where none (or a gone one) is named
     spec = merge_spec(without_rivals(presets.preset_spec(new_task, preset_name), kept), spec_from_keys(kept))
-    if "data.max_seq_len" not in kept:  # a value someone chose stays, for the launch to refuse if it must
+    if CONTEXT_KEY not in kept:  # a value someone chose stays, for the launch to refuse if it must
         spec = within_model_context(new_task, spec, _positions_of(project, spec.get("model")))
     context = _launch_context(project, membership, task=new_task, initial=spec_initial(with_form_defaults(new_task, spec)),
                               errors={}, yaml_text=services.spec_to_yaml(_yaml_seed(new_task, spec)), mode=mode,
