@@ -38,6 +38,23 @@
     shown.appendChild(target);
     shown.submit();
   }
+  // A task tab or preset asks for its page with the shown editor's inputs in the address (a GET: reloading
+  // or going back shows the page again, sending no form, and the address can be shared), less the tokens
+  // that guard a POST and the inputs left blank (a blank keeps nothing across a switch).
+  var POST_ONLY = ["csrfmiddlewaretoken", "submission_token"];
+  function openWithShown(params) {
+    remember("switch_task");
+    var shown = document.querySelector("form.launch-form:not([hidden])");
+    var query = new URLSearchParams();
+    new FormData(shown).forEach(function (value, name) {
+      if (POST_ONLY.indexOf(name) === -1 && name !== "task" && typeof value === "string" && value.trim() !== "") {
+        query.append(name, value);
+      }
+    });
+    query.set("from_task", shown.querySelector('input[name="task"]').value);
+    Object.keys(params).forEach(function (name) { query.set(name, params[name]); });
+    window.location.assign(window.location.pathname + "?" + query.toString());
+  }
   // Each editor is a form of its own: a bare switch showed the other as first served, and launching
   // it lost what was typed.
   tabs.forEach(function (tab) {
@@ -64,13 +81,30 @@
       });
     });
   });
+  // data.max_seq_len may not pass the chosen model's positions (the launch refuses it): each model option says
+  // them, the field's help says the chosen one's, and until someone types in the field it starts within them.
+  var modelSelect = document.getElementById("spec-model");
+  document.querySelectorAll("input[data-unlimited]").forEach(function (input) {
+    var limit = document.querySelector("#" + input.id + "-help .model-limit");
+    input.addEventListener("input", function () { input.dataset.typed = "true"; });
+    if (!modelSelect || !limit) return;
+    modelSelect.addEventListener("change", function () {
+      var option = modelSelect.options[modelSelect.selectedIndex];
+      var positions = parseInt((option && option.dataset.positions) || "", 10);
+      limit.textContent = positions ? "At most " + positions + ": the model's context." : "";
+      var unlimited = parseInt(input.dataset.unlimited, 10);
+      if (input.dataset.typed || !unlimited) return;
+      input.value = String(positions ? Math.min(unlimited, positions) : unlimited);
+    });
+  });
+
   // As bare links the task tabs dropped everything typed; the server keeps the values chosen (without
   // JavaScript they stay links).
   document.querySelectorAll("nav.tabs a[data-task]").forEach(function (tab) {
     tab.addEventListener("click", function (event) {
       if (tab.classList.contains("active") || !document.querySelector("form.launch-form:not([hidden])")) return;
       event.preventDefault();
-      sendShown("switch_task", tab.dataset.task);
+      openWithShown({task: tab.dataset.task});
     });
   });
 
@@ -80,7 +114,8 @@
     link.addEventListener("click", function (event) {
       if (!document.querySelector("form.launch-form:not([hidden])")) return;
       event.preventDefault();
-      sendShown("apply_preset", link.dataset.preset);
+      openWithShown({task: document.querySelector('form.launch-form:not([hidden]) input[name="task"]').value,
+                     preset: link.dataset.preset});
     });
   });
 

@@ -178,3 +178,20 @@ def test_an_owner_deletes_a_version_then_the_dataset_from_their_pages(page, live
     assert ("Deleted the dataset \u2068mistake\u2069 with its 1 version and their files."
             in page.locator(".messages").inner_text())
     assert not Dataset.objects.filter(name="mistake").exists() and not first.absolute_path.exists()
+
+
+def test_a_file_name_holding_double_quotes_is_shown_as_uploaded(page, live_server, tmp_path):
+    """Chromium sends a '"' in a file's name as %22 (the HTML standard's escape in multipart): the version page
+    showed 'my %22best%22 rows.jsonl'. The name is stored as it was on the uploader's disk."""
+    from webapp.datasets.models import DatasetVersion
+
+    make_team()
+    log_in(page, live_server.url, "alpha-teammate")
+    page.goto(f"{live_server.url}/p/alpha/")
+    path = tmp_path / 'my "best" rows.jsonl'
+    path.write_text('{"prompt": "Hi", "completion": "Hello"}\n', encoding="utf-8")
+    upload(page, name="quoted", path=path)
+    page.wait_for_url("**/datasets/ds_*/v/1/")
+    assert DatasetVersion.objects.get().original_filename == 'my "best" rows.jsonl'
+    body = page.locator("main").inner_text()
+    assert 'my "best" rows.jsonl' in body and "%22" not in body

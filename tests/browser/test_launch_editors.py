@@ -129,6 +129,18 @@ def test_switching_task_keeps_what_was_changed_in_either_editor_and_launches_it(
     assert page.locator("#spec-dpo-beta").input_value() == "0.1"  # the DPO preset, for what was not changed
     notice = page.locator("#task-switched").inner_text()
     assert "Switched from sft to dpo" in notice and "model, optim.learning_rate, peft.rank" in notice
+    # The switch was a GET (a POST left ?task=sft in the address, and a reload sent the form again): the address
+    # holds the page, without the tokens that guard a launch, so reloading it shows it again and back goes back.
+    assert "task=dpo" in page.url and "from_task=sft" in page.url
+    assert "csrfmiddlewaretoken" not in page.url and "submission_token" not in page.url
+    page.reload()
+    assert page.locator("nav.tabs a.active[data-task]").inner_text() == "dpo"
+    assert page.locator("#spec-optim-learning_rate").input_value() == "0.003"
+    assert "Switched from sft to dpo" in page.locator("#task-switched").inner_text()
+    page.go_back()
+    page.locator("nav.tabs a.active[data-task=sft]").wait_for()
+    page.go_forward()
+    page.locator("nav.tabs a.active[data-task=dpo]").wait_for()
 
     # In the YAML editor: a changed key goes along to GRPO and back, and a launch runs it.
     page.get_by_role("link", name="YAML (advanced)").click()
@@ -168,6 +180,7 @@ def test_choosing_a_preset_keeps_the_model_data_and_name_picked(page, live_serve
     assert page.locator("#spec-model").input_value() == base_model.public_id
     assert page.locator("#spec-data-train").input_value() == chats.public_id
     assert page.locator("#spec-train-max_steps").input_value() == "7"
+    assert "preset=QLoRA" in page.url and "task=sft" in page.url  # a GET: the address is the page's
     assert Run.objects.count() == 0  # choosing a preset launches nothing
     launch(page)
     run = Run.objects.get()
@@ -295,3 +308,32 @@ def test_the_live_check_says_the_memory_a_device_would_need(page, live_server):
     assert check.locator(".memory-estimate").inner_text().startswith(
         "Memory: ≈ ") and " per device for weights + optimizer + activations" in check.inner_text()
     assert any(item.startswith("memory: the run needs ≈ ") for item in check.locator("li").all_inner_texts())
+
+
+def test_max_seq_len_follows_the_chosen_models_context_until_typed_in(page, live_server, tmp_path):
+    """data.max_seq_len started at 512 whatever the model: on a model of 256 positions the launch was refused.
+    Choosing a model says its limit at the field and starts the field within it; once someone types in the
+    field, choosing another model leaves their value (the live check names it if it is too long)."""
+    import json
+
+    from tests.webapp.factories import write_model_dir
+
+    team = make_team()
+    short_dir = write_model_dir(tmp_path / "short")  # max_position_embeddings 256
+    long_dir = write_model_dir(tmp_path / "long")
+    config = json.loads((long_dir / "config.json").read_text())
+    (long_dir / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 4096}))
+    short = make_base_model(team.project, name="short", path=str(short_dir))
+    long = make_base_model(team.project, name="long", path=str(long_dir))
+    log_in(page, live_server.url, team.teammate.username)
+
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    field, limit = page.locator("#spec-data-max_seq_len"), page.locator("#spec-data-max_seq_len-help .model-limit")
+    assert field.input_value() == "512" and limit.inner_text() == ""
+    page.select_option("#spec-model", short.public_id)
+    assert field.input_value() == "256" and limit.inner_text() == "At most 256: the model's context."
+    page.select_option("#spec-model", long.public_id)
+    assert field.input_value() == "512" and limit.inner_text() == "At most 4096: the model's context."
+    field.fill("2048")
+    page.select_option("#spec-model", short.public_id)
+    assert field.input_value() == "2048" and limit.inner_text() == "At most 256: the model's context."

@@ -51,7 +51,9 @@ class RunUpdate(_Body):
     """What the run page's edit form and archive button change; a key left out is left as it is."""
 
     name: str | None = Field(default=None, description=f"At most {RUN_NAME_MAX} characters, not blank.")
-    tags: list[str] | None = Field(default=None, description="Replace the tags (an empty list: none).")
+    tags: list[str] | None = Field(default=None, description="Replace the tags (an empty list: none). Tags differing "
+                                   "only in letter case are one tag of the project: one given again takes the "
+                                   "spelling the project's runs give it.")
     notes: str | None = Field(default=None, description="Markdown notes (\"\": none).")
     archived: bool | None = Field(default=None, description="Hide the run from the default table (a queued or "
                                                             "running run is refused: cancel it first) or restore it.")

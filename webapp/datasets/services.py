@@ -31,7 +31,7 @@ from webapp.core.text import checked_json, checked_name
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.datasets.selectors import (PROMPT_READ_ONCE_QUEUED, TURN_SPLITS_QUEUED, dataset_named, shown_statistics,
                                       version_readers)
-from webapp.datasets.uploads import store_upload
+from webapp.datasets.uploads import name_as_uploaded, store_upload
 from webapp.projects.models import Project
 from webapp.workers.deliveries import LostWorker, task_deliveries
 
@@ -138,7 +138,7 @@ def dataset_version_create(
     """
     # Checked as a name first (no bidi control, no zero-width character): "report" + U+202E + "lsx.csv" read
     # "reportvsc.xsl" on the version pages, and the extension it is told by was not the one shown.
-    filename = checked_name(upload.name or "", field="file")
+    filename = checked_name(name_as_uploaded(upload.name or ""), field="file")
     if file_format:
         try:
             file_format = formats.FileFormat(file_format.strip().lower()).value

@@ -43,6 +43,14 @@ def one_file_per_upload_message(count: int) -> str:
     return f"{count} files were sent: send one file per upload (upload each as a version of its own)"
 
 
+def name_as_uploaded(sent_name: str) -> str:
+    """The name of an uploaded file as it was on the sender's disk: browsers send a '"' in it as %22 (the HTML
+    standard's escape inside multipart's ``filename="..."``), and Django keeps the name as sent, so pages and
+    downloads showed ``my %22best%22.jsonl``. %0A and %0D (line breaks, escaped alike) stay as sent: a name
+    holding a line break cannot go into a download's Content-Disposition header."""
+    return sent_name.replace("%22", '"')
+
+
 def body_too_large(content_length: str | int | None, *, max_upload_bytes: int) -> bool:
     """True when a request body of ``content_length`` cannot hold a file within the limit."""
     try:

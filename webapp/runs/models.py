@@ -118,6 +118,9 @@ class Run(models.Model):
     source_run = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True,
                                    related_name="derived_runs", help_text="The run whose exported model this run starts from.")
     dataset_versions = models.ManyToManyField(DatasetVersion, blank=True, related_name="runs")
+    # What each dataset version of the spec was called when the run was launched, {"dv_…": {"name": "chats",
+    # "number": 2}}: its pages name the data it trained on after the version is deleted (``deleted_references``).
+    dataset_names = models.JSONField(default=dict, blank=True)
     pipeline = models.ForeignKey("Pipeline", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs")
     pipeline_stage = models.PositiveIntegerField(null=True, blank=True)
     stamped_template_date = models.TextField(blank=True, default="", help_text=STAMPED_TEMPLATE_DATE_HELP)
@@ -162,6 +165,12 @@ class Run(models.Model):
         ``base_model`` is then the one at the root of the chain, not what it started from."""
         model = self.spec.get("model") if isinstance(self.spec, dict) else None
         return isinstance(model, str) and model.startswith("run_")
+
+    def recorded_dataset_name(self, public_id: str) -> dict | None:
+        """``{"name": ..., "number": ...}`` of dataset version ``public_id`` as the run's launch recorded it; None for
+        runs launched before it was recorded whose version was already deleted."""
+        recorded = (self.dataset_names or {}).get(public_id)
+        return recorded if isinstance(recorded, dict) and {"name", "number"} <= recorded.keys() else None
 
     def deleted_references(self) -> list[tuple[str, str]]:
         """``(use, id)`` for what the spec names that is gone (deleted since): ``("model", "bm_…")`` when its

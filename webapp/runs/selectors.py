@@ -308,6 +308,23 @@ def model_choices(*, project: Project, current: Any = None) -> list[tuple[str, s
     return choices
 
 
+def model_positions(*, project: Project, references: Iterable[str]) -> dict[str, int]:
+    """The most tokens each of ``references`` (``model_choices``' ids: ``bm_…``, ``run_…``, ``run_…@step``) may train
+    on: the positions its directory's config.json gives it, by the rule the launch refuses a longer ``data.max_seq_len``
+    by (``jaxengine.models.config.read_position_limit``). Left out: models whose config.json states none."""
+    from jaxengine.models.config import read_position_limit
+
+    wanted = set(references)
+    paths = dict(BaseModel.objects.filter(project=project, public_id__in=wanted).values_list("public_id", "path"))
+    run_ids = {reference.partition("@")[0] for reference in wanted if reference.startswith("run_")}
+    for run_id, kind, step, path in (Artifact.objects.filter(run__project=project, run__public_id__in=run_ids,
+                                                             kind__in=(ArtifactKind.MODEL, ArtifactKind.CHECKPOINT))
+                                     .values_list("run__public_id", "kind", "step", "path")):
+        paths[run_id if kind == ArtifactKind.MODEL else f"{run_id}@{step}"] = path
+    limits = {reference: read_position_limit(path) for reference, path in paths.items() if reference in wanted}
+    return {reference: limit.positions for reference, limit in limits.items() if limit is not None}
+
+
 def offered_as_starting_model(*, run: Run) -> bool:
     """Whether the launch form offers ``run``'s final model to start from (``model_choices``): succeeded, not
     archived, its model exported. A reward model scores text and writes none: no policy to go on from."""
@@ -1006,7 +1023,9 @@ def lineage(*, run: Run) -> dict[str, Any]:
         "base_model": run.base_model,
         "source_run": run.source_run,
         "datasets": run.datasets_by_use(),
-        "deleted": run.deleted_references(),
+        # (use, id, {"name", "number"} as recorded at launch, or None: a model, or data deleted before it was recorded).
+        "deleted": [(use, ref, run.recorded_dataset_name(ref) if use != "model" else None)
+                    for use, ref in run.deleted_references()],
         "artifacts": list(run.artifacts.all()),
         # Their names and ids only: a sweep started from this run would otherwise read each one's series_cache.
         "derived_runs": list(run.derived_runs.order_by("created_at").only("public_id", "name", "source_run")),
@@ -1130,6 +1149,12 @@ def reference_names(*, project_id: int, values: Iterable[Any]) -> dict[str, Spec
     return found
 
 
+def _deleted_name(run: Run, use: str, ref: str) -> str:
+    """How a deleted model or data version of ``run``'s spec is named: data as its launch recorded it."""
+    recorded = run.recorded_dataset_name(ref) if use != "model" else None
+    return f"{recorded['name']} v{recorded['number']} (deleted since)" if recorded else "deleted since"
+
+
 def config_diff(*, runs: list[Run]) -> list[dict[str, Any]]:
     """One row per spec key across ``runs``: its values (None where absent; a model, run or dataset
     version id as a ``SpecReference`` with its name) and whether they differ."""
@@ -1138,7 +1163,7 @@ def config_diff(*, runs: list[Run]) -> list[dict[str, Any]]:
     named = reference_names(project_id=runs[0].project_id, values=[value for entry in flat for value in entry.values()]
                             ) if runs else {}
     # What a run's spec names and is gone reads as such, as on its page's lineage (not as a bare id).
-    gone = [{("model" if use == "model" else f"data.{use}", ref): SpecReference(name="deleted since", ref=ref)
+    gone = [{("model" if use == "model" else f"data.{use}", ref): SpecReference(name=_deleted_name(run, use, ref), ref=ref)
              for use, ref in run.deleted_references()} for run in runs]
     rows = []
     for key in keys:

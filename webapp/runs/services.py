@@ -806,7 +806,7 @@ def parse_tags(text: str | list[str]) -> list[str]:
                                            "page; send each tag as its own item, or use another character"})
         if len(tag) > MAX_TAG_LENGTH:
             raise ValidationError({"tags": f"tag {tag[:20]!r}… is longer than {MAX_TAG_LENGTH} characters"})
-        if tag not in tags:
+        if fold_tag(tag) not in {fold_tag(kept) for kept in tags}:  # "Baseline, baseline" is one tag
             tags.append(tag)
     if len(tags) > MAX_TAGS:
         raise ValidationError({"tags": f"at most {MAX_TAGS} tags per run"})
@@ -817,12 +817,27 @@ def parse_tags(text: str | list[str]) -> list[str]:
 def run_tags_write(*, run: Run, tags: list[str]) -> None:
     """Set ``run``'s tags (as ``parse_tags`` gives them): its ``tags`` list, which the pages show, and its ``RunTag``
     rows, which the runs table's search and tag menu read. The one writer of both, in one transaction, so that
-    the two never disagree."""
+    the two never disagree. A tag is spelt as the project's other runs spell it (``_project_spelling``): tags that
+    differ only in letter case are one tag of the project. Callers hold the project's lock (``project_lock``), so
+    that two spellings of a new tag given at once are not both stored."""
+    tags = _project_spelling(run=run, tags=tags)
     run.tags = tags
     Run.objects.filter(pk=run.pk).update(tags=tags)
     RunTag.objects.filter(run=run).exclude(tag__in=tags).delete()
     RunTag.objects.bulk_create([RunTag(run=run, project_id=run.project_id, tag=tag, tag_folded=fold_tag(tag))
                                 for tag in tags], ignore_conflicts=True)
+
+
+def _project_spelling(*, run: Run, tags: list[str]) -> list[str]:
+    """``tags`` each spelt as the oldest of the project's other runs holding it spells it, case aside ("baseline"
+    given where a run is tagged "Baseline" is "Baseline"), without repeats. ``run``'s own tags are left out of the
+    lookup: a run that alone holds a tag may change its case."""
+    spellings: dict[str, str] = {}
+    rows = (RunTag.objects.filter(project_id=run.project_id, tag_folded__in={fold_tag(tag) for tag in tags})
+            .exclude(run_id=run.pk).order_by("-run__created_at", "-run_id").values_list("tag_folded", "tag"))
+    for folded, spelling in rows:
+        spellings[folded] = spelling  # newest first: the oldest run's spelling is written last
+    return list(dict.fromkeys(spellings.get(fold_tag(tag), tag) for tag in tags))
 
 
 def metric_names_note(*, project_id: int, names: Iterable[str]) -> None:
@@ -1015,6 +1030,8 @@ def _save_planned(*, public_id: str, project: Project, plan: RunPlan, user: Abst
         base_model=plan.base_model, source_run=plan.source_run,
         total_steps=plan.resolved["train"].get("max_steps"), hosts=plan.resolved.get("hosts", 1),
         stamped_template_date=plan.stamped_template_date or "",
+        dataset_names={version.public_id: {"name": version.dataset.name, "number": version.number}
+                       for version in plan.dataset_versions},
     )
     run_tags_write(run=run, tags=tags)
     run.dataset_versions.set(plan.dataset_versions)
@@ -1685,6 +1702,8 @@ def run_update_details(*, run: Run, name: str | None = None, tags: str | list[st
     left as it is now (a tab opened before a teammate's edit, changing only the tags, wiped their
     notes); a field changed here that someone else changed meanwhile is refused, naming it, so that
     nobody's text is replaced unseen. Sent again, the form carries what it now shows, and replaces it."""
+    if tags is not None:  # before the run's row, as a deletion takes them
+        project_lock(project=run.project, doing="as the run's tags were being set")
     run = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
     given = {"name": name, "tags": tags, "notes": notes}
     if seen:

@@ -437,6 +437,23 @@ def carry_to_task(old_task: str, new_task: str, changes: dict[str, Any]) -> tupl
     return kept, dropped
 
 
+# The key whose most is the chosen model's context: the form says that limit at its input and starts within it.
+CONTEXT_KEY = "data.max_seq_len"
+
+
+def within_model_context(task: str, spec: dict[str, Any], positions: int | None) -> dict[str, Any]:
+    """``spec`` (a preset's, for a new form) with ``data.max_seq_len`` at most the model's ``positions``: its
+    value there, else the schema's default, is the most it starts at. A longer one is refused at launch
+    (``services._check_model_positions``), so a form opened on a short model started refused."""
+    if positions is None:
+        return spec
+    data = spec.get("data") or {}
+    start = data.get("max_seq_len", with_form_defaults(task, {})["data"]["max_seq_len"])
+    if not isinstance(start, int) or start <= positions:
+        return spec
+    return {**spec, "data": {**data, "max_seq_len": positions}}
+
+
 def spec_from_keys(values: dict[str, Any]) -> dict[str, Any]:
     """The spec mapping of dotted-key ``values`` (``spec_initial``'s inverse)."""
     spec: dict[str, Any] = {}

@@ -42,10 +42,10 @@ from webapp.runs.access import get_run_for_user
 from webapp.runs.markup import render_markdown
 from webapp.runs.models import RunStatus
 from webapp.runs.placement import DEFAULT_POOL
-from webapp.runs.specform import (ONE_OF_KEYS, carry_to_task, changed_from_presets, form_sections,
+from webapp.runs.specform import (CONTEXT_KEY, ONE_OF_KEYS, carry_to_task, changed_from_presets, form_sections,
                                   keys_the_form_cannot_show, merge_spec, one_of_errors, read_form, scale_out_section,
                                   spec_from_keys, spec_initial, tasks, with_checkbox_values, with_form_defaults,
-                                  without_rivals)
+                                  within_model_context, without_rivals)
 
 RUNS_PER_PAGE = 50
 SAMPLES_PER_PAGE = 50
@@ -159,6 +159,8 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
     row_prefixes = tuple(field.name + "." for field in fields if field.widget == "rewards")
     train_choices = selectors.dataset_choices(project=project, kinds=services.train_kinds(task))
     eval_choices = selectors.dataset_choices(project=project, kinds=services.eval_kinds(task))
+    model_choices = selectors.model_choices(project=project, current=initial.get("model"))
+    positions = selectors.model_positions(project=project, references=[value for value, _label in model_choices])
     return {
         "project": project, "membership": membership, "task": task, "tasks": tasks(),
         "sections": sections, "initial": initial, "errors": errors,
@@ -166,7 +168,8 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
         "scale_out": scale_out, "pools": selectors.pool_choices(current=initial.get("pool")),
         "rivals": json.dumps(ONE_OF_KEYS),  # static/runs_new.js clears a key's rival as the key is typed
         "pool_value": initial.get("pool") or DEFAULT_POOL,
-        "model_choices": selectors.model_choices(project=project, current=initial.get("model")),
+        "model_choices": [(value, label, positions.get(value)) for value, label in model_choices],
+        "model_limits": _model_limits(task, initial, preset_name, positions.get(initial.get("model"))),
         "train_choices": train_choices, "eval_choices": eval_choices,
         # The YAML view's list of ids: evaluation data of other kinds (prompts for sft) needs its id too.
         "eval_only_choices": [choice for choice in eval_choices if choice not in train_choices],
@@ -180,6 +183,17 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
     }
 
 
+def _model_limits(task: str, initial: dict[str, Any], preset_name: str | None, positions: int | None
+                  ) -> dict[str, dict[str, Any]]:
+    """The chosen model's ``positions``, which ``CONTEXT_KEY``'s input says, and the value the input holds without
+    a model's limit (``unlimited``: the preset's where the model's lowered it), which ``static/runs_new.js``
+    starts it at, within the newly chosen model's, until someone types in it."""
+    value = initial.get(CONTEXT_KEY)
+    preset_start = spec_initial(with_form_defaults(task, presets.preset_spec(task, preset_name))).get(CONTEXT_KEY)
+    lowered = preset_name is not None and positions is not None and value == positions and preset_start > positions
+    return {CONTEXT_KEY: {"positions": positions, "unlimited": preset_start if lowered else value}}
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def run_create(request: HttpRequest, slug: str) -> HttpResponse:
@@ -188,6 +202,11 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
     task = source.get("task", "sft")
     if task not in tasks():
         task = "sft"
+    if request.method == "GET" and (from_task := request.GET.get("from_task")) in tasks():
+        # A task tab or preset sends the shown editor's inputs here, as a GET: the address holds the page, so that
+        # reloading it (or going back to it) shows it again rather than sending a form again, and it can be shared.
+        return _switch_task(request, project, membership, task=from_task, new_task=task,
+                            mode=request.GET.get("mode", "form"), preset_name=request.GET.get("preset"))
     if request.method == "GET":
         name, tags, errors, copy_notes = "", "", {}, []
         errors_heading = "Some of what the run used is gone"
@@ -230,6 +249,7 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
             train_choices = selectors.dataset_choices(project=project, kinds=services.train_kinds(task))
             if (data := request.GET.get("data")) in {value for value, _label in train_choices}:
                 spec = {**spec, "data": {**spec.get("data", {}), "train": data}}
+            spec = within_model_context(task, spec, _positions_of(project, spec.get("model")))
         initial = spec_initial(with_form_defaults(task, spec))
         context = _launch_context(project, membership, task=task, initial=initial, errors=errors,
                                   yaml_text=services.spec_to_yaml(_yaml_seed(task, spec)), mode="form", name=name,
@@ -238,11 +258,6 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
     mode = request.POST.get("mode", "form")
     if request.POST.get("switch") in EDITORS and request.POST["switch"] != mode:
         return _switch_editor(request, project, membership, task=task, source_mode=mode)
-    if request.POST.get("switch_task") in tasks() and request.POST["switch_task"] != task:
-        return _switch_task(request, project, membership, task=task, new_task=request.POST["switch_task"], mode=mode)
-    if request.POST.get("apply_preset") in {preset["name"] for preset in presets.presets_for(task)}:
-        return _switch_task(request, project, membership, task=task, new_task=task, mode=mode,
-                            preset_name=request.POST["apply_preset"])
     name, tags, yaml_text = request.POST.get("name", ""), request.POST.get("tags", ""), request.POST.get("spec_yaml", "")
     sweep = request.POST.get("sweep", "")
     errors: dict[str, list[str]] = {}
@@ -373,10 +388,13 @@ def _switch_task(request: HttpRequest, project, membership, *, task: str, new_ta
     that key; the rest of the page is ``new_task``'s first preset (``preset_name`` where given), so that a
     DPO form does not inherit the SFT preset's learning rate, and the page says what was kept and what
     was left out. The presets send the shown editor here too, with ``new_task`` = ``task``: as links they
-    also lost the model, data and name picked."""
-    name, tags, sweep = request.POST.get("name", ""), request.POST.get("tags", ""), request.POST.get("sweep", "")
+    also lost the model, data and name picked. The editor's inputs come in the query string (``from_task``
+    the task they were typed for, ``task`` and ``preset`` the page asked for): a switch is a GET, so
+    that the address is the page's, to reload, go back to or share, and a reload sends no form again."""
+    data = request.GET
+    name, tags, sweep = data.get("name", ""), data.get("tags", ""), data.get("sweep", "")
     if mode == "yaml":
-        yaml_text = request.POST.get("spec_yaml", "")
+        yaml_text = data.get("spec_yaml", "")
         try:
             current = _dotted_keys(services.spec_mapping_from_yaml(yaml_text))
         except ValidationError as error:
@@ -384,7 +402,7 @@ def _switch_task(request: HttpRequest, project, membership, *, task: str, new_ta
                 project, membership, task=task, initial={}, errors=error.message_dict, yaml_text=yaml_text,
                 mode="yaml", name=name, tags=tags, sweep=sweep, preset_name=None), status=400)
     else:
-        spec, input_errors = read_form(task, request.POST)
+        spec, input_errors = read_form(task, data)
         if input_errors:
             context = _launch_context(project, membership, task=task, initial=spec_initial(spec),
                                       errors={key: [message] for key, message in input_errors.items()},
@@ -398,13 +416,20 @@ def _switch_task(request: HttpRequest, project, membership, *, task: str, new_ta
         if key in kept and kept[key] not in {value for value, _label in selectors.dataset_choices(project=project, kinds=kinds)}:
             dropped[key] = f"{new_task} takes {' or '.join(kinds)} data"
             del kept[key]
-    preset_name = preset_name or presets.presets_for(new_task)[0]["name"]
+    preset_name = presets.preset_named(new_task, preset_name)["name"]  # the first where none (or a gone one) is named
     spec = merge_spec(without_rivals(presets.preset_spec(new_task, preset_name), kept), spec_from_keys(kept))
+    if CONTEXT_KEY not in kept:  # a value someone chose stays, for the launch to refuse if it must
+        spec = within_model_context(new_task, spec, _positions_of(project, spec.get("model")))
     context = _launch_context(project, membership, task=new_task, initial=spec_initial(with_form_defaults(new_task, spec)),
                               errors={}, yaml_text=services.spec_to_yaml(_yaml_seed(new_task, spec)), mode=mode,
                               name=name, tags=tags, sweep=sweep, preset_name=preset_name)
     context["switched"] = {"from": task, "kept": sorted(kept), "dropped": dropped}
     return render(request, "runs/new.html", context)
+
+
+def _positions_of(project, model: Any) -> int | None:
+    """The positions starting model ``model`` (an id, or nothing chosen yet) may train on (``model_positions``)."""
+    return selectors.model_positions(project=project, references=[model]).get(model) if isinstance(model, str) else None
 
 
 def _dotted_keys(spec: dict[str, Any]) -> dict[str, Any]:

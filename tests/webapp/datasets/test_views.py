@@ -760,3 +760,20 @@ def test_a_ready_version_offers_the_runs_that_train_on_it(team, client_for):
     assert "/runs/new/?task=" not in client_for(team.viewer).get(version_url(preference)).content.decode()
     DatasetVersion.objects.filter(pk=preference.pk).update(status=VersionStatus.VALIDATING)
     assert "/runs/new/?task=" not in client_for(team.teammate).get(version_url(preference)).content.decode()
+
+
+class TestFileNameWithQuotes:
+    # A browser sends a file input's name in multipart with '"', CR and LF as %22, %0D and %0A (the HTML
+    # standard's escape for filename="..."); Django reads the name as sent.
+    def test_the_name_is_shown_and_downloaded_as_uploaded(self, team, client_for):
+        client = client_for(team.teammate)
+        response = client.post("/p/alpha/datasets/new/", upload_data(filename='my %22best%22 rows.jsonl'))
+        assert response.status_code == 302
+        version = DatasetVersion.objects.get()
+        assert version.original_filename == 'my "best" rows.jsonl'
+        services.dataset_version_validate(version_id=version.pk)
+        page = client.get(version_url(version)).content.decode()
+        assert "my &quot;best&quot; rows.jsonl" in page and "%22" not in page
+        download = client.get(version_url(version, "download/"))
+        # RFC 6266's quoted-string: the quotes escaped (Django's content_disposition_header).
+        assert download["Content-Disposition"] == 'attachment; filename="my \\"best\\" rows.jsonl"'

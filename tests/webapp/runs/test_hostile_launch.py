@@ -277,6 +277,36 @@ def test_a_max_seq_len_past_the_models_positions_is_a_field_error_of_the_launch_
         "data.max_seq_len at most 512, or choose a model with a longer context"]
 
 
+def test_the_launch_form_starts_max_seq_len_within_the_models_context_and_says_its_limit(team, catalog, client_for,
+                                                                                       tmp_path):
+    """The form started data.max_seq_len at the schema's 512 whatever the model: on a model of 256 positions that
+    launch was refused. Opened on such a model (a base model page's "Launch a run from it"), the field starts at the
+    model's positions and says they are its limit; each model option carries its limit, for the page's script to
+    say it when another model is chosen. A longer model keeps the preset's 512, and the limit is the launch's own
+    (a RoPE scaling extends it)."""
+    import json
+    import re
+
+    from tests.webapp.factories import write_model_dir
+    from webapp.basemodels.models import BaseModel
+
+    model_dir = write_model_dir(tmp_path / "model")  # max_position_embeddings 256
+    BaseModel.objects.filter(pk=catalog.base_model.pk).update(path=str(model_dir))
+    model = catalog.base_model.public_id
+    for task in ("sft", "pretrain"):  # the schema's default, and a preset's 512
+        page = client_for(team.teammate).get(f"/p/alpha/runs/new/?task={task}&model={model}").content.decode()
+        field = re.search(r'<div class="field spec-field" data-key="data.max_seq_len">.*?</div>', page, re.S)[0]
+        assert 'value="256"' in field and 'data-unlimited="512"' in field
+        assert "At most 256: the model's context." in field
+        assert f'<option value="{model}" data-positions="256" selected>' in page
+    config = json.loads((model_dir / "config.json").read_text())
+    config["rope_scaling"] = {"rope_type": "linear", "factor": 8.0}
+    (model_dir / "config.json").write_text(json.dumps(config))
+    page = client_for(team.teammate).get(f"/p/alpha/runs/new/?model={model}").content.decode()
+    field = re.search(r'<div class="field spec-field" data-key="data.max_seq_len">.*?</div>', page, re.S)[0]
+    assert 'value="512"' in field and "At most 2048: the model's context." in field
+
+
 def test_resuming_a_run_whose_saved_max_seq_len_is_past_the_models_positions_is_refused_up_front(
         team, catalog, client_for, sent_tasks, tmp_path):
     """A run saved before the launch check (or whose model's config.json changed since) kept data.max_seq_len 300

@@ -256,3 +256,61 @@ def test_sort_menu_names_no_run_holds_any_more_are_taken_out(monkeypatch):
 
     assert sorted(CurrentProjectMetricName.objects.values_list("project__slug", "name")) == [
         ("alpha", "eval/bleu"), ("alpha", "grad_norm"), ("alpha", "loss"), ("beta", "loss"), ("beta", "reward/mean")]
+
+
+def test_tags_differing_only_in_case_are_merged_into_the_oldest_runs_spelling():
+    """"Baseline" and "baseline" were two tags of a project; they become one, spelt as the oldest run holding it
+    spells it (not the first saved: the created times say which is older), in each run's list and in its ``RunTag``
+    rows; a run holding both keeps one where the first stood, and another project keeps its own spelling."""
+    from datetime import UTC, datetime
+
+    with migrated_back_to(("runs", "0024_forget_metric_names_no_run_holds")) as apps:
+        Project = apps.get_model("projects", "Project")
+        Run = apps.get_model("runs", "Run")
+        RunTag = apps.get_model("runs", "RunTag")
+        alpha = Project.objects.create(name="alpha", slug="alpha")
+        beta = Project.objects.create(name="beta", slug="beta")
+        for public_id, project, tags, day in (("run_new", alpha, ["baseline", "x"], 3),
+                                              ("run_old", alpha, ["lr", "Baseline"], 1),
+                                              ("run_both", alpha, ["BASELINE", "LR", "baseline"], 2),
+                                              ("run_beta", beta, ["BASELINE"], 4)):
+            run = Run.objects.create(public_id=public_id, project=project, name="r", task="sft", spec={},
+                                     resolved_spec={}, tags=tags)
+            Run.objects.filter(pk=run.pk).update(created_at=datetime(2026, 1, day, tzinfo=UTC))
+            RunTag.objects.bulk_create([RunTag(run=run, project=project, tag=tag, tag_folded=tag.casefold())
+                                        for tag in tags])
+    from webapp.runs.models import Run as CurrentRun
+    from webapp.runs.models import RunTag as CurrentRunTag
+
+    assert dict(CurrentRun.objects.values_list("public_id", "tags")) == {
+        "run_old": ["lr", "Baseline"], "run_both": ["Baseline", "lr"], "run_new": ["Baseline", "x"],
+        "run_beta": ["BASELINE"]}
+    assert sorted(CurrentRunTag.objects.values_list("run__public_id", "tag", "tag_folded")) == [
+        ("run_beta", "BASELINE", "baseline"), ("run_both", "Baseline", "baseline"), ("run_both", "lr", "lr"),
+        ("run_new", "Baseline", "baseline"), ("run_new", "x", "x"), ("run_old", "Baseline", "baseline"),
+        ("run_old", "lr", "lr")]
+
+
+def test_runs_launched_before_dataset_names_were_recorded_get_those_of_their_versions_still_there():
+    with migrated_back_to(("runs", "0025_one_spelling_per_tag"), ("datasets", "0009_version_notice")) as apps:
+        Project = apps.get_model("projects", "Project")
+        Run = apps.get_model("runs", "Run")
+        Dataset = apps.get_model("datasets", "Dataset")
+        DatasetVersion = apps.get_model("datasets", "DatasetVersion")
+        project = Project.objects.create(name="alpha", slug="alpha")
+        chats = Dataset.objects.create(project=project, name="chats", name_key="chats", kind="sft")
+        questions = Dataset.objects.create(project=project, name="questions", name_key="questions", kind="prompts")
+        train = DatasetVersion.objects.create(public_id="dv_train", dataset=chats, number=3, file_path="a",
+                                              original_filename="a.jsonl", format="jsonl", size_bytes=1)
+        held_out = DatasetVersion.objects.create(public_id="dv_eval", dataset=questions, number=1, file_path="b",
+                                                 original_filename="b.jsonl", format="jsonl", size_bytes=1)
+        both = Run.objects.create(public_id="run_both", project=project, name="r", task="sft",
+                                  spec={"data": {"train": "dv_train", "eval": "dv_eval"}}, resolved_spec={})
+        both.dataset_versions.set([train, held_out])
+        Run.objects.create(public_id="run_gone", project=project, name="r", task="sft",
+                           spec={"data": {"train": "dv_deleted"}}, resolved_spec={})
+    from webapp.runs.models import Run as CurrentRun
+
+    assert dict(CurrentRun.objects.values_list("public_id", "dataset_names")) == {
+        "run_both": {"dv_train": {"name": "chats", "number": 3}, "dv_eval": {"name": "questions", "number": 1}},
+        "run_gone": {}}

@@ -15,7 +15,7 @@ from tests.webapp.factories import make_ready_version, thinking_model_dir
 from tests.webapp.runs.conftest import FakeRedis, make_pool_worker, sft_spec
 from webapp.core.templatetags.temper import when
 from webapp.runs import selectors, services
-from webapp.runs.models import Artifact, ArtifactKind, CheckpointExport, Run, RunStatus
+from webapp.runs.models import Artifact, ArtifactKind, CheckpointExport, Run, RunStatus, RunTag
 from webapp.workers.models import Worker
 
 
@@ -433,6 +433,24 @@ def test_it_rejects_invisible_characters_in_tags(team, catalog, sent_tasks, djan
     services.run_update_details(run=run, tags="caf\u00e9, cafe\u0301")
     run.refresh_from_db()
     assert run.tags == ["caf\u00e9"]
+
+
+def test_tags_differing_only_in_case_are_one_tag_of_the_first_spelling(team, catalog, sent_tasks,
+                                                                       django_capture_on_commit_callbacks):
+    """"Baseline" and "baseline" were two tags of a project: the table's tag menu listed both, and its filter
+    found half the runs. A tag takes the spelling the project's runs already give it, and a run lists it once;
+    a run that alone holds a tag may still change its case."""
+    first = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    services.run_update_details(run=first, tags="Baseline, LR-sweep")
+    with django_capture_on_commit_callbacks(execute=True):
+        second = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner,
+                                     tags="baseline, BASELINE, new")
+    assert second.tags == ["Baseline", "new"]
+    services.run_update_details(run=first, tags="baseline, lr-sweep")
+    first.refresh_from_db()
+    assert first.tags == ["Baseline", "lr-sweep"]
+    assert sorted(RunTag.objects.filter(project=team.project).values_list("tag", flat=True)) == [
+        "Baseline", "Baseline", "lr-sweep", "new"]
 
 
 def test_a_silent_running_run_is_requeued_once(team, catalog, sent_tasks, django_capture_on_commit_callbacks):

@@ -71,6 +71,13 @@ def test_it_rejects_bad_input_naming_each_field(team, catalog, client_for, sent_
     assert Run.objects.count() == 0
 
 
+def switched(client, inputs: dict, *, task: str | None = None, preset: str | None = None):
+    """The launch page a task tab (``task``) or a preset asks for with the shown editor's ``inputs``, as
+    ``static/runs_new.js`` does: a GET, the inputs in the query with ``from_task``, the task they were typed for."""
+    query = {**inputs, "from_task": inputs.get("task", "sft"), "task": task or inputs.get("task", "sft")}
+    return client.get("/p/alpha/runs/new/", {**query, **({"preset": preset} if preset else {})})
+
+
 def _layout_form(catalog, **fields) -> dict:
     form = {"mode": "form", "task": "sft", "name": "sharded", "model": catalog.base_model.public_id,
             "data.train": catalog.sft.public_id, "train.max_steps": "5", "train.batch_size": "8",
@@ -264,9 +271,8 @@ def test_switching_task_keeps_what_was_changed_and_takes_the_rest_from_the_new_p
     (a DPO form must not inherit the SFT preset's learning rate), and the page says what was left out."""
     client = client_for(team.teammate)
     form = {**_layout_form(catalog), "name": "<b>mine</b>", "tags": "a, b", "optim.learning_rate": "0.003",
-            "optim.warmup_steps": "20", "peft.rank": "4", "data.eval": catalog.preference.public_id,
-            "switch_task": "dpo"}
-    response = client.post("/p/alpha/runs/new/", form)
+            "optim.warmup_steps": "20", "peft.rank": "4", "data.eval": catalog.preference.public_id}
+    response = switched(client, form, task="dpo")
     page = response.content.decode()
     assert response.status_code == 200 and 'class="active" aria-current="page" data-task="dpo"' in page
     assert 'name="optim.learning_rate" value="0.003"' in page and 'name="peft.rank" value="4"' in page
@@ -285,11 +291,11 @@ def test_switching_task_keeps_what_was_changed_and_takes_the_rest_from_the_new_p
     assert "learning_rate: 0.003\n" in page and "task: dpo\n" in page  # the YAML view agrees
 
     # GRPO to PPO: keys of GRPO's own section move to PPO's of the same name.
-    page = client.post("/p/alpha/runs/new/", {
+    page = switched(client, {
         "mode": "form", "task": "grpo", "model": catalog.base_model.public_id, "data.train": catalog.prompts.public_id,
         "grpo.rewards.0.name": "length_target", "grpo.rewards.0.weight": "2",
-        "grpo.rewards.0.args.length_target.target": "12", "grpo.num_generations": "4", "grpo.epsilon": "0.3",
-        "switch_task": "ppo"}).content.decode()
+        "grpo.rewards.0.args.length_target.target": "12", "grpo.num_generations": "4", "grpo.epsilon": "0.3"},
+        task="ppo").content.decode()
     assert 'class="active" aria-current="page" data-task="ppo"' in page and 'name="ppo.epsilon" value="0.3"' in page
     assert '<option value="length_target" selected>' in page and 'value="12"' in page
     assert "<code>grpo.num_generations</code>: the ppo form has no field for it" in page
@@ -303,8 +309,8 @@ def test_choosing_a_preset_keeps_what_was_chosen_and_takes_the_rest_from_it(team
     client = client_for(team.teammate)
     form = {**_layout_form(catalog), "name": "<b>mine</b>", "tags": "a, b", "peft.method": "lora",
             "train.max_steps": "77", "peft.targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                                      "down_proj"], "apply_preset": "QLoRA"}
-    response = client.post("/p/alpha/runs/new/", form)
+                                                      "down_proj"]}
+    response = switched(client, form, preset="QLoRA")
     page = response.content.decode()
     assert response.status_code == 200 and 'class="active" aria-current="page" data-task="sft"' in page
     assert '<option value="qlora" selected>' in page  # the preset's, where the LoRA preset's value stood
@@ -317,8 +323,9 @@ def test_choosing_a_preset_keeps_what_was_chosen_and_takes_the_rest_from_it(team
     assert "Kept what you chose: <code>data.train</code>, <code>model</code>, <code>train.max_steps</code>." in page
     # From the YAML editor too, which it stays in.
     served_yaml = client.get("/p/alpha/runs/new/?task=sft").context["yaml_text"]
-    response = client.post("/p/alpha/runs/new/", {"mode": "yaml", "task": "sft", "name": "n", "apply_preset": "Full fine-tune",
-                                                  "spec_yaml": served_yaml.replace("learning_rate: 0.0002", "learning_rate: 0.003")})
+    response = switched(client, {"mode": "yaml", "task": "sft", "name": "n",
+                                 "spec_yaml": served_yaml.replace("learning_rate: 0.0002", "learning_rate: 0.003")},
+                        preset="Full fine-tune")
     assert response.status_code == 200 and 'data-mode="yaml" >' in response.content.decode()
     yaml_text = response.context["yaml_text"]
     assert "learning_rate: 0.003\n" in yaml_text and "method: none\n" in yaml_text
@@ -352,8 +359,7 @@ def test_switching_task_from_yaml_keeps_the_values_chosen_in_it(team, catalog, c
     served_yaml = client.get("/p/alpha/runs/new/?task=sft").context["yaml_text"]
     typed = served_yaml.replace("learning_rate: 0.0002", "learning_rate: 0.003") + "epochs: 3\n"
     assert "learning_rate: 0.003" in typed
-    response = client.post("/p/alpha/runs/new/", {"mode": "yaml", "task": "sft", "name": "n", "spec_yaml": typed,
-                                                  "switch_task": "dpo"})
+    response = switched(client, {"mode": "yaml", "task": "sft", "name": "n", "spec_yaml": typed}, task="dpo")
     page = response.content.decode()
     assert response.status_code == 200 and 'data-mode="yaml" >' in page
     yaml_text = response.context["yaml_text"]
@@ -362,15 +368,12 @@ def test_switching_task_from_yaml_keeps_the_values_chosen_in_it(team, catalog, c
     assert "Kept what you chose: <code>optim.learning_rate</code>." in page
     assert "<code>epochs</code>: the dpo form has no field for it" in page
     # YAML that does not parse stays as typed, with its line.
-    response = client.post("/p/alpha/runs/new/", {"mode": "yaml", "task": "sft", "spec_yaml": "optim: [1\n",
-                                                  "switch_task": "dpo"})
+    response = switched(client, {"mode": "yaml", "task": "sft", "spec_yaml": "optim: [1\n"}, task="dpo")
     assert response.status_code == 400 and "YAML syntax error" in response.content.decode()
     assert 'class="active" aria-current="page" data-task="sft"' in response.content.decode()
     # So does a form input that cannot be read.
-    response = client.post("/p/alpha/runs/new/", {**_layout_form(catalog), "task": "grpo",
-                                                  "grpo.rewards.0.name": "length_target",
-                                                  "grpo.rewards.0.args.length_target.target": "long",
-                                                  "switch_task": "ppo"})
+    response = switched(client, {**_layout_form(catalog), "task": "grpo", "grpo.rewards.0.name": "length_target",
+                                 "grpo.rewards.0.args.length_target.target": "long"}, task="ppo")
     page = response.content.decode()
     assert response.status_code == 400 and "Fix these inputs to switch to ppo" in page
     assert 'class="active" aria-current="page" data-task="grpo"' in page
@@ -1807,7 +1810,8 @@ def test_a_deleted_base_model_or_dataset_is_named_in_the_runs_history(team, run,
     catalog.base_model.delete()
     page = client_for(team.viewer).get(url(run)).content.decode()
     assert f"Starting model <code>{catalog.base_model.public_id}</code> <span class=\"muted\">(deleted since)</span>" in page
-    assert f"Training data <code>{catalog.sft.public_id}</code> <span class=\"muted\">(deleted since)</span>" in page
+    assert (f"Training data <bdi>chats</bdi> v1 <code>{catalog.sft.public_id}</code> "
+            '<span class="muted">(deleted since)</span>') in page
     table = client_for(team.viewer).get("/p/alpha/runs/").content.decode()
     row = table.split(f'data-run="{run.public_id}"')[1].split("</tr>")[0]
     assert "deleted starting model" in row and "deleted data" in row
@@ -1816,6 +1820,23 @@ def test_a_deleted_base_model_or_dataset_is_named_in_the_runs_history(team, run,
     assert "Some of what the run used is gone" in form
     assert f"{catalog.base_model.public_id}, which first &lt;b&gt;run&lt;/b&gt; used, was deleted since; choose another" in form
     assert f"<code>data.train</code>: {catalog.sft.public_id}, which" in form
+
+
+def test_a_deleted_dataset_version_is_named_as_it_was_at_launch(team, client_for, catalog, sent_tasks):
+    """A run whose training data was deleted showed only ``dv_… (deleted since)``: its name and version number,
+    recorded at launch, say what it trained on (the name escaped). A run launched before they were recorded
+    keeps the id alone."""
+    catalog.sft.dataset.name = "<i>chats</i>"
+    catalog.sft.dataset.save()
+    run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate)
+    older = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate)
+    Run.objects.filter(pk=older.pk).update(dataset_names={})
+    catalog.sft.delete()
+    page = client_for(team.viewer).get(url(run)).content.decode()
+    assert (f"Training data <bdi>&lt;i&gt;chats&lt;/i&gt;</bdi> v1 <code>{catalog.sft.public_id}</code> "
+            '<span class="muted">(deleted since)</span>') in page
+    page = client_for(team.viewer).get(url(older)).content.decode()
+    assert f"Training data <code>{catalog.sft.public_id}</code> <span class=\"muted\">(deleted since)</span>" in page
 
 
 def test_it_rejects_notes_past_the_cap_keeping_what_was_typed(team, run, client_for):
@@ -1962,8 +1983,7 @@ def test_switching_editors_and_tasks_keeps_the_sweep(team, catalog, client_for, 
     page = client.post("/p/alpha/runs/new/", {**_layout_form(catalog), "sweep": sweep, "switch": "yaml"}).content.decode()
     assert 'name="sweep" rows="3" spellcheck="false" class="code" aria-describedby="id_sweep-help" placeholder' in page
     assert page.count(f">{sweep}</textarea>") == 2  # both editors hold it; the YAML one is shown
-    page = client.post("/p/alpha/runs/new/", {**_layout_form(catalog), "sweep": sweep,
-                                              "switch_task": "dpo"}).content.decode()
+    page = switched(client, {**_layout_form(catalog), "sweep": sweep}, task="dpo").content.decode()
     assert page.count(f">{sweep}</textarea>") == 2
     assert not Run.objects.exists()
 

@@ -93,9 +93,11 @@ def default_text(value: Any) -> str:
 
 
 @register.inclusion_tag("runs/_spec_field.html")
-def spec_field(field, initial: dict, errors: dict, reference_choices: dict | None = None) -> dict[str, Any]:
+def spec_field(field, initial: dict, errors: dict, reference_choices: dict | None = None,
+               model_limits: dict | None = None) -> dict[str, Any]:
     """One schema-built input with its value, help text and errors; a key of ``reference_choices``
-    (``ppo.reward_model``) is a select of those ``(id, label)`` choices instead."""
+    (``ppo.reward_model``) is a select of those ``(id, label)`` choices instead. A key of ``model_limits``
+    (``views._model_limits``) says the chosen model's limit in its help, which the page's script keeps up."""
     value = initial.get(field.name, field.default)
     if field.widget == "rewards":
         functions = reward_functions()
@@ -120,6 +122,7 @@ def spec_field(field, initial: dict, errors: dict, reference_choices: dict | Non
         "errors": field_errors, "described_by": described_by,
         "default": default_text(field.default), "default_is_list": isinstance(field.default, (list, tuple)),
         "reference_choices": _with_current(reference_choices, field.name, value),
+        "model_limit": (model_limits or {}).get(field.name),
     }
 
 
