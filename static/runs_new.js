@@ -41,9 +41,11 @@
   // A task tab or preset asks for its page with the shown editor's inputs in the address (a GET: reloading
   // or going back shows the page again, sending no form, and the address can be shared), less the tokens
   // that guard a POST and the inputs left blank (a blank keeps nothing across a switch).
+  // An address past LONGEST_ADDRESS characters (a long YAML spec) is sent as the form it was instead: servers
+  // refuse request lines of some 8-16 KB, and the switch would lose what was typed.
   var POST_ONLY = ["csrfmiddlewaretoken", "submission_token"];
+  var LONGEST_ADDRESS = 6000;
   function openWithShown(params) {
-    remember("switch_task");
     var shown = document.querySelector("form.launch-form:not([hidden])");
     var query = new URLSearchParams();
     new FormData(shown).forEach(function (value, name) {
@@ -53,7 +55,13 @@
     });
     query.set("from_task", shown.querySelector('input[name="task"]').value);
     Object.keys(params).forEach(function (name) { query.set(name, params[name]); });
-    window.location.assign(window.location.pathname + "?" + query.toString());
+    var address = window.location.pathname + "?" + query.toString();
+    if (address.length > LONGEST_ADDRESS) {
+      if (params.preset) sendShown("apply_preset", params.preset); else sendShown("switch_task", params.task);
+      return;
+    }
+    remember("switch_task");
+    window.location.assign(address);
   }
   // Each editor is a form of its own: a bare switch showed the other as first served, and launching
   // it lost what was typed.

@@ -205,7 +205,7 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
     if request.method == "GET" and (from_task := request.GET.get("from_task")) in tasks():
         # A task tab or preset sends the shown editor's inputs here, as a GET: the address holds the page, so that
         # reloading it (or going back to it) shows it again rather than sending a form again, and it can be shared.
-        return _switch_task(request, project, membership, task=from_task, new_task=task,
+        return _switch_task(request, project, membership, request.GET, task=from_task, new_task=task,
                             mode=request.GET.get("mode", "form"), preset_name=request.GET.get("preset"))
     if request.method == "GET":
         name, tags, errors, copy_notes = "", "", {}, []
@@ -258,6 +258,14 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
     mode = request.POST.get("mode", "form")
     if request.POST.get("switch") in EDITORS and request.POST["switch"] != mode:
         return _switch_editor(request, project, membership, task=task, source_mode=mode)
+    # A switch sent as a form: an editor too long for an address (static/runs_new.js), or a page still running the
+    # script from before switches were GETs. Never read as a launch.
+    if request.POST.get("switch_task") in tasks() and request.POST["switch_task"] != task:
+        return _switch_task(request, project, membership, request.POST, task=task,
+                            new_task=request.POST["switch_task"], mode=mode)
+    if request.POST.get("apply_preset") in {preset["name"] for preset in presets.presets_for(task)}:
+        return _switch_task(request, project, membership, request.POST, task=task, new_task=task, mode=mode,
+                            preset_name=request.POST["apply_preset"])
     name, tags, yaml_text = request.POST.get("name", ""), request.POST.get("tags", ""), request.POST.get("spec_yaml", "")
     sweep = request.POST.get("sweep", "")
     errors: dict[str, list[str]] = {}
@@ -380,7 +388,7 @@ def _switch_editor(request: HttpRequest, project, membership, *, task: str, sour
     return render(request, "runs/new.html", context, status=400 if errors else 200)
 
 
-def _switch_task(request: HttpRequest, project, membership, *, task: str, new_task: str, mode: str,
+def _switch_task(request: HttpRequest, project, membership, data, *, task: str, new_task: str, mode: str,
                  preset_name: str | None = None) -> HttpResponse:
     """The launch page of ``new_task`` in the same editor, keeping what was chosen on ``task``'s (the
     task tabs send the shown editor here; as bare links they lost everything typed). A value someone
@@ -390,8 +398,8 @@ def _switch_task(request: HttpRequest, project, membership, *, task: str, new_ta
     was left out. The presets send the shown editor here too, with ``new_task`` = ``task``: as links they
     also lost the model, data and name picked. The editor's inputs come in the query string (``from_task``
     the task they were typed for, ``task`` and ``preset`` the page asked for): a switch is a GET, so
-    that the address is the page's, to reload, go back to or share, and a reload sends no form again."""
-    data = request.GET
+    that the address is the page's, to reload, go back to or share, and a reload sends no form again.
+    ``data``: those inputs (``request.GET``), or the form posted where they were too long for an address."""
     name, tags, sweep = data.get("name", ""), data.get("tags", ""), data.get("sweep", "")
     if mode == "yaml":
         yaml_text = data.get("spec_yaml", "")

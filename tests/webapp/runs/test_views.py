@@ -380,6 +380,22 @@ def test_switching_task_from_yaml_keeps_the_values_chosen_in_it(team, catalog, c
     assert not Run.objects.exists() and not sent_tasks.calls
 
 
+def test_a_switch_sent_as_a_form_switches_and_launches_nothing(team, catalog, client_for, sent_tasks):
+    """A YAML spec too long for an address switches by POST (static/runs_new.js), as pages from before switches were
+    GETs do: the switch is made, never read as a launch of what the editor held."""
+    client = client_for(team.teammate)
+    served_yaml = client.get("/p/alpha/runs/new/?task=sft").context["yaml_text"]
+    typed = served_yaml.replace("learning_rate: 0.0002", "learning_rate: 0.003") + "# " + "x" * 7000 + "\n"
+    response = client.post("/p/alpha/runs/new/", {"mode": "yaml", "task": "sft", "name": "n", "spec_yaml": typed,
+                                                  "switch_task": "dpo"})
+    page = response.content.decode()
+    assert response.status_code == 200 and "task: dpo\n" in response.context["yaml_text"]
+    assert "Kept what you chose: <code>optim.learning_rate</code>." in page
+    preset = client.post("/p/alpha/runs/new/", {**_layout_form(catalog), "apply_preset": "QLoRA"})
+    assert preset.status_code == 200 and 'name="name" value="sharded"' in preset.content.decode()
+    assert not Run.objects.exists() and not sent_tasks.calls
+
+
 def test_duplicate_prefills_from_a_run(team, run, client_for):
     page = client_for(team.owner).get(f"/p/alpha/runs/new/?from={run.public_id}").content.decode()
     assert 'value="first &lt;b&gt;run&lt;/b&gt; (copy)"' in page
