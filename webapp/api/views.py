@@ -466,21 +466,21 @@ def dataset_compare(request: HttpRequest, slug: str, dataset_id: str) -> JsonRes
     asked = paging.page_query(request, sort=sort, default_limit=paging.ROWS_DEFAULT_LIMIT,
                               max_limit=paging.ROWS_MAX_LIMIT)
     removed_after, added_after = asked.after or (0, 0)
-    removed = _rows_after(differences.removed, after=removed_after, limit=asked.limit)
-    added = _rows_after(differences.added, after=added_after, limit=asked.limit)
-    last = (removed[-1] if removed else removed_after, added[-1] if added else added_after)
-    more = last[0] < (differences.removed[-1] if len(differences.removed) else 0) or \
-        last[1] < (differences.added[-1] if len(differences.added) else 0)
+    removed, removed_last, more_removed = _rows_after(differences.removed, after=removed_after, limit=asked.limit)
+    added, added_last, more_added = _rows_after(differences.added, after=added_after, limit=asked.limit)
+    more = more_removed or more_added
     return JsonResponse({"a": _compared_json(older), "b": _compared_json(newer), "unchanged": differences.unchanged,
                          "removed": len(differences.removed), "added": len(differences.added),
                          "removed_rows": removed, "added_rows": added,
-                         "next": paging.next_link(request, sort=sort, after=last if more else None)})
+                         "next": paging.next_link(request, sort=sort, after=(removed_last, added_last) if more else None)})
 
 
-def _rows_after(rows, *, after: int, limit: int) -> list[int]:
-    """The first ``limit`` of ``rows`` (ascending row numbers) past row ``after``."""
+def _rows_after(rows, *, after: int, limit: int) -> tuple[list[int], int, bool]:
+    """The first ``limit`` of ``rows`` (ascending row numbers) past row ``after``, the last of them (``after`` when
+    there is none) and whether more follow."""
     start = int(rows.searchsorted(after, side="right"))
-    return rows[start:start + limit].tolist()
+    page = rows[start:start + limit].tolist()
+    return page, page[-1] if page else after, start + limit < len(rows)
 
 
 def _compared_json(version: DatasetVersion) -> dict[str, Any]:

@@ -599,7 +599,8 @@ def row_differences(digests_a: np.ndarray, digests_b: np.ndarray) -> RowDifferen
     return RowDifferences(removed=removed, added=added, unchanged=len(digests_a) - len(removed))
 
 
-@functools.lru_cache(maxsize=16)
+# Few: two versions of ten million rows, all changed, hold 160 MB of row numbers.
+@functools.lru_cache(maxsize=4)
 def _version_differences(a: _RowDigestSource, b: _RowDigestSource) -> RowDifferences | None:
     """``row_differences`` of two ready versions, None when either's digests cannot be had. Cached as
     ``_shared_rows`` is: a ready version's rows never change, and each page of a comparison asks again."""
@@ -690,7 +691,8 @@ def comparison_partner(*, version: DatasetVersion) -> DatasetVersion | None:
 def rows_by_number(*, version: DatasetVersion, numbers: list[int]) -> list[tuple[int, dict[str, Any]]]:
     """The examples of a ready version's rows ``numbers`` (ascending), after its column mapping, decoding only those:
     from its search index for the rows it covers (built as a first search builds it), from the file, read up to the
-    last of them, for the rest (rows past ``PREVIEW_MAX_ROW``, or a version whose index cannot hold them exactly)."""
+    last of them and only those made examples (``formats.examples_numbered``), for the rest (rows past
+    ``PREVIEW_MAX_ROW``, or a version whose index cannot hold them exactly)."""
     indexed_rows = min(version.row_count or 0, PREVIEW_MAX_ROW)
     found: dict[int, dict[str, Any]] = {}
     if in_index := [number for number in numbers if number <= indexed_rows]:
@@ -698,9 +700,10 @@ def rows_by_number(*, version: DatasetVersion, numbers: list[int]) -> list[tuple
         if index is not None:
             offsets = index.offsets_of(in_index)
             found.update(zip(offsets, index.examples(list(offsets.values()))))
-    if rest := {number for number in numbers if number not in found}:
-        found.update((number, example) for number, example in search.version_examples(version, rows=max(rest))
-                     if number in rest)
+    if rest := [number for number in numbers if number not in found]:
+        mapping = formats.ColumnMapping(kind=formats.DatasetKind(version.dataset.kind), columns=version.column_mapping)
+        found.update(formats.examples_numbered(version.absolute_path, fmt=formats.FileFormat(version.format),
+                                               mapping=mapping, numbers=rest))
     return [(number, found[number]) for number in numbers if number in found]
 
 
