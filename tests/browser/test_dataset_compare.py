@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+from tests.browser.test_datasets import screenshot
 from tests.browser.test_projects import log_in
 from tests.webapp.factories import make_team
 
@@ -50,6 +51,7 @@ def test_two_uploads_compared(page, live_server, default_worker, tmp_path):
     assert cells(page, "added") == [["2", "What is 2+2?", "4"],
                                     ["4", "<script>window.pwned = true</script>", "escaped, not run"]]
     assert page.evaluate("window.pwned") is None
+    screenshot(page, "dataset-compare")
 
     # The same comparison from the dataset page's version list, and the other way round with the form.
     page.get_by_role("link", name="facts").click()

@@ -574,26 +574,45 @@ class RowDifferences:
     unchanged: int
 
 
-def _unmatched_rows(digests: np.ndarray, others: np.ndarray) -> np.ndarray:
-    """The 1-based rows of ``digests`` beyond their digest's count in ``others``: of a digest ``others`` holds m
-    times, the first m rows in file order are matched and any later ones are not."""
-    order = np.argsort(digests, kind="stable")  # equal digests stay in file order
-    in_order = digests[order]
-    positions = np.arange(len(order))
-    first_of_digest = np.ones(len(order), dtype=bool)
-    first_of_digest[1:] = in_order[1:] != in_order[:-1]
-    occurrence = positions - np.maximum.accumulate(np.where(first_of_digest, positions, 0))  # 0, 1, ... per digest
-    values, counts = np.unique(others, return_counts=True)
-    place = np.minimum(np.searchsorted(values, in_order), max(len(values) - 1, 0))
-    counterparts = np.where(values[place] == in_order, counts[place], 0) if len(values) else np.zeros(len(order), int)
-    return np.sort(order[occurrence >= counterparts]) + 1
+@dataclass(frozen=True)
+class _SortedDigests:
+    """One version's row digests sorted (stably: equal digests stay in file order), each row's place in the file
+    (``order``) and which of its digest's rows it is in file order (``occurrence``: 0 for the first, 1, ...), and
+    each distinct digest (``values``, ascending) with how many rows hold it (``counts``)."""
+
+    order: np.ndarray
+    in_order: np.ndarray
+    occurrence: np.ndarray
+    values: np.ndarray
+    counts: np.ndarray
+
+    @classmethod
+    def of(cls, digests: np.ndarray) -> _SortedDigests:
+        order = np.argsort(digests, kind="stable")
+        in_order = digests[order]
+        first_of_digest = np.ones(len(order), dtype=bool)
+        first_of_digest[1:] = in_order[1:] != in_order[:-1]
+        starts = np.flatnonzero(first_of_digest)
+        counts = np.diff(np.append(starts, len(order)))
+        occurrence = np.arange(len(order)) - np.repeat(starts, counts)
+        return cls(order=order, in_order=in_order, occurrence=occurrence, values=in_order[starts], counts=counts)
+
+    def unmatched_rows(self, other: _SortedDigests) -> np.ndarray:
+        """The 1-based rows, ascending, beyond their digest's count in ``other``: of a digest ``other`` holds m
+        times, the first m rows in file order are matched and any later ones are not."""
+        if not len(other.values):
+            return np.sort(self.order) + 1
+        place = np.minimum(np.searchsorted(other.values, self.in_order), len(other.values) - 1)
+        counterparts = np.where(other.values[place] == self.in_order, other.counts[place], 0)
+        return np.sort(self.order[self.occurrence >= counterparts]) + 1
 
 
 def row_differences(digests_a: np.ndarray, digests_b: np.ndarray) -> RowDifferences:
     """The rows version B (``digests_b``, each row's ``formats.row_digest`` in file order) added to version A
     (``digests_a``) and removed from it, as multisets: of a row A holds k times and B m times, A's rows after its
-    first m of them are removed (none when k <= m) and B's after its first k are added."""
-    removed, added = _unmatched_rows(digests_a, digests_b), _unmatched_rows(digests_b, digests_a)
+    first m of them are removed (none when k <= m) and B's after its first k are added. Each side is sorted once."""
+    sorted_a, sorted_b = _SortedDigests.of(digests_a), _SortedDigests.of(digests_b)
+    removed, added = sorted_a.unmatched_rows(sorted_b), sorted_b.unmatched_rows(sorted_a)
     for rows in (removed, added):
         rows.flags.writeable = False  # shared by every page that asks (``_version_differences``' cache)
     return RowDifferences(removed=removed, added=added, unchanged=len(digests_a) - len(removed))

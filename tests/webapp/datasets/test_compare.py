@@ -166,6 +166,10 @@ class TestComparisonVersions:
         assert refusal(None, None).message_dict == {
             "a": ["\u2068qa\u2069 has no ready version before v1 to compare it with; upload another version, or "
                   "choose a with b"]}
+        services.dataset_version_delete(version=waiting)
+        dataset.refresh_from_db()
+        assert str(refusal("1", "2")) == (
+            "\u2068qa\u2069 has no version 2 (it was deleted); compare two of its ready versions")
         missing = refusal("1", "9")
         assert isinstance(missing, Http404) and str(missing) == (
             "\u2068qa\u2069 has no version 9 (its versions go up to v2); compare two of its ready versions")
