@@ -40,7 +40,7 @@ import os
 import re
 from array import array
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -2273,6 +2273,22 @@ def read_page(path: str | os.PathLike, *, fmt: FileFormat, mapping: ColumnMappin
         if len(page) >= limit:
             break
     return page
+
+
+def examples_numbered(path: str | os.PathLike, *, fmt: FileFormat, mapping: ColumnMapping,
+                      numbers: Collection[int]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The rows ``numbers`` of a valid file as ``numbered_examples`` gives them, in file order, for showing a few
+    rows of a large file: the rows between are read but not made examples, and reading stops after the last."""
+    wanted, last = set(numbers), max(numbers, default=0)
+    cells_are_strings = FileFormat(fmt) is FileFormat.CSV
+    for item in iter_rows(path, fmt=fmt):
+        if type(item) is Issue:
+            continue
+        if item.row in wanted:
+            example, _problems = check_record(item.value, mapping=mapping, cells_are_strings=cells_are_strings)
+            yield item.row, example if example is not None else {}
+        if item.row >= last:
+            return
 
 
 def numbered_examples(path: str | os.PathLike, *, fmt: FileFormat,

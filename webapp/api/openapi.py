@@ -61,7 +61,7 @@ IN_PROGRESS = {"409": _json("The first request sent with this Idempotency-Key is
                             "minute to get what it made.", schemas.Detail)}
 # Every body the API answers with (webapp.api.schemas), the components the responses refer to.
 ANSWERS = (schemas.BaseModelList, schemas.BaseModelOut, schemas.DatasetList, schemas.DatasetDetail,
-           schemas.DatasetVersionOut, schemas.UploadOut, schemas.RunPage, schemas.RunDetail, schemas.RunOut,
+           schemas.DatasetComparison, schemas.DatasetVersionOut, schemas.UploadOut, schemas.RunPage, schemas.RunDetail, schemas.RunOut,
            schemas.SweepOut, schemas.MetricSeries, schemas.MetricsLogged, schemas.SampleList, schemas.SamplesStored, schemas.RunLog,
            schemas.PipelineList, schemas.PipelineOut, schemas.FieldErrors, schemas.Detail)
 
@@ -182,6 +182,22 @@ def build_document() -> dict[str, Any]:
             "delete": _operation("Delete a dataset, every version and their files (an owner, or the member who made "
                                  "it and uploaded each version; 400 while work still reads one)", [SLUG, DATASET],
                                  status="204", response="Nothing: deleted"),
+        },
+        f"{base}/datasets/{{dataset_id}}/compare/": {
+            "get": _operation(
+                "Compare two ready versions of a dataset: the rows unchanged, removed from a and added in b, compared "
+                "as training reads them (after each version's column mapping), duplicates counted as often as they "
+                "occur (a row twice in a and once in b: one removed). 404 for a version number the dataset has not "
+                "got; 400 naming a or b for a value that is not a number, a version not ready, or the same version "
+                "twice", [SLUG, DATASET],
+                query=[{**_query("a", "version A's number (default: the latest ready version before b)"),
+                        "schema": {"type": "integer", "minimum": 1}},
+                       {**_query("b", "version B's number (default: the latest ready version)"),
+                        "schema": {"type": "integer", "minimum": 1}},
+                       *_page_query("row numbers of each list", default=paging.ROWS_DEFAULT_LIMIT,
+                                    maximum=paging.ROWS_MAX_LIMIT)],
+                response="the counts, and a page of the removed rows' numbers in a and the added rows' in b: follow "
+                         "`next` (null on the last page) for the page after", answer=schemas.DatasetComparison),
         },
         f"{base}/datasets/{{dataset_id}}/versions/{{number}}/": {
             "get": _operation("A dataset version", [SLUG, DATASET, VERSION_NUMBER], answer=schemas.DatasetVersionOut),

@@ -22,6 +22,9 @@ MAX_LIMIT = 500
 # Samples are small and read in bulk: larger pages.
 SAMPLES_DEFAULT_LIMIT = 1000
 SAMPLES_MAX_LIMIT = 5000
+# Row numbers (a dataset comparison's removed and added rows, webapp.api.views.dataset_compare): small, read in bulk.
+ROWS_DEFAULT_LIMIT = 1000
+ROWS_MAX_LIMIT = 10_000
 # A run's log lines (webapp.api.views.run_logs): the run page shows its last 200.
 LOG_DEFAULT_LIMIT = 200
 LOG_MAX_LIMIT = 1000

@@ -198,6 +198,26 @@ class DatasetList(_Answer):
     next: str | None = Field(description="The address of the next page; null on the last.")
 
 
+class ComparedVersion(_Answer):
+    id: str = Field(description="dv_… id.")
+    number: int
+    row_count: int
+
+
+class DatasetComparison(_Answer):
+    a: ComparedVersion = Field(description="Version A (a; by default the latest ready version before b).")
+    b: ComparedVersion = Field(description="Version B (b; by default the latest ready version).")
+    unchanged: int = Field(description="Rows in both, compared as training reads them (after each version's column "
+                                       "mapping), as multisets: a row A holds twice and B once is one unchanged, "
+                                       "one removed.")
+    removed: int = Field(description="Rows of A that B has no counterpart for.")
+    added: int = Field(description="Rows of B that A has no counterpart for.")
+    removed_rows: list[int] = Field(description="This page of the removed rows: their 1-based numbers in A, "
+                                                "ascending.")
+    added_rows: list[int] = Field(description="This page of the added rows: their 1-based numbers in B, ascending.")
+    next: str | None = Field(description="The address of the next page of either list; null on the last.")
+
+
 class UploadOut(_Answer):
     dataset: DatasetOut
     version: DatasetVersionOut

@@ -11,6 +11,7 @@ urlpatterns = [
     path(f"{base}/base-models/<str:model_id>/", views.base_model_detail, name="base_model"),
     path(f"{base}/datasets/", views.datasets, name="datasets"),
     path(f"{base}/datasets/<str:dataset_id>/", views.dataset_detail, name="dataset"),
+    path(f"{base}/datasets/<str:dataset_id>/compare/", views.dataset_compare, name="dataset_compare"),
     path(f"{base}/datasets/<str:dataset_id>/versions/<int:number>/", views.dataset_version, name="dataset_version"),
     path(f"{base}/datasets/<str:dataset_id>/versions/<int:number>/file/", views.dataset_version_file,
          name="dataset_version_file"),

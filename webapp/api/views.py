@@ -451,6 +451,42 @@ def dataset_detail(request: HttpRequest, slug: str, dataset_id: str) -> HttpResp
     return HttpResponse(status=204)
 
 
+@api_view(("GET",), query=("a", "b", *paging.QUERY))
+def dataset_compare(request: HttpRequest, slug: str, dataset_id: str) -> JsonResponse:
+    """GET: version ``a`` against version ``b`` (the dataset's comparison page as JSON; by default the latest ready
+    version against the ready one before it): the counts of rows unchanged, removed and added, and a page of the
+    removed rows' numbers in A and the added rows' in B (``limit`` of each, and the ``next`` link)."""
+    project, _membership = get_project_for_user(request.user, slug)
+    dataset = dataset_selectors.dataset_get(project=project, public_id=dataset_id)
+    older, newer = dataset_selectors.comparison_versions(dataset=dataset, a=request.GET.get("a"),
+                                                         b=request.GET.get("b"))
+    differences = dataset_selectors.version_differences(a=older, b=newer)
+    # The cursor holds the last removed and added rows given; it continues this pair of versions only.
+    sort = f"rows of v{older.number} against v{newer.number}"
+    asked = paging.page_query(request, sort=sort, default_limit=paging.ROWS_DEFAULT_LIMIT,
+                              max_limit=paging.ROWS_MAX_LIMIT)
+    removed_after, added_after = asked.after or (0, 0)
+    removed, removed_last, more_removed = _rows_after(differences.removed, after=removed_after, limit=asked.limit)
+    added, added_last, more_added = _rows_after(differences.added, after=added_after, limit=asked.limit)
+    more = more_removed or more_added
+    return JsonResponse({"a": _compared_json(older), "b": _compared_json(newer), "unchanged": differences.unchanged,
+                         "removed": len(differences.removed), "added": len(differences.added),
+                         "removed_rows": removed, "added_rows": added,
+                         "next": paging.next_link(request, sort=sort, after=(removed_last, added_last) if more else None)})
+
+
+def _rows_after(rows, *, after: int, limit: int) -> tuple[list[int], int, bool]:
+    """The first ``limit`` of ``rows`` (ascending row numbers) past row ``after``, the last of them (``after`` when
+    there is none) and whether more follow."""
+    start = int(rows.searchsorted(after, side="right"))
+    page = rows[start:start + limit].tolist()
+    return page, page[-1] if page else after, start + limit < len(rows)
+
+
+def _compared_json(version: DatasetVersion) -> dict[str, Any]:
+    return {"id": version.public_id, "number": version.number, "row_count": version.row_count}
+
+
 @api_view(("GET", "DELETE"))
 def dataset_version(request: HttpRequest, slug: str, dataset_id: str, number: int) -> HttpResponse:
     """GET: one version of a dataset. DELETE: the version and its file (an owner, or the member who uploaded

@@ -78,6 +78,21 @@ class SearchIndex:
                 chunk = json.loads(line)
                 yield from _chunk_matches(chunk, needle)
 
+    def offsets_of(self, numbers: list[int]) -> dict[int, int]:
+        """Where the examples of the rows numbered ``numbers`` start in the rows file, for those the index holds;
+        the chunks after the one holding the last of them are not read."""
+        wanted, last = set(numbers), max(numbers, default=0)
+        found = {}
+        with self.index_path.open(encoding="utf-8") as lines:
+            next(lines)  # the header
+            for line in lines:
+                chunk = json.loads(line)
+                found.update((number, offset) for number, offset in zip(chunk["numbers"], chunk["offsets"])
+                             if number in wanted)
+                if chunk["numbers"][-1] >= last:
+                    break
+        return found
+
     def examples(self, offsets: list[int]) -> list[dict[str, Any]]:
         """The examples stored at ``offsets`` of the rows file."""
         found = []

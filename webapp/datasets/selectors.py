@@ -5,6 +5,7 @@ autoescaping on: dataset text is untrusted and is never marked safe.
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from typing import Any
 
 import numpy as np
 from django.db.models import Count, IntegerField, JSONField, OuterRef, Q, QuerySet, Subquery
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404
 
 from jaxengine.data import formats
@@ -21,6 +22,7 @@ from jaxengine.spec import TASK_DATASET_KINDS
 from jaxengine.words import counted
 from webapp.core.keyset import KeysetPage, keyset_page
 from webapp.core.name_case import name_key
+from webapp.core.numbers import whole_number
 from webapp.datasets import search
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.core.bidi import isolated
@@ -225,6 +227,13 @@ def _preview_columns(kind: formats.DatasetKind, examples: list[dict[str, Any]]) 
     return tuple(columns)
 
 
+def _preview_rows(kind: formats.DatasetKind, found: list[tuple[int, dict[str, Any]]]
+                  ) -> tuple[tuple[str, ...], tuple[tuple[int, tuple[Cell, ...]], ...]]:
+    """The columns of numbered examples ``found`` and their rows as cells, as a preview table shows them."""
+    columns = _preview_columns(kind, [example for _, example in found])
+    return columns, tuple((number, tuple(_cell(example.get(column)) for column in columns)) for number, example in found)
+
+
 def version_preview(*, version: DatasetVersion, page: int, page_size: int = PREVIEW_PAGE_SIZE) -> PreviewPage:
     """Page ``page`` (1-based, clamped to the pages there are) of a ready version's rows, after the
     column mapping, as cells ready to render."""
@@ -237,8 +246,7 @@ def version_preview(*, version: DatasetVersion, page: int, page_size: int = PREV
         version.absolute_path, fmt=formats.FileFormat(version.format), mapping=mapping,
         offset=(page - 1) * page_size, limit=page_size,
     )
-    columns = _preview_columns(kind, [example for _, example in found])
-    rows = tuple((number, tuple(_cell(example.get(column)) for column in columns)) for number, example in found)
+    columns, rows = _preview_rows(kind, found)
     return PreviewPage(columns=columns, rows=rows, page=page, page_count=page_count, rows_previewed=rows_shown)
 
 
@@ -274,8 +282,7 @@ def version_search(*, version: DatasetVersion, text: str, page: int, page_size: 
         page, kept = page_count, last_page
     if index is not None:  # the rows held the places of their examples in the index
         kept = list(zip([number for number, _ in kept], index.examples([offset for _, offset in kept])))
-    columns = _preview_columns(kind, [example for _, example in kept])
-    rows = tuple((number, tuple(_cell(example.get(column)) for column in columns)) for number, example in kept)
+    columns, rows = _preview_rows(kind, kept)
     return PreviewPage(columns=columns, rows=rows, page=page, page_count=page_count, rows_previewed=rows_shown,
                        search=text, match_count=match_count)
 
@@ -542,3 +549,190 @@ def launch_warnings(*, task: str, train: DatasetVersion | None, evaluation: Data
         if warning := _overlap_warning(train, evaluation):
             warnings.append(warning)
     return warnings
+
+
+# --------------------------------------------------------------------------------------------
+# Comparing two versions of a dataset: what an upload changed.
+#
+# Rows are compared by their ``formats.row_digest`` after each version's column mapping (two versions read from
+# differently named columns hold the same rows when training would read the same examples), as multisets: a row
+# version A holds three times and version B once is one unchanged and two removed. The digests are the ``.rows``
+# files validation wrote (``_RowDigestSource``), compared sorted with numpy, never as Python sets (a version may
+# hold tens of millions of rows); only the rows a page shows are read back from the files.
+
+# Rows of each side (removed, added) a comparison page shows at a time.
+COMPARISON_PAGE_SIZE = PREVIEW_PAGE_SIZE
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowDifferences:
+    """How the rows of version A and version B differ: ``removed``, A's row numbers (1-based, ascending) that B has
+    no counterpart for; ``added``, B's that A has none for; ``unchanged``, the rows in both (counted once a pair)."""
+
+    removed: np.ndarray
+    added: np.ndarray
+    unchanged: int
+
+
+@dataclass(frozen=True)
+class _SortedDigests:
+    """One version's row digests sorted (stably: equal digests stay in file order), each row's place in the file
+    (``order``) and which of its digest's rows it is in file order (``occurrence``: 0 for the first, 1, ...), and
+    each distinct digest (``values``, ascending) with how many rows hold it (``counts``)."""
+
+    order: np.ndarray
+    in_order: np.ndarray
+    occurrence: np.ndarray
+    values: np.ndarray
+    counts: np.ndarray
+
+    @classmethod
+    def of(cls, digests: np.ndarray) -> _SortedDigests:
+        order = np.argsort(digests, kind="stable")
+        in_order = digests[order]
+        first_of_digest = np.ones(len(order), dtype=bool)
+        first_of_digest[1:] = in_order[1:] != in_order[:-1]
+        starts = np.flatnonzero(first_of_digest)
+        counts = np.diff(np.append(starts, len(order)))
+        occurrence = np.arange(len(order)) - np.repeat(starts, counts)
+        return cls(order=order, in_order=in_order, occurrence=occurrence, values=in_order[starts], counts=counts)
+
+    def unmatched_rows(self, other: _SortedDigests) -> np.ndarray:
+        """The 1-based rows, ascending, beyond their digest's count in ``other``: of a digest ``other`` holds m
+        times, the first m rows in file order are matched and any later ones are not."""
+        if not len(other.values):
+            return np.sort(self.order) + 1
+        place = np.minimum(np.searchsorted(other.values, self.in_order), len(other.values) - 1)
+        counterparts = np.where(other.values[place] == self.in_order, other.counts[place], 0)
+        return np.sort(self.order[self.occurrence >= counterparts]) + 1
+
+
+def row_differences(digests_a: np.ndarray, digests_b: np.ndarray) -> RowDifferences:
+    """The rows version B (``digests_b``, each row's ``formats.row_digest`` in file order) added to version A
+    (``digests_a``) and removed from it, as multisets: of a row A holds k times and B m times, A's rows after its
+    first m of them are removed (none when k <= m) and B's after its first k are added. Each side is sorted once."""
+    sorted_a, sorted_b = _SortedDigests.of(digests_a), _SortedDigests.of(digests_b)
+    removed, added = sorted_a.unmatched_rows(sorted_b), sorted_b.unmatched_rows(sorted_a)
+    for rows in (removed, added):
+        rows.flags.writeable = False  # shared by every page that asks (``_version_differences``' cache)
+    return RowDifferences(removed=removed, added=added, unchanged=len(digests_a) - len(removed))
+
+
+# Few: two versions of ten million rows, all changed, hold 160 MB of row numbers.
+@functools.lru_cache(maxsize=4)
+def _version_differences(a: _RowDigestSource, b: _RowDigestSource) -> RowDifferences | None:
+    """``row_differences`` of two ready versions, None when either's digests cannot be had. Cached as
+    ``_shared_rows`` is: a ready version's rows never change, and each page of a comparison asks again."""
+    digests_a, digests_b = a.read(), b.read()
+    if digests_a is None or digests_b is None:
+        return None
+    return row_differences(digests_a, digests_b)
+
+
+def ready_versions(*, dataset: Dataset) -> list[DatasetVersion]:
+    """The ready versions of ``dataset``, newest first: those a comparison may name."""
+    return list(version_list(dataset=dataset).filter(status=VersionStatus.READY).select_related("dataset"))
+
+
+def _named_version(dataset: Dataset, field: str, text: str) -> DatasetVersion:
+    """The version ``text`` (a number, as typed in ``?a=``/``?b=``) of ``dataset``, ready; Http404 when it has no
+    such version, ValidationError naming ``field`` for anything else."""
+    number = whole_number(text.strip().removeprefix("v"))
+    if number is None:
+        raise ValidationError({field: f"{isolated(text[:40])} is not a version number; give {field} as a number "
+                                      f"such as {field}=1 for v1"})
+    version = dataset.versions.filter(number=number).select_related("dataset").first()
+    if version is None:
+        gone = "it was deleted" if number <= dataset.last_version_number else \
+            f"its versions go up to v{dataset.last_version_number}"
+        raise Http404(f"{isolated(dataset.name)} has no version {number} ({gone}); compare two of its ready versions")
+    if version.status != VersionStatus.READY:
+        then = ("wait for its check to end" if not version.is_settled
+                else "it keeps no rows: upload the file fixed, and compare that version")
+        raise ValidationError({field: f"v{number} {version.status_phrase}: only ready versions can be compared; "
+                                      f"{then}"})
+    return version
+
+
+def comparison_versions(*, dataset: Dataset, a: str | None, b: str | None) -> tuple[DatasetVersion, DatasetVersion]:
+    """Versions A and B of ``dataset`` to compare, from ``?a=`` and ``?b=`` as sent (version numbers). Left out,
+    B is the latest ready version and A the latest ready one before B. Http404 naming a number the dataset has no
+    version of (never given, or deleted); ValidationError naming the field for what is not a number, a version not
+    ready, the same version twice, or no ready version to take by default."""
+    ready = ready_versions(dataset=dataset)
+    newer = _named_version(dataset, "b", b) if b else None
+    if newer is None:
+        if not ready:
+            raise ValidationError({"b": f"{isolated(dataset.name)} has no ready version yet: compare once two are"})
+        newer = ready[0]
+    older = _named_version(dataset, "a", a) if a else None
+    if older is None:
+        older = next((version for version in ready if version.number < newer.number), None)
+        if older is None:
+            raise ValidationError({"a": f"{isolated(dataset.name)} has no ready version before v{newer.number} to "
+                                        "compare it with; upload another version, or choose a with b"})
+    if older.pk == newer.pk:
+        raise ValidationError({"b": f"a and b are both v{older.number}: choose two different versions"})
+    return older, newer
+
+
+def version_differences(*, a: DatasetVersion, b: DatasetVersion) -> RowDifferences:
+    """How ready version B's rows differ from ready version A's (``row_differences``); ValidationError naming the
+    version whose rows cannot be read (its file gone from storage)."""
+    differences = _version_differences(_RowDigestSource.of(a), _RowDigestSource.of(b))
+    if differences is None:
+        unreadable = "a" if _RowDigestSource.of(a).read() is None else "b"
+        raise ValidationError({unreadable: f"the rows of v{(a if unreadable == 'a' else b).number} cannot be read "
+                                           "(its file is gone from storage); upload it again"})
+    return differences
+
+
+def with_previous_ready(*, versions: list[DatasetVersion]) -> list[tuple[DatasetVersion, int | None]]:
+    """Each of ``versions`` with the number of the ready version before it, which the dataset page's *compare with*
+    link compares it against; None for a version not ready, or with no ready version before it."""
+    ready_numbers = sorted(version.number for version in versions if version.status == VersionStatus.READY)
+    paired = []
+    for version in versions:
+        place = bisect.bisect_left(ready_numbers, version.number)
+        ready_before = version.status == VersionStatus.READY and place > 0
+        paired.append((version, ready_numbers[place - 1] if ready_before else None))
+    return paired
+
+
+def comparison_partner(*, version: DatasetVersion) -> DatasetVersion | None:
+    """The version a ready version's page offers to compare it with: the latest ready one before it, else the
+    first ready one after it; None when there is no other ready version."""
+    others = version.dataset.versions.filter(status=VersionStatus.READY).exclude(pk=version.pk)
+    return (others.filter(number__lt=version.number).order_by("-number").first()
+            or others.order_by("number").first())
+
+
+def rows_by_number(*, version: DatasetVersion, numbers: list[int]) -> list[tuple[int, dict[str, Any]]]:
+    """The examples of a ready version's rows ``numbers`` (ascending), after its column mapping, decoding only those:
+    from its search index for the rows it covers (built as a first search builds it), from the file, read up to the
+    last of them and only those made examples (``formats.examples_numbered``), for the rest (rows past
+    ``PREVIEW_MAX_ROW``, or a version whose index cannot hold them exactly)."""
+    indexed_rows = min(version.row_count or 0, PREVIEW_MAX_ROW)
+    found: dict[int, dict[str, Any]] = {}
+    if in_index := [number for number in numbers if number <= indexed_rows]:
+        index = search.search_index(version, rows=indexed_rows)
+        if index is not None:
+            offsets = index.offsets_of(in_index)
+            found.update(zip(offsets, index.examples(list(offsets.values()))))
+    if rest := [number for number in numbers if number not in found]:
+        mapping = formats.ColumnMapping(kind=formats.DatasetKind(version.dataset.kind), columns=version.column_mapping)
+        found.update(formats.examples_numbered(version.absolute_path, fmt=formats.FileFormat(version.format),
+                                               mapping=mapping, numbers=rest))
+    return [(number, found[number]) for number in numbers if number in found]
+
+
+def difference_page(*, version: DatasetVersion, rows: np.ndarray, page: int,
+                    page_size: int = COMPARISON_PAGE_SIZE) -> PreviewPage:
+    """Page ``page`` (1-based, clamped to the pages there are) of ``rows`` (row numbers of ``version``: those a
+    comparison found removed or added), as cells ready to render as the preview renders them."""
+    page_count = max(1, -(-len(rows) // page_size))
+    page = min(max(page, 1), page_count)
+    numbers = [int(number) for number in rows[(page - 1) * page_size: page * page_size]]
+    columns, shown = _preview_rows(formats.DatasetKind(version.dataset.kind),
+                                   rows_by_number(version=version, numbers=numbers))
+    return PreviewPage(columns=columns, rows=shown, page=page, page_count=page_count, rows_previewed=len(rows))

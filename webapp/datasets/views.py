@@ -1,5 +1,5 @@
 """Dataset pages: list, upload (new dataset or new version), dataset detail, version detail
-(status, errors, preview, statistics), download and token statistics.
+(status, errors, preview, statistics), the comparison of two versions, download and token statistics.
 
 Viewers read, members upload; every view starts with ``get_project_for_user`` so outsiders get
 404. The upload views are CSRF-exempt on the outside only so that they can check access and the
@@ -164,6 +164,7 @@ def dataset_detail(request: HttpRequest, slug: str, public_id: str) -> HttpRespo
             "membership": membership,
             "dataset": dataset,
             "versions": versions,
+            "version_rows": selectors.with_previous_ready(versions=versions),
             # numbers count on past deleted versions: never one a run's history names
             "next_number": services.next_version_number(dataset=dataset),
             "can_upload": membership.can(Role.MEMBER),
@@ -215,10 +216,43 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
             # The launch page of each task that trains on this kind, this version chosen (runs:new's ?data=).
             launch_tasks=selectors.tasks_training_on(dataset.kind) if membership.can(Role.MEMBER) else [],
         )
+        if partner := selectors.comparison_partner(version=version):
+            context.update(compare_with=partner, compare_pair=sorted((partner.number, version.number)))
     return render(request, "datasets/version.html", context)
 
 
 SEARCH_MAX_CHARS = 200
+
+
+@login_required
+@require_http_methods(["GET"])
+def version_compare(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
+    """Version ``?a=`` against version ``?b=`` (by default the latest ready version against the ready one before
+    it): the counts of rows unchanged, removed and added, and a page of each of the removed and added rows
+    (``?removed_page=``, ``?added_page=``). A comparison that cannot be made says why on the page: 404 for a version
+    number the dataset has not got, as its version page answers, 200 for the rest (a bad number, a version not
+    ready)."""
+    project, membership = get_project_for_user(request.user, slug)
+    dataset = selectors.dataset_get(project=project, public_id=public_id)
+    context = {"project": project, "membership": membership, "dataset": dataset,
+               "ready_versions": selectors.ready_versions(dataset=dataset)}
+    status = 200
+    try:
+        older, newer = selectors.comparison_versions(dataset=dataset, a=request.GET.get("a"), b=request.GET.get("b"))
+        differences = selectors.version_differences(a=older, b=newer)
+    except Http404 as error:
+        context["refusal"], status = str(error), 404
+    except ValidationError as error:
+        context["refusal"] = " ".join(error.messages)
+    else:
+        context.update(
+            a=older, b=newer, differences=differences,
+            removed=selectors.difference_page(version=older, rows=differences.removed,
+                                              page=whole_number(request.GET.get("removed_page")) or 1),
+            added=selectors.difference_page(version=newer, rows=differences.added,
+                                            page=whole_number(request.GET.get("added_page")) or 1),
+        )
+    return render(request, "datasets/compare.html", context, status=status)
 
 
 @login_required

@@ -622,6 +622,26 @@ def test_read_page(tmp_path):
     assert page == [(5, {"text": "4"}), (6, {"text": "5"}), (7, {"text": "6"})]
 
 
+def test_examples_numbered_gives_the_rows_asked_for_and_reads_no_further(tmp_path, monkeypatch):
+    """A comparison of two versions shows a few rows of either, past the search index's reach read from the file:
+    only those made examples, as the preview makes them, and the file not read past the last."""
+    rows = [{"question": f"q{i}", "answer": f"a{i}"} for i in range(1, 11)]
+    path = write_jsonl(tmp_path / "p.jsonl", rows)
+    mapping = ColumnMapping(kind="sft", columns={"prompt": "question", "completion": "answer"})
+    every = dict(formats.numbered_examples(path, fmt=FileFormat.JSONL, mapping=mapping))
+    found = formats.examples_numbered(path, fmt=FileFormat.JSONL, mapping=mapping, numbers=[7, 2, 4])
+    assert list(found) == [(number, every[number]) for number in (2, 4, 7)]
+    assert every[7] == {"prompt": "q7", "completion": "a7"}
+    read, checked = [], []
+    reader, checker = formats.iter_rows, formats.check_record
+    monkeypatch.setattr(formats, "iter_rows", lambda *args, **kwargs: (read.append(item.row) or item
+                                                                       for item in reader(*args, **kwargs)))
+    monkeypatch.setattr(formats, "check_record", lambda value, **kwargs: checked.append(value) or checker(value, **kwargs))
+    assert [number for number, _ in formats.examples_numbered(path, fmt=FileFormat.JSONL, mapping=mapping,
+                                                              numbers=[3, 5])] == [3, 5]
+    assert read == [1, 2, 3, 4, 5] and checked == [rows[2], rows[4]]
+
+
 def test_iter_examples_stops_at_first_bad_row(tmp_path):
     path = write_jsonl(tmp_path / "p.jsonl", [{"text": "a"}, {"text": ""}, {"text": 3}])
     examples = iter_examples(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind="text"))
