@@ -256,7 +256,8 @@ def test_a_base_models_page_leads_to_a_run_and_a_chat_from_it(registered, team, 
     chat = f'href="/p/{team.project.slug}/chat/?model={registered.public_id}#new-conversation"'
     assert launch in page and chat in page
     form = client_for(team.teammate).get(f"/p/{team.project.slug}/runs/new/?model={registered.public_id}")
-    assert f'<option value="{registered.public_id}" selected>' in form.content.decode()
+    positions = registered.config["max_position_embeddings"]  # its context, the launch form's limit of max_seq_len
+    assert f'<option value="{registered.public_id}" data-positions="{positions}" selected>' in form.content.decode()
     unknown = client_for(team.teammate).get(f"/p/{team.project.slug}/runs/new/?model=bm_nothing")
     assert unknown.status_code == 200 and "bm_nothing" not in unknown.content.decode()
     viewer_page = client_for(team.viewer).get(f"/p/{team.project.slug}/models/{registered.public_id}/").content.decode()
