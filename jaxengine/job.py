@@ -90,11 +90,23 @@ def spec_as_run(spec: JobSpec, model_dir: Path) -> JobSpec:
     as another's). Job identities compare resolved directories, so this is the same job. The data files likewise:
     ``jaxengine export --quantize`` scores the copy on ``data.eval`` read from the run's spec.yaml, which from
     another working directory named no file (a FileNotFoundError). Resumes compare the spec they are given, not
-    this file (``recorded_settings``)."""
+    this file (``recorded_settings``, which records the data paths absolute too, so that a resume given this file
+    reports no change of them). ``output_dir`` too, and the summary names the model as this file does
+    (``run_model_path``): read from elsewhere, a relative one named nothing."""
+    return with_absolute_data_paths(spec).model_copy(update={
+        "model": run_model_path(spec, model_dir), "output_dir": str(Path(spec.output_dir).absolute())})
+
+
+def run_model_path(spec: JobSpec, model_dir: Path) -> str:
+    """The model a run of ``spec`` names in its spec.yaml and summary.json: the directory ``model_dir`` the
+    ``demo-tiny`` preset resolved to, a relative path made absolute, an absolute one as written."""
     if spec.model == DEMO_PRESET:
-        spec = spec.model_copy(update={"model": str(model_dir.resolve())})
-    elif not Path(spec.model).is_absolute():
-        spec = spec.model_copy(update={"model": str(model_dir.absolute())})
+        return str(model_dir.resolve())
+    return spec.model if Path(spec.model).is_absolute() else str(model_dir.absolute())
+
+
+def with_absolute_data_paths(spec: JobSpec) -> JobSpec:
+    """``spec`` with a relative ``data.train`` or ``data.eval`` written as the absolute path it names from here."""
     data = {key: str(Path(path).absolute()) for key in ("train", "eval")
             if (path := getattr(spec.data, key)) is not None and not Path(path).is_absolute()}
     return spec.model_copy(update={"data": spec.data.model_copy(update=data)}) if data else spec
@@ -194,8 +206,10 @@ def recorded_settings(spec: JobSpec) -> dict[str, Any]:
     """The settings of ``spec`` a resume may change, nested as in the spec (``TrainConfig.recorded_settings``): its
     every section but the job's identity, so the optimizer, loss and reward settings, training lengths and data
     paths. A resume reports each change (``trainer.settings_changes``); those of ``resume_settings`` and the seed
-    it refuses first."""
-    return {key: value for key, value in spec.model_dump(mode="json").items() if key not in NOT_RECORDED}
+    it refuses first. The data paths are recorded absolute: a run started with relative ones and resumed from its
+    spec.yaml (``spec_as_run``, absolute) reported each as a changed setting, though it named the same file."""
+    return {key: value for key, value in with_absolute_data_paths(spec).model_dump(mode="json").items()
+            if key not in NOT_RECORDED}
 
 
 def data_files(spec: JobSpec) -> dict[str, dict[str, str]]:
@@ -829,8 +843,9 @@ def run_job(
     else:
         trainer, data_summary = _dataset_trainer(spec, job_model, run_dir, placement=placement, files=files,
                                                  entry=entry, on_log=on_log if writes_files else None)
+    run_spec = spec_as_run(spec, job_model.model_dir)
     if writes_files:  # once the model and the data are read: a job that cannot start leaves no spec behind
-        (run_dir / "spec.yaml").write_text(dump_spec(spec_as_run(spec, job_model.model_dir)))
+        (run_dir / "spec.yaml").write_text(dump_spec(run_spec))
     if writes_files and on_log is not None:
         from jaxengine.data.pipeline import split_by_turn_note
 
@@ -854,10 +869,10 @@ def run_job(
     if summary["status"] == "succeeded":
         trained = trainer.current_model()  # every process: gathering global arrays may be collective
         if writes_files:
-            exported = export_trained(trained, spec, job_model, run_dir / "export")
+            exported = export_trained(trained, spec, job_model, Path(run_spec.output_dir) / "export")
     summary.update(
         task=spec.task,
-        model=str(job_model.model_dir),
+        model=run_spec.model,
         peft=spec.peft.method,
         quantization=job_model.quantization,
         data=data_summary,

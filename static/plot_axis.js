@@ -86,7 +86,8 @@ window.TemperPlotAxis = (function () {
   // (X_FORMATS), fit side by side: plotly's own count, fewer where its widest numbers would meet (plotly then tilted
   // them over the axis's title). Plotly spaces the ticks at least the axis's length over that count apart. Null for
   // a plot not shown (no width to go by): plotly's own count. Counted as the page draws the chart and again as its
-  // width changes (fitTicks).
+  // width changes (fitTicks). A whole number: plotly's own is a fraction (7.65 at 532 pixels), and plotly takes an
+  // nticks that is not whole for its default, the count asked then not the one drawn.
   function xTickCount(plot, traces) {
     var length = plot.clientWidth - SIDE_MARGINS.l - SIDE_MARGINS.r;
     if (length <= 0) return null;
@@ -96,7 +97,7 @@ window.TemperPlotAxis = (function () {
     });
     var widest = Math.round(largest).toLocaleString("en-US").length * TICK_CHARACTER;
     var plotlys = Math.min(Math.max(length / 80, 4), 9) + 1;  // plotly's own: src/plots/cartesian/axes.js autoTicks
-    return Math.max(2, Math.min(Math.floor(length / (widest + TICK_CHARACTER)), plotlys));
+    return Math.max(2, Math.floor(Math.min(length / (widest + TICK_CHARACTER), plotlys)));
   }
 
   // A chart's width changes with the window's (a phone turned, a window narrowed) and with its place's (the compare

@@ -27,9 +27,39 @@ def checked_model_dir(value: str) -> Path:
         raise CliError(f"--model {value}: not a directory; give the directory holding config.json")
     config_path = model_dir / "config.json"
     if not config_path.is_file():
-        raise CliError(f"--model {value}: no config.json; a Hugging Face model directory needs one")
-    read_json_object(config_path, error=CliError)
+        raise CliError(f"--model {value}: no config.json ({_what_it_holds(model_dir)}); give a Hugging Face-format "
+                       f"model directory: its config.json (architectures one of {_supported()}), its safetensors "
+                       "weights and its tokenizer")
+    read_json_object(config_path, error=CliError,
+                     advice=f"a model's config.json is one JSON object as Hugging Face saves it, naming its "
+                            f"architectures (one of {_supported()}): save it again from the model's repository")
     return model_dir
+
+
+def _supported() -> str:
+    from jaxengine.models.config import supported_architectures
+
+    return ", ".join(supported_architectures())
+
+
+# How many of a directory's entries a refusal names: enough to recognise the directory by.
+_ENTRIES_NAMED = 8
+
+
+def _what_it_holds(directory: Path) -> str:
+    """What a directory given as a model holds, in words: its first entries, and a folder below it holding a
+    config.json (a Hugging Face cache's repository folder holds its model under snapshots/<revision>/)."""
+    entries = sorted(directory.iterdir(), key=lambda entry: entry.name)
+    if not entries:
+        return "the directory is empty"
+    names = [entry.name + ("/" if entry.is_dir() else "") for entry in entries[:_ENTRIES_NAMED]]
+    more = f" and {len(entries) - _ENTRIES_NAMED} more" if len(entries) > _ENTRIES_NAMED else ""
+    said = f"the directory holds {', '.join(names)}{more}"
+    below = next((found.parent for found in sorted(directory.glob("*/config.json")) + sorted(
+        directory.glob("*/*/config.json")) if found.is_file()), None)
+    if below is not None:
+        said += f"; {below.relative_to(directory)} holds a config.json: give that directory"
+    return said
 
 
 def read_model_config(model_dir: Path):

@@ -725,7 +725,8 @@ def _jsonl_issue(raw: bytes, exc: Exception, *, line: int, row: int, file_offset
         )
     # orjson is stricter than json in a few corners (e.g. NaN, huge integers, a lone surrogate).
     if "surrogate" in str(exc) and isinstance(exc, json.JSONDecodeError):
-        return Issue(code="json", message=f"broken JSON at column {exc.colno}: {LONE_SURROGATE}", line=line, row=row)
+        return Issue(code="json", message=f"broken JSON at column {exc.colno}: {LONE_SURROGATE}", line=line, row=row,
+                     field=_field_with_lone_surrogate(json.loads(text)))
     return Issue(code="json", message=f"broken JSON: {exc}; each line must be one JSON object", line=line, row=row)
 
 
@@ -734,6 +735,34 @@ def _jsonl_issue(raw: bytes, exc: Exception, *, line: int, row: int, file_offset
 # object", or in a .json file "str is not valid UTF-8: surrogates not allowed" with advice for another type.
 LONE_SURROGATE = ("half of a character (a lone UTF-16 surrogate: a \\ud800-\\udfff escape without its other half, as "
                   "text cut inside an emoji leaves): remove it, or write the whole character")
+
+
+def _loads_with_lone_surrogates(text: str | bytes) -> Any:
+    """``text`` as JSON, a lone surrogate escape read as the json module reads it (into a str that cannot be written
+    as UTF-8) where orjson refuses it: the caller then finds the value and names the field holding it
+    (``_field_with_lone_surrogate``), where the text had been taken for something else (a .json file's first line for
+    no row, a CSV cell for no list). A ValueError for other broken JSON."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as error:
+        if "surrogate" not in str(error):
+            raise
+        return json.loads(text)
+
+
+def _holds_lone_surrogate(value: Any) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _field_with_lone_surrogate(row: Any) -> str | None:
+    """The first key of ``row`` whose value holds a lone surrogate, if ``row`` is an object with one."""
+    if type(row) is not dict:
+        return None
+    return next((key for key, value in row.items() if _holds_lone_surrogate(value)), None)
 
 
 def _iter_json_array(path: Path, *, source: DataSource = WEB_UPLOAD) -> Iterator[RawRow | Issue]:
@@ -765,8 +794,8 @@ def _holds_json_lines(path: Path) -> bool:
         if not first.startswith(b"{"):
             return False
         try:
-            value = orjson.loads(first)
-        except orjson.JSONDecodeError:  # an object over several lines, or cut at the limit
+            value = _loads_with_lone_surrogates(first)
+        except (ValueError, RecursionError):  # an object over several lines, or cut at the limit
             return False
         while line := handle.readline(MAX_LINE_BYTES):  # bounded: the next line may be a 2 GB one
             if line.strip():
@@ -1402,7 +1431,7 @@ def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> boo
     """Check a chat; returns whether it has an assistant turn."""
     if type(value) is not list:
         got = _json_type(value)
-        if type(_maybe_chat(value)) is list:
+        if _holds_json_list(value):
             got = ("a string that holds one as JSON text: store the list itself (decode it with json.loads before "
                    "saving the file)")
         elif type(value) is str and _PYTHON_LIST_OF_DICTS.match(value):
@@ -1489,6 +1518,13 @@ def _check_text_or_messages(value: Any, field_name: str, problems: list[Problem]
     return False
 
 
+def _holds_json_list(value: Any) -> bool:
+    try:
+        return type(_maybe_chat(value)) is list
+    except _LoneSurrogateCell:  # a list all the same
+        return True
+
+
 def _maybe_chat(value: Any, *, messages_only: bool = False) -> Any:
     """CSV cells are strings: a cell holding a JSON list of messages is read as that list. ``messages_only``: only a
     list of messages (objects with a role, a content or ShareGPT's from) is, where the field may be text (every one
@@ -1497,13 +1533,20 @@ def _maybe_chat(value: Any, *, messages_only: bool = False) -> Any:
     list")."""
     if type(value) is str and value.lstrip().startswith("["):
         try:
-            decoded = orjson.loads(value)
-        except orjson.JSONDecodeError:
+            decoded = _loads_with_lone_surrogates(value)
+        except (ValueError, RecursionError):
             return value
         if type(decoded) is list and (not messages_only or (decoded and all(
                 type(message) is dict and not _MESSAGE_KEYS.isdisjoint(message) for message in decoded))):
+            if _holds_lone_surrogate(decoded):
+                raise _LoneSurrogateCell
             return decoded
     return value
+
+
+class _LoneSurrogateCell(Exception):
+    """A CSV cell holding JSON with a lone surrogate escape: its row is refused naming the field
+    (``check_record``), where the cell was taken for text and refused as "must be a list ..., got a string"."""
 
 
 # The keys that make a JSON object in a CSV cell a message, a chat's turn: {role, content}, or ShareGPT's {from, value}
@@ -1532,6 +1575,20 @@ def check_record(
     value: Any, *, mapping: ColumnMapping, cells_are_strings: bool = False, source: DataSource = WEB_UPLOAD,
     read_once: PromptsReadOnce | None = None,
 ) -> tuple[dict[str, Any] | None, list[Problem]]:
+    """Turn one raw record into an example of ``mapping.kind``, or return the problems found (``_check_record``;
+    a CSV cell whose JSON list holds a lone surrogate escape is the row's one problem, named by its field)."""
+    try:
+        return _check_record(value, mapping=mapping, cells_are_strings=cells_are_strings, source=source,
+                             read_once=read_once)
+    except _LoneSurrogateCell as cell:
+        field_name = cell.args[0]
+        return None, [(field_name, "wrong_type", f"its JSON list holds {LONE_SURROGATE}")]
+
+
+def _check_record(
+    value: Any, *, mapping: ColumnMapping, cells_are_strings: bool, source: DataSource,
+    read_once: PromptsReadOnce | None,
+) -> tuple[dict[str, Any] | None, list[Problem]]:
     """Turn one raw record into an example of ``mapping.kind``, or return the problems found.
 
     An example holds the kind's fields under their own names (after the column mapping); for
@@ -1550,7 +1607,12 @@ def check_record(
         found = value.get(columns.get(field_name, field_name))  # a column left out or null: missing alike
         if found is None:
             return _MISSING
-        return _maybe_chat(found, messages_only=field_name != "messages") if cells_are_strings else found
+        if not cells_are_strings:
+            return found
+        try:
+            return _maybe_chat(found, messages_only=field_name != "messages")
+        except _LoneSurrogateCell:
+            raise _LoneSurrogateCell(field_name) from None
 
     if kind is DatasetKind.TEXT:
         text = get("text")

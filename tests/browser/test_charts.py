@@ -110,3 +110,38 @@ def test_a_dataset_versions_page_draws_its_length_and_token_histograms(page, liv
     assert [chart["asked"] for chart in charts] == [{"bar": 1}] * 3
     assert only_drawn(charts) == [{"bar": 1}] * 3
     assert errors == []
+
+
+# Chart widths from a phone's to a wide window's, in pixels.
+CHART_WIDTHS = list(range(240, 1441, 40))
+
+X_TICK_COUNTS = """widths => widths.map(width => {
+    const plot = document.createElement("div");
+    plot.style.width = width + "px";
+    document.body.appendChild(plot);
+    const count = window.TemperPlotAxis.xAxis("step", [{x: [1, 2, 3, 40]}], plot).nticks;
+    plot.remove();
+    return count;
+})"""
+
+
+def test_the_x_axis_asks_plotly_for_a_whole_number_of_ticks(page, live_server, tmp_path):
+    """static/plot_axis.js's tick count (xTickCount) was plotly's own count as plotly works it out, a fraction (7.65
+    ticks for a chart 600 pixels wide) wherever the numbers fit more: plotly takes nticks as a whole number and drops
+    any other for its default, so the count asked was not the one drawn. Every width asks for a whole number of at
+    least 2, and the drawn chart keeps the count asked."""
+    team = make_team(slug="chartticks")
+    run = Run.objects.create(project=team.project, name="ticks", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=40, current_step=40)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=1.0 / step,
+                                                 wall_time=float(step), tokens=step * 10) for step in range(1, 41)])
+    log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/chartticks/runs/{run.public_id}/")
+    charts_drawn(page, "#charts .plot")
+    counts = page.evaluate(X_TICK_COUNTS, CHART_WIDTHS)
+    assert [count for count in counts if not (isinstance(count, int) and count >= 2)] == []
+    assert counts[CHART_WIDTHS.index(600)] == 7  # plotly's own for 600 pixels (7.65), whole
+    asked, drawn = page.evaluate("() => { const plot = document.querySelector('#charts .plot');"
+                                 " return [plot.layout.xaxis.nticks, plot._fullLayout.xaxis.nticks]; }")
+    assert isinstance(asked, int) and asked >= 2 and drawn == asked

@@ -731,6 +731,37 @@ def test_a_resume_under_a_changed_optimizer_setting_goes_on_under_it_and_says_so
     assert summary["resumed_with_changes"] == [] and len(lines) == 2
 
 
+def test_a_run_of_relative_paths_names_them_absolute_and_resumes_from_its_spec_yaml_unchanged(demo_dir, tmp_path,
+                                                                                            monkeypatch):
+    """A run's summary.json named its model as the spec spelled it and its spec.yaml kept a relative output_dir, so
+    read from another directory (`jaxengine export --run DIR`, a script reading the summary) neither resolved. Both
+    files name every path absolute; resumed from its own spec.yaml, the run reports no setting as changed, though
+    the spec it started from spelled its data files relative."""
+    start, elsewhere = tmp_path / "start", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    start.mkdir()
+    for name in ("model", "data"):
+        (start / name).symlink_to(demo_dir / name)
+    monkeypatch.chdir(start)
+    spec = spec_for(demo_dir, "run", model="model",
+                    data={"train": "data/sft.jsonl", "eval": "data/eval.jsonl", "max_seq_len": 64},
+                    train={"max_steps": 1, "batch_size": 2, "save_every": 1, "eval_every": 10, "eval_samples": 1,
+                           "sample_max_new_tokens": 2})
+    assert run_job(spec, progress_bar=False)["status"] == "succeeded"
+    monkeypatch.chdir(elsewhere)
+    run = start / "run"
+    kept = load_spec(run / "spec.yaml")
+    summary = json.loads((run / "summary.json").read_text())
+    assert (kept.output_dir, kept.model) == (str(run), str(start / "model"))
+    assert summary["model"] == str(start / "model")
+    assert summary["export"]["model"] == str(run / "export")
+    lines = []
+    resumed = run_job(kept.model_copy(update={"train": kept.train.model_copy(update={"max_steps": 2})}),
+                      progress_bar=False, on_log=lines.append)
+    assert resumed["resumed_from_step"] == 1
+    assert lines == ["resumed from step 1 with a changed setting: train.max_steps 1 -> 2"]
+
+
 def test_a_resume_over_a_replaced_training_file_is_refused_naming_the_file(demo_dir, tmp_path):
     """Issue 8: a resume goes on from the saved data position, a cursor into the shuffled rows of the training
     file as it was; over a file edited or replaced since, the resumed run read other rows than its step count

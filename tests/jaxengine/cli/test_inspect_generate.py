@@ -148,7 +148,9 @@ def test_a_model_file_that_is_not_utf8_is_named_in_one_line(tmp_path, model_dir,
     (copy / file).write_bytes(b'{"bos_token": "\xff"}')
     args = [command, "--model", str(copy)] + (["--prompt", "x", "--max-new-tokens", "2"] if command == "generate" else [])
     assert main(args) == 2
-    advice = "" if file == "config.json" else "; fix or remove the file"
+    advice = ("; a model's config.json is one JSON object as Hugging Face saves it, naming its architectures (one of "
+              + SUPPORTED + "): save it again from the model's repository") if file == "config.json" \
+        else "; fix or remove the file"
     assert capsys.readouterr().err == (f"jaxengine {command}: error: {copy / file}: not UTF-8 text (byte 15 is not "
                                        f"valid UTF-8){advice}\n")
 
@@ -355,6 +357,55 @@ def test_generate_reads_a_quantized_serving_copy_as_the_chat_serves_it(tmp_path,
     [expected] = Sampler(served.model, served.tokenizer).generate(
         ["Hello world"], SamplingParams(max_new_tokens=6, temperature=0))
     assert output["token_ids"] == expected.token_ids and len(expected.token_ids) == 6
+
+
+SUPPORTED = ("LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM, "
+             "Gemma3ForConditionalGeneration")
+
+
+def test_inspect_says_what_a_directory_without_a_config_json_holds_and_what_is_supported(tmp_path):
+    """QA: "--model DIR: no config.json; a Hugging Face model directory needs one" said neither what the directory held
+    nor which models are read; a Hugging Face cache's repository folder (the model a snapshot below it) was one."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = run_cli("inspect", "--model", str(empty))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        f"jaxengine inspect: error: --model {empty}: no config.json (the directory is empty); give a Hugging "
+        "Face-format model directory: its config.json (architectures one of " + SUPPORTED + "), its safetensors "
+        "weights and its tokenizer\n")
+    cache = tmp_path / "models--org--tiny"
+    (cache / "snapshots" / "abc123").mkdir(parents=True)
+    (cache / "snapshots" / "abc123" / "config.json").write_text("{}")
+    (cache / "refs").mkdir()
+    result = run_cli("inspect", "--model", str(cache))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"jaxengine inspect: error: --model {cache}: no config.json (the directory holds "
+                                    "refs/, snapshots/; snapshots/abc123 holds a config.json: give that directory)")
+
+
+@pytest.mark.parametrize("content, found", [
+    ("{not json", "line 1: not valid JSON (Expecting property name enclosed in double quotes)"),
+    ("[]", "expected a JSON object at the top level, found list"),
+])
+def test_inspect_says_what_a_config_json_that_is_no_config_holds_and_what_is_supported(tmp_path, content, found):
+    """QA: a config.json that is not JSON (or not an object) was named with what was wrong, but not what it should
+    be."""
+    (tmp_path / "config.json").write_text(content)
+    result = run_cli("inspect", "--model", str(tmp_path))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        f"jaxengine inspect: error: {tmp_path / 'config.json'}: {found}; a model's config.json is one JSON object "
+        "as Hugging Face saves it, naming its architectures (one of " + SUPPORTED + "): save it again from the "
+        "model's repository\n")
+
+
+def test_inspect_names_an_unsupported_architecture_and_those_supported(tmp_path):
+    (tmp_path / "config.json").write_text('{"architectures": ["BertModel"], "model_type": "bert"}')
+    result = run_cli("inspect", "--model", str(tmp_path))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (f"jaxengine inspect: error: {tmp_path / 'config.json'}: architectures=['BertModel'] "
+                             f"(model_type='bert') is not supported; supported architectures: {SUPPORTED}\n")
 
 
 def test_inspect_refuses_a_config_that_does_not_describe_the_weights(tmp_path, model_dir, capsys):

@@ -97,3 +97,16 @@ def test_advice_names_the_flags_of_validate_data(tmp_path, capsys):
     (tmp_path / "rows.txt").write_text('{"text": "a"}\n', encoding="utf-8")
     assert main(["validate-data", str(tmp_path / "rows.txt"), "--kind", "text"]) == 2
     assert capsys.readouterr().err.endswith(", or give its format with --format\n")
+
+
+def test_a_lone_surrogate_escape_in_a_csv_messages_cell_is_named_by_file_line_and_field(tmp_path, capsys):
+    """A CSV messages cell whose JSON held half of a character ("\\ud83d" cut from its "\\ude00") was called
+    "must be a list of {role, content} messages, got a string", which it is, written as JSON."""
+    path = tmp_path / "chats.csv"
+    path.write_text('messages\n"[{""role"": ""user"", ""content"": ""cut \\ud83d""}, '
+                    '{""role"": ""assistant"", ""content"": ""b""}]"\n', encoding="utf-8")
+    assert main(["validate-data", str(path), "--kind", "sft"]) == 1
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"{path}:2: row 1, field 'messages': its JSON list holds half of a character (a lone UTF-16 surrogate: a "
+        "\\ud800-\\udfff escape without its other half, as text cut inside an emoji leaves): remove it, or write "
+        "the whole character [wrong_type]")

@@ -1552,9 +1552,16 @@ LONE_SURROGATE = ("half of a character (a lone UTF-16 surrogate: a \\ud800-\\udf
 
 
 @pytest.mark.parametrize(("name", "data", "fmt", "where"), [
-    ("rows.jsonl", b'{"prompt": "cut \\ud83d", "completion": "b"}\n', FileFormat.JSONL, (1, 1, None)),
+    ("rows.jsonl", b'{"prompt": "cut \\ud83d", "completion": "b"}\n', FileFormat.JSONL, (1, 1, "prompt")),
     ("rows.json", b'[{"prompt": "a", "completion": "b"}, {"prompt": "cut \\ud83d", "completion": "b"}]',
      FileFormat.JSON, (1, 2, "prompt")),
+    # JSON Lines in a .json file, the escape in its first line: read as an array, the file was "missing 'prompt'"
+    # in rows of 'role' and 'content' and "unexpected text after the closing ']'".
+    ("lines.json", b'{"prompt": "cut \\ud83d", "completion": "b"}\n{"prompt": "a", "completion": "b"}\n',
+     FileFormat.JSON, (1, 1, "prompt")),
+    # A CSV messages cell: "must be a list of {role, content} messages, got a string".
+    ("rows.csv", b'messages\n"[{""role"": ""user"", ""content"": ""cut \\ud83d""}, '
+                 b'{""role"": ""assistant"", ""content"": ""b""}]"\n', FileFormat.CSV, (2, 1, "messages")),
 ])
 def test_a_lone_surrogate_escape_is_named_as_half_a_character(tmp_path, name, data, fmt, where):
     """Audit: text cut inside an emoji written as two escapes ("\\ud83d\\ude00" cut after the first) was, in a
@@ -1564,11 +1571,13 @@ def test_a_lone_surrogate_escape_is_named_as_half_a_character(tmp_path, name, da
     path = tmp_path / name
     path.write_bytes(data)
     issue = only_error(validate_file(path, fmt=fmt, mapping=SFT))
-    assert (issue.code, issue.line, issue.row, issue.field) == ("json" if fmt is FileFormat.JSONL else "wrong_type",
-                                                                *where)
+    lines = name.startswith("lines") or fmt is FileFormat.JSONL
+    assert (issue.code, issue.line, issue.row, issue.field) == ("json" if lines else "wrong_type", *where)
     assert issue.message.endswith(LONE_SURROGATE)
-    if fmt is FileFormat.JSONL:
+    if lines:
         assert issue.message == "broken JSON at column 17: " + LONE_SURROGATE
+    if fmt is FileFormat.CSV:
+        assert issue.message == "its JSON list holds " + LONE_SURROGATE
 
 
 def _csv(path: Path, header: list[str], rows: list[list[str]]) -> Path:

@@ -1855,6 +1855,45 @@ def test_a_deleted_dataset_version_is_named_as_it_was_at_launch(team, client_for
     assert f"Training data <code>{catalog.sft.public_id}</code> <span class=\"muted\">(deleted since)</span>" in page
 
 
+def test_a_run_whose_model_directory_was_deleted_since_shows_its_pages_in_project_terms(team, catalog, client_for,
+                                                                                       sent_tasks, tmp_path):
+    """Item checked: a run whose resolved spec names a model directory deleted on disk since (its base model's folder
+    removed, the row kept; the export of the run it started from removed). Its run page, the chat's model picker and
+    the compare page read no file of it: each answers, naming the model as the project does, never by its path."""
+    from tests.webapp.factories import make_base_model as registered
+
+    model_dir = tmp_path / "models" / "mine"
+    model_dir.mkdir(parents=True)  # what the launch reads of it: no page reads any of it
+    (model_dir / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                                                       "max_position_embeddings": 2048}))
+    base = registered(team.project, name="mine", path=str(model_dir))
+    first = services.run_create(project=team.project, spec={**sft_spec(catalog), "model": base.public_id},
+                                user=team.owner, name="first")
+    export = first.output_dir / "export"
+    shutil.copytree(model_dir, export)
+    Run.objects.filter(pk=first.pk).update(status=RunStatus.RUNNING)
+    reporting.run_finish(run=Run.objects.get(pk=first.pk), summary={"status": "succeeded", "step": 10,
+                                                                      "export": {"model": str(export)}})
+    second = services.run_create(project=team.project, spec={**sft_spec(catalog), "model": first.public_id},
+                                 user=team.owner, name="second")
+    assert second.resolved_spec["model"] == str(export.resolve())
+    for run in (first, second):
+        MetricPoint.objects.create(run=run, step=1, name="loss", value=2.0, wall_time=5.0, tokens=64)
+    shutil.rmtree(model_dir)
+    shutil.rmtree(export)
+    client = client_for(team.viewer)
+    second_page = client.get(url(second)).content.decode()
+    assert f'Started from run <a href="/p/alpha/runs/{first.public_id}/"><bdi>first</bdi></a>' in second_page
+    compare = client.get(f"/p/alpha/runs/compare/?runs={first.public_id}&runs={second.public_id}")
+    assert (f'<td><code>model</code></td><td><bdi>mine</bdi> <small class="muted">{base.public_id}</small></td>'
+            f'<td><bdi>first</bdi> <small class="muted">{first.public_id}</small></td>') in compare.content.decode()
+    chat = client_for(team.teammate).get("/p/alpha/chat/")
+    assert f'<option value="{first.public_id}">Run: {isolated("first")}</option>' in chat.content.decode()
+    for response in (client.get(url(first)), client.get(url(second)), compare, chat):
+        assert response.status_code == 200
+        assert str(model_dir) not in response.content.decode() and str(export) not in second_page
+
+
 def test_it_rejects_notes_past_the_cap_keeping_what_was_typed(team, run, client_for):
     """Notes of any length were stored (9 MB was) and rendered on every view of the run page. Past
     20,000 characters they are refused at the notes field, the text kept in the form; the textarea
