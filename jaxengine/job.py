@@ -46,8 +46,11 @@ def demo_model_candidates() -> list[Path]:
     return candidates
 
 
-def resolve_model_dir(model: str) -> Path:
-    """The Hugging Face directory a spec's ``model`` names: a directory, or the ``demo-tiny`` preset."""
+def resolve_model_dir(model: str, *, entry: Entry = Entry.SPEC) -> Path:
+    """The Hugging Face directory a spec's ``model`` names: a directory, or the ``demo-tiny`` preset. ``entry``: where
+    the spec was given; a web launch's (``Entry.LAUNCH``) names a directory the web resolved from a base model or a
+    run's export, so one missing is told in the web's terms, without the command line's presets (the web names the
+    model: ``webapp.runs.reporting.in_project_terms``)."""
     path = Path(model).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -64,6 +67,10 @@ def resolve_model_dir(model: str) -> Path:
         raise JobError(f"model: the {DEMO_PRESET} preset is not built (looked in {looked}); "
                        "run `jaxengine demo-base --out DIR` and set TEMPER_DEMO_DIR=DIR")
     problem = "a file, not a directory" if path.exists() else "no such directory"
+    if entry is Entry.LAUNCH:
+        raise JobError(f"model: {model}: {problem}; its folder was deleted or moved since the run was queued. Put "
+                       "the model's files back in it, or duplicate the run on its page and choose another starting "
+                       "model")
     raise JobError(f"model: {model!r}: {problem}; give a Hugging Face-format model directory (holding config.json) "
                    f"or the preset {DEMO_PRESET}")
 
@@ -815,7 +822,7 @@ def run_job(
     check_output_dir(Path(spec.output_dir))
     check_reward_functions(spec)
     # Named as not found before output_dir is compared with it (another job?).
-    model_dir = resolve_model_dir(spec.model)
+    model_dir = resolve_model_dir(spec.model, entry=entry)
     check_model_positions(spec, model_dir)
     if placement is None:
         placement = job_placement(spec)

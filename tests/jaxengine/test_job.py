@@ -1102,3 +1102,17 @@ def test_jaxengine_train_prints_the_cuts_as_a_warning(demo_dir, tmp_path, capsys
     assert [line for line in captured.err.splitlines() if "max_seq_len" in line] == [
         f"{path}: warning: data.train: {rows} of {rows} rows (100%) were longer than data.max_seq_len 8 tokens and were cut "
         "to it: raise data.max_seq_len, or shorten those rows"]
+
+
+def test_a_web_launchs_missing_model_is_told_without_the_command_lines_advice(tmp_path):
+    """A web launch's job (``Entry.LAUNCH``) names a directory the web resolved (a base model's, a run's export): one
+    deleted since says so and what to do on the run's page, not "or the preset demo-tiny", and leaves the path bare
+    for the web to name as the project does (``in_project_terms``)."""
+    from jaxengine.data.formats import Entry
+
+    gone = tmp_path / "models" / "mine"
+    with pytest.raises(JobError) as raised:
+        resolve_model_dir(str(gone), entry=Entry.LAUNCH)
+    assert str(raised.value) == (
+        f"model: {gone}: no such directory; its folder was deleted or moved since the run was queued. Put the "
+        "model's files back in it, or duplicate the run on its page and choose another starting model")

@@ -115,3 +115,30 @@ def test_a_run_whose_base_model_was_swapped_into_another_projects_folder_fails_b
     # Registration's words, the path named as the project knows it (reporting.in_project_terms).
     assert run.error_message.startswith("ModelDirError: " + missing_words(models_root, model_dir).replace(
         str(model_dir), "base model tiny")), run.error_message
+
+
+def test_a_run_whose_base_models_folder_was_deleted_once_queued_fails_in_the_web_apps_terms(
+        transactional_db, settings, redis_url, models_root, monkeypatch):
+    """The web refuses a model whose folder is gone before it queues a run (``services.gone_model``); one deleted
+    while the run waited in the queue failed in the train worker with the command line's advice ("give a Hugging
+    Face-format model directory ... or the preset demo-tiny"), the model named by its path in quotes. A web launch's
+    job (``Entry.LAUNCH``) names the base model and what to do on the run's page."""
+    settings.REDIS_URL = redis_url
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team()
+    model_dir = write_model_dir(models_root / "shared" / "mine")
+    base = make_base_model(team.project, name="mine", path=str(model_dir))
+    version = make_ready_version(team.project, name="chats", rows=[{"prompt": "a b", "completion": " c"}] * 2)
+    run = services.run_create(project=team.project, spec={
+        "task": "sft", "model": base.public_id, "data": {"train": version.public_id, "max_seq_len": 32},
+        "train": {"max_steps": 1, "batch_size": 2}}, user=team.owner)
+    shutil.rmtree(model_dir)
+
+    train.train_run(run.pk, run.attempt)
+
+    run = Run.objects.get(pk=run.pk)
+    assert run.status == RunStatus.FAILED
+    assert run.error_message == (
+        "JobError: model: base model mine: no such directory; its folder was deleted or moved since the run was "
+        "queued. Put the model's files back in it, or duplicate the run on its page and choose another starting "
+        "model"), run.error_message

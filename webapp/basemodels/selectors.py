@@ -87,6 +87,20 @@ def load_refusal(*, path: str, project_slug: str, listing: bool = False) -> str:
     return refusal
 
 
+def model_dir_gone(path: str) -> bool:
+    """Whether the model directory ``path`` (a base model's, a run's export) that a run would load was deleted from
+    disk since it was recorded. Judged only where Temper keeps models: under the models root (registration allows
+    nothing else) or the data root (runs export under it); a path recorded elsewhere, before those rules, is left to
+    the load that reads it. Asked before a launch, a resume or a retry is queued: queued, the run failed in the train
+    worker, naming the missing path."""
+    model_dir = Path(path)
+    if not model_dir.is_absolute():
+        return False
+    roots = {Path(root) for root in (settings.MODELS_ROOT, settings.DATA_ROOT)}
+    roots |= {root.resolve() for root in roots}
+    return any(model_dir.is_relative_to(root) for root in roots) and not model_dir.is_dir()
+
+
 def base_model_refusal(*, base_model: BaseModel) -> str:
     """``load_refusal`` of ``base_model``'s directory, for its project."""
     return load_refusal(path=base_model.path, project_slug=base_model.project.slug)

@@ -22,7 +22,6 @@ import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from django.conf import settings
 from django.http import Http404, StreamingHttpResponse
 
 from jaxengine.words import counted, named
@@ -67,8 +66,7 @@ def artifact_to_download(*, run: Run, kind: str, step: str | None) -> Artifact:
         if step is None:
             raise Http404(f"give the exported checkpoint's step as ?step=N; run {run.public_id} has {there}")
         raise Http404(f"run {run.public_id} has no {kind} artifact at step {isolated(step)}; it has {there}")
-    directory = Path(artifact.path).resolve()
-    if not directory.is_dir() or not directory.is_relative_to(Path(settings.DATA_ROOT).resolve()):
+    if not artifact.on_disk:
         raise Http404(f"the {kind} artifact of {run.public_id} is no longer on disk")
     return artifact
 

@@ -394,6 +394,14 @@ class Artifact(models.Model):
         ordering = ["kind", "step"]
         constraints = [models.UniqueConstraint(fields=["run", "kind", "step"], name="artifact_unique_run_kind_step")]
 
+    @property
+    def on_disk(self) -> bool:
+        """Whether its directory is still there, under the data root where runs write: what its download serves
+        (``artifacts.artifact_to_download``). The run page lists one deleted since as such, without its size or a
+        link that would answer 404."""
+        directory = Path(self.path).resolve()
+        return directory.is_dir() and directory.is_relative_to(Path(settings.DATA_ROOT).resolve())
+
 
 class CheckpointExportStatus(models.TextChoices):
     EXPORTING = "exporting", "Exporting"

@@ -42,7 +42,7 @@ from jaxengine.spec import (TASK_DATASET_KINDS, JobSpec, SpecError, duplicate_ke
 from jaxengine.spec import load_yaml as load_spec_yaml
 from jaxengine.words import counted, with_article
 from webapp.basemodels.models import BaseModel
-from webapp.basemodels.selectors import base_model_refusal, load_refusal
+from webapp.basemodels.selectors import base_model_refusal, load_refusal, model_dir_gone
 from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
 from webapp.core.model_refs import spec_ref
@@ -133,6 +133,41 @@ def _steps_problem(max_steps: int | None) -> str | None:
     return None
 
 
+# What to do about a base model whose folder was deleted: its row keeps the path, so files put back there serve again.
+_REGISTER_AGAIN = ("put the model's files back in that folder (its page under Base models shows where), or register "
+                   "it again")
+
+
+def gone_model(*, path: str, base_model: BaseModel | None, source_run: Run | None, step: int | None = None) -> str:
+    """What the model directory ``path`` a run would load is, named as the project names it (a run's export, one of
+    its exported checkpoints ``step``, a base model), when it was deleted from disk since (``model_dir_gone``); ""
+    while it is there. The train worker, given it, failed the run naming the path and the command line's presets."""
+    if not model_dir_gone(path):
+        return ""
+    if source_run is not None:
+        run_named = f"run {isolated(source_run.name)} ({source_run.public_id})"
+        if step is not None:
+            return (f"checkpoint {step} of {run_named}, exported as a starting model, is gone from disk: its folder "
+                    "was deleted since")
+        return f"the model {run_named} exported is gone from disk: its export folder was deleted since"
+    if base_model is not None:
+        return (f"base model {isolated(base_model.name)} ({base_model.public_id}) is gone from disk: its folder was "
+                "deleted since it was registered")
+    return "the model it starts from is gone from disk: its folder was deleted since"
+
+
+def starting_model_gone(run: Run) -> str:
+    """``gone_model`` of the directory ``run`` starts from (its resolved spec's ``model``), named by its spec's
+    reference: a resume trains on it again, a retry and a copy launch from it."""
+    path = (run.resolved_spec or {}).get("model")
+    if not isinstance(path, str) or not path:
+        return ""
+    reference = run.spec.get("model") if isinstance(run.spec, dict) else None
+    _run_id, at, step = reference.partition("@") if isinstance(reference, str) else ("", "", "")
+    return gone_model(path=path, base_model=run.base_model, source_run=run.source_run,
+                      step=whole_number(step) if at else None)
+
+
 def _resolve_model(project: Project, reference: Any, errors) -> tuple[str, BaseModel | None, Run | None]:
     if not isinstance(reference, str) or not reference.strip():
         _add(errors, "model", "choose a starting model: a base model (bm_…) or a succeeded run's export (run_…)")
@@ -145,6 +180,9 @@ def _resolve_model(project: Project, reference: Any, errors) -> tuple[str, BaseM
             return "", None, None
         if refusal := base_model_refusal(base_model=base_model):  # registered before it lay in another project's folder
             _add(errors, "model", refusal)
+            return "", None, None
+        if gone := gone_model(path=base_model.path, base_model=base_model, source_run=None):
+            _add(errors, "model", f"{gone}; {_REGISTER_AGAIN} and choose it, or choose another model")
             return "", None, None
         return base_model.path, base_model, None
     if reference.startswith("run_"):
@@ -161,11 +199,18 @@ def _resolve_model(project: Project, reference: Any, errors) -> tuple[str, BaseM
             if exported is None:
                 _add(errors, "model", f"checkpoint {step} of {run_id} is not exported; export it on the run's page")
                 return "", None, None
+            if gone := gone_model(path=exported.path, base_model=source.base_model, source_run=source,
+                                  step=step_number):
+                _add(errors, "model", f"{gone}; choose another starting model")
+                return "", None, None
             return exported.path, source.base_model, source
         exported = source.artifacts.filter(kind=ArtifactKind.MODEL).first()
         if source.status != RunStatus.SUCCEEDED or exported is None:
             _add(errors, "model", f"run {reference} has no exported model (it {source.status_phrase}); "
                                   "start from a succeeded run or a base model")
+            return "", None, None
+        if gone := gone_model(path=exported.path, base_model=source.base_model, source_run=source):
+            _add(errors, "model", f"{gone}; choose another starting model")
             return "", None, None
         return exported.path, source.base_model, source
     _add(errors, "model", f"{reference!r} is neither a base model id (bm_…) nor a run id (run_…)")
@@ -1260,7 +1305,8 @@ def _refuse_gone_inputs(run: Run, *, keep_base_model: bool = False) -> None:
 def model_dir_refusal(run: Run, *, doing: str, listing: bool = False) -> str:
     """Why ``run`` cannot be ``doing`` ("resumed", "retried") because the directory it starts from (its spec's
     resolved ``model``, which a resume trains on again and a retry launches from) may no longer be read by its
-    project: registered before it lay in another project's folder, or linked into one since; or "". The train worker
+    project: registered before it lay in another project's folder, or linked into one since; or deleted from disk since
+    (``starting_model_gone``), named as the project names it; or "". The train worker
     refuses it too (``worker.tasks.train.check_model_dir``), but only once the run is queued again, and it failed
     there; here it is told in the same words with nothing queued. ``listing``: for the run page, which asks again as
     it follows the run (``load_refusal``'s kept answer)."""
@@ -1270,6 +1316,10 @@ def model_dir_refusal(run: Run, *, doing: str, listing: bool = False) -> str:
     if refusal := load_refusal(path=model_path, project_slug=run.project.slug, listing=listing):
         return (f"{refusal}. Run {run.public_id} trains on that directory, so it cannot be {doing}: once the model is "
                 "registered again from its new folder, duplicate the run and choose it")
+    if gone := starting_model_gone(run):
+        remedy = ("duplicate the run and choose another starting model" if run.source_run is not None
+                  else f"{_REGISTER_AGAIN} and duplicate the run to choose it")
+        return f"{gone}. Run {run.public_id} starts from it, so it cannot be {doing}: {remedy}"
     return ""
 
 

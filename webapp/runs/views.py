@@ -237,6 +237,10 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
             gone += services.deleted_reward_models(original)
             errors = {key: [f"{ref}, which {original.name} used, was deleted since; choose another"]
                       for key, ref in gone}
+            # Its row kept, the model's folder deleted on disk: the launch would refuse it in these words.
+            if "model" not in errors and (model_gone := services.starting_model_gone(original)):
+                errors["model"] = [f"{model_gone}; choose another model"]
+                gone.append(("model", original.spec.get("model")))
             # Duplicate is the way out that Resume's refusal of such a max_seq_len names: the field says what to give.
             if problem := services.saved_max_seq_len_problem(original):
                 errors.setdefault("data.max_seq_len", []).append(problem)

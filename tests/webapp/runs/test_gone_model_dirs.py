@@ -1,0 +1,132 @@
+"""A run whose model folder was deleted on disk since (its base model's folder under the models root, the export of
+the run it started from): Retry, Resume, Train further, Duplicate and the launch said nothing, queued it, and the train
+worker failed it with the command line's advice. Each is refused up front now, naming the model as the project does;
+the run page greys the buttons with the same words and lists an export whose folder is gone as deleted."""
+from __future__ import annotations
+
+import html
+import json
+import shutil
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from tests.webapp.factories import make_base_model
+from tests.webapp.runs.conftest import sft_spec
+from webapp.core.bidi import isolated
+from webapp.runs import reporting, services
+from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
+
+
+@pytest.fixture
+def mine(team, models_root):
+    """A base model registered from a real folder under the models root (what a launch reads of it: config.json)."""
+    folder = models_root / "mine"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                                                    "max_position_embeddings": 2048}))
+    return make_base_model(team.project, name="mine", path=str(folder))
+
+
+def launched(team, catalog, model: str, *, name: str = "first", status: str = RunStatus.FAILED) -> Run:
+    run = services.run_create(project=team.project, spec={**sft_spec(catalog), "model": model}, user=team.owner,
+                              name=name)
+    Run.objects.filter(pk=run.pk).update(status=status)
+    run.refresh_from_db()
+    return run
+
+
+def succeeded_with_export(team, catalog, mine) -> tuple[Run, object]:
+    """A run from ``mine`` that succeeded and exported its model (a copy of the base model's folder)."""
+    run = launched(team, catalog, mine.public_id, status=RunStatus.RUNNING)
+    export = run.output_dir / "export"
+    shutil.copytree(mine.path, export)
+    reporting.run_finish(run=run, summary={"status": "succeeded", "step": 10, "export": {"model": str(export)}})
+    run.refresh_from_db()
+    return run, export
+
+
+def page_of(client, run: Run) -> str:
+    return client.get(f"/p/alpha/runs/{run.public_id}/").content.decode()
+
+
+def test_retry_and_resume_of_a_run_whose_base_models_folder_is_gone_are_refused_and_greyed(
+        team, catalog, mine, client_for, sent_tasks):
+    run = launched(team, catalog, mine.public_id)
+    queued = len(sent_tasks.calls)
+    shutil.rmtree(mine.path)
+    for act in (services.run_retry, services.run_resume):
+        with pytest.raises(ValidationError) as refused:
+            act(run=run, user=team.owner)
+        message = refused.value.message_dict["model"][0]
+        assert f"base model {isolated('mine')} ({mine.public_id}) is gone from disk" in message
+        assert "register it again" in message and "demo-tiny" not in message and mine.path not in message
+    assert len(sent_tasks.calls) == queued and Run.objects.count() == 1
+    assert Run.objects.get(pk=run.pk).status == RunStatus.FAILED and Run.objects.get(pk=run.pk).attempt == run.attempt
+    client = client_for(team.teammate)
+    page = page_of(client, run)
+    assert 'id="resume-refused">Resume</button>' in page and 'id="retry-refused">Retry</button>' in page
+    assert f'action="/p/alpha/runs/{run.public_id}/retry/"' not in page
+    assert html.escape(f"base model {isolated('mine')} ({mine.public_id}) is gone from disk") in page
+    response = client.post(f"/p/alpha/runs/{run.public_id}/retry/")
+    assert Run.objects.count() == 1 and len(sent_tasks.calls) == queued and response.status_code in (302, 400)
+
+
+def test_train_further_of_a_run_whose_base_models_folder_is_gone_is_refused(team, catalog, mine, client_for,
+                                                                           sent_tasks):
+    run, _export = succeeded_with_export(team, catalog, mine)
+    shutil.rmtree(mine.path)
+    with pytest.raises(ValidationError) as refused:
+        services.run_resume(run=run, user=team.owner, max_steps=20)
+    assert f"base model {isolated('mine')} ({mine.public_id}) is gone from disk" in refused.value.message_dict["model"][0]
+    assert Run.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED
+    assert 'id="resume-refused">Train further</button>' in page_of(client_for(team.teammate), run)
+
+
+def test_the_launch_refuses_a_base_model_whose_folder_is_gone(team, catalog, mine, client_for, sent_tasks):
+    shutil.rmtree(mine.path)
+    with pytest.raises(ValidationError) as refused:
+        services.run_create(project=team.project, spec={**sft_spec(catalog), "model": mine.public_id},
+                            user=team.owner)
+    message = refused.value.message_dict["model"][0]
+    assert f"base model {isolated('mine')} ({mine.public_id}) is gone from disk" in message and "register it again" in message
+    form = {"mode": "form", "task": "sft", "name": "lost", "model": mine.public_id,
+            "data.train": catalog.sft.public_id, "train.max_steps": "5", "train.batch_size": "2"}
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", form)
+    assert response.status_code == 400
+    assert html.escape(f"base model {isolated('mine')} ({mine.public_id}) is gone from disk") in response.content.decode()
+    assert Run.objects.count() == 0 and sent_tasks.calls == []
+
+
+def test_runs_from_a_run_whose_export_folder_is_gone_are_refused(team, catalog, mine, client_for, sent_tasks):
+    first, export = succeeded_with_export(team, catalog, mine)
+    second = launched(team, catalog, first.public_id, name="second")
+    shutil.rmtree(export)
+    gone = f"the model run {isolated('first')} ({first.public_id}) exported is gone from disk"
+    with pytest.raises(ValidationError) as refused:
+        services.run_create(project=team.project, spec={**sft_spec(catalog), "model": first.public_id},
+                            user=team.owner)
+    assert gone in refused.value.message_dict["model"][0]
+    for act in (services.run_retry, services.run_resume):
+        with pytest.raises(ValidationError) as refused:
+            act(run=second, user=team.owner)
+        assert gone in refused.value.message_dict["model"][0] and str(export) not in str(refused.value)
+    assert Run.objects.count() == 2
+    # Duplicate: the launch form says it at the model field before anything is sent.
+    page = client_for(team.teammate).get(f"/p/alpha/runs/new/?from={second.public_id}").content.decode()
+    assert html.escape(gone) in page
+
+
+def test_the_run_page_lists_an_export_whose_folder_is_gone_as_deleted(team, catalog, mine, client_for, sent_tasks):
+    run, export = succeeded_with_export(team, catalog, mine)
+    client = client_for(team.viewer)
+    download = f'href="/p/alpha/runs/{run.public_id}/artifacts/model/"'
+    assert download in page_of(client, run)
+    shutil.rmtree(export)
+    page = page_of(client, run)
+    assert download not in page
+    listed = f'<li>Exported model at step 10 <code>{export.resolve()}</code> <span class="muted">(deleted since)</span></li>'
+    assert listed in page  # no size, no "start runs from" and no link
+    assert Artifact.objects.get(run=run, kind=ArtifactKind.MODEL).size_bytes > 0
+    response = client.get(f"/p/alpha/runs/{run.public_id}/artifacts/model/")
+    assert response.status_code == 404 and "Not found" in response.content.decode()
