@@ -130,3 +130,24 @@ def test_the_run_page_lists_an_export_whose_folder_is_gone_as_deleted(team, cata
     assert Artifact.objects.get(run=run, kind=ArtifactKind.MODEL).size_bytes > 0
     response = client.get(f"/p/alpha/runs/{run.public_id}/artifacts/model/")
     assert response.status_code == 404 and "Not found" in response.content.decode()
+
+
+def test_an_exported_checkpoint_whose_folder_is_gone_is_refused_and_listed_as_deleted(team, catalog, mine,
+                                                                                      client_for, sent_tasks):
+    run, _export = succeeded_with_export(team, catalog, mine)
+    exported = run.output_dir / "export-step-5"
+    shutil.copytree(mine.path, exported)
+    Artifact.objects.create(run=run, kind=ArtifactKind.CHECKPOINT, step=5, path=str(exported), size_bytes=10)
+    client = client_for(team.teammate)
+    assert f"?model={run.public_id}@5&amp;task=sft" in page_of(client, run)
+    shutil.rmtree(exported)
+    with pytest.raises(ValidationError) as refused:
+        services.run_create(project=team.project, spec={**sft_spec(catalog), "model": f"{run.public_id}@5"},
+                            user=team.owner)
+    assert refused.value.message_dict["model"] == [
+        f"checkpoint 5 of run {isolated('first')} ({run.public_id}), exported as a starting model, is gone from disk: "
+        "its folder was deleted since; choose another starting model"]
+    page = page_of(client, run)
+    assert (f'<span class="muted">(deleted since): its folder is gone, so runs no longer start from '
+            f'<code>{run.public_id}@5</code></span>') in page
+    assert f"?model={run.public_id}@5&amp;task=sft" not in page and "artifacts/checkpoint/?step=5" not in page

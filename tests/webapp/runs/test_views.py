@@ -1343,10 +1343,14 @@ def reward_spec(catalog) -> dict:
             "train": {"max_steps": 2}}
 
 
-def exported_reward_run(team, catalog, *, name: str, export, step: int = 0) -> Run:
-    """A teammate's succeeded reward run whose model was exported to ``export`` (at ``step``; 0: its final model)."""
+def exported_reward_run(team, catalog, *, name: str, export=None, step: int = 0) -> Run:
+    """A teammate's succeeded reward run whose model was exported to ``export`` (at ``step``; 0: its final model;
+    by default its own ``export/``, made on disk as the run page looks for it)."""
     scorer = services.run_create(project=team.project, spec=reward_spec(catalog), user=team.teammate, name=name)
     Run.objects.filter(pk=scorer.pk).update(status=RunStatus.SUCCEEDED)
+    if export is None:
+        export = scorer.output_dir / "export"
+        export.mkdir(parents=True)
     Artifact.objects.create(run=scorer, kind=ArtifactKind.MODEL, path=str(export), step=step)
     return scorer
 
@@ -2206,7 +2210,7 @@ def test_the_model_picker_says_which_kind_of_run_exported_each_model(team, catal
 def test_a_reward_runs_page_says_its_model_scores_rollouts(team, catalog, client_for, sent_tasks, tmp_path):
     """QA: a reward run's page offered its export with '(start runs from run_…)', as a policy's does, and
     said nothing of what a reward model is for: scoring PPO and GRPO rollouts."""
-    scorer = exported_reward_run(team, catalog, name="scorer", export=tmp_path / "export", step=2)
+    scorer = exported_reward_run(team, catalog, name="scorer", step=2)
     page = client_for(team.viewer).get(url(scorer)).content.decode()
     assert (f'Exported model at step 2 <span class="muted">(scores PPO and GRPO rollouts as <code>{scorer.public_id}'
             '</code>: choose it as ppo.reward_model, or as the model of a reward_model reward function)') in page
