@@ -61,6 +61,7 @@ def test_exports_and_copies_wait_for_a_resumed_run(team, finished_run):
 
 
 def test_a_resume_keeps_the_final_model_that_other_runs_started_from(team, catalog, finished_run):
+    (finished_run.output_dir / "export-step-5").mkdir(parents=True)  # a launch from it is refused once it is gone
     from_checkpoint_step = Artifact.objects.create(run=finished_run, kind=ArtifactKind.CHECKPOINT, step=5,
                                                    path=str(finished_run.output_dir / "export-step-5"))
     services.run_create(project=team.project, spec=sft_spec(catalog, model=f"{finished_run.public_id}@5"),
