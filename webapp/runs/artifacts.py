@@ -22,6 +22,7 @@ import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from django.conf import settings
 from django.http import Http404, StreamingHttpResponse
 
 from jaxengine.words import counted, named
@@ -66,7 +67,7 @@ def artifact_to_download(*, run: Run, kind: str, step: str | None) -> Artifact:
         if step is None:
             raise Http404(f"give the exported checkpoint's step as ?step=N; run {run.public_id} has {there}")
         raise Http404(f"run {run.public_id} has no {kind} artifact at step {isolated(step)}; it has {there}")
-    if not artifact.on_disk:
+    if artifact.folder_gone or not Path(artifact.path).resolve().is_relative_to(Path(settings.DATA_ROOT).resolve()):
         raise Http404(f"the {kind} artifact of {run.public_id} is no longer on disk")
     return artifact
 

@@ -395,12 +395,11 @@ class Artifact(models.Model):
         constraints = [models.UniqueConstraint(fields=["run", "kind", "step"], name="artifact_unique_run_kind_step")]
 
     @property
-    def on_disk(self) -> bool:
-        """Whether its directory is still there, under the data root where runs write: what its download serves
-        (``artifacts.artifact_to_download``). The run page lists one deleted since as such, without its size or a
-        link that would answer 404."""
-        directory = Path(self.path).resolve()
-        return directory.is_dir() and directory.is_relative_to(Path(settings.DATA_ROOT).resolve())
+    def folder_gone(self) -> bool:
+        """Whether its directory was deleted since it was exported: the run page lists it as such, without its size,
+        a download that would answer 404 (``artifacts.artifact_to_download``) or a launch that would be refused
+        (``services.gone_model``)."""
+        return not Path(self.path).is_dir()
 
 
 class CheckpointExportStatus(models.TextChoices):
