@@ -11,8 +11,9 @@ whole server path); the median wall and CPU time of this process over ``--reques
 warm-up, the page's size and its SQL queries. On a loaded host the CPU column is the one to compare.
 
 Browser (unless ``--no-browser``): the same pages from a live server in headless Chromium, each load
-in a fresh context; milliseconds from the navigation's start until every chart holds plotly's drawing
-(as bench/chart_pages.py reads it), and the number of ``Plotly.react`` calls the page made by then.
+in a fresh context; milliseconds from the navigation's start until the metric charts hold plotly's drawing,
+and until every chart does (the hyperparameters' parallel coordinates too), as bench/chart_pages.py reads
+it, and the number of ``Plotly.react`` calls the page made by half a second after.
 
     .venv/bin/python bench/compare_pages.py [--steps 1000] [--metrics 8] [--requests 10] [--loads 5] [--no-browser]
 """
@@ -110,8 +111,7 @@ def server(owner, pages: dict[int, str], args) -> None:
 def browser(owner, pages: dict[int, str], args) -> None:
     from playwright.sync_api import sync_playwright
 
-    figures = {size: {"drawn": [], "reacts": []} for size in pages}
-    selector = "#compare-charts .plot, #hyperparameters-plot"
+    figures = {size: {"lines": [], "drawn": [], "reacts": []} for size in pages}
     with logged_in_server(owner) as (base, session), sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path="/usr/bin/chromium")
         for index in range(args.loads + 1):  # the first round warms the server
@@ -121,20 +121,25 @@ def browser(owner, pages: dict[int, str], args) -> None:
                 page = context.new_page()
                 page.add_init_script(COUNT_REACTS)
                 page.goto(base + path, wait_until="commit")
-                page.wait_for_function(DRAWN, arg=selector, polling="raf", timeout=120_000)
+                page.wait_for_function(DRAWN, arg="#compare-charts .plot", polling="raf", timeout=120_000)
+                lines = page.evaluate("performance.now()")
+                page.wait_for_function(DRAWN, arg="#compare-charts .plot, #hyperparameters-plot", polling="raf",
+                                       timeout=120_000)
                 drawn = page.evaluate("performance.now()")
                 page.wait_for_timeout(500)  # the redraws that follow the first drawing (legends' room)
                 reacts = page.evaluate("window.__reacts")
                 context.close()
                 if index:
+                    figures[size]["lines"].append(lines)
                     figures[size]["drawn"].append(drawn)
                     figures[size]["reacts"].append(reacts)
         chromium.close()
-    print(f"browser, {args.loads} loads each: charts drawn ms median (min-max), Plotly.react calls")
+    print(f"browser, {args.loads} loads each, ms from the navigation's start, median (min-max): the metric charts "
+          "drawn; every chart drawn (the hyperparameters' parallel coordinates too, from 3 runs); Plotly.react calls")
     for size, values in figures.items():
-        drawn = values["drawn"]
-        print(f"compare {size} runs: {statistics.median(drawn):.0f} ({min(drawn):.0f}-{max(drawn):.0f}) ms, "
-              f"{statistics.median(values['reacts']):.0f} reacts")
+        print(f"compare {size} runs: " + "; ".join(f"{statistics.median(values[key]):.0f} ({min(values[key]):.0f}-"
+                                                    f"{max(values[key]):.0f})" for key in ("lines", "drawn"))
+              + f"; {statistics.median(values['reacts']):.0f} reacts")
 
 
 def main() -> None:
