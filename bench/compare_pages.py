@@ -11,9 +11,10 @@ whole server path); the median wall and CPU time of this process over ``--reques
 warm-up, the page's size and its SQL queries. On a loaded host the CPU column is the one to compare.
 
 Browser (unless ``--no-browser``): the same pages from a live server in headless Chromium, each load
-in a fresh context; milliseconds from the navigation's start until the metric charts hold plotly's drawing,
-and until every chart does (the hyperparameters' parallel coordinates too), as bench/chart_pages.py reads
-it, and the number of ``Plotly.react`` calls the page made by half a second after.
+in a fresh context; milliseconds from the navigation's start to the first animation frame at which the metric
+charts hold plotly's drawing, and every chart does (the hyperparameters' parallel coordinates too), as
+bench/chart_pages.py reads it but checked in the page's own frames, and the number of ``Plotly.react`` calls the
+page made by half a second after.
 
     .venv/bin/python bench/compare_pages.py [--steps 1000] [--metrics 8] [--requests 10] [--loads 5] [--no-browser]
 """
@@ -37,11 +38,19 @@ from bench.runs_pages import finish, timed  # noqa: E402
 SIZES = (2, 4, 8)
 EVAL_EVERY = 100
 SAMPLES_PER_EVAL = 8
-# Counts the page's Plotly.react calls: wraps plotly's once the bundle has set it.
-COUNT_REACTS = """(() => { let plotly; window.__reacts = 0;
+# Counts the page's Plotly.react calls (wrapping plotly's once the bundle has set it), and notes the time of the first
+# animation frame at which the metric charts (__lines), then every chart (__drawn), hold plotly's drawing. Checked in
+# the page's own frames from its start: a check sent from here waits for a main thread busy with a drawing.
+WATCH = """(() => { let plotly; window.__reacts = 0;
   Object.defineProperty(window, "Plotly", { configurable: true, get() { return plotly; }, set(value) {
     const react = value.react; value.react = function () { window.__reacts += 1; return react.apply(this, arguments); };
-    plotly = value; } }); })();"""
+    plotly = value; } });
+  const drawn = %s;
+  const watch = () => {
+    if (!window.__lines && drawn("#compare-charts .plot")) window.__lines = performance.now();
+    if (window.__lines && !window.__drawn && drawn("#compare-charts .plot, #hyperparameters-plot")) window.__drawn = performance.now();
+    if (!window.__drawn) requestAnimationFrame(watch); };
+  requestAnimationFrame(watch); })();""" % DRAWN
 
 
 def parse_args() -> argparse.Namespace:
@@ -119,15 +128,11 @@ def browser(owner, pages: dict[int, str], args) -> None:
                 context = chromium.new_context(viewport={"width": 1280, "height": 900})
                 context.add_cookies([{"name": "sessionid", "value": session, "url": base}])
                 page = context.new_page()
-                page.add_init_script(COUNT_REACTS)
+                page.add_init_script(WATCH)
                 page.goto(base + path, wait_until="commit")
-                page.wait_for_function(DRAWN, arg="#compare-charts .plot", polling="raf", timeout=120_000)
-                lines = page.evaluate("performance.now()")
-                page.wait_for_function(DRAWN, arg="#compare-charts .plot, #hyperparameters-plot", polling="raf",
-                                       timeout=120_000)
-                drawn = page.evaluate("performance.now()")
+                page.wait_for_function("window.__drawn", timeout=120_000)
                 page.wait_for_timeout(500)  # the redraws that follow the first drawing (legends' room)
-                reacts = page.evaluate("window.__reacts")
+                lines, drawn, reacts = page.evaluate("[window.__lines, window.__drawn, window.__reacts]")
                 context.close()
                 if index:
                     figures[size]["lines"].append(lines)
