@@ -167,5 +167,8 @@
   }
 
   window.TemperHyperparameters = { draw: draw };
-  draw();
+  // Drawn once the page has shown the metric charts above it (runs_compare.js draws them as it loads): plotly draws
+  // parallel coordinates through WebGL and waits on the GPU after every pair of axes, which without one (software
+  // WebGL, a loaded machine) held the page blank for seconds before any chart showed. A frame, then a task after it.
+  window.requestAnimationFrame(function () { setTimeout(draw, 0); });
 })();

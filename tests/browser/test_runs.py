@@ -2941,3 +2941,44 @@ def test_resume_and_retry_of_a_run_whose_model_is_refused_are_greyed_with_the_re
         assert button.evaluate("(b) => document.getElementById(b.getAttribute('aria-describedby')).textContent"
                                ) == f"{name}: {reason}"
     assert page.locator(".resume-form").count() == 0 and page.locator(".run-actions form").count() == 0
+
+
+# Records each Plotly.react of the page: the kind of its first trace and the animation frames begun before it.
+RECORD_REACTS = """(() => { let plotly, frames = 0; window.reacts = [];
+  const count = () => { frames += 1; requestAnimationFrame(count); }; requestAnimationFrame(count);
+  Object.defineProperty(window, "Plotly", { configurable: true, get() { return plotly; }, set(value) {
+    const react = value.react;
+    value.react = function (plot, traces) {
+      window.reacts.push({ type: (traces[0] || {}).type, frames: frames }); return react.apply(this, arguments); };
+    plotly = value; } }); })();"""
+
+
+def test_compare_shows_the_metric_charts_before_it_draws_the_hyperparameters(page, asgi_server, transactional_db,
+                                                                             monkeypatch):
+    """Page speed: the parallel coordinates (WebGL, which waits on the GPU after every pair of axes: 1-2 s of
+    software WebGL on a loaded machine) were drawn before the metric charts above them, which showed only after.
+    They are drawn once a frame has shown the metric charts, each of which plotly is asked to draw once."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="sweep")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    runs = []
+    for index, rate in enumerate((1e-4, 1e-3, 3e-3)):
+        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id},
+                "optim": {"learning_rate": rate}, "train": {"max_steps": 50}}
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=f"lr {rate}")
+        run.final_metrics = {"loss": {"last": 1.0 + index, "min": 1.0, "max": 3.0}}
+        run.save(update_fields=["final_metrics"])
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=name, value=1.0 / step, wall_time=step,
+                                                     tokens=100 * step)
+                                         for name in ("loss", "grad_norm") for step in range(1, 51)])
+        runs.append(run)
+    log_in(page, asgi_server, "sweep-viewer")
+    page.add_init_script(RECORD_REACTS)
+    page.goto(f"{asgi_server}/p/sweep/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
+    page.wait_for_function("() => window.reacts.some(call => call.type === 'parcoords')")
+    reacts = page.evaluate("window.reacts")
+    first_parcoords = next(index for index, call in enumerate(reacts) if call["type"] == "parcoords")
+    lines = [call for call in reacts[:first_parcoords] if call["type"] == "scatter"]
+    assert len(lines) >= 2, reacts  # the loss and grad_norm charts, before the parallel coordinates
+    assert reacts[first_parcoords]["frames"] > lines[-1]["frames"], reacts  # a frame showed them first

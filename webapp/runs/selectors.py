@@ -280,10 +280,12 @@ def sweep_runs(*, project: Project, tag: str) -> list[Run]:
                 .order_by("id").select_related("base_model", "created_by"))
 
 
-def runs_by_ids(*, project: Project, public_ids: list[str]) -> list[Run]:
-    """Runs of ``project`` in the order of ``public_ids`` (unknown ids are skipped)."""
-    found = {run.public_id: run for run in Run.objects.filter(project=project, public_id__in=public_ids)
-             .select_related("base_model", "created_by").prefetch_related("dataset_versions")}
+def runs_by_ids(*, project: Project, public_ids: list[str], series_cache: bool = True) -> list[Run]:
+    """Runs of ``project`` in the order of ``public_ids`` (unknown ids are skipped). ``series_cache=False`` leaves
+    each run's ``series_cache`` unread (the compare page's: ``runs_metric_series`` reads what it draws of it)."""
+    runs = (Run.objects.filter(project=project, public_id__in=public_ids)
+            .select_related("base_model", "created_by").prefetch_related("dataset_versions"))
+    found = {run.public_id: run for run in (runs if series_cache else runs.defer("series_cache"))}
     return [found[public_id] for public_id in dict.fromkeys(public_ids) if public_id in found]
 
 
@@ -763,14 +765,9 @@ def runs_metric_series(*, runs: list[Run], max_points: int = MAX_POINTS) -> dict
     for two (the compare page's): a finished run's from its ``series_cache`` at ``max_points``; the
     points of runs whose steps fit ``max_points`` in one query; the others from ``series_buckets`` (the
     worker's stored buckets plus the points since), reduced together, coarsened to ``max_points``."""
-    series: dict[int, dict[str, dict[str, list]]] = {}
-    to_read = []
-    for run in runs:
-        cached = run.series_cache or {}
-        if run.is_finished and cached.get("max_points") == max_points and series_cache_current(run=run):
-            series[run.pk] = cached["series"]
-        else:
-            to_read.append(run)
+    series = _stored_series(runs, max_points=max_points)
+    to_read = [run for run in runs if run.pk not in series]
+    read_series_caches(to_read)
     last_steps = _last_steps(to_read)
     whole = [run for run in to_read if last_steps[run.pk] is not None and last_steps[run.pk] <= max_points]
     bucketed = [run for run in to_read if last_steps[run.pk] is not None and last_steps[run.pk] > max_points]
@@ -802,6 +799,51 @@ def series_cache_current(*, run: Run) -> bool:
     this code): a run finished before it keeps series drawn at each bucket's smallest tokens and time."""
     cached = run.series_cache or {}
     return "series" in cached and SeriesBuckets.in_layout(cached.get("buckets"))
+
+
+# series_cache_current as the database reads it, for runs whose series_cache was left unread.
+_SERIES_CACHE_CURRENT = Q(series_cache__has_key="series", series_cache__buckets__layout=SeriesBuckets.LAYOUT)
+
+
+def _series_cache_unread(run: Run) -> bool:
+    return "series_cache" in run.get_deferred_fields()
+
+
+def finished_runs_with_old_series_cache(*, runs: list[Run]) -> list[Run]:
+    """Those finished ``runs`` whose series cache is not ``series_cache_current``; one query for runs whose
+    cache was left unread (``runs_by_ids(series_cache=False)``), which reads no cache whole."""
+    finished = [run for run in runs if run.is_finished]
+    unread = [run.pk for run in finished if _series_cache_unread(run)]
+    current = set(Run.objects.filter(_SERIES_CACHE_CURRENT, pk__in=unread).values_list("pk", flat=True)) if unread else set()
+    return [run for run in finished
+            if not (run.pk in current if _series_cache_unread(run) else series_cache_current(run=run))]
+
+
+def _stored_series(runs: list[Run], *, max_points: int) -> dict[int, dict[str, dict[str, list]]]:
+    """The series that finished ``runs`` keep at ``max_points`` in a current cache, by pk. Of a run whose cache was
+    left unread only its series are read (one query for all): its buckets, three times their size in JSON, would be
+    decoded for nothing."""
+    stored, unread = {}, []
+    for run in runs:
+        if not run.is_finished:
+            continue
+        if _series_cache_unread(run):
+            unread.append(run.pk)
+        elif (run.series_cache or {}).get("max_points") == max_points and series_cache_current(run=run):
+            stored[run.pk] = run.series_cache["series"]
+    if unread:
+        stored.update(Run.objects.filter(_SERIES_CACHE_CURRENT, pk__in=unread, series_cache__max_points=max_points)
+                      .values_list("pk", KeyTransform("series", "series_cache")))
+    return stored
+
+
+def read_series_caches(runs: list[Run]) -> None:
+    """Reads the ``series_cache`` of those ``runs`` that left it unread, in one query."""
+    unread = [run for run in runs if _series_cache_unread(run)]
+    if unread:
+        caches = dict(Run.objects.filter(pk__in=[run.pk for run in unread]).values_list("pk", "series_cache"))
+        for run in unread:
+            run.series_cache = caches[run.pk]
 
 
 def series_cache_for(run: Run) -> dict[str, Any]:

@@ -2179,11 +2179,9 @@ def series_caches_renew(*, runs: list[Run]) -> None:
     """Cache again the series of those finished ``runs`` whose cache was written in an older bucket layout
     (``selectors.series_cache_current``), from their points: read from that cache, a tokens or time x-axis
     drew each bucket's extremes at its smallest tokens and time, so once per run instead of each read."""
-    from webapp.runs.selectors import series_cache_current, series_cache_for
+    from webapp.runs.selectors import finished_runs_with_old_series_cache, series_cache_current, series_cache_for
 
-    for run in runs:
-        if not run.is_finished or series_cache_current(run=run):
-            continue
+    for run in finished_runs_with_old_series_cache(runs=runs):
         with transaction.atomic():
             locked = Run.objects.select_for_update(of=("self",)).filter(pk=run.pk).first()
             if locked is None:  # deleted meanwhile
