@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.chart_pages import DRAWN  # noqa: E402
-from bench.pages import logged_in_server, setup_django  # noqa: E402
+from bench.pages import bench_project, logged_in_server, setup_django  # noqa: E402
 from bench.runs_pages import finish, timed  # noqa: E402
 
 SIZES = (2, 4, 8)
@@ -65,18 +65,10 @@ def parse_args() -> argparse.Namespace:
 
 
 def populate(args):
-    from django.contrib.auth import get_user_model
-
-    from tests.webapp.factories import make_base_model, make_ready_version
-    from webapp.celery import app
-    from webapp.projects.services import project_create
     from webapp.runs import services
     from webapp.runs.models import MetricPoint, Run, Sample
 
-    app.send_task = lambda *a, **k: None
-    owner = get_user_model().objects.create_user("bench-owner", password="unused-password")
-    project = project_create(name="Bench", slug="bench", owner=owner)
-    model, data = make_base_model(project), make_ready_version(project)
+    owner, project, model, data = bench_project()
     rng = random.Random(0)
     names = ["loss", "grad_norm", "learning_rate", "eval/loss", "tokens_per_second", "eval/accuracy", "train/perplexity",
              "memory_gb"][:args.metrics] + [f"metric_{index}" for index in range(8, args.metrics)]

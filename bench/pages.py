@@ -68,6 +68,21 @@ def logged_in_server(user) -> Iterator[tuple[str, str]]:
     finally:
         server.terminate()
 
+def bench_project():
+    """The page benchmarks' project: its owner ``bench-owner``, the project ``bench``, a base model and a ready sft
+    version (``tests.webapp.factories``); tasks are sent nowhere (no worker trains what a benchmark launches)."""
+    from django.contrib.auth import get_user_model
+
+    from tests.webapp.factories import make_base_model, make_ready_version
+    from webapp.celery import app
+    from webapp.projects.services import project_create
+
+    app.send_task = lambda *a, **k: None
+    owner = get_user_model().objects.create_user("bench-owner", password="unused-password")
+    project = project_create(name="Bench", slug="bench", owner=owner)
+    return owner, project, make_base_model(project), make_ready_version(project)
+
+
 def populate(*, dataset_count: int):
     from django.apps import apps
     from django.contrib.auth import get_user_model

@@ -38,7 +38,7 @@ from urllib.parse import quote
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.pages import setup_django  # noqa: E402
+from bench.pages import bench_project, setup_django  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
@@ -60,19 +60,11 @@ POLL_NEW_STEPS = 20  # the steps a 2 s poll finds new, at 10 steps a second
 
 
 def populate(args):
-    from django.contrib.auth import get_user_model
-
-    from tests.webapp.factories import make_base_model, make_ready_version
-    from webapp.celery import app
-    from webapp.projects.services import project_create
     from webapp.runs import services
     from webapp.runs.models import MetricPoint, Run, Sample
     from webapp.runs.selectors import series_buckets
 
-    app.send_task = lambda *a, **k: None
-    owner = get_user_model().objects.create_user("bench-owner", password="unused-password")
-    project = project_create(name="Bench", slug="bench", owner=owner)
-    model, data = make_base_model(project), make_ready_version(project)
+    owner, project, model, data = bench_project()
     rng = random.Random(0)
     template = services.run_create(project=project, spec={"task": "sft", "model": model.public_id,
                                                           "data": {"train": data.public_id},

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.pages import setup_django  # noqa: E402
+from bench.pages import bench_project, setup_django  # noqa: E402
 from bench.runs_pages import timed  # noqa: E402
 
 
@@ -41,18 +41,10 @@ def parse_args() -> argparse.Namespace:
 
 
 def populate(args):
-    from django.contrib.auth import get_user_model
-
-    from tests.webapp.factories import make_base_model, make_ready_version
-    from webapp.celery import app
-    from webapp.projects.services import project_create
     from webapp.runs import services
     from webapp.runs.models import Run
 
-    app.send_task = lambda *a, **k: None
-    owner = get_user_model().objects.create_user("bench-owner", password="unused-password")
-    project = project_create(name="Bench", slug="bench", owner=owner)
-    model, data = make_base_model(project), make_ready_version(project)
+    owner, project, model, data = bench_project()
     template = services.run_create(project=project, spec={"task": "sft", "model": model.public_id,
                                                           "data": {"train": data.public_id},
                                                           "train": {"max_steps": 1000}}, user=owner, name="run-0")
