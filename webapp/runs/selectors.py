@@ -32,7 +32,7 @@ from jaxengine.rewards import REWARDS
 from jaxengine.spec import TASK_ONLY_KEYS, TASK_SECTIONS, SpecError, best_metric_for, parse_spec
 from jaxengine.words import counted
 from webapp.basemodels.models import BaseModel
-from webapp.basemodels.selectors import demo_model
+from webapp.basemodels.selectors import demo_model, model_dir_gone
 from webapp.core.bidi import isolated
 from webapp.core.keyset import KeysetPage, keyset_page
 from webapp.core.model_refs import spec_ref
@@ -289,11 +289,16 @@ def runs_by_ids(*, project: Project, public_ids: list[str], series_cache: bool =
     return [found[public_id] for public_id in dict.fromkeys(public_ids) if public_id in found]
 
 
+GONE = ", its folder is gone"
+
+
 def model_choices(*, project: Project, current: Any = None) -> list[tuple[str, str]]:
     """Starting models for a launch (option labels, names bidi-isolated): registered base models,
     then succeeded runs' exported models, then checkpoints; not archived runs' (put away), except
     ``current``, the model the form already holds (a duplicate of a run that started from one)."""
-    choices = [(model.public_id, f"{isolated(model.name)} (base model)")
+    # A base model whose folder was deleted since is still listed (a duplicate of a run may hold it), saying so: the
+    # launch refuses it (``services.gone_model``).
+    choices = [(model.public_id, f"{isolated(model.name)} (base model{GONE if model_dir_gone(model.path) else ''})")
                for model in BaseModel.objects.filter(project=project).order_by("name")]
     current_run = current.partition("@")[0] if isinstance(current, str) else None
     offered = Q(run__archived=False) | Q(run__public_id=current_run)

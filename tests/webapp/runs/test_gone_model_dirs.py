@@ -151,3 +151,12 @@ def test_an_exported_checkpoint_whose_folder_is_gone_is_refused_and_listed_as_de
     assert (f'<span class="muted">(deleted since): its folder is gone, so runs no longer start from '
             f'<code>{run.public_id}@5</code></span>') in page
     assert f"?model={run.public_id}@5&amp;task=sft" not in page and "artifacts/checkpoint/?step=5" not in page
+
+
+def test_the_launch_forms_model_list_says_which_base_models_folder_is_gone(team, catalog, mine, client_for):
+    """The list offered a base model whose folder was deleted as any other; choosing it was refused only at launch."""
+    shutil.rmtree(mine.path)
+    page = client_for(team.teammate).get("/p/alpha/runs/new/?task=sft").content.decode()
+    assert f'<option value="{mine.public_id}" >{isolated("mine")} (base model, its folder is gone)</option>' in page
+    assert (f'<option value="{catalog.base_model.public_id}" >{isolated(catalog.base_model.name)} (base model)'
+            "</option>") in page  # a path outside the roots is left to the load that reads it
