@@ -237,26 +237,33 @@ def test_reloading_the_page_that_asks_to_change_a_resolution_sends_nothing(brows
         context.close()
 
 
+def edited_differently(team, carol, texts, workers) -> tuple[Campaign, Item]:
+    """A campaign "pass 1" on one preference row that ``team.teammate`` and ``carol`` review, each editing response A
+    (its ``texts``, in that order), and its item: a conflict of their edits for an owner to resolve."""
+    from webapp.review import services as review_services
+
+    version = make_ready_version(team.project, name="prefs", kind="preference", rows=ROWS[:1], user=team.owner)
+    campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=2,
+                                               reviewers=[team.teammate, carol], source_version=version,
+                                               user=team.owner)
+    loaded(campaign, workers)
+    item = campaign.items.get()
+    for user, text in zip((team.teammate, carol), texts, strict=True):
+        shown_first = review_services.shown_first_for(item_public_id=item.public_id, user_id=user.pk)
+        review_services.review_submit(item=item, user=user, choice="first" if shown_first == "a" else "second",
+                                      **{"edited_first" if shown_first == "a" else "edited_second": text})
+    return campaign, item
+
+
 def test_the_owner_gives_the_final_text_of_a_response_two_reviewers_edited_differently(browser, live_server,
                                                                                        default_worker):
     """Two reviewers' different edits of one response were exported as the latest, a disagreement nobody saw. The
     item is a conflict: its page shows both texts (as text) with who made them, and its label buttons send nothing
     until the owner picks one of them, the original, or writes the final text."""
-    from webapp.review import services as review_services
-
     team = make_team()
     carol = make_user("carol")
     project_services.membership_add(project=team.project, user=carol, role=Role.MEMBER)
-    version = make_ready_version(team.project, name="prefs", kind="preference", rows=ROWS[:1], user=team.owner)
-    campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=2,
-                                               reviewers=[team.teammate, carol], source_version=version,
-                                               user=team.owner)
-    loaded(campaign, default_worker)
-    item = campaign.items.get()
-    for user, text in ((team.teammate, "<b>right</b> answer 1"), (carol, "the right answer: 1")):
-        shown_first = review_services.shown_first_for(item_public_id=item.public_id, user_id=user.pk)
-        review_services.review_submit(item=item, user=user, choice="first" if shown_first == "a" else "second",
-                                      **{"edited_first" if shown_first == "a" else "edited_second": text})
+    campaign, item = edited_differently(team, carol, ("<b>right</b> answer 1", "the right answer: 1"), default_worker)
     item.refresh_from_db()
     assert item.status == ItemStatus.CONFLICT
     context = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -298,16 +305,7 @@ def test_an_owners_final_text_survives_a_refusal_and_a_resolution_made_meanwhile
     carol, alice = make_user("carol"), make_user("alice")
     project_services.membership_add(project=team.project, user=carol, role=Role.MEMBER)
     project_services.membership_add(project=team.project, user=alice, role=Role.OWNER)
-    version = make_ready_version(team.project, name="prefs", kind="preference", rows=ROWS[:1], user=team.owner)
-    campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=2,
-                                               reviewers=[team.teammate, carol], source_version=version,
-                                               user=team.owner)
-    loaded(campaign, default_worker)
-    item = campaign.items.get()
-    for user, text in ((team.teammate, "right answer one"), (carol, "the right answer: 1")):
-        shown_first = review_services.shown_first_for(item_public_id=item.public_id, user_id=user.pk)
-        review_services.review_submit(item=item, user=user, choice="first" if shown_first == "a" else "second",
-                                      **{"edited_first" if shown_first == "a" else "edited_second": text})
+    campaign, item = edited_differently(team, carol, ("right answer one", "the right answer: 1"), default_worker)
     written = "\nright answer 1 <b>as I wrote it</b>  "
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     try:

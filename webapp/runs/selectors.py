@@ -1071,8 +1071,7 @@ def lineage(*, run: Run) -> dict[str, Any]:
         "source_run": run.source_run,
         "datasets": run.datasets_by_use(),
         # (use, id, {"name", "number"} as recorded at launch, or None: a model, or data deleted before it was recorded).
-        "deleted": [(use, ref, run.recorded_dataset_name(ref) if use != "model" else None)
-                    for use, ref in run.deleted_references()],
+        "deleted": [(use, ref, _recorded_name(run, use, ref)) for use, ref in run.deleted_references()],
         "artifacts": list(run.artifacts.all()),
         # Their names and ids only: a sweep started from this run would otherwise read each one's series_cache.
         "derived_runs": list(run.derived_runs.order_by("created_at").only("public_id", "name", "source_run")),
@@ -1196,9 +1195,15 @@ def reference_names(*, project_id: int, values: Iterable[Any]) -> dict[str, Spec
     return found
 
 
+def _recorded_name(run: Run, use: str, ref: str) -> dict[str, Any] | None:
+    """The name and number a deleted data version ``ref`` of ``run``'s spec had at launch (``use``: its data key, or
+    "model"); None for a model, or data deleted before names were recorded."""
+    return run.recorded_dataset_name(ref) if use != "model" else None
+
+
 def _deleted_name(run: Run, use: str, ref: str) -> str:
     """How a deleted model or data version of ``run``'s spec is named: data as its launch recorded it."""
-    recorded = run.recorded_dataset_name(ref) if use != "model" else None
+    recorded = _recorded_name(run, use, ref)
     return f"{recorded['name']} v{recorded['number']} (deleted since)" if recorded else "deleted since"
 
 
