@@ -24,6 +24,7 @@ import time
 
 import pytest
 
+from tests.conftest import SUITE_ONLY_FLAGS
 from tests.factories import build_tiny_model_dir
 from tests.live import start_worker, wait_for
 from tests.webapp.factories import make_base_model, make_ready_version, make_team
@@ -35,7 +36,8 @@ pytestmark = pytest.mark.integration
 
 POOL = "mh"
 HOST_ENVIRONMENT = {
-    "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+    # The suite's compile-time flags as the reference run in the test process has them (tests/conftest.py).
+    "XLA_FLAGS": f"--xla_force_host_platform_device_count=4 {SUITE_ONLY_FLAGS}",
     "JAX_PLATFORMS": "cpu",
     "TEMPER_HEARTBEAT_SECONDS": "1",
     "TEMPER_REAPER_SECONDS": "1",
