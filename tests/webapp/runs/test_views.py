@@ -2855,3 +2855,22 @@ def test_the_compare_page_reads_finished_runs_series_without_their_buckets_in_as
         alone = selectors.metric_series(run=Run.objects.get(pk=run.pk), max_points=selectors.COMPARE_MAX_POINTS)
         assert data["series"][run.public_id] == json.loads(json.dumps(alone)), run.name
         assert data["series"][run.public_id]["loss"]["downsampled"], run.name
+
+
+def test_the_tag_filter_matches_a_tag_case_aside(team, catalog, client_for, sent_tasks):
+    """A project spells each tag one way, case aside (migration 0025, ``services.run_tags_write``), but ``?tag=``
+    matched the spelling exactly: ``?tag=Baseline`` missed the runs tagged "baseline", and its Compare link with them.
+    It finds them, and the tag menu shows the project's spelling picked, so that filtering again keeps the tag."""
+    first = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="first",
+                                tags="baseline")
+    second = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="second",
+                                 tags="BASELINE")
+    untagged = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="untagged")
+    client = client_for(team.viewer)
+    for typed in ("Baseline", "BASELINE", "baseline"):
+        page = client.get("/p/alpha/runs/", {"tag": typed}).content.decode()
+        assert first.public_id in page and second.public_id in page and untagged.public_id not in page, typed
+        assert "<option selected>baseline</option>" in page, typed
+        assert f"Compare the 2 runs tagged {typed}</a>" in page, typed
+    assert selectors.sweep_runs(project=team.project, tag="Baseline") == [first, second]
+    assert selectors.sweep_runs(project=team.outsider_project, tag="Baseline") == []
