@@ -2874,3 +2874,21 @@ def test_the_tag_filter_matches_a_tag_case_aside(team, catalog, client_for, sent
         assert f"Compare the 2 runs tagged {typed}</a>" in page, typed
     assert selectors.sweep_runs(project=team.project, tag="Baseline") == [first, second]
     assert selectors.sweep_runs(project=team.outsider_project, tag="Baseline") == []
+
+
+def test_the_404_page_shows_the_views_message_escaped(team, run, client_for, settings):
+    """Views raise Http404 saying what is missing and what to do ("'x' is not a kind of artifact; download model,
+    adapter, or checkpoint?step=N"), but the 404 page dropped it for its one general sentence. It shows the message,
+    as text (a part of the address the message repeats is no markup), under DEBUG off as served; an address no view
+    answers, which carries no message, keeps the general page."""
+    settings.DEBUG = False
+    client = client_for(team.viewer)
+    response = client.get(url(run, "artifacts/<b>bold/"))
+    page = response.content.decode()
+    assert response.status_code == 404
+    assert f"&#x27;{FSI}&lt;b&gt;bold{PDI}&#x27; is not a kind of artifact; download model, adapter, or " in page
+    assert "<b>bold" not in page
+    page = client.get("/p/alpha/runs/run_missing/").content.decode()
+    assert "<p>No such run in this project</p>" in page
+    page = client.get("/p/alpha/no-such-page/").content.decode()
+    assert "<h1>Not found</h1>" in page and "Resolver404" not in page and "tried" not in page
