@@ -101,6 +101,20 @@ class World:
         return ({obj.public_id for obj in objects} | {team.project.name, PRIVATE_TEXT}
                 | {user.get_username() for user in (team.owner, team.teammate, team.viewer)})
 
+    def named(self) -> set[str]:
+        """What an outsider's 404 must not show although the address names it: the project's slug and the names
+        of its objects (the 404 page shows the view's message, which for an outsider must be that of a project
+        that does not exist)."""
+        objects = [self.base_model, self.sft.dataset, self.run, self.pipeline, self.campaign]
+        return {self.slug} | {obj.name for obj in objects}
+
+    def outsiders_own(self, body: str) -> str:
+        """``body`` without the outsider's own names (their user name and project's slug, which the page's header
+        shows and which hold the project's slug: "alpha-outsider")."""
+        for own in (self.team.outsider.get_username(), self.team.outsider_project.slug):
+            body = body.replace(own, "")
+        return body
+
 
 @dataclass(frozen=True, kw_only=True)
 class Route:
@@ -578,7 +592,7 @@ def report(problems: list[str]) -> str:
 def test_outsiders_get_404_and_anonymous_users_are_sent_to_log_in(world, queued,
                                                                     django_capture_on_commit_callbacks):
     outsider, anonymous = Caller(world, "outsider"), Caller(world, None)
-    markers = world.markers()
+    markers, named = world.markers(), world.named()
 
     def check() -> list[str]:
         problems = []
@@ -599,6 +613,10 @@ def test_outsiders_get_404_and_anonymous_users_are_sent_to_log_in(world, queued,
                 leaked = sorted(marker for marker in markers if marker in answer.body and marker not in asked)
                 if leaked:
                     problems.append(f"{where}: the outsider's answer shows {leaked}")
+                shown = sorted(name for name in named
+                               if answer.status == 404 and name in world.outsiders_own(answer.body))
+                if shown:
+                    problems.append(f"{where}: the outsider's 404 shows {shown}: {answer.body[:300]!r}")
             for method in route.methods:
                 answer = anonymous.call(method, name, route, kwargs, body)
                 where = f"{method} {name}"

@@ -218,7 +218,7 @@ def build_document() -> dict[str, Any]:
                                                           _enum("status", "status (another value: 400)",
                                                                 RunStatus.values),
                                                           _enum("task", "task (another value: 400)", RUN_TASKS),
-                                                          _query("tag", "tag"),
+                                                          _query("tag", "a whole tag (case aside)"),
                                                           _enum("archived", "1: archived runs only; 0 (default): "
                                                                             "the others", ["0", "1"]),
                                                           _sort_query(),

@@ -44,7 +44,7 @@ from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.datasets.uploads import (LimitedUploadHandler, body_too_large, file_too_large_message,
-                                     one_file_per_upload_message, upload_cut_short_message)
+                                     name_as_uploaded, one_file_per_upload_message, upload_cut_short_message)
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
 from webapp.review import selectors as review_selectors
@@ -312,7 +312,7 @@ def _base_model_upload(request: HttpRequest, slug: str) -> JsonResponse:
     archive = files["archive"]
     sent = basemodel_uploads.basemodel_upload_once(
         project=project, name=request.POST["name"], archive=Path(archive.temporary_file_path()),
-        archive_name=archive.name, user=request.user, made=lambda base_model: base_model.public_id,
+        archive_name=name_as_uploaded(archive.name), user=request.user, made=lambda base_model: base_model.public_id,
         send_once=lambda create, prepare: request_send_once(request, create=create, prepare=prepare,
                                                             sample_files=True))
     return _created(_base_model_json(basemodel_selectors.basemodel_get(project=project, public_id=sent.result)), sent)

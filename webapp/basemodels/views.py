@@ -22,7 +22,7 @@ from webapp.core.forms import add_service_errors
 from webapp.core.numbers import whole_number
 from webapp.core.submissions import deleted_once_or_refused, form_send_once, sent_once_or_refused
 from webapp.datasets.models import DatasetVersion
-from webapp.datasets.uploads import LimitedUploadHandler, body_too_large, upload_cut_short_message
+from webapp.datasets.uploads import LimitedUploadHandler, body_too_large, name_as_uploaded, upload_cut_short_message
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
 from webapp.runs import serving_copies
@@ -120,9 +120,10 @@ def _upload_checked(request, project, membership, handler: LimitedUploadHandler 
         return _render_upload(request, project, membership, form, status=400)
     if form.is_valid():
         archive = form.cleaned_data["archive"]
+        archive_name = name_as_uploaded(archive.name)
 
         def page_of(base_model) -> str:
-            messages.success(request, f"Unpacked {isolated(archive.name)} into {base_model.path} and registered it "
+            messages.success(request, f"Unpacked {isolated(archive_name)} into {base_model.path} and registered it "
                                       f"as {isolated(base_model.name)}.")
             return reverse("basemodels:detail", args=[project.slug, base_model.public_id])
 
@@ -130,7 +131,7 @@ def _upload_checked(request, project, membership, handler: LimitedUploadHandler 
             # The archive is told by its name, size and ends, not read whole (a 20 GB one took minutes to hash).
             return redirect(uploads.basemodel_upload_once(
                 project=project, name=form.cleaned_data["name"], archive=Path(archive.temporary_file_path()),
-                archive_name=archive.name, user=request.user, made=page_of,
+                archive_name=archive_name, user=request.user, made=page_of,
                 send_once=lambda create, prepare: form_send_once(request, create=create, prepare=prepare,
                                                                  sample_files=True)))
         except ValidationError as error:

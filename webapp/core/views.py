@@ -9,6 +9,7 @@ from django.http.multipartparser import MultiPartParserError
 from django.http.request import split_domain_port
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import filesizeformat
+from django.urls import Resolver404
 from django.views import defaults
 
 logger = logging.getLogger(__name__)
@@ -65,7 +66,18 @@ def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
             "message": f"no endpoint at {request.path}; the OpenAI-compatible API answers GET /v1/models, "
                        "POST /v1/chat/completions and POST /v1/completions",
             "type": "invalid_request_error", "param": None, "code": "not_found"}}, status=404)
-    return defaults.page_not_found(request, exception)
+    return render(request, "404.html", {"message": not_found_message(exception)}, status=404)
+
+
+def not_found_message(exception: Exception) -> str:
+    """What a view's ``Http404`` says is missing ("no such run in this project"), for the 404 page to show; ""
+    where it says nothing a person can read: an address no view answers (a ``Resolver404``, whose argument is the
+    patterns tried) or a bare ``Http404``. The messages raised before a user is known to be a member name nothing
+    of the project asked for ("no such project"), so that showing them tells an outsider nothing."""
+    if isinstance(exception, Resolver404) or not exception.args:
+        return ""
+    message = exception.args[0]
+    return message if isinstance(message, str) else ""
 
 
 SERVER_ERROR = ("the server failed on this request; the error has been logged: try again, and tell an administrator "

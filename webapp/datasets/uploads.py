@@ -44,9 +44,10 @@ def one_file_per_upload_message(count: int) -> str:
 
 
 def name_as_uploaded(sent_name: str) -> str:
-    """The name of an uploaded file as it was on the sender's disk: browsers send a '"' in it as %22 (the HTML
-    standard's escape inside multipart's ``filename="..."``), and Django keeps the name as sent, so pages and
-    downloads showed ``my %22best%22.jsonl``. %0A and %0D (line breaks, escaped alike) stay as sent: a name
+    """The name of an uploaded file (a dataset's file, a base model's archive) as it was on the sender's disk:
+    browsers send a '"' in it as %22 (the HTML standard's escape inside multipart's ``filename="..."``), and Django
+    keeps the name as sent, so pages and downloads showed ``my %22best%22.jsonl``. Read where a multipart name is
+    taken, not of a name given otherwise (a file on the server may hold %22). %0A and %0D (line breaks, escaped alike) stay as sent: a name
     holding a line break cannot go into a download's Content-Disposition header."""
     return sent_name.replace("%22", '"')
 

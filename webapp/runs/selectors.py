@@ -268,9 +268,10 @@ def _with_a_tag_holding(*, project: Project, text: str) -> QuerySet[RunTag]:
 
 
 def _tagged(runs: QuerySet[Run], *, project: Project, tag: str) -> QuerySet[Run]:
-    # The runs with exactly ``tag``, letter case included, as a subquery on RunTag's (project, tag) index: a LIKE over
-    # the JSON text of every run's tags read each run's list, and matched "Sweep-1" for "sweep-1".
-    return runs.filter(pk__in=RunTag.objects.filter(project=project, tag=tag).values("run_id"))
+    # The runs with the whole of ``tag``, case aside (a project holds one spelling of each tag: "Baseline" typed into
+    # an address finds the runs tagged "baseline"), as a subquery on RunTag's (project, tag_folded) index: a LIKE over
+    # the JSON text of every run's tags read each run's list, and matched "sweep-1" for "sweep-10".
+    return runs.filter(pk__in=RunTag.objects.filter(project=project, tag_folded=fold_tag(tag)).values("run_id"))
 
 
 def sweep_runs(*, project: Project, tag: str) -> list[Run]:

@@ -283,3 +283,11 @@ def _archive_in(tmp_path, settings) -> tuple[Path, bytes]:
     root = settings.MODELS_ROOT = tmp_path / "models"
     root.mkdir()
     return root, zip_of(tmp_path / "tiny.zip", write_model_dir(tmp_path / "source" / "tiny")).read_bytes()
+
+
+def test_an_archive_name_holding_double_quotes_is_named_as_uploaded(team, models_root, secrets, client):
+    """A client following the HTML standard (a browser, urllib3 2) sends a '"' in a file's name as %22: the refusal
+    named 'my %22best%22.zip'."""
+    response = post(client, secrets["owner"], upload(b"not a zip", file_name="my %22best%22.zip"))
+    assert response.status_code == 400 and response.json() == {"errors": {"archive": [
+        'my "best".zip: not a readable zip archive (File is not a zip file); pack it again']}}

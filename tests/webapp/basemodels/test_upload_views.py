@@ -306,3 +306,14 @@ def test_a_sending_whose_twin_is_still_unpacking_is_told_to_try_again(models_roo
     assert first.status_code == 302 and second.status_code == 400
     assert STILL_BEING_PROCESSED in html.unescape(second.content.decode())
     assert BaseModel.objects.count() == 1
+
+
+def test_an_archive_name_holding_double_quotes_is_named_as_uploaded(team, models_root, client_for, archive_bytes):
+    """A browser sends a '"' in a file's name as %22 (the HTML standard's escape in multipart's filename="..."), as
+    for datasets (``datasets.uploads.name_as_uploaded``): the page's message named 'my %22best%22 model.zip'."""
+    owner = client_for(team.owner)
+    refused = post(owner, b"not a zip", file_name="my %22best%22 model.zip").content.decode()
+    assert "my &quot;best&quot; model.zip: not a readable zip archive" in refused and "%22" not in refused
+    response = post(owner, archive_bytes, file_name="my %22best%22 model.zip")
+    page = owner.get(response["Location"]).content.decode()
+    assert "Unpacked \u2068my &quot;best&quot; model.zip\u2069 into" in page and "%22" not in page

@@ -2855,3 +2855,40 @@ def test_the_compare_page_reads_finished_runs_series_without_their_buckets_in_as
         alone = selectors.metric_series(run=Run.objects.get(pk=run.pk), max_points=selectors.COMPARE_MAX_POINTS)
         assert data["series"][run.public_id] == json.loads(json.dumps(alone)), run.name
         assert data["series"][run.public_id]["loss"]["downsampled"], run.name
+
+
+def test_the_tag_filter_matches_a_tag_case_aside(team, catalog, client_for, sent_tasks):
+    """A project spells each tag one way, case aside (migration 0025, ``services.run_tags_write``), but ``?tag=``
+    matched the spelling exactly: ``?tag=Baseline`` missed the runs tagged "baseline", and its Compare link with them.
+    It finds them, and the tag menu shows the project's spelling picked, so that filtering again keeps the tag."""
+    first = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="first",
+                                tags="baseline")
+    second = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="second",
+                                 tags="BASELINE")
+    untagged = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="untagged")
+    client = client_for(team.viewer)
+    for typed in ("Baseline", "BASELINE", "baseline"):
+        page = client.get("/p/alpha/runs/", {"tag": typed}).content.decode()
+        assert first.public_id in page and second.public_id in page and untagged.public_id not in page, typed
+        assert "<option selected>baseline</option>" in page, typed
+        assert f"Compare the 2 runs tagged {typed}</a>" in page, typed
+    assert selectors.sweep_runs(project=team.project, tag="Baseline") == [first, second]
+    assert selectors.sweep_runs(project=team.outsider_project, tag="Baseline") == []
+
+
+def test_the_404_page_shows_the_views_message_escaped(team, run, client_for, settings):
+    """Views raise Http404 saying what is missing and what to do ("'x' is not a kind of artifact; download model,
+    adapter, or checkpoint?step=N"), but the 404 page dropped it for its one general sentence. It shows the message,
+    as text (a part of the address the message repeats is no markup), under DEBUG off as served; an address no view
+    answers, which carries no message, keeps the general page."""
+    settings.DEBUG = False
+    client = client_for(team.viewer)
+    response = client.get(url(run, "artifacts/<b>bold/"))
+    page = response.content.decode()
+    assert response.status_code == 404
+    assert f"&#x27;{FSI}&lt;b&gt;bold{PDI}&#x27; is not a kind of artifact; download model, adapter, or " in page
+    assert "<b>bold" not in page
+    page = client.get("/p/alpha/runs/run_missing/").content.decode()
+    assert "<p>No such run in this project</p>" in page
+    page = client.get("/p/alpha/no-such-page/").content.decode()
+    assert "<h1>Not found</h1>" in page and "Resolver404" not in page and "tried" not in page

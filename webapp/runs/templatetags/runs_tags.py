@@ -6,6 +6,7 @@ from typing import Any
 
 from django import template
 
+from webapp.runs.models import fold_tag
 from webapp.runs.specform import argument_input_value, one_of_errors, reward_functions
 
 register = template.Library()
@@ -17,6 +18,13 @@ def get_item(mapping: Any, key: str) -> Any:
     if isinstance(mapping, dict):
         return mapping.get(key)
     return None
+
+
+@register.filter
+def same_tag(typed: str, tag: str) -> bool:
+    """Whether the ``?tag=`` filter ``typed`` is ``tag``, case aside, as the filter matches it (the tag menu picks
+    the project's spelling of a tag typed in another)."""
+    return fold_tag(typed) == fold_tag(tag)
 
 
 @register.filter
