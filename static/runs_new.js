@@ -27,10 +27,12 @@
     } catch (error) { return null; }
   }
   // Send the shown editor with ``name`` = ``value`` added: the server answers with the page asked for,
-  // holding what was typed in it.
-  function sendShown(name, value) {
+  // holding what was typed in it. ``address``, when given, is where it is posted, so that it is the address
+  // bar's afterwards (the view reads a POST's form only).
+  function sendShown(name, value, address) {
     remember(name);
     var shown = document.querySelector("form.launch-form:not([hidden])");
+    if (address) shown.setAttribute("action", address);
     var target = document.createElement("input");
     target.type = "hidden";
     target.name = name;
@@ -57,7 +59,11 @@
     Object.keys(params).forEach(function (name) { query.set(name, params[name]); });
     var address = window.location.pathname + "?" + query.toString();
     if (address.length > LONGEST_ADDRESS) {
-      if (params.preset) sendShown("apply_preset", params.preset); else sendShown("switch_task", params.task);
+      // Posted to the page's current address, the switch left it there: after a switch by GET, one of another
+      // task, which reloading or sharing showed instead. It goes to the bare address of the page asked for
+      // (not with ``#yaml``: a launch from the page answered is posted there too, and a redirect keeps a fragment).
+      var asked = window.location.pathname + "?" + new URLSearchParams(params).toString();
+      if (params.preset) sendShown("apply_preset", params.preset, asked); else sendShown("switch_task", params.task, asked);
       return;
     }
     remember("switch_task");

@@ -156,6 +156,8 @@ def test_switching_task_keeps_what_was_changed_in_either_editor_and_launches_it(
     page.locator("nav.tabs a[data-task=dpo]").click()
     page.locator("#task-switched", has_text="from grpo to dpo").wait_for()
     assert "xxxx" not in page.url and "warmup_steps: 3\n" in page.locator("#id_spec_yaml").input_value()
+    # The address is the page's, not the grpo page's of the switch before (where the form was posted to).
+    assert page.url.endswith("/p/alpha/runs/new/?task=dpo"), page.url
     page.fill("#id_spec_yaml", page.locator("#id_spec_yaml").input_value().replace("train: dv_…", f"train: {prefs.public_id}"))
     page.locator("#yaml-form button[type=submit]").click()
     page.wait_for_url("**/runs/run_*/")
