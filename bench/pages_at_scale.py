@@ -102,14 +102,14 @@ def populate(*, slug: str, scale: float, owner) -> tuple[dict[str, str], str, st
         Conversation(project=project, user=owner, title=f"chat {index}", model_ref=models[index % len(models)].public_id,
                      model_label=f"Base model: model {index % len(models)}") for index in range(count(2000))],
         batch_size=1000)
-    Message.objects.bulk_create([Message(conversation=conversation, role=role, content="Hello there.")
+    Message.objects.bulk_create([Message(conversation=conversation, role=role, content="Hello there.", has_text=True)
                                  for conversation in conversations for role in ("user", "assistant")], batch_size=2000)
     arena_models = models[:12]
     pairs = [rng.sample(arena_models, 2) for _ in range(count(5000))]
     sides = Conversation.objects.bulk_create([
         Conversation(project=project, user=owner, model_ref=model.public_id, model_label=f"Base model: {model.name}",
                      in_arena=True) for pair in pairs for model in pair], batch_size=2000)
-    Message.objects.bulk_create([Message(conversation=side, role=role, content="An answer.")
+    Message.objects.bulk_create([Message(conversation=side, role=role, content="An answer.", has_text=True)
                                  for side in sides for role in ("user", "assistant")], batch_size=2000)
     now = timezone.now()
     Battle.objects.bulk_create([

@@ -316,7 +316,8 @@ def test_an_owners_final_text_survives_a_refusal_and_a_resolution_made_meanwhile
         final.get_by_label("The final text of response A").fill(" \n ")
         with page.expect_navigation():
             page.get_by_role("button", name="A better").click()
-        assert "choose the final text of response A" in final.locator(".error").inner_text()
+        # Refused in the words the page asking to change a resolution uses for a box cleared.
+        assert "the final text of response A is blank" in final.locator(".error").inner_text()
         assert final.get_by_label("write the final text:").is_checked()
         assert final.get_by_label("The final text of response A").input_value() == " \n "
         final.get_by_label("The final text of response A").fill(written)

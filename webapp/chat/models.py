@@ -72,6 +72,10 @@ class Message(models.Model):
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
     role = models.CharField(max_length=10, choices=Role.choices)
     content = models.TextField(blank=True)
+    # Whether ``content`` holds text (not empty, not only whitespace), written with it (``services.has_text``): the
+    # arena finds its empty answers, whose votes make no preference pair, through the index of those without, not by
+    # matching every answer's text. False until known, so a row written elsewhere is judged by its text.
+    has_text = models.BooleanField(default=False)
     status = models.CharField(max_length=10, choices=MessageStatus.choices, default=MessageStatus.COMPLETE)
     error = models.TextField(blank=True)
     completion_tokens = models.PositiveIntegerField(default=0)
@@ -81,7 +85,9 @@ class Message(models.Model):
     class Meta:
         ordering = ["created_at", "id"]
         # The failed answers' conversations, which the arena's count of rated battles leaves out (arena.rated_battles).
-        indexes = [models.Index(fields=["status", "conversation"], name="chat_message_status")]
+        indexes = [models.Index(fields=["status", "conversation"], name="chat_message_status"),
+                   # The few messages without text (an answer empty or still streaming): arena.empty_answer_conversations.
+                   models.Index(fields=["conversation"], condition=models.Q(has_text=False), name="chat_message_no_text")]
 
 
 def new_battle_id() -> str:

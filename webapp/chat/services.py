@@ -353,7 +353,7 @@ def message_send(*, conversation: Conversation, model: ModelChoice, content: str
     conversation = Conversation.objects.select_for_update(of=("self",)).get(pk=conversation.pk)
     if conversation.messages.filter(status=MessageStatus.STREAMING).exists():
         raise ChatError("an answer is still being written; stop it or wait for it to finish")
-    Message.objects.create(conversation=conversation, role=Role.USER, content=content)
+    Message.objects.create(conversation=conversation, role=Role.USER, content=content, has_text=has_text(content))
     # A template that fails on this conversation (with its variables, or as the model's template now stands): refused,
     # nothing saved.
     _check_renders(model=model, variables=conversation.template_variables,
@@ -418,12 +418,18 @@ def message_give_up_if_lost(*, message: Message) -> bool:
     return True
 
 
+def has_text(content: str) -> bool:
+    """Whether a message's ``content`` holds text: not empty, not only whitespace (``Message.has_text``)."""
+    return bool(content.strip())
+
+
 def message_finish(*, message_id: str, text: str = "", finish_reason: str = "", completion_tokens: int = 0,
                    first_token_seconds: float | None = None, error: str = "") -> None:
     """Record the serve worker's outcome of an answer: its text and why it ended, or the error."""
     status = MessageStatus.FAILED if error else FINISH_STATUS[finish_reason]
+    content = storable_model_text(text)
     Message.objects.filter(public_id=message_id, status=MessageStatus.STREAMING).update(
-        content=storable_model_text(text), status=status, error=error, completion_tokens=completion_tokens,
+        content=content, has_text=has_text(content), status=status, error=error, completion_tokens=completion_tokens,
         first_token_seconds=first_token_seconds)
 
 

@@ -164,6 +164,11 @@ class ResolveForm(forms.Form):
     # The resolution the page showed ("" for none): one made since is not overwritten unasked. A page
     # from before this field existed sends nothing, which reads as none.
     shown_label = forms.ChoiceField(choices=[("", "none"), *RESOLUTION_CHOICES], required=False)
+    # And that resolution's stamp (``services.resolution_stamp``: its label and final texts), so that a text changed
+    # since under the same label is not overwritten unseen either. Not sent (scripts, older pages): the label alone.
+    shown_resolution = forms.CharField(required=False, max_length=64)
+    # Sent by the page asking to confirm a change of resolution: a refusal of its texts draws that page again.
+    confirming = forms.BooleanField(required=False)
     # The final text of response a/b where reviewers' edits of it differ: ``pick_*`` one of the texts offered (an
     # edit, or the original), ``""`` or none to take ``text_*``, the text the owner wrote.
     pick_a = forms.CharField(required=False, strip=False)
@@ -171,10 +176,12 @@ class ResolveForm(forms.Form):
     text_a = forms.CharField(required=False, strip=False)
     text_b = forms.CharField(required=False, strip=False)
 
-    def final_texts(self) -> dict[str, str]:
-        """The final text sent for each response: the one picked, else the one written."""
+    def final_texts(self) -> dict[str, str | None]:
+        """The final text sent for each response: the one picked, else the one written ("" for a box left empty);
+        None where the form offered none (neither a text picked nor a box sent)."""
         data = self.cleaned_data
-        return {side: data[f"pick_{side}"] or data[f"text_{side}"] for side in ("a", "b")}
+        return {side: data[f"pick_{side}"] or data[f"text_{side}"]
+                if data[f"pick_{side}"] or f"text_{side}" in self.data else None for side in ("a", "b")}
 
 
 class ExportForm(forms.Form):

@@ -7,6 +7,8 @@ never serves it to anyone again.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -436,6 +438,21 @@ def preview_text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def resolution_stamp(item: Item) -> str:
+    """A short digest of ``item``'s resolution as it stands: its label and both final texts, everything an owner
+    resolving it sets. A resolve form carries the stamp of the resolution its page showed (``shown_resolution``), so
+    that a change made since, of a text as much as of the label, is caught rather than overwritten unseen."""
+    resolution = json.dumps([item.resolved_label, item.resolved_a, item.resolved_b])
+    return hashlib.sha256(resolution.encode()).hexdigest()[:32]
+
+
+def resolution_stamps(*, public_ids: Iterable[str]) -> dict[str, str]:
+    """The ``resolution_stamp`` of each item named that still exists, by public id."""
+    items = Item.objects.filter(public_id__in=list(public_ids)).only(
+        "public_id", "resolved_label", "resolved_a", "resolved_b")
+    return {item.public_id: resolution_stamp(item) for item in items}
+
+
 @dataclass(frozen=True, kw_only=True)
 class ConflictEntry:
     item: Item
@@ -451,7 +468,7 @@ class ConflictEntry:
     edit_choices: dict[str, list[EditChoice]] = field(default_factory=dict)
     originals: dict[str, str] = field(default_factory=dict)
     # A resolution refused for this item (``with_refusal``): the form's fields as sent (``pick_a``, ``text_a``, …,
-    # ``shown_label``) and the refusal's messages by field, so that the form comes back as the owner left it.
+    # ``shown_label``, ``shown_resolution``) and the refusal's messages by field, so that the form comes back as the owner left it.
     sent: dict[str, str] = field(default_factory=dict)
     errors: dict[str, list[str]] = field(default_factory=dict)
 
@@ -459,6 +476,11 @@ class ConflictEntry:
     def shown_label(self) -> str:
         """The resolution the form says it was shown: the one sent with a refused form (not one made since)."""
         return self.sent.get("shown_label", "") if self.sent else self.item.resolved_label
+
+    @property
+    def shown_resolution(self) -> str:
+        """The stamp of the resolution the form says it was shown (``resolution_stamp``), as ``shown_label``."""
+        return self.sent.get("shown_resolution", "") if self.sent else resolution_stamp(self.item)
 
     @property
     def text_conflicts(self) -> list[FinalTextField]:

@@ -1248,6 +1248,15 @@ class AlreadyResolved(ValidationError):
                                   f"{self.resolved_by}; confirm to change it"})
 
 
+def blank_final_texts(item: Item, texts: dict[str, str | None], *, sides: Iterable[str]) -> dict[str, str]:
+    """The refusals, by field (``text_a``/``text_b``), of the final texts in ``texts`` given for ``item``'s responses
+    ``sides`` that would leave their response blank (None is no text given, not a blank one)."""
+    sent = final_texts_sent(item, texts, sides=sides)
+    return {f"text_{side}": (f"the final text of response {side.upper()} is blank: write it, or choose another "
+                             "(an empty response is nothing to train on)")
+            for side in sorted(sides) if texts.get(side) is not None and side not in sent}
+
+
 def final_texts_sent(item: Item, texts: dict[str, str | None], *, sides: Iterable[str]) -> dict[str, str]:
     """The final texts in ``texts`` for ``item``'s responses ``sides`` (those whose edits differ), line ends made
     ``\\n``; a text that would leave its response blank is no final text and is left out."""
@@ -1261,16 +1270,19 @@ def final_texts_sent(item: Item, texts: dict[str, str | None], *, sides: Iterabl
 
 @transaction.atomic
 def conflict_resolve(*, item: Item, label: str, user: AbstractBaseUser, shown_label: str | None = None,
-                     texts: dict[str, str | None] | None = None) -> Item:
+                     shown_resolution: str | None = None, texts: dict[str, str | None] | None = None) -> Item:
     """The owner's final label for an item whose reviewers disagree; the item becomes complete.
 
     ``texts`` gives the final text of each response (``"a"``/``"b"``) whose reviewers' edits differ
     (``open_edit_sides``): one reviewer's edit picked, or the owner's own; such a response without one is refused
-    (field ``text_a``/``text_b``), as is a blank text. Texts of responses whose edits agree are not the owner's to
-    set here and are left alone. A resolution changed later keeps its final texts unless new ones are given.
+    (field ``text_a``/``text_b``), as is a blank text given (``""``: the owner cleared the box; None is none given).
+    Texts of responses whose edits agree are not the owner's to set here and are left alone. A resolution changed
+    later keeps its final texts unless new ones are given.
 
-    ``shown_label`` is the resolution the owner chose over (``""``: none), as their page showed it. When
-    the item has been resolved otherwise since (another owner, an older tab), nothing changes and
+    ``shown_label`` is the resolution the owner chose over (``""``: none), as their page showed it, and
+    ``shown_resolution`` that resolution's ``selectors.resolution_stamp`` (None: the label alone is compared). When
+    the item has been resolved otherwise since (another owner, an older tab; another label or another text), nothing
+    changes and
     ``AlreadyResolved`` says by whom, holding the texts sent; when it already has ``label`` and the final texts sent
     (if any) say the same as its own, it is left as it is: nothing the owner chose is lost. ``None`` (scripts)
     resolves over whatever is there. The check and the write hold the item's row lock."""
@@ -1285,9 +1297,12 @@ def conflict_resolve(*, item: Item, label: str, user: AbstractBaseUser, shown_la
         raise ValidationError({"item": f"item {item.sequence} is {item.get_status_display().lower()}, "
                                        "not in conflict; only conflicts are resolved"})
     open_sides = open_edit_sides(item_answers(item))
+    if blank := blank_final_texts(item, texts, sides=open_sides):
+        raise ValidationError(blank)
     sent = final_texts_sent(item, texts, sides=open_sides)
     final = {"a": item.resolved_a, "b": item.resolved_b}
-    if shown_label is not None and item.resolved_label != shown_label:
+    if shown_label is not None and (item.resolved_label != shown_label
+                                    or shown_resolution not in (None, selectors.resolution_stamp(item))):
         if item.resolved_label == label and all(final[side] is not None and same_edit(text, final[side])
                                                 for side, text in sent.items()):
             return item

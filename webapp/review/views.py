@@ -7,6 +7,8 @@ autoescaped templates; only the guidelines are HTML, made by ``render_markdown``
 """
 from __future__ import annotations
 
+import time
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -26,7 +28,7 @@ from webapp.core.submissions import deleted_once_or_refused, form_send_once
 from webapp.core.views import post_answered_with_a_page
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
-from webapp.review import selectors, services
+from webapp.review import kept_texts, selectors, services
 from webapp.review.forms import (
     CampaignCreateForm, CampaignSettingsForm, ExportForm, GeneratedCampaignForm, ResolveForm, ReviewForm,
 )
@@ -384,6 +386,7 @@ def item_list(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
 def conflict_list(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
     campaign = selectors.campaign_get(project=project, public_id=public_id)
+    _standing_kept(request)  # texts kept for items resolved again since go
     return _render_conflicts_page(request, project, membership, campaign)
 
 
@@ -406,20 +409,16 @@ def _render_conflicts_page(request, project, membership, campaign, *, refused: s
     }, status=status)
 
 
-# The final texts an owner sent with a resolution refused because another was made meanwhile, kept in their session
-# by item until they decide on the page asking them (a GET, so that reloading it sends nothing).
-_SENT_TEXTS_KEY = "review-resolve-sent:{}"
-
-
 @login_required
 @require_http_methods(["GET", "POST"])
 def conflict_resolve(request: HttpRequest, slug: str, public_id: str, item_id: str) -> HttpResponse:
     """POST: resolve a conflict with the label pressed. A resolution made by someone else since the page
-    was shown is not overwritten: the answer redirects to a GET of this address with the label pressed
-    (``?label=b``), a page (409) that names that resolution and its final texts and asks to confirm the change,
-    holding the final texts this owner chose (kept in their session meanwhile), so that reloading it sends nothing
-    again and nothing they chose is lost. A resolution refused for its final texts draws the conflicts page again
-    (400) with the form as sent and the refusal beside the response it names."""
+    was shown (another label, or another final text) is not overwritten: the answer redirects to a GET of this address
+    with the label pressed (``?label=b``), a page (409) that names that resolution and its final texts and asks to
+    confirm the change, holding the final texts this owner chose (kept in their session meanwhile: ``kept_texts``), so
+    that reloading it sends nothing again and nothing they chose is lost. A resolution refused for its final texts
+    draws the page it was sent from again (400) with the form as sent and the refusal beside the response it names:
+    the conflicts page, or the page asking to confirm a change."""
     project, membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
     campaign = selectors.campaign_get(project=project, public_id=public_id)
     item = selectors.item_get(campaign=campaign, public_id=item_id)
@@ -430,27 +429,33 @@ def conflict_resolve(request: HttpRequest, slug: str, public_id: str, item_id: s
     label = form.cleaned_data["label"]
     if request.method == "GET":
         return _confirm_resolution_change(request, project, membership, campaign, item, label)
-    sent_key = _SENT_TEXTS_KEY.format(item.public_id)
     try:
         item = services.conflict_resolve(item=item, label=label, user=request.user,
-                                         shown_label=form.cleaned_data["shown_label"], texts=form.final_texts())
+                                         shown_label=form.cleaned_data["shown_label"],
+                                         shown_resolution=form.cleaned_data["shown_resolution"] or None,
+                                         texts=form.final_texts())
     except services.AlreadyResolved as already:
-        request.session[sent_key] = {"label": label, "texts": already.sent_texts}
+        _keep_texts(request, already, label=label)
         return redirect(f"{reverse('review:resolve', args=[project.slug, campaign.public_id, item.public_id])}"
                         f"?{urlencode({'label': label})}")
     except ValidationError as error:
-        if refused_texts := {field: messages_ for field, messages_ in getattr(error, "error_dict", {}).items()
+        if refused_texts := {field: ValidationError(messages_).messages
+                             for field, messages_ in getattr(error, "error_dict", {}).items()
                              if field in ("text_a", "text_b")}:
+            if form.cleaned_data["confirming"] and item.resolved_label:
+                return _confirm_resolution_change(request, project, membership, campaign, item, label,
+                                                  refused=refused_texts)
             messages.error(request, f"Item {item.sequence} is not resolved: see its final texts below (what you "
                                     "chose is kept).")
             refused = selectors.conflict_entry(item=item).with_refusal(
                 sent={name: request.POST.get(name, "") for name in ("pick_a", "pick_b", "text_a", "text_b")
-                      if name in request.POST} | {"shown_label": form.cleaned_data["shown_label"]},
-                errors={field: ValidationError(messages_).messages for field, messages_ in refused_texts.items()})
+                      if name in request.POST} | {name: form.cleaned_data[name]
+                                                  for name in ("shown_label", "shown_resolution")},
+                errors=refused_texts)
             return _render_conflicts_page(request, project, membership, campaign, refused=refused, status=400)
         messages.error(request, " ".join(error.messages))
     else:
-        request.session.pop(sent_key, None)
+        _save_kept(request, kept_texts.without(_standing_kept(request), item=item.public_id))
         if item.resolved_by_id == request.user.pk:
             messages.success(request, f"Item {item.sequence} resolved: {Label(label).label}.")
         else:
@@ -458,25 +463,62 @@ def conflict_resolve(request: HttpRequest, slug: str, public_id: str, item_id: s
     return redirect("review:conflicts", project.slug, campaign.public_id)
 
 
-def _confirm_resolution_change(request, project, membership, campaign, item, label: str) -> HttpResponse:
+def _standing_kept(request) -> kept_texts.Store:
+    """The texts kept in the owner's session that still stand (``kept_texts.fresh``: the item not resolved again
+    since, kept less than a day), the session rid of the others."""
+    store = request.session.get(kept_texts.SESSION_KEY) or {}
+    if not store:
+        return {}
+    standing = kept_texts.fresh(store, resolutions=selectors.resolution_stamps(public_ids=store), now=time.time())
+    if standing != store:
+        _save_kept(request, standing)
+    return standing
+
+
+def _save_kept(request, store: kept_texts.Store) -> None:
+    if store:
+        request.session[kept_texts.SESSION_KEY] = store
+    else:
+        request.session.pop(kept_texts.SESSION_KEY, None)
+
+
+def _keep_texts(request, already: services.AlreadyResolved, *, label: str) -> None:
+    """Keep the final texts of a resolution refused for ``already`` against the resolution that refused it."""
+    store = _standing_kept(request)
+    item = already.item.public_id
+    _save_kept(request, kept_texts.with_kept(store, item=item, label=label, texts=already.sent_texts,
+                                             resolution=selectors.resolution_stamp(already.item), now=time.time())
+               if already.sent_texts else kept_texts.without(store, item=item))
+
+
+def _confirm_resolution_change(request, project, membership, campaign, item, label: str, *,
+                               refused: dict[str, list[str]] | None = None) -> HttpResponse:
     """The page asking to change ``item``'s resolution to ``label``, drawn from the resolution as it is
     now (its form carries that one as the one shown) beside the final texts this owner sent with ``label`` (its form
-    sends them); the conflicts page when nothing is left to decide: no resolution, or this one with the same texts."""
-    sent = request.session.get(_SENT_TEXTS_KEY.format(item.public_id)) or {}
-    mine = sent.get("texts", {}) if sent.get("label") == label else {}
+    sends them); the conflicts page when nothing is left to decide: no resolution, or this one with the same texts.
+    ``refused`` (the refusals of a confirmation's texts by field, ``text_a``/``text_b``) draws it again (400) with
+    the texts as sent, each refusal beside its box."""
     theirs = {"a": item.resolved_a, "b": item.resolved_b}
-    same = item.resolved_label == label and all(
-        theirs[side] is not None and services.same_edit(text, theirs[side]) for side, text in mine.items())
-    if not item.resolved_label or same:
-        if item.resolved_label:
-            _say_already_resolved(request, item)
-        return redirect("review:conflicts", project.slug, campaign.public_id)
+    if refused is not None:
+        mine = {side: request.POST[f"text_{side}"].replace("\r\n", "\n") for side in ("a", "b")
+                if f"text_{side}" in request.POST}
+    else:
+        mine = kept_texts.kept(_standing_kept(request), item=item.public_id, label=label,
+                               resolution=selectors.resolution_stamp(item))
+        same = item.resolved_label == label and all(
+            theirs[side] is not None and services.same_edit(text, theirs[side]) for side, text in mine.items())
+        if not item.resolved_label or same:
+            if item.resolved_label:
+                _say_already_resolved(request, item)
+            return redirect("review:conflicts", project.slug, campaign.public_id)
     return render(request, "review/resolve_confirm.html", {
         "project": project, "membership": membership, "campaign": campaign, "item": item,
         "current": Label(item.resolved_label).label, "resolved_by": services.resolver_name(item),
-        "label": label, "label_text": Label(label).label,
+        "shown_resolution": selectors.resolution_stamp(item), "label": label, "label_text": Label(label).label,
         "theirs": [(side, text) for side, text in sorted(theirs.items()) if text is not None],
-        "mine": sorted(mine.items())}, status=409)
+        "mine": [{"side": side, "text": text, "errors": (refused or {}).get(f"text_{side}", [])}
+                 for side, text in sorted(mine.items())]},
+        status=400 if refused is not None else 409)
 
 
 def _say_already_resolved(request, item) -> None:

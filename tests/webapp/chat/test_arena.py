@@ -685,3 +685,26 @@ def test_the_decisive_votes_counted_are_the_pairs_the_export_writes(team, client
     assert decisive_votes_shown(client, team) == len(arena.preference_pairs(project=team.project)) == 1
     assert ("1 more decisive vote is left out of the export and of review: its battle has an empty answer, and a "
             "preference pair needs two texts.") in page
+
+
+def test_the_empty_answers_are_found_through_an_index_not_by_reading_every_answer(team, client_for, models, sent):
+    """The arena's count of decisive votes found the empty answers by matching every arena answer of the project
+    against a regular expression: 31 ms for 20,000 answers, run twice in the count (bench/arena_empty_answers.py). An
+    answer records whether it has text as it is written (``Message.has_text``), and the few without are read through a
+    partial index of them; the count stays exact."""
+    from webapp.chat.models import Message
+
+    client = client_for(team.teammate)
+    for prompt, text_b in (("Name a colour.", "Red."), ("Name a fruit.", " \n"), ("Name a bird.", "\u3000\t")):
+        battle = start_battle(team, client_for, prompt=prompt)
+        finish(battle, "Blue.", text_b)
+        client.post(battle_url("vote", battle), {"outcome": "a"})
+    assert decisive_votes_shown(client, team) == len(arena.preference_pairs(project=team.project)) == 1
+    assert sorted(Message.objects.filter(role="assistant").values_list("has_text", flat=True)) == [False, False] + [True] * 4
+    with CaptureQueriesContext(connection) as queries:
+        list(arena.empty_answer_conversations())
+    plan = plan_of(queries.captured_queries[-1]["sql"])
+    if connection.vendor == "postgresql":
+        assert "Seq Scan on chat_message " not in plan + " ", plan
+    else:
+        assert "chat_message_no_text" in plan, plan

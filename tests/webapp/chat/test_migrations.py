@@ -27,3 +27,21 @@ def test_tokens_of_users_no_longer_members_of_their_project_are_revoked():
 
     assert sorted(CurrentProjectToken.objects.values_list("user__username", "project__slug")) == [
         ("gone", "beta"), ("member", "alpha"), ("owner", "alpha")]
+
+
+def test_messages_written_before_they_recorded_whether_they_have_text_get_the_record():
+    """``Message.has_text`` (0016) is back-filled from each message's text: none, or whitespace only, is no text."""
+    with migrated_back_to(("chat", "0015_battle_order_ties_by_id"),) as apps:
+        User = apps.get_model("auth", "User")
+        Project = apps.get_model("projects", "Project")
+        Conversation = apps.get_model("chat", "Conversation")
+        Message = apps.get_model("chat", "Message")
+        user = User.objects.create(username="owner")
+        conversation = Conversation.objects.create(project=Project.objects.create(name="alpha", slug="alpha"),
+                                                   user=user, in_arena=True)
+        for content in ("Blue.", "", " \n\t", "  Red  "):
+            Message.objects.create(conversation=conversation, role="assistant", content=content)
+    from webapp.chat.models import Message as CurrentMessage
+
+    assert dict(CurrentMessage.objects.values_list("content", "has_text")) == {
+        "Blue.": True, "": False, " \n\t": False, "  Red  ": True}

@@ -2,13 +2,14 @@
 reviewers' different edits of the same response are a conflict that an owner resolves (picking one text or writing
 it) before the item is exported."""
 import json
+from html.parser import HTMLParser
 
 import pytest
 from django.core.exceptions import ValidationError
 from django.utils.html import escape
 
 from tests.webapp.review.conftest import answer, choice_for
-from webapp.review import selectors, services
+from webapp.review import kept_texts, selectors, services
 from webapp.review.models import Item, ItemStatus, Review
 
 
@@ -323,3 +324,155 @@ def test_an_owners_final_text_is_exported_with_or_without_the_reviewers_edits(ca
     page = client_for(team.owner).get(reverse("review:detail", args=[campaign.project.slug, campaign.public_id]))
     assert ("Unticked, the original responses are written, except where an owner resolving a conflict chose or wrote "
             "a response's final text: that text is always written.") in page.content.decode()
+
+
+class _FormFields(HTMLParser):
+    """The fields a browser sends with the page's resolve form (``form.resolve``): its hidden inputs and textareas,
+    as they are drawn (a button's ``label`` is the caller's to add)."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.fields, self._in_form, self._textarea = {}, False, None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "form" and "resolve" in (attrs.get("class") or "").split():
+            self._in_form = True
+        elif self._in_form and tag == "input" and attrs.get("type") == "hidden":
+            self.fields[attrs["name"]] = attrs.get("value") or ""
+        elif self._in_form and tag == "textarea":
+            self._textarea = attrs["name"]
+            self.fields[self._textarea] = ""
+
+    def handle_data(self, data):
+        if self._textarea:
+            self.fields[self._textarea] += data
+
+    def handle_endtag(self, tag):
+        if tag == "textarea" and self._textarea:
+            # A browser drops the one newline that opens a textarea's content.
+            self.fields[self._textarea] = self.fields[self._textarea].removeprefix("\n")
+            self._textarea = None
+        elif tag == "form":
+            self._in_form = False
+
+
+def form_fields(page) -> dict[str, str]:
+    parser = _FormFields()
+    parser.feed(page.content.decode())
+    return parser.fields
+
+
+def refused_meanwhile(item, owner, resolve, *, label: str, sent: dict[str, str]):
+    """``owner``'s resolution of ``item`` as ``label`` with ``sent`` from a page that showed it unresolved, refused
+    for one made meanwhile: the page then asking them to confirm the change."""
+    response = owner.post(resolve, {"label": label, "shown_label": "", **sent})
+    assert (response.status_code, response.url) == (302, f"{resolve}?label={label}")
+    page = owner.get(response.url)
+    assert page.status_code == 409
+    return page
+
+
+def resolve_url(item) -> str:
+    from django.urls import reverse
+
+    return reverse("review:resolve", args=[item.campaign.project.slug, item.campaign.public_id, item.public_id])
+
+
+def in_edit_conflict(item, team, carol):
+    """``item`` in conflict: the teammate answered A editing response A to "four", carol B editing it to "IV"."""
+    answer(item, team.teammate, "a", **edit_of(item, team.teammate, "a", "four"))
+    answer(item, carol, "b", **edit_of(item, carol, "a", "IV"))
+
+
+def test_a_final_text_changed_meanwhile_under_the_same_label_is_shown_not_overwritten(campaign, items, team, carol,
+                                                                                       client_for):
+    """The page asking to change a resolution carried only its label: a third change made meanwhile, a new final text
+    under the same label, was overwritten unseen when the owner confirmed theirs. The form carries the resolution it
+    showed, texts and all; one changed since asks again, showing the new text beside the owner's."""
+    alice = second_owner(team)
+    item = items[1]
+    in_edit_conflict(item, team, carol)
+    services.conflict_resolve(item=item, label="a", user=alice, shown_label="", texts={"a": "IV"})
+    owner, resolve = client_for(team.owner), resolve_url(item)
+    page = refused_meanwhile(item, owner, resolve, label="b", sent={"pick_a": "four", "text_a": ""})
+    # Meanwhile alice, on a page showing her own resolution, gives response A another final text.
+    services.conflict_resolve(item=item, label="a", user=alice, shown_label="a", texts={"a": "4 <i>on second thought</i>"})
+    response = owner.post(resolve, {**form_fields(page), "label": "b"})
+    item.refresh_from_db()
+    assert (item.resolved_label, item.resolved_a, item.resolved_by) == ("a", "4 <i>on second thought</i>", alice)
+    assert (response.status_code, response.url) == (302, f"{resolve}?label=b")
+    page = owner.get(response.url)
+    text = page.content.decode()
+    assert f'<div class="text their-text" data-side="a">{escape("4 <i>on second thought</i>")}</div>' in text
+    assert form_fields(page)["text_a"] == "four"
+    owner.post(resolve, {**form_fields(page), "label": "b"})
+    item.refresh_from_db()
+    assert (item.resolved_label, item.resolved_a, item.resolved_by) == ("b", "four", team.owner)
+
+
+def test_a_final_text_cleared_on_the_page_asking_to_change_a_resolution_is_refused(campaign, items, team, carol,
+                                                                                    client_for):
+    """Clearing the box of one's final text on the page asking to change a resolution changed the label and kept the
+    other owner's text: the empty box read as no text given. As on the conflicts page, a blank final text is refused:
+    the page comes back (400) with the box as sent, the refusal beside it; nothing changes."""
+    alice = second_owner(team)
+    item = items[1]
+    in_edit_conflict(item, team, carol)
+    services.conflict_resolve(item=item, label="a", user=alice, shown_label="", texts={"a": "IV"})
+    owner, resolve = client_for(team.owner), resolve_url(item)
+    page = refused_meanwhile(item, owner, resolve, label="b", sent={"pick_a": "four", "text_a": ""})
+    for cleared in ("", " \r\n "):
+        response = owner.post(resolve, {**form_fields(page), "text_a": cleared, "label": "b"})
+        text = response.content.decode()
+        assert response.status_code == 400
+        assert "Item 1 is already resolved as A better by <bdi>alice</bdi>" in text
+        assert "the final text of response A is blank" in text and 'aria-invalid="true"' in text
+        assert form_fields(response)["text_a"] == cleared.replace("\r\n", "\n")
+        item.refresh_from_db()
+        assert (item.resolved_label, item.resolved_a, item.resolved_by) == ("a", "IV", alice)
+    # The conflicts page's form refuses a blank text written in the same words.
+    other = items[2]
+    in_edit_conflict(other, team, carol)
+    response = owner.post(resolve_url(other), {"label": "a", "shown_label": "", "pick_a": "", "text_a": " \n"})
+    assert response.status_code == 400 and "the final text of response A is blank" in response.content.decode()
+
+
+def test_texts_kept_after_a_refusal_go_once_the_item_is_resolved_again_and_show_on_no_other_item(
+        campaign, items, team, carol, client_for):
+    """The final texts kept for an owner after a refused resolution stayed in their session until they resolved the
+    item themselves: once another owner had resolved it again, its page still offered them, against a resolution they
+    were never weighed against. They are dropped once the item is resolved again, by anyone, and are kept by item:
+    shown on no other."""
+    alice = second_owner(team)
+    first, second = items[1], items[2]
+    for item in (first, second):
+        in_edit_conflict(item, team, carol)
+        services.conflict_resolve(item=item, label="a", user=alice, shown_label="", texts={"a": "IV"})
+    owner = client_for(team.owner)
+    page = refused_meanwhile(first, owner, resolve_url(first), label="b", sent={"pick_a": "four", "text_a": ""})
+    assert form_fields(page)["text_a"] == "four"
+    other = owner.get(f"{resolve_url(second)}?label=b")
+    assert other.status_code == 409 and "text_a" not in form_fields(other)
+    services.conflict_resolve(item=first, label="a", user=alice, shown_label="a", texts={"a": "4, again"})
+    page = owner.get(f"{resolve_url(first)}?label=b")
+    assert page.status_code == 409 and "text_a" not in form_fields(page)
+    assert kept_texts.SESSION_KEY not in owner.session or first.public_id not in owner.session[kept_texts.SESSION_KEY]
+
+
+def test_kept_texts_are_bounded_and_go_stale():
+    """At most ``MAX_KEPT`` items' texts are kept, the latest; those older than ``MAX_AGE_SECONDS`` or kept against a
+    resolution since changed are dropped."""
+    store = {}
+    for number in range(kept_texts.MAX_KEPT + 3):
+        store = kept_texts.with_kept(store, item=f"item-{number}", label="b", texts={"a": f"text {number}"},
+                                     resolution="r", now=1000.0 + number)
+    assert sorted(store) == sorted(f"item-{number}" for number in range(3, kept_texts.MAX_KEPT + 3))
+    assert kept_texts.kept(store, item="item-3", label="b", resolution="r") == {"a": "text 3"}
+    assert kept_texts.kept(store, item="item-3", label="a", resolution="r") == {}
+    assert kept_texts.kept(store, item="item-3", label="b", resolution="changed") == {}
+    now = 1003.0 + kept_texts.MAX_AGE_SECONDS
+    fresh = kept_texts.fresh(store, resolutions={f"item-{number}": "r" for number in range(3, 12)}
+                             | {"item-12": "changed"}, now=now)
+    # item-3 is a day old; item-12's resolution changed since; the rest stand.
+    assert sorted(fresh) == sorted(f"item-{number}" for number in range(4, 12))
