@@ -26,11 +26,5 @@ class Migration(migrations.Migration):
             name='has_text',
             field=models.BooleanField(default=False),
         ),
-        migrations.AddIndex(
-            model_name='message',
-            index=models.Index(condition=models.Q(('has_text', False)), fields=['conversation'], name='chat_message_no_text'),
-        ),
-        # After the index: PostgreSQL refuses to index a table whose rows this transaction updated (pending trigger
-        # events of their foreign keys).
         migrations.RunPython(record_which_messages_have_text, migrations.RunPython.noop),
     ]
