@@ -135,6 +135,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxengine.models.transformer import inference_layout
 from jaxengine.programs import PROGRAMS
+from jaxengine.prompts import vocabulary_problem
 from jaxengine.sampler import (LOGIT_BIAS_MAX_TOKENS, ContextLengthError, PromptError, SamplingParams,
                               apply_logit_bias, apply_penalties, bucket_length, check_logit_bias, count_tokens, decode,
                               filter_logits, first_max_index, logit_bias_arrays, prefill, stop_string_end)
@@ -1264,12 +1265,8 @@ class BatchDecoder:
         config = self.model.config
         if not prompt_ids:
             raise PromptError("the prompt is empty; give at least one token")
-        if min(prompt_ids) < 0 or max(prompt_ids) >= config.vocab_size:
-            # Named by its place: a prompt sent as token ids (/v1/completions) is mended where it was made.
-            index = next(index for index, token_id in enumerate(prompt_ids) if not 0 <= token_id < config.vocab_size)
-            raise PromptError(f"prompt: the token id at index {index}, {prompt_ids[index]}, is outside the model's "
-                              f"vocabulary; give token ids from 0 to {config.vocab_size - 1} (its vocab_size is "
-                              f"{config.vocab_size})")
+        if problem := vocabulary_problem(prompt_ids, vocab_size=config.vocab_size):
+            raise PromptError(problem)
         if len(prompt_ids) + new_tokens > config.max_position_embeddings:
             if not new_tokens:
                 raise ContextLengthError(f"the prompt ({len(prompt_ids)} tokens) exceeds the model's context length "
