@@ -1338,6 +1338,13 @@ class BatchDecoder:
             bucket *= 2
         return buckets
 
+    def warmup(self) -> list[ServeRequest | tuple[ServeRequest, ...] | ScoringWarmup]:
+        """The serve worker's whole warm-up, for ``BatchingServer.warm``: ``warmup_requests``, ``warmup_groups`` and
+        ``warmup_scores``, in that order and at their defaults. One list, so that what measures a warmed server
+        (bench/serve_staggered.py) warms it as ``worker.tasks.serve.server_for`` does: a copy of it there lacked the
+        scorings added since."""
+        return [*self.warmup_requests(), *self.warmup_groups(), *self.warmup_scores()]
+
     def warmup_groups(self, *, row_counts: Sequence[int] = (2, 4, 8, 16), max_new_tokens: int = 256,
                       temperature: float = 0.7) -> list[tuple[ServeRequest, ...]]:
         """Groups of requests decoded together that compile what concurrent conversations meet (see the
