@@ -6,12 +6,13 @@ or Redis.
 
     .venv/bin/python bench/serve_staggered.py --model bench/out/demo/model --rounds 14
 
-The server is made and warmed as the serve worker makes it (``serving_devices``, ``devices_for_model``,
-``warmup_requests`` and ``warmup_groups``); each round submits ``--streams`` requests of ``--tokens``
-tokens at temperature 0.7, each after a uniform random pause of 0 to ``--stagger-ms`` (seeded). Prints
-one JSON object per round, with the cache moves it ran in numpy while their programs were not compiled (count
-and seconds: on the serving loop, so they stall the rows too) and the programs it newly missed (the keys of
-``_Compiled.missed``, which the compile thread compiles once the server is idle).
+The server is made and warmed as the serve worker makes it (``serving_devices``, ``devices_for_model`` and
+the worker's own warm-up, ``BatchDecoder.warmup``: its requests, groups and prompt scorings); each round
+submits ``--streams`` requests of ``--tokens`` tokens at temperature 0.7, each after a uniform random pause
+of 0 to ``--stagger-ms`` (seeded). Prints one JSON object per round, with the cache moves it ran in numpy
+while their programs were not compiled (count and seconds: on the serving loop, so they stall the rows too)
+and the programs it newly missed (the keys of ``_Compiled.missed``, which the compile thread compiles once
+the server is idle).
 """
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ def main() -> None:
     decoder = BatchDecoder(loaded.model, loaded.tokenizer, devices=devices_for_model(devices, loaded.nbytes))
     server = BatchingServer(decoder)
     started = time.perf_counter()
-    server.warm([*decoder.warmup_requests(), *decoder.warmup_groups()])
+    server.warm(decoder.warmup())
     server.warmed.wait()
     print(json.dumps({"warmup_seconds": round(time.perf_counter() - started, 1), "devices": len(decoder.devices),
                       "compiles": dict(compiles)}))

@@ -26,6 +26,20 @@ class ContextLengthError(PromptError):
     ``context_length_exceeded``)."""
 
 
+def vocabulary_problem(prompt_ids, *, vocab_size: int, prompt: int | None = None) -> str | None:
+    """That a token id of ``prompt_ids`` is outside a vocabulary of ``vocab_size`` ids, naming the first by its index
+    and the range to give (``prompt``: its prompt's place in a list of them), or None. The serve worker's check
+    (``BatchDecoder.check_prompt``), and the web's before it sends a ``/v1/completions`` prompt of token ids where the
+    model's config.json states its size."""
+    if min(prompt_ids) >= 0 and max(prompt_ids) < vocab_size:
+        return None
+    index = next(index for index, token_id in enumerate(prompt_ids) if not 0 <= token_id < vocab_size)
+    which = "" if prompt is None else f" of prompt {prompt}"
+    # Named by its place: a prompt sent as token ids (/v1/completions) is mended where it was made.
+    return (f"prompt: the token id at index {index}{which}, {prompt_ids[index]}, is outside the model's vocabulary; "
+            f"give token ids from 0 to {vocab_size - 1} (its vocab_size is {vocab_size})")
+
+
 def with_bos(tokenizer, ids: list[int]) -> list[int]:
     # Templates such as Llama 3's and Gemma's render the BOS token themselves; never add a second.
     if tokenizer.bos_id is None or (ids and ids[0] == tokenizer.bos_id):

@@ -135,6 +135,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxengine.models.transformer import inference_layout
 from jaxengine.programs import PROGRAMS
+from jaxengine.prompts import vocabulary_problem
 from jaxengine.sampler import (LOGIT_BIAS_MAX_TOKENS, ContextLengthError, PromptError, SamplingParams,
                               apply_logit_bias, apply_penalties, bucket_length, check_logit_bias, count_tokens, decode,
                               filter_logits, first_max_index, logit_bias_arrays, prefill, stop_string_end)
@@ -1264,12 +1265,8 @@ class BatchDecoder:
         config = self.model.config
         if not prompt_ids:
             raise PromptError("the prompt is empty; give at least one token")
-        if min(prompt_ids) < 0 or max(prompt_ids) >= config.vocab_size:
-            # Named by its place: a prompt sent as token ids (/v1/completions) is mended where it was made.
-            index = next(index for index, token_id in enumerate(prompt_ids) if not 0 <= token_id < config.vocab_size)
-            raise PromptError(f"prompt: the token id at index {index}, {prompt_ids[index]}, is outside the model's "
-                              f"vocabulary; give token ids from 0 to {config.vocab_size - 1} (its vocab_size is "
-                              f"{config.vocab_size})")
+        if problem := vocabulary_problem(prompt_ids, vocab_size=config.vocab_size):
+            raise PromptError(problem)
         if len(prompt_ids) + new_tokens > config.max_position_embeddings:
             if not new_tokens:
                 raise ContextLengthError(f"the prompt ({len(prompt_ids)} tokens) exceeds the model's context length "
@@ -1340,6 +1337,13 @@ class BatchDecoder:
             buckets.append(bucket)
             bucket *= 2
         return buckets
+
+    def warmup(self) -> list[ServeRequest | tuple[ServeRequest, ...] | ScoringWarmup]:
+        """The serve worker's whole warm-up, for ``BatchingServer.warm``: ``warmup_requests``, ``warmup_groups`` and
+        ``warmup_scores``, in that order and at their defaults. One list, so that what measures a warmed server
+        (bench/serve_staggered.py) warms it as ``worker.tasks.serve.server_for`` does: a copy of it there lacked the
+        scorings added since."""
+        return [*self.warmup_requests(), *self.warmup_groups(), *self.warmup_scores()]
 
     def warmup_groups(self, *, row_counts: Sequence[int] = (2, 4, 8, 16), max_new_tokens: int = 256,
                       temperature: float = 0.7) -> list[tuple[ServeRequest, ...]]:

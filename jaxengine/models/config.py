@@ -408,6 +408,16 @@ def served_context(hf_config: dict[str, Any]) -> int:
     return int(text.get("max_position_embeddings", ModelConfig.max_position_embeddings))
 
 
+def served_vocab_size(hf_config: dict[str, Any]) -> int | None:
+    """The token ids a model of ``hf_config`` takes, ``ModelConfig.vocab_size`` as its family reads it (its text
+    model's, under ``text_config``), for a jax-free caller: the web app's ``/v1/completions``, which refuses a prompt
+    of token ids past it before the serve worker would. None where config.json states no whole number above 0 there
+    (loading the model says what is wrong, and the worker judges the ids)."""
+    text = hf_config.get("text_config") if isinstance(hf_config.get("text_config"), dict) else hf_config
+    size = text.get("vocab_size")
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
+
 def read_position_limit(model_dir) -> PositionLimit | None:
     """``position_limit`` of the config.json in ``model_dir``; None when it cannot be read as a JSON object
     (loading the model names what is wrong with it)."""

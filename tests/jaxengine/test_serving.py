@@ -689,6 +689,21 @@ def test_a_warmed_server_compiles_nothing_to_score_a_prompt_of_its_warmed_bucket
     assert decoder.compiled.trace_count == warmed + 1 and compiles
 
 
+def test_the_worker_and_the_staggered_bench_warm_with_one_list_scorings_included(tmp_path):
+    """bench/serve_staggered.py warmed its server with a copy of the serve worker's warm-up list made before the
+    prompt scorings (``warmup_scores``) were added to it, so it measured a server the worker never runs. Both now
+    warm with ``BatchDecoder.warmup``."""
+    model_dir = factories.build_tiny_model_dir(tmp_path / "whole", context=112)
+    model, _ = load_hf_model(model_dir)
+    decoder = BatchDecoder(model, load_tokenizer(model_dir), min_bucket=8)
+    whole = decoder.warmup()
+    assert whole == [*decoder.warmup_requests(), *decoder.warmup_groups(), *decoder.warmup_scores()]
+    assert whole[-len(decoder.warmup_scores()):] == decoder.warmup_scores() and decoder.warmup_scores()
+    root = Path(__file__).resolve().parents[2]
+    for user in ("bench/serve_staggered.py", "worker/tasks/serve.py"):
+        assert ".warm(decoder.warmup())" in (root / user).read_text(), user
+
+
 def test_warmup_groups_hold_each_row_count_of_the_smallest_buckets_request(served):
     model, tokenizer, _ = served
     decoder = BatchDecoder(model, tokenizer, max_slots=8)

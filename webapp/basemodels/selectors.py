@@ -1,6 +1,7 @@
 """Reads of the base model registry for pages."""
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -87,18 +88,61 @@ def load_refusal(*, path: str, project_slug: str, listing: bool = False) -> str:
     return refusal
 
 
-def model_dir_gone(path: str) -> bool:
+# path -> (monotonic time judged, gone): model_dir_gone's answers for pages listing every model.
+_gone: dict[str, tuple[float, bool]] = {}
+
+
+def model_dir_gone(path: str, *, listing: bool = False) -> bool:
     """Whether the model directory ``path`` (a base model's, a run's export) that a run would load was deleted from
     disk since it was recorded. Judged only where Temper keeps models: under the models root (registration allows
     nothing else) or the data root (runs export under it); a path recorded elsewhere, before those rules, is left to
     the load that reads it. Asked before a launch, a resume or a retry is queued: queued, the run failed in the train
-    worker, naming the missing path."""
+    worker, naming the missing path. ``listing``: for a page that lists every model of the project (the chat list, the
+    arena, ``/v1/models``), the answer kept for ``TEMPER_MODEL_FILES_RECHECK_SECONDS``, as ``load_refusal``'s."""
     model_dir = Path(path)
     if not model_dir.is_absolute():
         return False
-    roots = {Path(root) for root in (settings.MODELS_ROOT, settings.DATA_ROOT)}
-    roots |= {root.resolve() for root in roots}
-    return any(model_dir.is_relative_to(root) for root in roots) and not model_dir.is_dir()
+    roots = _model_roots(str(settings.MODELS_ROOT), str(settings.DATA_ROOT))
+    if not any(model_dir.is_relative_to(root) for root in roots):
+        return False
+    now = time.monotonic()
+    kept = _gone.get(path) if listing else None
+    if kept is not None and now - kept[0] < settings.TEMPER_MODEL_FILES_RECHECK_SECONDS:
+        return kept[1]
+    gone = not model_dir.is_dir()
+    _gone[path] = (now, gone)
+    return gone
+
+
+@functools.lru_cache(maxsize=8)
+def _model_roots(models_root: str, data_root: str) -> frozenset[Path]:
+    # Resolved once per setting, not per model: the listing pages ask model_dir_gone of every model on each load.
+    roots = {Path(models_root), Path(data_root)}
+    return frozenset(roots | {root.resolve() for root in roots})
+
+
+# What to do about a base model whose folder was deleted: its row keeps the path, so files put back there serve again.
+REGISTER_AGAIN = ("put the model's files back in that folder (its page under Base models shows where), or register "
+                  "it again")
+
+
+def gone_model_words(*, run: str = "", step: int | str | None = None, base_model: str = "") -> str:
+    """How a refusal names a model whose directory ``model_dir_gone`` finds deleted, as the project names it: the
+    export of ``run`` (its name and id, ``named_model``), or its exported checkpoint ``step``; else the base model
+    ``base_model`` (likewise named); else the model a run starts from. What to do is the caller's to add."""
+    if run:
+        if step is not None:
+            return (f"checkpoint {step} of run {run}, exported as a starting model, is gone from disk: its folder "
+                    "was deleted since")
+        return f"the model run {run} exported is gone from disk: its export folder was deleted since"
+    if base_model:
+        return f"base model {base_model} is gone from disk: its folder was deleted since it was registered"
+    return "the model it starts from is gone from disk: its folder was deleted since"
+
+
+def named_model(name: str, public_id: str) -> str:
+    """A run or a base model as a refusal names it: its name, bidi-isolated, then its id."""
+    return f"{isolated(name)} ({public_id})"
 
 
 def base_model_refusal(*, base_model: BaseModel) -> str:

@@ -53,6 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_
 from pydantic_core import PydanticCustomError
 
 from jaxengine.chat_template import TEMPLATE_VARIABLES_MAX
+from jaxengine.prompts import vocabulary_problem
 from webapp.api.problems import value_as_sent
 from webapp.api.services import TOKEN_PREFIX as REST_TOKEN_PREFIX
 from webapp.celery import app as celery_app
@@ -370,8 +371,9 @@ NOTHING_TO_GENERATE = ("0 generates nothing: it is taken only with echo: true (t
 # The forms of /v1/completions' prompt, as OpenAI's and vLLM's servers take them.
 PROMPT_FORMS = ("a string, a list of strings, a list of token ids (one prompt) or a list of lists of token ids (a "
                 "prompt each)")
-# What a token id sent in a prompt may be here; the serve worker, which knows the model's vocabulary, refuses one
-# past it naming its range (jaxengine.serving.BatchDecoder.check_prompt).
+# What a token id sent in a prompt may be here, before the model is looked at: one past its vocabulary is refused
+# naming its range (CompletionBody.past_vocabulary, where config.json states it; else the serve worker's
+# jaxengine.serving.BatchDecoder.check_prompt, in the same words).
 TOKEN_IDS = "token ids are whole numbers from 0 to the model's vocabulary size less one"
 
 
@@ -491,6 +493,17 @@ class CompletionBody(_Body):
         """Each prompt: its text, or its token ids."""
         return _prompts_of(self.prompt)
 
+    def past_vocabulary(self, vocab_size: int) -> str | None:
+        """That a prompt sent as token ids has one outside a vocabulary of ``vocab_size`` ids (the serve worker's
+        words, ``jaxengine.prompts.vocabulary_problem``: its index, of which prompt of a list, and the range), or
+        None."""
+        several = not _is_token_id(self.prompt[0])  # a list of lists of ids names its prompt, as _token_ids_problem
+        for index, prompt in enumerate(self.prompts):
+            if isinstance(prompt, list) and (problem := vocabulary_problem(prompt, vocab_size=vocab_size,
+                                                                           prompt=index if several else None)):
+                return problem
+        return None
+
 
 def _refuse_lone_surrogates(*texts: str) -> str:
     """The (last) text, once none holds half of a UTF-16 pair ("\\ud800" in JSON): the serve worker's
@@ -563,7 +576,9 @@ def models(request: HttpRequest) -> HttpResponse:
     token = _authenticate(request)
     if token is None:
         return _unauthorized(request)
-    data = [_model_json(choice, token) for choice in selectors.model_choices(project=token.project)]
+    # A model whose folder is gone is left out: a request naming it is answered as one naming no model
+    # (_model_not_found).
+    data = [_model_json(choice, token) for choice in selectors.model_choices(project=token.project) if not choice.gone]
     return JsonResponse({"object": "list", "data": data})
 
 
@@ -582,14 +597,19 @@ def model(request: HttpRequest, model_id: str) -> HttpResponse:
     if token is None:
         return _unauthorized(request)
     choice = selectors.model_choice(project=token.project, ref=model_id)
-    if choice is None:
-        return _model_not_found(model_id, token)
+    if choice is None or choice.gone:
+        return _model_not_found(model_id, token, choice)
     return JsonResponse(_model_json(choice, token))
 
 
-def _model_not_found(model_id: str, token) -> JsonResponse:
+def _model_not_found(model_id: str, token, choice=None) -> JsonResponse:
+    """The 404 of a ``model`` the project has not (``choice`` None), or whose folder is gone (``ModelChoice.gone``,
+    said in its refusal's words): ``GET /v1/models`` lists neither."""
+    if choice is not None:
+        return _error(404, f"{choice.refused} (GET /v1/models lists the models there are)", code="model_not_found",
+                      param="model")
     return _error(404, f"the model {shown_text(model_id)} does not exist in project {token.project.slug}; "
-                       "GET /v1/models lists them", code="model_not_found")
+                       "GET /v1/models lists them", code="model_not_found", param="model")
 
 
 def engine_seed(seed: int) -> int:
@@ -665,10 +685,14 @@ async def _start(request: HttpRequest, schema: type[_Body], prefix: str):
     except pydantic.ValidationError as error:
         return _invalid_body(error, schema)
     choice = await sync_to_async(selectors.model_choice)(project=token.project, ref=body.model)
-    if choice is None:
-        return _model_not_found(body.model, token)
+    if choice is None or choice.gone:
+        return _model_not_found(body.model, token, choice)
     if choice.refused:  # registered before its directory lay in another project's folder: never sent to a worker
         return _error(409, choice.refused, code="model_not_loadable", param="model")
+    if isinstance(body, CompletionBody) and not isinstance(body.prompt, str):  # token ids, maybe: their range
+        vocab_size = await sync_to_async(selectors.vocabulary_size)(choice)
+        if vocab_size is not None and (problem := body.past_vocabulary(vocab_size)):
+            return _error(400, problem, code="invalid_value", param="prompt")
     return token, body, choice, f"{prefix}-{secrets.token_hex(12)}"
 
 

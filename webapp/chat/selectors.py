@@ -13,11 +13,11 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from webapp.basemodels.models import BaseModel
-from webapp.basemodels.selectors import load_refusal
+from webapp.basemodels.selectors import REGISTER_AGAIN, gone_model_words, load_refusal, model_dir_gone, named_model
 from webapp.chat.models import ApiGeneration, Battle, Conversation, Message, MessageStatus
 from webapp.core import file_stamps
 from webapp.core.bidi import isolated
-from webapp.core.model_refs import chat_ref
+from webapp.core.model_refs import chat_ref, checkpoint_of
 from webapp.projects.models import Membership, Project, Role
 from webapp.runs.models import ACTIVE_STATUSES, REWARD_TASK, Artifact, Run, RunStatus
 from webapp.runs.serving_copies import base_model_copy_dir, export_copy_dir, served_model
@@ -35,7 +35,10 @@ class ModelChoice:
     ``template_kwargs`` are a run's model's chat template variables (``_template_kwargs``), sent with each of
     its requests under a request's own. ``refused``: why a base model may not be loaded for its project
     (``webapp.basemodels.selectors.load_refusal``: its directory lies now in another project's folder), "" when it
-    may; a refused model is offered (its conversations say why), never sent to a worker nor its files read."""
+    may; a refused model is offered (its conversations say why), never sent to a worker nor its files read.
+    ``gone``: the directory it would be served from was deleted from disk since (``model_dir_gone``); ``refused`` then
+    says so, as a launch does, the pickers list it as gone, and no new conversation, battle or ``/v1`` request takes
+    it (``/v1/models`` leaves it out)."""
 
     ref: str
     label: str
@@ -45,6 +48,7 @@ class ModelChoice:
     created: int = 0  # when the model was registered or its run finished (Unix seconds), for /v1/models
     template_kwargs: dict[str, Any] = field(default_factory=dict, compare=False)
     refused: str = ""
+    gone: bool = False
 
     @property
     def cache_key(self) -> str:
@@ -116,18 +120,37 @@ def _template_kwargs(variables: Any) -> dict[str, Any]:
 def _choice(model: _Model, *, shown_label: str, project: Project, listing: bool) -> ModelChoice:
     """``model`` with what serves it (a look at its copy's directory), ``shown_label``, its label made
     distinct from the project's other models' (``distinct_labels``), and why it may not be loaded, if so
-    (``load_refusal``; ``listing``: every model of the project is being listed)."""
+    (``load_refusal``; ``listing``: every model of the project is being listed; or its directory is gone)."""
     refused = (load_refusal(path=model.source, project_slug=project.slug, listing=listing) if model.registered
                else "")
     served = served_model(model.source, model.copy_dir)
+    # The directory the serve worker would load (a whole serving copy outlives its source): where it is gone, the
+    # worker failed on the missing folder after the conversation, the battle or the completion was made. A model
+    # refused already is said in those words alone.
+    gone = not refused and model_dir_gone(served.path, listing=listing)
     copy = f" · {served.scheme} serving copy" if served.scheme else ""
     option_label = f"{model.before}{isolated(model.name)}{model.after}{copy}"
-    if shown_label != model.label:
-        option_label = f"{option_label} ({model.ref})"
+    said = [model.ref] if shown_label != model.label else []
+    if gone:
+        said.append("its folder is gone")  # as the launch form lists it (runs.selectors.model_choices)
+    if said:
+        option_label = f"{option_label} ({', '.join(said)})"
     return ModelChoice(ref=model.ref, path=served.path, quantization=served.scheme, label=shown_label,
                        option_label=option_label,
                        created=int(model.created.timestamp()) if model.created is not None else 0,
-                       template_kwargs=model.template_kwargs, refused=refused)
+                       template_kwargs=model.template_kwargs, refused=_gone_refusal(model) if gone else refused,
+                       gone=gone)
+
+
+def _gone_refusal(model: _Model) -> str:
+    """Why ``model``, its directory deleted since, is not chatted with: in a launch's words
+    (``gone_model_words``), with what to do."""
+    if model.registered:
+        return (f"{gone_model_words(base_model=named_model(model.name, model.ref))}; {REGISTER_AGAIN} and choose it, "
+                "or choose another model")
+    checkpoint = checkpoint_of(model.ref)
+    run_id, step = checkpoint if checkpoint is not None else (model.ref, None)
+    return f"{gone_model_words(run=named_model(model.name, run_id), step=step)}; choose another model"
 
 
 def distinct_labels(labels: dict[str, str]) -> dict[str, str]:
@@ -310,6 +333,28 @@ def _tokenizer(path: str, _stamp: tuple):
         return load_tokenizer(path)
     except (TokenizerError, OSError):
         return None
+
+
+def vocabulary_size(model: ModelChoice) -> int | None:
+    """The token ids ``model`` takes, as its config.json states them (``served_vocab_size``), read again once the file
+    changes; None where it cannot be read (the serve worker, which loads the model, judges the ids then)."""
+    if model.refused:
+        return None
+    return _vocabulary_size(model.path, file_stamps.stamp(model.path, ("config.json",)))
+
+
+# Unbounded, as _thinking_default and for its reason: an entry is a path, a stamp and a number.
+@functools.lru_cache(maxsize=None)
+def _vocabulary_size(path: str, _stamp: tuple) -> int | None:
+    import json
+
+    from jaxengine.models.config import served_vocab_size
+
+    try:
+        hf_config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return served_vocab_size(hf_config) if isinstance(hf_config, dict) else None
 
 
 def model_choices(*, project: Project, archived: bool = False) -> list[ModelChoice]:

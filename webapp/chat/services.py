@@ -80,7 +80,10 @@ def conversation_create(*, project: Project, user, model: ModelChoice, system_pr
     ``template_variables``: values of the model's chat template variables, checked (``checked_template_variables``:
     a ``ValidationError`` keyed ``template_variables``, nothing saved). The author's conversations in the project
     that were started over ``EMPTY_CONVERSATION_KEPT`` ago and never got a message are deleted: the list does not
-    show them, and nothing else refers to them."""
+    show them, and nothing else refers to them. A model whose directory is gone (``ModelChoice.gone``) is refused
+    (``ValidationError`` keyed ``model``): no conversation could ever be answered by it."""
+    if model.gone:
+        raise ValidationError({"model": model.refused})
     template_variables = checked_template_variables(model=model, variables=template_variables or {},
                                                     system_prompt=system_prompt, enable_thinking=enable_thinking)
     (Conversation.objects.filter(project=project, user=user, in_arena=False,

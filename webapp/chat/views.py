@@ -93,6 +93,9 @@ def chat_list(request: HttpRequest, slug: str) -> HttpResponse:
             return redirect(form_send_once(request, create=start))
         except SendingInProgress as error:  # the same form sent twice, the first still at work
             form.add_error(None, error)
+        except ValidationError as error:  # the service's refusal (a model whose folder is gone), at its field
+            for field, problems in error.message_dict.items():
+                form.add_error(field if field in form.fields else None, problems)
     return _list_page(request, project, membership, form, status=400 if request.method == "POST" else 200)
 
 

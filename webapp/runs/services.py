@@ -42,7 +42,8 @@ from jaxengine.spec import (TASK_DATASET_KINDS, JobSpec, SpecError, duplicate_ke
 from jaxengine.spec import load_yaml as load_spec_yaml
 from jaxengine.words import counted, with_article
 from webapp.basemodels.models import BaseModel
-from webapp.basemodels.selectors import base_model_refusal, load_refusal, model_dir_gone
+from webapp.basemodels.selectors import (REGISTER_AGAIN, base_model_refusal, gone_model_words, load_refusal,
+                                        model_dir_gone, named_model)
 from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
 from webapp.core.model_refs import spec_ref
@@ -133,27 +134,16 @@ def _steps_problem(max_steps: int | None) -> str | None:
     return None
 
 
-# What to do about a base model whose folder was deleted: its row keeps the path, so files put back there serve again.
-_REGISTER_AGAIN = ("put the model's files back in that folder (its page under Base models shows where), or register "
-                   "it again")
-
-
 def gone_model(*, path: str, base_model: BaseModel | None, source_run: Run | None, step: int | None = None) -> str:
     """What the model directory ``path`` a run would load is, named as the project names it (a run's export, one of
-    its exported checkpoints ``step``, a base model), when it was deleted from disk since (``model_dir_gone``); ""
-    while it is there. The train worker, given it, failed the run naming the path and the command line's presets."""
+    its exported checkpoints ``step``, a base model: ``gone_model_words``), when it was deleted from disk since
+    (``model_dir_gone``); "" while it is there. The train worker, given it, failed the run naming the path and the
+    command line's presets."""
     if not model_dir_gone(path):
         return ""
-    if source_run is not None:
-        run_named = f"run {isolated(source_run.name)} ({source_run.public_id})"
-        if step is not None:
-            return (f"checkpoint {step} of {run_named}, exported as a starting model, is gone from disk: its folder "
-                    "was deleted since")
-        return f"the model {run_named} exported is gone from disk: its export folder was deleted since"
-    if base_model is not None:
-        return (f"base model {isolated(base_model.name)} ({base_model.public_id}) is gone from disk: its folder was "
-                "deleted since it was registered")
-    return "the model it starts from is gone from disk: its folder was deleted since"
+    return gone_model_words(
+        run=named_model(source_run.name, source_run.public_id) if source_run is not None else "", step=step,
+        base_model=named_model(base_model.name, base_model.public_id) if base_model is not None else "")
 
 
 def starting_model_gone(run: Run) -> str:
@@ -182,7 +172,7 @@ def _resolve_model(project: Project, reference: Any, errors) -> tuple[str, BaseM
             _add(errors, "model", refusal)
             return "", None, None
         if gone := gone_model(path=base_model.path, base_model=base_model, source_run=None):
-            _add(errors, "model", f"{gone}; {_REGISTER_AGAIN} and choose it, or choose another model")
+            _add(errors, "model", f"{gone}; {REGISTER_AGAIN} and choose it, or choose another model")
             return "", None, None
         return base_model.path, base_model, None
     if reference.startswith("run_"):
@@ -1318,7 +1308,7 @@ def model_dir_refusal(run: Run, *, doing: str, listing: bool = False) -> str:
                 "registered again from its new folder, duplicate the run and choose it")
     if gone := starting_model_gone(run):
         remedy = ("duplicate the run and choose another starting model" if run.source_run is not None
-                  else f"{_REGISTER_AGAIN} and duplicate the run to choose it")
+                  else f"{REGISTER_AGAIN} and duplicate the run to choose it")
         return f"{gone}. Run {run.public_id} starts from it, so it cannot be {doing}: {remedy}"
     return ""
 

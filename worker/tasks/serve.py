@@ -220,7 +220,7 @@ def server_for(key: str, path: str):
             _servers[key] = BatchingServer(decoder)
             _server_models[key] = loaded
             if settings.TEMPER_SERVE_WARMUP:
-                _servers[key].warm([*decoder.warmup_requests(), *decoder.warmup_groups(), *decoder.warmup_scores()])
+                _servers[key].warm(decoder.warmup())
         _forget_programs_of(closed)  # after the new server: a model loaded again keeps its structure's programs
         server = _servers[key]
     if loading:

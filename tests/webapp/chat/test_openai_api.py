@@ -1033,6 +1033,36 @@ def test_a_token_id_the_model_has_not_is_the_workers_400_naming_the_prompt_of_a_
     assert response.json()["error"]["message"] == past["message"]  # one prompt: no more to say
 
 
+def test_a_token_id_past_the_vocabulary_its_config_states_is_refused_before_a_worker_is_asked(
+        api, worker, team, models_root, settings):
+    """The worker's refusal (code generation_failed, param null) came after the request was queued; where the model's
+    config.json states its vocab_size, the web says it first, naming the index, the id and the range, and queues
+    nothing. The size is read again once the file changes."""
+    from tests.webapp.factories import write_model_dir
+
+    settings.TEMPER_MODEL_FILES_RECHECK_SECONDS = 0
+    _model, headers = api
+    scripts, requests = worker
+    model_dir = write_model_dir(models_root / "sized")  # vocab_size 64
+    sized = make_base_model(team.project, name="sized", path=str(model_dir))
+    range_said = "is outside the model's vocabulary; give token ids from 0 to 63 (its vocab_size is 64)"
+    for prompt, message in (([5, 64], f"prompt: the token id at index 1, 64, {range_said}"),
+                            ([[1], [2, 3, 70]], f"prompt: the token id at index 2 of prompt 1, 70, {range_said}")):
+        for stream_it in (False, True):
+            response = post("/v1/completions", {"model": sized.public_id, "prompt": prompt, "stream": stream_it},
+                            headers)
+            assert response.status_code == 400, response.content
+            assert response.json()["error"] == {"message": message, "type": "invalid_request_error",
+                                                "param": "prompt", "code": "invalid_value"}
+    assert requests == []
+    config = json.loads((model_dir / "config.json").read_text())
+    (model_dir / "config.json").write_text(json.dumps({**config, "vocab_size": 128}))
+    scripts += [completion_events("A", 2)]
+    response = post("/v1/completions", {"model": sized.public_id, "prompt": [5, 64], "max_tokens": 1}, headers)
+    assert response.status_code == 200, response.content
+    assert [request["prompt_token_ids"] for request in requests] == [[5, 64]]
+
+
 def choice_events(text: str, index: int, *, prompt_tokens: int = 4, finish_reason: str = "stop") -> list[dict]:
     """The serve worker's events of answer ``index`` of a request for several (its done numbers its choice)."""
     return [{"type": "token", "text": text}, {"type": "done", "text": text, "finish_reason": finish_reason,
