@@ -66,9 +66,11 @@
   var smooth = window.TemperSmoothing.ema;  // static/plot_smoothing.js, as the run page smooths
 
   function trace(chart, line, axis, weight) {
-    var entry = data.series[line.run.id][line.metric];
+    // Its x by step, tokens or time: each run's are sent once for all its series that share them
+    // (selectors.series_with_shared_x).
+    var entry = data.series[line.run.id][line.metric], xs = data.x[line.run.id][entry.x];
     var values = smooth(entry.value, weight);
-    var common = { x: entry[axis], y: values, customdata: axes.formatValues(values), type: "scatter", mode: "lines",
+    var common = { x: xs[axis], y: values, customdata: axes.formatValues(values), type: "scatter", mode: "lines",
                    hovertemplate: axes.HOVER_TEMPLATE,
                    visible: hidden.has(line.run.id) || hiddenGroups.has(line.label) ? "legendonly" : true };
     if (!chart.grouped) {
@@ -101,6 +103,9 @@
   // across the axis's numbers and title, which sit a number of pixels under the plot. So it is pinned
   // to the figure's bottom edge, and once drawn its height is measured and added to the bottom
   // margin and to the figure, under the room the axis needs.
+  // A run of more steps than the page draws (selectors.COMPARE_MAX_POINTS) is drawn as the lowest and highest value
+  // of each bucket of steps, spikes kept; its chart says so, and where every point is.
+  var DOWNSAMPLED_NOTE = "downsampled: every point is in the CSV download";
   var AXIS_ROOM = 44; // pixels under the plot for the x axis's numbers and title
   var NOTE_ROOM = 16;  // pixels of a line of the title
   var axes = window.TemperPlotAxis;  // static/plot_axis.js: the x axis, the log scale, the title's notes, as the run page's
@@ -109,7 +114,11 @@
     // The axes and notes are of the runs shown: a hidden run's values neither stretch nor pin them.
     var traces = allTraces.filter(function (each) { return each.visible !== "legendonly"; });
     var log = axes.logApplies(traces, logY.checked);
-    var title = axes.title(chart.key, traces, logY.checked, chart.shared ? [chart.metrics.join(" · ")] : []);
+    var notes = chart.shared ? [chart.metrics.join(" · ")] : [];
+    if (chart.lines.some(function (line, index) {
+      return allTraces[index].visible !== "legendonly" && data.series[line.run.id][line.metric].downsampled;
+    })) notes.push(DOWNSAMPLED_NOTE);
+    var title = axes.title(chart.key, traces, logY.checked, notes);
     var titleRoom = (title.lines - 1) * NOTE_ROOM, revision = axes.viewRevision(axis, logY.checked);
     return {
       height: (chart.grouped ? 300 : 260) + legendHeight + titleRoom,
