@@ -82,6 +82,12 @@ def log_in(page, url: str, username: str) -> None:
     test_projects.log_in(page, url, username)
 
 
+def scroll_to_the_hyperparameters(page) -> None:
+    """Bring the compare page's parallel coordinates into the window: they are drawn only once scrolled near
+    (static/runs_hyperparameters.js), where a page of a few charts does not always show them at once."""
+    page.locator("#hyperparameters-plot").scroll_into_view_if_needed()
+
+
 def fill_launch_form(page, server: str, *, project: str, task: str, model, data, name: str, preset: str | None = None,
                      fields: dict[str, str] | None = None) -> None:
     """Open ``project``'s launch page on ``task`` (and ``preset``), pick ``model`` and ``data`` to train on, name
@@ -351,6 +357,7 @@ def test_compare_draws_a_sweeps_hyperparameters_against_a_chosen_metric(page, as
         runs.append(run)
     log_in(page, asgi_server, "sweep-viewer")
     page.goto(f"{asgi_server}/p/sweep/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
+    scroll_to_the_hyperparameters(page)
     page.wait_for_function("() => { const p = document.getElementById('hyperparameters-plot');"
                            " return p && p.data && p.data.length === 1; }")
     figure = page.evaluate("() => { const d = document.getElementById('hyperparameters-plot').data[0];"
@@ -2419,6 +2426,7 @@ def test_a_hyperparameter_category_axis_names_only_the_values_of_runs_it_draws(p
         runs.append(run)
     test_projects.log_in(page, live_server.url, team.viewer.username)
     page.goto(f"{live_server.url}/p/leftout/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
+    scroll_to_the_hyperparameters(page)
     page.wait_for_function("() => { const p = document.getElementById('hyperparameters-plot');"
                            " return p && p.data && p.data.length === 1; }")
     schedule = "() => { const d = document.getElementById('hyperparameters-plot').data[0].dimensions[0];" \
@@ -2468,8 +2476,8 @@ def test_long_hyperparameter_values_are_shortened_clear_of_the_next_axis_whole_i
     page.set_viewport_size({"width": width, "height": 900})
     test_projects.log_in(page, live_server.url, team.viewer.username)
     page.goto(f"{live_server.url}/p/{slug}/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
+    scroll_to_the_hyperparameters(page)  # drawn then, and in the window, where the pointer can reach
     page.wait_for_function("() => document.querySelectorAll('#hyperparameters-plot .y-axis .tick text title').length")
-    page.locator("#hyperparameters-plot").scroll_into_view_if_needed()  # in the window, where the pointer can reach
     axes = page.evaluate(HYPERPARAMETER_TICKS)
     chart = page.locator("#hyperparameters-plot").bounding_box()
     assert len(axes) == 5  # data.train, model, optim.learning_rate, optim.schedule, loss
@@ -2688,13 +2696,15 @@ def test_x_ticks_are_counted_again_as_a_chart_is_resized(page, live_server, monk
     assert len(narrow) < len(wide), (wide, narrow)
 
 
+# A chart's height: 260 pixels, its legend's room, and 16 a line of its title's notes (a downsampled run's).
 COMPARE_CHART_SIZES = """() => [...document.querySelectorAll('#compare-charts .plot')].map(plot => ({
     metric: plot.dataset.metric, height: plot.layout.height, drawnHeight: plot._fullLayout.height,
+    notes: plot.layout.title.text.split('<br>').length - 1,
     plotHeight: plot._fullLayout._size.h, legend: Number(plot.dataset.legendHeight || 0),
     drawnWidth: plot._fullLayout.width, place: plot.getBoundingClientRect().width}))"""
 
 COMPARE_CHARTS_FIT = f"""() => ({COMPARE_CHART_SIZES})().every(chart => Math.abs(chart.drawnWidth - chart.place) <= 1
-    && chart.height === 260 + chart.legend && chart.drawnHeight === chart.height)"""
+    && chart.height === 260 + chart.legend + 16 * chart.notes && chart.drawnHeight === chart.height)"""
 
 
 def test_compare_charts_keep_their_height_and_follow_their_place_as_the_window_is_resized_again(page, live_server,
@@ -2724,7 +2734,8 @@ def test_compare_charts_keep_their_height_and_follow_their_place_as_the_window_i
         assert charts[0]["legend"] > 0 and charts[1]["legend"] == 0, charts  # the runs' legend is on the loss chart
         for chart in charts:
             assert abs(chart["drawnWidth"] - chart["place"]) <= 1, (width, height, charts)
-            assert chart["height"] == chart["drawnHeight"] == 260 + chart["legend"], (width, height, charts)
+            assert chart["notes"] == 1, charts  # the runs of two million steps are drawn downsampled
+            assert chart["height"] == chart["drawnHeight"] == 260 + chart["legend"] + 16, (width, height, charts)
             assert chart["plotHeight"] == 260 - 28 - 44, (width, height, charts)  # the room for the axis stays
             x_ticks_fitting(page, chart["metric"])
 
