@@ -813,13 +813,14 @@ def series_with_shared_x(series: dict[str, dict[str, Any]]) -> tuple[dict[str, d
     are sent, only once, so every point is drawn where it was."""
     shared: dict[str, dict[str, Any]] = {}
     xs: list[dict[str, list]] = []
-    index_of: dict[tuple, int] = {}
     for name, entry in series.items():
-        key = tuple(tuple(entry[axis]) for axis in X_KEYS)
-        if key not in index_of:
-            index_of[key] = len(xs)
-            xs.append({axis: entry[axis] for axis in X_KEYS})
-        shared[name] = {"value": entry["value"], "x": index_of[key], "downsampled": entry["downsampled"]}
+        x = {axis: entry[axis] for axis in X_KEYS}
+        # A run has a few distinct x: comparing lists (which stops at the first difference) beats hashing them.
+        index = next((index for index, sent in enumerate(xs) if sent == x), None)
+        if index is None:
+            index = len(xs)
+            xs.append(x)
+        shared[name] = {"value": entry["value"], "x": index, "downsampled": entry["downsampled"]}
     return shared, xs
 
 
