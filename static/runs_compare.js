@@ -98,14 +98,15 @@
   var charts = chartsOf();
   var withLegend = legendCharts(charts);
 
+  // A run of more steps than the page draws (selectors.COMPARE_MAX_POINTS) is drawn as the lowest and highest value
+  // of each bucket of steps, spikes kept; its chart says so, and where every point is.
+  var DOWNSAMPLED_NOTE = "downsampled: every point is in the CSV download";
+
   // The legend lies under the x axis, in as many rows as the names need at the chart's width, which
   // plotly only knows once it has drawn it. Placed at a share of the plot's height (y: -0.25) it fell
   // across the axis's numbers and title, which sit a number of pixels under the plot. So it is pinned
   // to the figure's bottom edge, and once drawn its height is measured and added to the bottom
   // margin and to the figure, under the room the axis needs.
-  // A run of more steps than the page draws (selectors.COMPARE_MAX_POINTS) is drawn as the lowest and highest value
-  // of each bucket of steps, spikes kept; its chart says so, and where every point is.
-  var DOWNSAMPLED_NOTE = "downsampled: every point is in the CSV download";
   var AXIS_ROOM = 44; // pixels under the plot for the x axis's numbers and title
   var NOTE_ROOM = 16;  // pixels of a line of the title
   var axes = window.TemperPlotAxis;  // static/plot_axis.js: the x axis, the log scale, the title's notes, as the run page's
