@@ -12,9 +12,12 @@ warm-up, the page's size and its SQL queries. On a loaded host the CPU column is
 
 Browser (unless ``--no-browser``): the same pages from a live server in headless Chromium, each load
 in a fresh context; milliseconds from the navigation's start to the first animation frame at which the metric
-charts hold plotly's drawing, and every chart does (the hyperparameters' parallel coordinates too), as
-bench/chart_pages.py reads it but checked in the page's own frames, and the number of ``Plotly.react`` calls the
-page made by half a second after.
+charts hold plotly's drawing (as bench/chart_pages.py reads it but checked in the page's own frames); the main
+thread's long tasks (over 50 ms, summed) in the ``BUSY_MS`` after that frame, the reader not scrolling; then the
+page is scrolled to the hyperparameters' parallel coordinates (below the fold at 1280x900), and the milliseconds
+from that scroll to the first frame at which every chart holds its drawing (0 where they were drawn before it:
+drawn at load, as before they waited to be scrolled near); and the number of ``Plotly.react`` calls the page made
+by half a second after.
 
     .venv/bin/python bench/compare_pages.py [--steps 1000] [--metrics 8] [--requests 10] [--loads 5] [--no-browser]
 """
@@ -39,9 +42,12 @@ SIZES = (2, 4, 8)
 EVAL_EVERY = 100
 SAMPLES_PER_EVAL = 8
 # Counts the page's Plotly.react calls (wrapping plotly's once the bundle has set it), and notes the time of the first
-# animation frame at which the metric charts (__lines), then every chart (__drawn), hold plotly's drawing. Checked in
-# the page's own frames from its start: a check sent from here waits for a main thread busy with a drawing.
-WATCH = """(() => { let plotly; window.__reacts = 0;
+# animation frame at which the metric charts (__lines), then every chart (__drawn), hold plotly's drawing, and the
+# main thread's long tasks (__longTasks: [start, duration]). Checked in the page's own frames from its start: a
+# check sent from here waits for a main thread busy with a drawing.
+WATCH = """(() => { let plotly; window.__reacts = 0; window.__longTasks = [];
+  new PerformanceObserver(list => list.getEntries().forEach(task => window.__longTasks.push([task.startTime, task.duration])))
+    .observe({ type: "longtask", buffered: true });
   Object.defineProperty(window, "Plotly", { configurable: true, get() { return plotly; }, set(value) {
     const react = value.react; value.react = function () { window.__reacts += 1; return react.apply(this, arguments); };
     plotly = value; } });
@@ -51,6 +57,8 @@ WATCH = """(() => { let plotly; window.__reacts = 0;
     if (window.__lines && !window.__drawn && drawn("#compare-charts .plot, #hyperparameters-plot")) window.__drawn = performance.now();
     if (!window.__drawn) requestAnimationFrame(watch); };
   requestAnimationFrame(watch); })();""" % DRAWN
+# How long after the metric charts show the main thread's long tasks are counted, before the page is scrolled.
+BUSY_MS = 3000
 
 
 def parse_args() -> argparse.Namespace:
@@ -102,17 +110,20 @@ def server(owner, pages: dict[int, str], args) -> None:
 
     client = Client()
     client.force_login(owner)
-    print(f"{'server':20} {'p50 ms':>8} {'cpu ms':>8} {'KiB':>6} {'queries':>7}")
+    print(f"{'server':20} {'p50 ms':>8} {'cpu ms':>8} {'KiB':>6} {'chart data KiB':>14} {'queries':>7}")
     for size, url in pages.items():
         durations, cpu, size_bytes, queries = timed(client, url, requests=args.requests, warmup=args.warmup)
+        page = client.get(url).content.decode()
+        chart_data = page.split('<script id="compare-data" type="application/json">')[1].split("</script>")[0]
         print(f"{f'compare {size} runs':20} {1e3 * statistics.median(durations):8.1f} "
-              f"{1e3 * statistics.median(cpu):8.1f} {size_bytes / 1024:6.0f} {queries:7d}")
+              f"{1e3 * statistics.median(cpu):8.1f} {size_bytes / 1024:6.0f} {len(chart_data.encode()) / 1024:14.0f} "
+              f"{queries:7d}")
 
 
 def browser(owner, pages: dict[int, str], args) -> None:
     from playwright.sync_api import sync_playwright
 
-    figures = {size: {"lines": [], "drawn": [], "reacts": []} for size in pages}
+    figures = {size: {"lines": [], "busy": [], "drawn": [], "reacts": []} for size in pages}
     with logged_in_server(owner) as (base, session), sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path="/usr/bin/chromium")
         for index in range(args.loads + 1):  # the first round warms the server
@@ -122,20 +133,30 @@ def browser(owner, pages: dict[int, str], args) -> None:
                 page = context.new_page()
                 page.add_init_script(WATCH)
                 page.goto(base + path, wait_until="commit")
+                page.wait_for_function("window.__lines", timeout=120_000)
+                lines = page.evaluate("window.__lines")
+                page.wait_for_function(f"performance.now() > window.__lines + {BUSY_MS}", timeout=120_000)
+                busy = page.evaluate(f"""window.__longTasks.filter(([start]) => start >= window.__lines
+                    && start < window.__lines + {BUSY_MS}).reduce((sum, [, duration]) => sum + duration, 0)""")
+                # Two runs get no parallel coordinates.
+                scrolled = page.evaluate("""() => { const plot = document.getElementById('hyperparameters-plot');
+                    if (plot) plot.scrollIntoView(); return performance.now(); }""")
                 page.wait_for_function("window.__drawn", timeout=120_000)
                 page.wait_for_timeout(500)  # the redraws that follow the first drawing (legends' room)
-                lines, drawn, reacts = page.evaluate("[window.__lines, window.__drawn, window.__reacts]")
+                drawn, reacts = page.evaluate("[window.__drawn, window.__reacts]")
                 context.close()
                 if index:
                     figures[size]["lines"].append(lines)
-                    figures[size]["drawn"].append(drawn)
+                    figures[size]["busy"].append(busy)
+                    figures[size]["drawn"].append(max(0.0, drawn - scrolled))
                     figures[size]["reacts"].append(reacts)
         chromium.close()
-    print(f"browser, {args.loads} loads each, ms from the navigation's start, median (min-max): the metric charts "
-          "drawn; every chart drawn (the hyperparameters' parallel coordinates too, from 3 runs); Plotly.react calls")
+    print(f"browser, {args.loads} loads each, median (min-max): ms from the navigation's start to the metric charts "
+          f"drawn; ms of long tasks in the {BUSY_MS} ms after, not scrolled; ms from the scroll to the hyperparameters' "
+          "parallel coordinates (from 3 runs) to every chart drawn; Plotly.react calls")
     for size, values in figures.items():
         print(f"compare {size} runs: " + "; ".join(f"{statistics.median(values[key]):.0f} ({min(values[key]):.0f}-"
-                                                    f"{max(values[key]):.0f})" for key in ("lines", "drawn"))
+                                                    f"{max(values[key]):.0f})" for key in ("lines", "busy", "drawn"))
               + f"; {statistics.median(values['reacts']):.0f} reacts")
 
 

@@ -66,9 +66,11 @@
   var smooth = window.TemperSmoothing.ema;  // static/plot_smoothing.js, as the run page smooths
 
   function trace(chart, line, axis, weight) {
-    var entry = data.series[line.run.id][line.metric];
+    // Its x by step, tokens or time: each run's are sent once for all its series that share them
+    // (selectors.series_with_shared_x).
+    var entry = data.series[line.run.id][line.metric], xs = data.x[line.run.id][entry.x];
     var values = smooth(entry.value, weight);
-    var common = { x: entry[axis], y: values, customdata: axes.formatValues(values), type: "scatter", mode: "lines",
+    var common = { x: xs[axis], y: values, customdata: axes.formatValues(values), type: "scatter", mode: "lines",
                    hovertemplate: axes.HOVER_TEMPLATE,
                    visible: hidden.has(line.run.id) || hiddenGroups.has(line.label) ? "legendonly" : true };
     if (!chart.grouped) {
@@ -96,6 +98,10 @@
   var charts = chartsOf();
   var withLegend = legendCharts(charts);
 
+  // A run of more steps than the page draws (selectors.COMPARE_MAX_POINTS) is drawn as the lowest and highest value
+  // of each bucket of steps, spikes kept; its chart says so, and where every point is.
+  var DOWNSAMPLED_NOTE = "downsampled: every point is in the CSV download";
+
   // The legend lies under the x axis, in as many rows as the names need at the chart's width, which
   // plotly only knows once it has drawn it. Placed at a share of the plot's height (y: -0.25) it fell
   // across the axis's numbers and title, which sit a number of pixels under the plot. So it is pinned
@@ -109,7 +115,11 @@
     // The axes and notes are of the runs shown: a hidden run's values neither stretch nor pin them.
     var traces = allTraces.filter(function (each) { return each.visible !== "legendonly"; });
     var log = axes.logApplies(traces, logY.checked);
-    var title = axes.title(chart.key, traces, logY.checked, chart.shared ? [chart.metrics.join(" · ")] : []);
+    var notes = chart.shared ? [chart.metrics.join(" · ")] : [];
+    if (chart.lines.some(function (line, index) {
+      return allTraces[index].visible !== "legendonly" && data.series[line.run.id][line.metric].downsampled;
+    })) notes.push(DOWNSAMPLED_NOTE);
+    var title = axes.title(chart.key, traces, logY.checked, notes);
     var titleRoom = (title.lines - 1) * NOTE_ROOM, revision = axes.viewRevision(axis, logY.checked);
     return {
       height: (chart.grouped ? 300 : 260) + legendHeight + titleRoom,

@@ -3,7 +3,8 @@
    metric, which also colors the lines. Numbers are numeric axes (log scaled over a decade or more);
    other values (a model's name, a schedule) are categories. Runs without the chosen metric are left out, and the page says how many.
    Names of keys, values and metrics reach plotly as text, never as its markup (static/plot_text.js).
-   runs_compare.js calls draw() again after it has read the page anew. */
+   It is drawn when it is scrolled near (drawWhenShown); runs_compare.js calls draw() again after it has read the
+   page anew. */
 (function () {
   "use strict";
   var literal = window.TemperPlotText.literal;
@@ -166,9 +167,31 @@
     return { angle: -TILT_DEGREES, room: Math.ceil(longest * Math.sin(TILT_DEGREES * Math.PI / 180)) };
   }
 
-  window.TemperHyperparameters = { draw: draw };
-  // Drawn once the page has shown the metric charts above it (runs_compare.js draws them as it loads): plotly draws
-  // parallel coordinates through WebGL and waits on the GPU after every pair of axes, which without one (software
-  // WebGL, a loaded machine) held the page blank for seconds before any chart showed. A frame, then a task after it.
-  window.requestAnimationFrame(function () { setTimeout(draw, 0); });
+  // Plotly draws parallel coordinates through WebGL and waits on the GPU after every pair of axes: without one (software
+  // WebGL, a loaded machine) that held the main thread 1-2 s, at every load and every reading again of the page, for a
+  // chart below the metric charts and the final metrics, out of the window. So it is drawn when it comes within
+  // SHOWN_MARGIN of the window (at once where the browser cannot tell), as the reader scrolls to it; a chart in the
+  // window at the start is drawn then.
+  var SHOWN_MARGIN = "200px 0px";
+  var watching = null;  // the IntersectionObserver waiting for the chart now on the page, if any
+  function drawWhenShown() {
+    if (watching) watching.disconnect();  // a chart the page read anew replaced
+    watching = null;
+    var plot = document.getElementById("hyperparameters-plot");
+    if (!plot) return;
+    if (!("IntersectionObserver" in window)) return draw();
+    var observer = watching = new IntersectionObserver(function (entries) {
+      if (!entries.some(function (entry) { return entry.isIntersecting; })) return;
+      observer.disconnect();
+      if (watching === observer) watching = null;
+      draw();
+    }, { rootMargin: SHOWN_MARGIN });
+    observer.observe(plot);
+  }
+
+  // runs_compare.js draws the chart again (or waits for it to be shown) after it has read the page anew.
+  window.TemperHyperparameters = { draw: drawWhenShown };
+  // Never before the page has shown the metric charts above it (runs_compare.js draws them as it loads): a frame, then
+  // a task after it.
+  window.requestAnimationFrame(function () { setTimeout(drawWhenShown, 0); });
 })();

@@ -5,6 +5,7 @@ its data still on the chart: a trace type used here and missing from the bundle 
 import pytest
 
 from tests.browser.test_projects import log_in
+from tests.browser.test_runs import scroll_to_the_hyperparameters
 from tests.webapp.factories import make_base_model, make_ready_version, make_team
 from webapp.datasets.models import DatasetVersion
 from webapp.runs import services
@@ -90,6 +91,7 @@ def test_the_compare_page_draws_its_line_charts_and_the_hyperparameters(page, li
     charts = charts_drawn(page, "#compare-charts .plot")
     assert [chart["asked"] for chart in charts] == [{"scatter": 3}]
     assert only_drawn(charts) == [{"scatter": 3}]
+    scroll_to_the_hyperparameters(page)
     [hyperparameters] = charts_drawn(page, "#hyperparameters-plot")
     assert hyperparameters["asked"] == {"parcoords": 1} and only_drawn([hyperparameters]) == [{"parcoords": 1}]
     assert hyperparameters["canvases"] > 0  # its lines are drawn on WebGL canvases

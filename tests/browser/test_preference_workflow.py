@@ -3,6 +3,7 @@ campaign on two models' answers, its export, DPO and GRPO runs, their comparison
 import pytest
 
 from tests.browser.test_projects import log_in
+from tests.browser.test_runs import scroll_to_the_hyperparameters
 from tests.webapp.factories import make_ready_version, make_team
 from webapp.review import services as review_services
 
@@ -78,6 +79,7 @@ def test_the_hyperparameter_axes_names_do_not_run_into_each_other(page, live_ser
     log_in(page, live_server.url, team.owner.username)
     page.set_viewport_size({"width": width, "height": 800})
     page.goto(f"{live_server.url}/p/alpha/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
+    scroll_to_the_hyperparameters(page)
     page.wait_for_function("() => document.querySelectorAll('#hyperparameters-plot .axis-title').length >= 13")
     names = axis_name_letters(page)
     closest = min(((ax - bx) ** 2 + (ay - by) ** 2) ** 0.5

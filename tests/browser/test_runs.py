@@ -82,6 +82,12 @@ def log_in(page, url: str, username: str) -> None:
     test_projects.log_in(page, url, username)
 
 
+def scroll_to_the_hyperparameters(page) -> None:
+    """Bring the compare page's parallel coordinates into the window: they are drawn only once scrolled near
+    (static/runs_hyperparameters.js), where a page of a few charts does not always show them at once."""
+    page.locator("#hyperparameters-plot").scroll_into_view_if_needed()
+
+
 def fill_launch_form(page, server: str, *, project: str, task: str, model, data, name: str, preset: str | None = None,
                      fields: dict[str, str] | None = None) -> None:
     """Open ``project``'s launch page on ``task`` (and ``preset``), pick ``model`` and ``data`` to train on, name
@@ -351,6 +357,7 @@ def test_compare_draws_a_sweeps_hyperparameters_against_a_chosen_metric(page, as
         runs.append(run)
     log_in(page, asgi_server, "sweep-viewer")
     page.goto(f"{asgi_server}/p/sweep/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
+    scroll_to_the_hyperparameters(page)
     page.wait_for_function("() => { const p = document.getElementById('hyperparameters-plot');"
                            " return p && p.data && p.data.length === 1; }")
     figure = page.evaluate("() => { const d = document.getElementById('hyperparameters-plot').data[0];"
@@ -2419,6 +2426,7 @@ def test_a_hyperparameter_category_axis_names_only_the_values_of_runs_it_draws(p
         runs.append(run)
     test_projects.log_in(page, live_server.url, team.viewer.username)
     page.goto(f"{live_server.url}/p/leftout/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
+    scroll_to_the_hyperparameters(page)
     page.wait_for_function("() => { const p = document.getElementById('hyperparameters-plot');"
                            " return p && p.data && p.data.length === 1; }")
     schedule = "() => { const d = document.getElementById('hyperparameters-plot').data[0].dimensions[0];" \
@@ -2468,8 +2476,8 @@ def test_long_hyperparameter_values_are_shortened_clear_of_the_next_axis_whole_i
     page.set_viewport_size({"width": width, "height": 900})
     test_projects.log_in(page, live_server.url, team.viewer.username)
     page.goto(f"{live_server.url}/p/{slug}/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
+    scroll_to_the_hyperparameters(page)  # drawn then, and in the window, where the pointer can reach
     page.wait_for_function("() => document.querySelectorAll('#hyperparameters-plot .y-axis .tick text title').length")
-    page.locator("#hyperparameters-plot").scroll_into_view_if_needed()  # in the window, where the pointer can reach
     axes = page.evaluate(HYPERPARAMETER_TICKS)
     chart = page.locator("#hyperparameters-plot").bounding_box()
     assert len(axes) == 5  # data.train, model, optim.learning_rate, optim.schedule, loss
@@ -2688,13 +2696,15 @@ def test_x_ticks_are_counted_again_as_a_chart_is_resized(page, live_server, monk
     assert len(narrow) < len(wide), (wide, narrow)
 
 
+# A chart's height: 260 pixels, its legend's room, and 16 a line of its title's notes (a downsampled run's).
 COMPARE_CHART_SIZES = """() => [...document.querySelectorAll('#compare-charts .plot')].map(plot => ({
     metric: plot.dataset.metric, height: plot.layout.height, drawnHeight: plot._fullLayout.height,
+    notes: plot.layout.title.text.split('<br>').length - 1,
     plotHeight: plot._fullLayout._size.h, legend: Number(plot.dataset.legendHeight || 0),
     drawnWidth: plot._fullLayout.width, place: plot.getBoundingClientRect().width}))"""
 
 COMPARE_CHARTS_FIT = f"""() => ({COMPARE_CHART_SIZES})().every(chart => Math.abs(chart.drawnWidth - chart.place) <= 1
-    && chart.height === 260 + chart.legend && chart.drawnHeight === chart.height)"""
+    && chart.height === 260 + chart.legend + 16 * chart.notes && chart.drawnHeight === chart.height)"""
 
 
 def test_compare_charts_keep_their_height_and_follow_their_place_as_the_window_is_resized_again(page, live_server,
@@ -2724,7 +2734,8 @@ def test_compare_charts_keep_their_height_and_follow_their_place_as_the_window_i
         assert charts[0]["legend"] > 0 and charts[1]["legend"] == 0, charts  # the runs' legend is on the loss chart
         for chart in charts:
             assert abs(chart["drawnWidth"] - chart["place"]) <= 1, (width, height, charts)
-            assert chart["height"] == chart["drawnHeight"] == 260 + chart["legend"], (width, height, charts)
+            assert chart["notes"] == 1, charts  # the runs of two million steps are drawn downsampled
+            assert chart["height"] == chart["drawnHeight"] == 260 + chart["legend"] + 16, (width, height, charts)
             assert chart["plotHeight"] == 260 - 28 - 44, (width, height, charts)  # the room for the axis stays
             x_ticks_fitting(page, chart["metric"])
 
@@ -2957,7 +2968,8 @@ def test_compare_shows_the_metric_charts_before_it_draws_the_hyperparameters(pag
                                                                              monkeypatch):
     """Page speed: the parallel coordinates (WebGL, which waits on the GPU after every pair of axes: 1-2 s of
     software WebGL on a loaded machine) were drawn before the metric charts above them, which showed only after.
-    They are drawn once a frame has shown the metric charts, each of which plotly is asked to draw once."""
+    They are drawn once a frame has shown the metric charts, each of which plotly is asked to draw once, in a window
+    that shows them at once too (in a shorter one they wait to be scrolled near: the test after this one)."""
     monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
     team = make_team(slug="sweep")
     model = make_base_model(team.project)
@@ -2974,6 +2986,7 @@ def test_compare_shows_the_metric_charts_before_it_draws_the_hyperparameters(pag
                                          for name in ("loss", "grad_norm") for step in range(1, 51)])
         runs.append(run)
     log_in(page, asgi_server, "sweep-viewer")
+    page.set_viewport_size({"width": 1280, "height": 1600})
     page.add_init_script(RECORD_REACTS)
     page.goto(f"{asgi_server}/p/sweep/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
     page.wait_for_function("() => window.reacts.some(call => call.type === 'parcoords')")
@@ -2982,3 +2995,75 @@ def test_compare_shows_the_metric_charts_before_it_draws_the_hyperparameters(pag
     lines = [call for call in reacts[:first_parcoords] if call["type"] == "scatter"]
     assert len(lines) >= 2, reacts  # the loss and grad_norm charts, before the parallel coordinates
     assert reacts[first_parcoords]["frames"] > lines[-1]["frames"], reacts  # a frame showed them first
+
+
+def test_compare_draws_the_hyperparameters_only_once_they_are_scrolled_near(page, asgi_server, transactional_db,
+                                                                             monkeypatch):
+    """Page speed: the parallel coordinates took 1-2 s of the main thread (software WebGL) right after the metric
+    charts showed, at every load, while they sat out of the window below the charts and the final metrics. They are
+    drawn when the reader scrolls near them."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="sweep")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    names = ["loss", "grad_norm", "learning_rate", "tokens_per_second", "memory_gb", "eval/loss", "eval/accuracy",
+             "epoch", "kl"]  # three rows of charts at 1280 px
+    runs = []
+    for index, rate in enumerate((1e-4, 1e-3, 3e-3)):
+        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id},
+                "optim": {"learning_rate": rate}, "train": {"max_steps": 20}}
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=f"lr {rate}")
+        run.final_metrics = {"loss": {"last": 1.0 + index, "min": 1.0, "max": 3.0}}
+        run.save(update_fields=["final_metrics"])
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=name, value=1.0 / step, wall_time=step,
+                                                     tokens=100 * step) for name in names for step in range(1, 21)])
+        runs.append(run)
+    log_in(page, asgi_server, "sweep-viewer")
+    page.set_viewport_size({"width": 1280, "height": 600})
+    page.add_init_script(RECORD_REACTS)
+    page.goto(f"{asgi_server}/p/sweep/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
+    page.wait_for_function(f"() => window.reacts.filter(call => call.type === 'scatter').length >= {len(names)}")
+    page.wait_for_timeout(1000)  # frames and tasks enough for the drawing the page used to make at once
+    chart_top = page.evaluate("document.getElementById('hyperparameters-plot').getBoundingClientRect().top")
+    assert chart_top > 600 + 200, chart_top  # out of the window, and of the margin it is drawn within
+    assert [call["type"] for call in page.evaluate("window.reacts")].count("parcoords") == 0
+    page.locator("#hyperparameters-plot").scroll_into_view_if_needed()
+    page.wait_for_function("() => { const p = document.getElementById('hyperparameters-plot');"
+                           " return p.data && p.data[0].type === 'parcoords' && p.querySelector('.y-axis'); }")
+    assert [call["type"] for call in page.evaluate("window.reacts")].count("parcoords") == 1
+
+
+def test_compare_says_which_charts_draw_a_downsampled_run_and_where_every_point_is(page, asgi_server, transactional_db,
+                                                                                 monkeypatch):
+    """A run of more steps than the compare page draws a series (selectors.COMPARE_MAX_POINTS) is drawn as each
+    step bucket's lowest and highest value: its charts say so, and that the CSV download has every point. A chart
+    of runs drawn whole says nothing, nor one whose downsampled run is hidden."""
+    from webapp.runs.selectors import COMPARE_MAX_POINTS
+
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="sampled")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    long_steps = 2 * COMPARE_MAX_POINTS
+    runs = []
+    for name, steps, metrics in (("long", long_steps, ("loss",)), ("short", 10, ("loss", "grad_norm"))):
+        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id},
+                "train": {"max_steps": steps}}
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=metric, value=1.0 / step,
+                                                     wall_time=step, tokens=100 * step)
+                                         for metric in metrics for step in range(1, steps + 1)])
+        Run.objects.filter(pk=run.pk).update(current_step=steps)
+        runs.append(run)
+    log_in(page, asgi_server, "sampled-viewer")
+    address = f"{asgi_server}/p/sampled/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs)
+    titles = """() => Object.fromEntries([...document.querySelectorAll('#compare-charts .plot')]
+        .filter(plot => plot.layout).map(plot => [plot.dataset.metric, plot.layout.title.text]))"""
+    page.goto(address)
+    page.wait_for_function(f"() => Object.keys(({titles})()).length === 2")
+    assert page.evaluate(titles) == {"loss": "loss<br>downsampled: every point is in the CSV download",
+                                     "grad_norm": "grad_norm"}
+    assert page.get_by_role("link", name="Download metrics (CSV)").is_visible()
+    page.goto(address + f"&hide={runs[0].public_id}")
+    page.wait_for_function(f"() => Object.keys(({titles})()).length === 2")
+    assert page.evaluate(titles) == {"loss": "loss", "grad_norm": "grad_norm"}

@@ -867,13 +867,17 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
     # A reward model's accuracy and a DPO run's rewards/accuracies, say, on one chart, and in one final column.
     shared = selectors.shared_charts(runs=runs, series=series)
     generation_steps, generation_steps_problem = _generation_steps(request.GET.get("gen", ""), runs)
+    sent = {run_id: selectors.series_with_shared_x(run_series) for run_id, run_series in series.items()}
     return render(request, "runs/compare.html", {
         "project": project, "membership": membership, "runs": runs,
         # group_by: the run's data.eval_group_by, whose eval/<metric>/<group> are drawn as one chart a metric.
         "metric_units": selectors.METRIC_UNITS_BY_PREFIX,
         "chart_data": {"runs": [{"id": run.public_id, "name": run.name, "active": run.is_active,
                                  "group_by": run.data_spec.get("eval_group_by") or ""}
-                                for run in runs], "series": series, "names": names, "shared": shared},
+                                for run in runs],
+                       # Each run's series, and their x (step, tokens, time) each sent once (series_with_shared_x).
+                       "series": {run_id: values for run_id, (values, _xs) in sent.items()},
+                       "x": {run_id: xs for run_id, (_values, xs) in sent.items()}, "names": names, "shared": shared},
         "diff": diff, "config_differs": any(row["differs"] for row in diff),
         "hyperparameters": selectors.hyperparameter_axes(runs=runs, diff=diff, metric_names=final_names),
         "final": selectors.final_table(runs=runs, names=names, shared=shared),

@@ -3,6 +3,7 @@ would send to Celery (captured, not sent)."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 import pytest
@@ -80,6 +81,18 @@ def sft_spec(catalog: Catalog, **overrides) -> dict:
     for key, value in overrides.items():
         spec[key] = value
     return spec
+
+
+def compare_chart_data(page: str) -> dict:
+    """The compare page's chart data (its "compare-data" JSON)."""
+    return json.loads(re.search(r'<script id="compare-data" type="application/json">(.*?)</script>', page, re.S)[1])
+
+
+def drawn_series(data: dict, run_id: str) -> dict:
+    """A run's series in ``compare_chart_data`` as the page draws them (static/runs_compare.js: trace), each with
+    its x: ``metric_series``' form."""
+    return {name: {**data["x"][run_id][sent["x"]], "value": sent["value"], "downsampled": sent["downsampled"]}
+            for name, sent in data["series"][run_id].items()}
 
 
 class FakeRedis:

@@ -6,7 +6,7 @@ from django.db.models import Q
 from webapp.runs import selectors, services
 from webapp.runs.downsampling import SeriesBuckets
 from webapp.runs.models import MetricPoint, Run, Sample
-from tests.webapp.runs.conftest import sft_spec
+from tests.webapp.runs.conftest import drawn_series, sft_spec
 
 
 def make_run(team, catalog, **spec_overrides) -> Run:
@@ -478,7 +478,7 @@ def test_a_finished_runs_cache_of_the_older_bucket_layout_is_read_again_from_its
     other = make_run(team, catalog)
     page = client_for(team.viewer).get(f"/p/alpha/runs/compare/?runs={run.public_id}&runs={other.public_id}")
     assert page.status_code == 200
-    assert page.context["chart_data"]["series"][run.public_id]["loss"] == exact
+    assert drawn_series(page.context["chart_data"], run.public_id)["loss"] == exact
     run.refresh_from_db()
     assert run.series_cache["series"]["loss"] == exact
     assert run.series_cache["buckets"]["layout"] == SeriesBuckets.LAYOUT

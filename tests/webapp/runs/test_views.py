@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from tests.webapp.factories import make_base_model
-from tests.webapp.runs.conftest import make_pool_worker, sft_spec
+from tests.webapp.runs.conftest import compare_chart_data, drawn_series, make_pool_worker, sft_spec
 from webapp.core.bidi import FSI, PDI, isolated
 from webapp.core.templatetags.temper import when
 from webapp.runs import reporting, selectors, services, views
@@ -858,8 +858,8 @@ def test_compare_page_and_csv(team, run, client_for, catalog, sent_tasks):
     assert '<tr class="differs"><td><code>optim.learning_rate</code></td><td>0.0001</td><td>0.01</td></tr>' in page
     train = f'<td><bdi>chats v{catalog.sft.number}</bdi> <small class="muted">{catalog.sft.public_id}</small></td>'
     assert f'<tr class="same"><td><code>data.train</code></td>{train}{train}</tr>' in page
-    data = json.loads(page.split('id="compare-data" type="application/json">')[1].split("</script>")[0])
-    assert data["series"][run.public_id]["loss"]["step"] == [1, 2, 3, 4, 5]
+    data = compare_chart_data(page)
+    assert drawn_series(data, run.public_id)["loss"]["step"] == [1, 2, 3, 4, 5]
     assert "other answer" in page and page.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 1  # one prompt row
     csv_text = client.get(f"/p/alpha/runs/compare/metrics.csv?runs={run.public_id}&runs={other.public_id}").content.decode()
     assert csv_text.splitlines()[0] == "run_id,run_name,step,metric,value,tokens,wall_time"
@@ -2654,7 +2654,7 @@ def test_the_compare_page_reads_running_runs_series_in_as_many_queries_for_six_a
 
     def compare(runs: list[Run]) -> dict:
         page = client.get("/p/alpha/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs)).content.decode()
-        return json.loads(re.search(r'<script id="compare-data" type="application/json">(.*?)</script>', page, re.S)[1])
+        return compare_chart_data(page)
 
     few, many = _compared_running_runs(team, catalog, 0, 1), _compared_running_runs(team, catalog, 1, 2)
     compare(few), compare(many)  # the pages' first loads over (sessions read)
@@ -2664,8 +2664,9 @@ def test_the_compare_page_reads_running_runs_series_in_as_many_queries_for_six_a
         data = compare(many)
     for run in many:
         alone = selectors.metric_series(run=Run.objects.get(pk=run.pk), max_points=selectors.COMPARE_MAX_POINTS)
-        assert data["series"][run.public_id] == json.loads(json.dumps(alone)), run.name
-    assert data["series"][many[1].public_id]["loss"]["downsampled"] and len(data["series"][many[0].public_id]["loss"]["step"]) == 3
+        assert drawn_series(data, run.public_id) == json.loads(json.dumps(alone)), run.name
+    assert data["series"][many[1].public_id]["loss"]["downsampled"]
+    assert len(drawn_series(data, many[0].public_id)["loss"]["step"]) == 3
 
 
 def test_a_chat_template_variable_that_is_no_scalar_is_named_on_the_launch_form(team, catalog, client_for, sent_tasks):
@@ -2841,7 +2842,7 @@ def test_the_compare_page_reads_finished_runs_series_without_their_buckets_in_as
 
     def compare(compared: list[Run]) -> dict:
         page = client.get("/p/alpha/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in compared)).content.decode()
-        return json.loads(re.search(r'<script id="compare-data" type="application/json">(.*?)</script>', page, re.S)[1])
+        return compare_chart_data(page)
 
     compare(runs[:2]), compare(runs)  # the pages' first loads over (sessions read, old caches written again)
     assert all(selectors.series_cache_current(run=Run.objects.get(pk=run.pk)) for run in runs)
@@ -2853,7 +2854,7 @@ def test_the_compare_page_reads_finished_runs_series_without_their_buckets_in_as
     assert not [query["sql"] for query in for_eight.captured_queries if whole_cache.search(query["sql"])]
     for run in runs:
         alone = selectors.metric_series(run=Run.objects.get(pk=run.pk), max_points=selectors.COMPARE_MAX_POINTS)
-        assert data["series"][run.public_id] == json.loads(json.dumps(alone)), run.name
+        assert drawn_series(data, run.public_id) == json.loads(json.dumps(alone)), run.name
         assert data["series"][run.public_id]["loss"]["downsampled"], run.name
 
 
