@@ -750,7 +750,9 @@ def metric_series(*, run: Run, names: list[str] | None = None, after_step: int =
     buckets = _grouped_buckets({run.pk: where}, widths={run.pk: bucket_width(span, max_points)},
                                offset=max(lowest, 0))[run.pk]
     start_time = buckets.start_time() if not buckets.buckets or whole else _start_time(run)
-    return _series(list(buckets.points()), downsampled=True, start_time=start_time)
+    drawn = list(buckets.points())
+    return _series(drawn + _last_points({run.pk: where}, {run.pk: run}, {run.pk: drawn})[run.pk], downsampled=True,
+                   start_time=start_time)
 
 
 def _start_time(run: Run) -> float | None:
@@ -787,17 +789,47 @@ def runs_metric_series(*, runs: list[Run], max_points: int = MAX_POINTS) -> dict
     if max_points <= MAX_POINTS:
         by_run = _runs_series_buckets(bucketed, last_steps=last_steps)
         for run in bucketed:
-            buckets = by_run[run.pk]
-            width = max(bucket_width(last_steps[run.pk], max_points), buckets.width)
-            series[run.pk] = _series(list(buckets.coarsened(width).points()), downsampled=True,
-                                     start_time=buckets.start_time())
+            width = max(bucket_width(last_steps[run.pk], max_points), by_run[run.pk].width)
+            by_run[run.pk] = by_run[run.pk].coarsened(width)
     elif bucketed:
         by_run = _grouped_buckets({run.pk: Q(run_id=run.pk) for run in bucketed},
                                   widths={run.pk: bucket_width(last_steps[run.pk], max_points) for run in bucketed})
+    if bucketed:
+        drawn = {run.pk: list(by_run[run.pk].points()) for run in bucketed}
+        lasts = _last_points({run.pk: Q(run_id=run.pk) for run in bucketed}, {run.pk: run for run in bucketed}, drawn)
         for run in bucketed:
-            series[run.pk] = _series(list(by_run[run.pk].points()), downsampled=True,
+            series[run.pk] = _series(drawn[run.pk] + lasts[run.pk], downsampled=True,
                                      start_time=by_run[run.pk].start_time())
     return series
+
+
+def _last_points(where: dict[int, Q], runs: dict[int, Run], drawn: dict[int, list[tuple]]) -> dict[int, list[tuple]]:
+    """For each run (pk), the last point of each metric its ``drawn`` rows ((name, step, value, tokens, wall_time), in
+    step order by name) end before, as a row: a downsampled series keeps each bucket's two extremes, so its line
+    stopped up to a bucket short of the run's last step, at that bucket's low or high rather than the value last
+    logged, which a chart's end and its hover are read for. The points ``where`` selects at the step each metric's
+    ``final_metrics`` entry names, in one query for every run (none where no drawn line ends early)."""
+    ends: dict[int, dict[str, int]] = {}
+    for pk, rows in drawn.items():
+        for name, step, *_ in rows:
+            ends.setdefault(pk, {})[name] = step  # rows come in step order: the last is the line's end
+    wanted: dict[int, dict[str, int]] = {
+        pk: {name: last["step"] for name, last in (runs[pk].final_metrics or {}).items()
+             if isinstance(last, dict) and isinstance(last.get("step"), int) and name in ends.get(pk, {})
+             and last["step"] > ends[pk][name]}
+        for pk in drawn}
+    lasts: dict[int, list[tuple]] = {pk: [] for pk in drawn}
+    condition = Q(pk__in=[])
+    for pk, steps in wanted.items():
+        if steps:
+            condition |= where[pk] & Q(name__in=list(steps), step__in=set(steps.values()))
+    if not any(wanted.values()):
+        return lasts
+    for pk, name, step, value, tokens, wall_time in (MetricPoint.objects.filter(condition).order_by("run", "name")
+                                                     .values_list("run", "name", "step", "value", "tokens", "wall_time")):
+        if wanted[pk].get(name) == step:
+            lasts[pk].append((name, step, value, tokens, wall_time))
+    return lasts
 
 
 # The x of a point: what the compare page draws a series by (its #x-axis), step, tokens or time.

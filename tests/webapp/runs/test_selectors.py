@@ -65,6 +65,39 @@ def test_a_falling_series_falls_within_each_bucket_too(team, catalog, sent_tasks
                                                                     widths={run.pk: 8})[run.pk].points())
 
 
+def test_a_downsampled_line_ends_at_the_value_last_logged(team, catalog, sent_tasks):
+    """A downsampled series drew each bucket's low and high only: a loss whose last value lay between its bucket's
+    extremes ended up to a bucket before the last step, at one of them, and the chart's end and its hover said so.
+    The last point of each metric (the step ``final_metrics`` names) is drawn after its bucket's extremes, in each
+    reduction (the database's, the stored buckets', a part of the run), and only where the line ended before it."""
+    run = make_run(team, catalog)
+    # 3 + step % 7 (3..9): every bucket of 8 or more steps (6,000 steps make 8 at the most points) has low 3 and
+    # high 9; step 6,000's value, 3 + 1, is neither.
+    MetricPoint.objects.bulk_create(
+        [MetricPoint(run=run, step=step, name=name, value=3.0 + step % 7 + offset, wall_time=100.0 + step, tokens=4 * step)
+         for step in range(1, 6_001) for name, offset in (("loss", 0.0), ("lr", 0.0))]
+        + [MetricPoint(run=run, step=step, name="eval_loss", value=step / 1000, wall_time=100.5 + step, tokens=4 * step)
+           for step in range(100, 6_001, 100)], batch_size=5000)
+    final = {"loss": {"last": 4.0, "min": 3.0, "max": 9.0, "step": 6_000},
+             "eval_loss": {"last": 6.0, "min": 0.1, "max": 6.0, "step": 6_000}}
+    Run.objects.filter(pk=run.pk).update(current_step=6_000, final_metrics=final)  # "lr" has none: as before
+    run.refresh_from_db()
+    for max_points in (200, 1_000, selectors.MAX_POINTS):
+        series = selectors.metric_series(run=run, max_points=max_points)
+        loss = series["loss"]
+        assert loss["downsampled"] and loss["value"][-1] == 4.0, max_points
+        assert (loss["step"][-1], loss["tokens"][-1], loss["time"][-1]) == (6_000, 24_000, 5_999.0)
+        assert loss["step"][-2] < 6_000 and loss["value"][-3:-1] in ([3.0, 9.0], [9.0, 3.0])  # its bucket, then it
+        assert series["lr"]["step"][-1] < 6_000  # no final_metrics entry: its line as reduced
+        assert series["eval_loss"]["step"][-1] == 6_000 and series["eval_loss"]["step"].count(6_000) == 1
+    stored = selectors.series_buckets(run=run)
+    Run.objects.filter(pk=run.pk).update(series_cache={"buckets": stored.to_json()})
+    run.refresh_from_db()
+    assert selectors.metric_series(run=run, max_points=200)["loss"]["value"][-1] == 4.0  # from the stored buckets
+    part = selectors.metric_series(run=run, names=["loss"], after_step=100, max_points=200)["loss"]
+    assert (part["step"][-1], part["value"][-1]) == (6_000, 4.0)
+
+
 def test_config_diff_marks_what_differs(team, catalog, sent_tasks):
     first = make_run(team, catalog)
     second = make_run(team, catalog, optim={"learning_rate": 0.01}, peft={"method": "lora", "targets": ["q_proj"]})
