@@ -160,3 +160,71 @@ def test_the_launch_forms_model_list_says_which_base_models_folder_is_gone(team,
     assert f'<option value="{mine.public_id}" >{isolated("mine")} (base model, its folder is gone)</option>' in page
     assert (f'<option value="{catalog.base_model.public_id}" >{isolated(catalog.base_model.name)} (base model)'
             "</option>") in page  # a path outside the roots is left to the load that reads it
+
+
+def exported_checkpoint(run: Run, mine, step: int):
+    """``run``'s checkpoint ``step`` exported as a starting model (a copy of the base model's folder)."""
+    exported = run.output_dir / f"export-step-{step}"
+    shutil.copytree(mine.path, exported)
+    Artifact.objects.create(run=run, kind=ArtifactKind.CHECKPOINT, step=step, path=str(exported), size_bytes=10)
+    return exported
+
+
+def test_the_launch_forms_model_list_says_which_exports_and_checkpoints_folder_is_gone(team, catalog, mine,
+                                                                                       client_for):
+    """The list marked a gone base model only: a run's export or exported checkpoint whose folder was deleted was
+    offered as any other, and choosing it was refused only at launch."""
+    run, export = succeeded_with_export(team, catalog, mine)
+    shutil.rmtree(exported_checkpoint(run, mine, 5))
+    exported_checkpoint(run, mine, 6)
+    shutil.rmtree(export)
+    page = client_for(team.teammate).get("/p/alpha/runs/new/?task=sft").content.decode()
+    first = isolated("first")
+    assert (f'<option value="{run.public_id}" >{first} — sft model exported by {run.public_id} '
+            "(its folder is gone)</option>") in page
+    assert f'<option value="{run.public_id}@5" >{first} — checkpoint 5 (its folder is gone)</option>' in page
+    assert f'<option value="{run.public_id}@6" data-positions="2048" >{first} — checkpoint 6</option>' in page
+
+
+def test_the_launch_forms_model_list_looks_at_the_folders_once_per_recheck_period(team, catalog, mine, client_for,
+                                                                                   settings):
+    """Every model of the project is listed on each load of the form: whether its folder is there is the answer kept
+    for TEMPER_MODEL_FILES_RECHECK_SECONDS, as the chat's pickers keep it (``model_dir_gone(listing=True)``); the
+    launch itself looks again."""
+    run, export = succeeded_with_export(team, catalog, mine)
+    settings.TEMPER_MODEL_FILES_RECHECK_SECONDS = 3600
+    client = client_for(team.teammate)
+    assert "its folder is gone" not in client.get("/p/alpha/runs/new/?task=sft").content.decode()
+    shutil.rmtree(export)
+    shutil.rmtree(mine.path)
+    assert "its folder is gone" not in client.get("/p/alpha/runs/new/?task=sft").content.decode()
+    with pytest.raises(ValidationError):
+        services.run_create(project=team.project, spec={**sft_spec(catalog), "model": run.public_id}, user=team.owner)
+    settings.TEMPER_MODEL_FILES_RECHECK_SECONDS = 0
+    page = client.get("/p/alpha/runs/new/?task=sft").content.decode()
+    assert f"{isolated('mine')} (base model, its folder is gone)</option>" in page
+    assert f"sft model exported by {run.public_id} (its folder is gone)</option>" in page
+
+
+def test_a_duplicate_of_a_run_whose_starting_checkpoints_folder_is_gone_says_so_at_the_model_field(
+        team, catalog, mine, client_for, sent_tasks):
+    first, _export = succeeded_with_export(team, catalog, mine)
+    exported = exported_checkpoint(first, mine, 5)
+    second = launched(team, catalog, f"{first.public_id}@5", name="second")
+    shutil.rmtree(exported)
+    page = client_for(team.teammate).get(f"/p/alpha/runs/new/?from={second.public_id}").content.decode()
+    gone = (f"checkpoint 5 of run {isolated('first')} ({first.public_id}), exported as a starting model, is gone from "
+            "disk: its folder was deleted since; choose another model")
+    assert f'<small class="error" id="spec-model-error-1">{html.escape(gone)}</small>' in page
+    assert (f'<option value="{first.public_id}@5" selected>{isolated("first")} — checkpoint 5 (its folder is gone)'
+            "</option>") in page
+
+
+def test_the_pipeline_forms_example_starts_from_a_model_whose_folder_is_there(team, catalog, mine, client_for):
+    """The example stages filled in the project's first starting model, a base model whose folder was deleted (the
+    pipeline would be refused at its first stage) included."""
+    client = client_for(team.teammate)
+    assert f"model: {mine.public_id}\n" in client.get("/p/alpha/pipelines/new/").content.decode()  # "mine" < "tiny"
+    shutil.rmtree(mine.path)
+    page = client.get("/p/alpha/pipelines/new/").content.decode()
+    assert f"model: {catalog.base_model.public_id}\n" in page and mine.public_id not in page
