@@ -228,3 +228,28 @@ def test_the_pipeline_forms_example_starts_from_a_model_whose_folder_is_there(te
     shutil.rmtree(mine.path)
     page = client.get("/p/alpha/pipelines/new/").content.decode()
     assert f"model: {catalog.base_model.public_id}\n" in page and mine.public_id not in page
+
+
+def test_the_api_says_which_base_models_and_exports_folder_is_gone(team, catalog, mine, client_for):
+    """The API's base models (the bm_… a spec's model names) and a run's artifacts (run_…, run_…@step) said nothing of
+    a folder deleted since: a client chose one, and its launch was refused."""
+    from django.test import Client
+
+    from webapp.api import schemas
+    from webapp.api.services import token_create
+
+    run, export = succeeded_with_export(team, catalog, mine)
+    shutil.rmtree(exported_checkpoint(run, mine, 5))
+    shutil.rmtree(mine.path)
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=team.viewer, name='t')[1]}")
+    response = api.get("/api/v1/projects/alpha/base-models/")
+    schemas.BaseModelList.model_validate_json(response.content)  # as the OpenAPI document describes it
+    listed = response.json()
+    assert {model["id"]: model["folder_gone"] for model in listed["base_models"]} == {
+        mine.public_id: True, catalog.base_model.public_id: False}
+    assert api.get(f"/api/v1/projects/alpha/base-models/{mine.public_id}/").json()["folder_gone"] is True
+    response = api.get(f"/api/v1/projects/alpha/runs/{run.public_id}/")
+    schemas.RunDetail.model_validate_json(response.content)
+    detail = response.json()
+    assert {(artifact["kind"], artifact["step"]): artifact["folder_gone"] for artifact in detail["artifacts"]} == {
+        ("model", 10): False, ("checkpoint", 5): True}
