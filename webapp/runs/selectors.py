@@ -24,6 +24,7 @@ from django.db.models.expressions import Combinable
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.http import Http404
 from django.utils import timezone
+from django.utils.text import capfirst
 from django.db.models.functions import Cast
 
 from jaxengine.evaluate import answers_match
@@ -32,7 +33,7 @@ from jaxengine.rewards import REWARDS
 from jaxengine.spec import TASK_ONLY_KEYS, TASK_SECTIONS, SpecError, best_metric_for, parse_spec
 from jaxengine.words import counted
 from webapp.basemodels.models import BaseModel
-from webapp.basemodels.selectors import FOLDER_GONE, demo_model, model_dir_gone
+from webapp.basemodels.selectors import FOLDER_GONE, demo_model, gone_model_words, model_dir_gone, named_model
 from webapp.core.bidi import isolated
 from webapp.core.keyset import KeysetPage, keyset_page
 from webapp.core.model_refs import spec_ref
@@ -353,9 +354,33 @@ def model_positions(*, project: Project, references: Iterable[str]) -> dict[str,
 
 def offered_as_starting_model(*, run: Run) -> bool:
     """Whether the launch form offers ``run``'s final model to start from (``model_choices``): succeeded, not
-    archived, its model exported. A reward model scores text and writes none: no policy to go on from."""
-    return (run.status == RunStatus.SUCCEEDED and not run.archived and run.task != "reward"
-            and Artifact.objects.filter(run=run, kind=ArtifactKind.MODEL).exists())
+    archived, its model exported, and its export folder there (``model_dir_gone``: the launch refuses it otherwise).
+    A reward model scores text and writes none: no policy to go on from."""
+    if run.status != RunStatus.SUCCEEDED or run.archived or run.task == "reward":
+        return False
+    path = Artifact.objects.filter(run=run, kind=ArtifactKind.MODEL).values_list("path", flat=True).first()
+    return path is not None and not model_dir_gone(path)
+
+
+def final_export_gone(*, run: Run) -> str:
+    """What the run page says of a succeeded run whose exported model's folder was deleted since (``model_dir_gone``),
+    "" while it is there or the run exported none: what no longer takes it, and whether it can be exported again,
+    from the checkpoint of its step while the run's folder keeps it (``services.final_model_step``)."""
+    final = Artifact.objects.filter(run=run, kind=ArtifactKind.MODEL).values_list("step", "path").first()
+    if run.status != RunStatus.SUCCEEDED or final is None or not model_dir_gone(final[1]):
+        return ""
+    step = final[0]
+    uses = ("runs no longer start from it and the chat does not serve it" if run.generates_text
+            else "no run can be scored by it")
+    said = f"{capfirst(gone_model_words(run=named_model(run.name, run.public_id)))}, so {uses}."
+    if run.task == EXTERNAL_TASK:  # trained elsewhere: Temper has no checkpoint of it to export
+        return said
+    if step in checkpoint_steps(run):
+        return (f"{said} Export its checkpoint {step} under Checkpoints (the same weights) to start runs from "
+                f"{run.public_id}@{step}.")
+    lost = ("the run's folder, with the checkpoints it was exported from, is gone too" if not run.output_dir.is_dir()
+            else f"the run's folder keeps no checkpoint of step {step} any more")
+    return f"{said} It cannot be exported again: {lost}; Retry trains its spec again as a new run."
 
 
 def starts_from_the_demo_model(*, project: Project, model: str | None) -> bool:

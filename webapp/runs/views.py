@@ -549,8 +549,12 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
                          if len(selectors.sample_steps(run=run, kind="eval")) > 1 else None),
         "checkpoints": selectors.checkpoint_list(run=run), "serving_copy": selectors.serving_copy(run=run),
         # The chat offers a succeeded run's final model to members, archived runs' aside (chat_selectors.model_choices).
+        # Nor one whose folder was deleted since (ModelChoice.gone): the chat would refuse it.
         "can_chat": (membership.can(Role.MEMBER) and not run.archived
-                     and chat_selectors.model_choice(project=project, ref=run.public_id) is not None),
+                     and (choice := chat_selectors.model_choice(project=project, ref=run.public_id)) is not None
+                     and not choice.gone),
+        # Why its final model is no longer offered, when its export folder is gone, and whether it can be made again.
+        "export_gone": selectors.final_export_gone(run=run),
         # The next stage of a chain (SFT → DPO → …): the launch form with this run's model chosen, on its task.
         "can_launch_from": membership.can(Role.MEMBER) and selectors.offered_as_starting_model(run=run),
         "launch_task": selectors.launch_task(run=run),

@@ -253,3 +253,50 @@ def test_the_api_says_which_base_models_and_exports_folder_is_gone(team, catalog
     detail = response.json()
     assert {(artifact["kind"], artifact["step"]): artifact["folder_gone"] for artifact in detail["artifacts"]} == {
         ("model", 10): False, ("checkpoint", 5): True}
+
+
+def with_checkpoint(run: Run, step: int) -> None:
+    """A training checkpoint of ``run`` at ``step`` in its run folder (what an export of it reads)."""
+    directory = run.output_dir / "checkpoints" / str(step)
+    directory.mkdir(parents=True)
+    (directory / "state").write_text("weights")
+
+
+def test_the_run_page_says_its_export_is_gone_for_good_once_its_run_folder_is(team, catalog, mine, client_for,
+                                                                              sent_tasks):
+    """Its export and run folder deleted, the page still offered Chat with it and Launch a run from it (the chat and
+    the launch refuse the model) and said nothing of why: the export cannot be made again, its checkpoints gone."""
+    run, _export = succeeded_with_export(team, catalog, mine)
+    with_checkpoint(run, 10)
+    client = client_for(team.teammate)
+    page = page_of(client, run)
+    assert 'id="chat-with-run"' in page and 'id="launch-from-run"' in page and 'id="export-gone"' not in page
+    shutil.rmtree(run.output_dir)
+    page = page_of(client, run)
+    assert 'id="chat-with-run"' not in page and 'id="launch-from-run"' not in page
+    assert f"?model={run.public_id}&amp;" not in page and 'action="/p/alpha/runs/{run.public_id}/export/"' not in page
+    gone = html.escape(f"The model run {isolated('first')} ({run.public_id}) exported is gone from disk: its export "
+                       "folder was deleted since, so runs no longer start from it and the chat does not serve it. It "
+                       "cannot be exported again: the run's folder, with the checkpoints it was exported from, is "
+                       "gone too; Retry trains its spec again as a new run.")
+    assert f'<p class="card run-message" id="export-gone">{gone}</p>' in page
+    assert 'id="retry-refused"' not in page  # what the note offers works
+
+
+def test_a_run_whose_export_alone_is_gone_offers_its_final_checkpoint_for_export(
+        team, catalog, mine, client_for, sent_tasks, django_capture_on_commit_callbacks):
+    """The checkpoint of the final step was shown as the final model (start runs from it, its launch refused) and
+    its export refused as one made already: with that export's folder deleted, it is the way to the model again."""
+    run, export = succeeded_with_export(team, catalog, mine)
+    with_checkpoint(run, 10)
+    client = client_for(team.teammate)
+    assert '<span class="badge badge-ok">final model</span>' in page_of(client, run)
+    shutil.rmtree(export)
+    page = page_of(client, run)
+    assert '<span class="badge badge-ok">final model</span>' not in page
+    assert f'action="/p/alpha/runs/{run.public_id}/export/"' in page and 'name="step" value="10"' in page
+    assert html.escape(f"Export its checkpoint 10 under Checkpoints (the same weights) to start runs from "
+                       f"{run.public_id}@10.") in page
+    with django_capture_on_commit_callbacks(execute=True):
+        services.checkpoint_export_request(run=run, step=10, user=team.teammate)
+    assert sent_tasks.calls[-1] == (services.EXPORT_CHECKPOINT_TASK, [run.pk, 10], "train")
