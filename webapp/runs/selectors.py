@@ -312,8 +312,8 @@ def model_choices(*, project: Project, current: Any = None) -> list[StartingMode
                for model in BaseModel.objects.filter(project=project).order_by("name")]
     current_run = current.partition("@")[0] if isinstance(current, str) else None
     offered = Q(run__archived=False) | Q(run__public_id=current_run)
-    # Only the columns the labels show and the folder: a run's whole row holds its series_cache (about a megabyte for a finished
-    # run), and read for every exported model and checkpoint it made the launch form take seconds.
+    # Only the columns the labels show and the folder: a run's whole row holds its series_cache (about a megabyte for
+    # a finished run), and read for every exported model and checkpoint it made the launch form take seconds.
     exported = (Artifact.objects.filter(offered, run__project=project, run__status=RunStatus.SUCCEEDED,
                                         kind=ArtifactKind.MODEL).order_by("-run__created_at")
                 .values_list("run__public_id", "run__name", "run__task", "path"))

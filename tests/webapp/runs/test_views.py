@@ -1894,7 +1894,8 @@ def test_a_run_whose_model_directory_was_deleted_since_shows_its_pages_in_projec
     assert (f'<td><code>model</code></td><td><bdi>mine</bdi> <small class="muted">{base.public_id}</small></td>'
             f'<td><bdi>first</bdi> <small class="muted">{first.public_id}</small></td>') in compare.content.decode()
     chat = client_for(team.teammate).get("/p/alpha/chat/")
-    assert f'<option value="{first.public_id}">Run: {isolated("first")} (its folder is gone)</option>' in chat.content.decode()
+    assert (f'<option value="{first.public_id}">Run: {isolated("first")} (its folder is gone)</option>'
+            in chat.content.decode())
     for response in (client.get(url(first)), client.get(url(second)), compare, chat):
         assert response.status_code == 200
         assert str(model_dir) not in response.content.decode() and str(export) not in second_page
