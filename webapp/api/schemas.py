@@ -128,6 +128,9 @@ class BaseModelOut(_Answer):
     uploaded: bool = Field(description="Temper unpacked it from an uploaded archive into the project's own folder: "
                                        "an owner's DELETE with ?delete_files=true may delete that folder with it.")
     created_at: datetime
+    folder_gone: bool = Field(description="Its folder was deleted from disk since it was registered: a run whose "
+                                          "model names it is refused (400 on model) until its files are put back "
+                                          "in that folder or it is registered again.")
 
 
 class BaseModelList(_Answer):
@@ -261,6 +264,9 @@ class ArtifactOut(_Answer):
     kind: Literal["model", "adapter", "checkpoint"]
     step: int | None = Field(description="A checkpoint's step; null for the model and the adapter.")
     size_bytes: int
+    folder_gone: bool = Field(description="Its folder was deleted from disk since it was exported: a run whose model "
+                                          "names it (run_…, run_…@step) is refused (400 on model), and its download "
+                                          "is a 404.")
 
 
 class RunDetail(RunOut):

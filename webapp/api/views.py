@@ -257,17 +257,21 @@ def _run_json(run: Run, *, detail: bool = False) -> dict[str, Any]:
             "final_metrics": run.final_metrics}
     if detail:
         body.update(spec=run.spec, summary=run.summary, notes=run.notes,
-                    artifacts=[{"kind": artifact.kind, "step": artifact.step, "size_bytes": artifact.size_bytes}
+                    artifacts=[{"kind": artifact.kind, "step": artifact.step, "size_bytes": artifact.size_bytes,
+                                "folder_gone": basemodel_selectors.model_dir_gone(artifact.path)}
                                for artifact in run.artifacts.all()])
     return body
 
 
-def _base_model_json(model) -> dict[str, Any]:
+def _base_model_json(model, *, listing: bool = False) -> dict[str, Any]:
+    # folder_gone: as the launch form lists it (``runs.selectors.model_choices``), the launch refusing it; ``listing``
+    # every model of the project, the answer model_dir_gone keeps for listings.
     return {"id": model.public_id, "name": model.name, "architecture": model.architecture,
             "model_type": model.model_type, "parameter_count": model.parameter_count,
             "context_length": model.context_length, "vocab_size": model.vocab_size,
             "tokenizer_type": model.tokenizer_type, "dtype": model.dtype, "size_bytes": model.size_bytes,
-            "uploaded": model.uploaded, "created_at": model.created_at.isoformat()}
+            "uploaded": model.uploaded, "created_at": model.created_at.isoformat(),
+            "folder_gone": basemodel_selectors.model_dir_gone(model.path, listing=listing)}
 
 
 @api_view(("GET", "POST"))
@@ -278,7 +282,7 @@ def base_models(request: HttpRequest, slug: str) -> JsonResponse:
     if request.method == "POST":
         return _base_model_upload(request, slug)
     project, _membership = get_project_for_user(request.user, slug)
-    return JsonResponse({"base_models": [_base_model_json(model)
+    return JsonResponse({"base_models": [_base_model_json(model, listing=True)
                                          for model in basemodel_selectors.basemodel_list(project=project)]})
 
 

@@ -121,6 +121,9 @@ def _model_roots(models_root: str, data_root: str) -> frozenset[Path]:
     return frozenset(roots | {root.resolve() for root in roots})
 
 
+# How a list of models (the launch form's, the chat's pickers) marks one whose folder ``model_dir_gone`` finds deleted.
+FOLDER_GONE = "its folder is gone"
+
 # What to do about a base model whose folder was deleted: its row keeps the path, so files put back there serve again.
 REGISTER_AGAIN = ("put the model's files back in that folder (its page under Base models shows where), or register "
                   "it again")

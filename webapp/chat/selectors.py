@@ -13,7 +13,8 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from webapp.basemodels.models import BaseModel
-from webapp.basemodels.selectors import REGISTER_AGAIN, gone_model_words, load_refusal, model_dir_gone, named_model
+from webapp.basemodels.selectors import (FOLDER_GONE, REGISTER_AGAIN, gone_model_words, load_refusal, model_dir_gone,
+                                         named_model)
 from webapp.chat.models import ApiGeneration, Battle, Conversation, Message, MessageStatus
 from webapp.core import file_stamps
 from webapp.core.bidi import isolated
@@ -132,7 +133,7 @@ def _choice(model: _Model, *, shown_label: str, project: Project, listing: bool)
     option_label = f"{model.before}{isolated(model.name)}{model.after}{copy}"
     said = [model.ref] if shown_label != model.label else []
     if gone:
-        said.append("its folder is gone")  # as the launch form lists it (runs.selectors.model_choices)
+        said.append(FOLDER_GONE)  # as the launch form lists it (runs.selectors.model_choices)
     if said:
         option_label = f"{option_label} ({', '.join(said)})"
     return ModelChoice(ref=model.ref, path=served.path, quantization=served.scheme, label=shown_label,

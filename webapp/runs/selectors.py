@@ -24,6 +24,7 @@ from django.db.models.expressions import Combinable
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.http import Http404
 from django.utils import timezone
+from django.utils.text import capfirst
 from django.db.models.functions import Cast
 
 from jaxengine.evaluate import answers_match
@@ -32,7 +33,7 @@ from jaxengine.rewards import REWARDS
 from jaxengine.spec import TASK_ONLY_KEYS, TASK_SECTIONS, SpecError, best_metric_for, parse_spec
 from jaxengine.words import counted
 from webapp.basemodels.models import BaseModel
-from webapp.basemodels.selectors import demo_model, model_dir_gone
+from webapp.basemodels.selectors import FOLDER_GONE, demo_model, gone_model_words, model_dir_gone, named_model
 from webapp.core.bidi import isolated
 from webapp.core.keyset import KeysetPage, keyset_page
 from webapp.core.model_refs import spec_ref
@@ -290,30 +291,48 @@ def runs_by_ids(*, project: Project, public_ids: list[str], series_cache: bool =
     return [found[public_id] for public_id in dict.fromkeys(public_ids) if public_id in found]
 
 
-GONE = ", its folder is gone"
+@dataclass(frozen=True)
+class StartingModel:
+    """A model a launch may start from, as ``model_choices`` lists it: ``ref`` as a spec's ``model`` names it
+    (``bm_…``, ``run_…``, ``run_…@step``), its option ``label`` (names bidi-isolated) and whether its folder was
+    deleted from disk since (``gone``, said in the label: the launch refuses it, ``services.gone_model``)."""
+
+    ref: str
+    label: str
+    gone: bool = False
 
 
-def model_choices(*, project: Project, current: Any = None) -> list[tuple[str, str]]:
-    """Starting models for a launch (option labels, names bidi-isolated): registered base models,
-    then succeeded runs' exported models, then checkpoints; not archived runs' (put away), except
-    ``current``, the model the form already holds (a duplicate of a run that started from one)."""
-    # A base model whose folder was deleted since is still listed (a duplicate of a run may hold it), saying so: the
-    # launch refuses it (``services.gone_model``).
-    choices = [(model.public_id, f"{isolated(model.name)} (base model{GONE if model_dir_gone(model.path) else ''})")
+def model_choices(*, project: Project, current: Any = None) -> list[StartingModel]:
+    """Starting models for a launch: registered base models, then succeeded runs' exported models, then checkpoints;
+    not archived runs' (put away), except ``current``, the model the form already holds (a duplicate of a run that
+    started from one). One whose folder was deleted since is still listed (a duplicate of a run may hold it), marked
+    as the chat's pickers mark it; whether it is gone is the answer ``model_dir_gone`` keeps for listings, not a look
+    at every model's folder on each load."""
+    choices = [_starting_model(model.public_id, isolated(model.name), model.path, notes=("base model",))
                for model in BaseModel.objects.filter(project=project).order_by("name")]
     current_run = current.partition("@")[0] if isinstance(current, str) else None
     offered = Q(run__archived=False) | Q(run__public_id=current_run)
-    # Only the columns the labels show: a run's whole row holds its series_cache (about a megabyte for a finished
-    # run), and read for every exported model and checkpoint it made the launch form take seconds.
+    # Only the columns the labels show and the folder: a run's whole row holds its series_cache (about a megabyte for
+    # a finished run), and read for every exported model and checkpoint it made the launch form take seconds.
     exported = (Artifact.objects.filter(offered, run__project=project, run__status=RunStatus.SUCCEEDED,
                                         kind=ArtifactKind.MODEL).order_by("-run__created_at")
-                .values_list("run__public_id", "run__name", "run__task"))
+                .values_list("run__public_id", "run__name", "run__task", "path"))
     # The task tells a reward model (it scores, and writes no text worth reading) from a policy.
-    choices += [(run_id, f"{isolated(name)} — {task} model exported by {run_id}") for run_id, name, task in exported]
+    choices += [_starting_model(run_id, f"{isolated(name)} — {task} model exported by {run_id}", path)
+                for run_id, name, task, path in exported]
     checkpoints = (Artifact.objects.filter(offered, run__project=project, kind=ArtifactKind.CHECKPOINT)
-                   .order_by("-run__created_at", "step").values_list("run__public_id", "run__name", "step"))
-    choices += [(f"{run_id}@{step}", f"{isolated(name)} — checkpoint {step}") for run_id, name, step in checkpoints]
+                   .order_by("-run__created_at", "step").values_list("run__public_id", "run__name", "step", "path"))
+    choices += [_starting_model(f"{run_id}@{step}", f"{isolated(name)} — checkpoint {step}", path)
+                for run_id, name, step, path in checkpoints]
     return choices
+
+
+def _starting_model(ref: str, label: str, path: str, *, notes: tuple[str, ...] = ()) -> StartingModel:
+    # ``notes`` in brackets after the label (a base model's "base model"), the folder's being gone among them, as the
+    # chat's pickers say theirs (chat.selectors._choice).
+    gone = model_dir_gone(path, listing=True)
+    said = [*notes, FOLDER_GONE] if gone else list(notes)
+    return StartingModel(ref=ref, label=f"{label} ({', '.join(said)})" if said else label, gone=gone)
 
 
 def model_positions(*, project: Project, references: Iterable[str]) -> dict[str, int]:
@@ -335,9 +354,33 @@ def model_positions(*, project: Project, references: Iterable[str]) -> dict[str,
 
 def offered_as_starting_model(*, run: Run) -> bool:
     """Whether the launch form offers ``run``'s final model to start from (``model_choices``): succeeded, not
-    archived, its model exported. A reward model scores text and writes none: no policy to go on from."""
-    return (run.status == RunStatus.SUCCEEDED and not run.archived and run.task != "reward"
-            and Artifact.objects.filter(run=run, kind=ArtifactKind.MODEL).exists())
+    archived, its model exported, and its export folder there (``model_dir_gone``: the launch refuses it otherwise).
+    A reward model scores text and writes none: no policy to go on from."""
+    if run.status != RunStatus.SUCCEEDED or run.archived or run.task == "reward":
+        return False
+    path = Artifact.objects.filter(run=run, kind=ArtifactKind.MODEL).values_list("path", flat=True).first()
+    return path is not None and not model_dir_gone(path)
+
+
+def final_export_gone(*, run: Run) -> str:
+    """What the run page says of a succeeded run whose exported model's folder was deleted since (``model_dir_gone``),
+    "" while it is there or the run exported none: what no longer takes it, and whether it can be exported again,
+    from the checkpoint of its step while the run's folder keeps it (``services.final_model_step``)."""
+    final = Artifact.objects.filter(run=run, kind=ArtifactKind.MODEL).values_list("step", "path").first()
+    if run.status != RunStatus.SUCCEEDED or final is None or not model_dir_gone(final[1]):
+        return ""
+    step = final[0]
+    uses = ("runs no longer start from it and the chat does not serve it" if run.generates_text
+            else "no run can be scored by it")
+    said = f"{capfirst(gone_model_words(run=named_model(run.name, run.public_id)))}, so {uses}."
+    if run.task == EXTERNAL_TASK:  # trained elsewhere: Temper has no checkpoint of it to export
+        return said
+    if step in checkpoint_steps(run):
+        return (f"{said} Export its checkpoint {step} under Checkpoints (the same weights) to start runs from "
+                f"{run.public_id}@{step}.")
+    lost = ("the run's folder, with the checkpoints it was exported from, is gone too" if not run.output_dir.is_dir()
+            else f"the run's folder keeps no checkpoint of step {step} any more")
+    return f"{said} It cannot be exported again: {lost}; Retry trains its spec again as a new run."
 
 
 def starts_from_the_demo_model(*, project: Project, model: str | None) -> bool:

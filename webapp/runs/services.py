@@ -1507,10 +1507,15 @@ def final_model_step(run: Run) -> int | None:
     """The step of a succeeded run's final model (its ``model`` artifact, exported when it succeeded), else None: the
     checkpoint of that step holds the same weights, so it is not exported again (``checkpoint_export_request``) and
     the run page shows it as the final model (``selectors.checkpoint_list``). A run resumed since is not succeeded:
-    its earlier final model is not offered, and that step's checkpoint may be exported."""
+    its earlier final model is not offered, and that step's checkpoint may be exported. Nor is a final model whose
+    export folder was deleted since (``model_dir_gone``): that checkpoint, while the run's folder keeps it, is then
+    the only way to the model again (``run_…@<step>``)."""
     if run.status != RunStatus.SUCCEEDED:
         return None
-    return run.artifacts.filter(kind=ArtifactKind.MODEL).values_list("step", flat=True).first()
+    final = run.artifacts.filter(kind=ArtifactKind.MODEL).values_list("step", "path").first()
+    if final is None or model_dir_gone(final[1]):
+        return None
+    return final[0]
 
 
 @transaction.atomic

@@ -160,7 +160,7 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
     train_choices = selectors.dataset_choices(project=project, kinds=services.train_kinds(task))
     eval_choices = selectors.dataset_choices(project=project, kinds=services.eval_kinds(task))
     model_choices = selectors.model_choices(project=project, current=initial.get("model"))
-    positions = selectors.model_positions(project=project, references=[value for value, _label in model_choices])
+    positions = selectors.model_positions(project=project, references=[choice.ref for choice in model_choices])
     return {
         "project": project, "membership": membership, "task": task, "tasks": tasks(),
         "sections": sections, "initial": initial, "errors": errors,
@@ -168,7 +168,7 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
         "scale_out": scale_out, "pools": selectors.pool_choices(current=initial.get("pool")),
         "rivals": json.dumps(ONE_OF_KEYS),  # static/runs_new.js clears a key's rival as the key is typed
         "pool_value": initial.get("pool") or DEFAULT_POOL,
-        "model_choices": [(value, label, positions.get(value)) for value, label in model_choices],
+        "model_choices": [(choice.ref, choice.label, positions.get(choice.ref)) for choice in model_choices],
         "model_limits": _model_limits(task, initial, preset_name, positions.get(initial.get("model"))),
         "train_choices": train_choices, "eval_choices": eval_choices,
         # The YAML view's list of ids: evaluation data of other kinds (prompts for sft) needs its id too.
@@ -247,7 +247,7 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
                 if not gone:
                     errors_heading = "This run's spec cannot run again as it is"
         else:
-            if (model := spec_ref(request.GET.get("model"))) in {value for value, _label in selectors.model_choices(project=project)}:
+            if (model := spec_ref(request.GET.get("model"))) in {choice.ref for choice in selectors.model_choices(project=project)}:
                 spec = {**spec, "model": model}  # a base model page's "Launch a run from it", a checkpoint named either way
             # A dataset version page's "Launch a … run on it": taken when the task trains on that version's kind.
             train_choices = selectors.dataset_choices(project=project, kinds=services.train_kinds(task))
@@ -549,8 +549,12 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
                          if len(selectors.sample_steps(run=run, kind="eval")) > 1 else None),
         "checkpoints": selectors.checkpoint_list(run=run), "serving_copy": selectors.serving_copy(run=run),
         # The chat offers a succeeded run's final model to members, archived runs' aside (chat_selectors.model_choices).
+        # Nor one whose folder was deleted since (ModelChoice.gone): the chat would refuse it.
         "can_chat": (membership.can(Role.MEMBER) and not run.archived
-                     and chat_selectors.model_choice(project=project, ref=run.public_id) is not None),
+                     and (choice := chat_selectors.model_choice(project=project, ref=run.public_id)) is not None
+                     and not choice.gone),
+        # Why its final model is no longer offered, when its export folder is gone, and whether it can be made again.
+        "export_gone": selectors.final_export_gone(run=run),
         # The next stage of a chain (SFT → DPO → …): the launch form with this run's model chosen, on its task.
         "can_launch_from": membership.can(Role.MEMBER) and selectors.offered_as_starting_model(run=run),
         "launch_task": selectors.launch_task(run=run),
@@ -984,10 +988,11 @@ def pipeline_create(request: HttpRequest, slug: str) -> HttpResponse:
         except ValidationError as error:
             errors = errors_by_key(error)
     else:
-        models = selectors.model_choices(project=project)
+        # The first starting model whose folder is there: a pipeline from a gone one is refused at its first stage.
+        model = next((choice.ref for choice in selectors.model_choices(project=project) if not choice.gone), "bm_…")
         train = selectors.newest_ready_version(project=project, kinds=("sft",))
         text = PIPELINE_EXAMPLE.format(
-            model=models[0][0] if models else "bm_…", sft=train or "dv_…",
+            model=model, sft=train or "dv_…",
             eval=selectors.newest_ready_version(project=project, kinds=("sft", "prompts"), other_than=train) or "dv_…",
             preference=selectors.newest_ready_version(project=project, kinds=("preference",)) or "dv_…")
     return render(request, "runs/pipeline_new.html", {"project": project, "membership": membership,

@@ -160,3 +160,143 @@ def test_the_launch_forms_model_list_says_which_base_models_folder_is_gone(team,
     assert f'<option value="{mine.public_id}" >{isolated("mine")} (base model, its folder is gone)</option>' in page
     assert (f'<option value="{catalog.base_model.public_id}" >{isolated(catalog.base_model.name)} (base model)'
             "</option>") in page  # a path outside the roots is left to the load that reads it
+
+
+def exported_checkpoint(run: Run, mine, step: int):
+    """``run``'s checkpoint ``step`` exported as a starting model (a copy of the base model's folder)."""
+    exported = run.output_dir / f"export-step-{step}"
+    shutil.copytree(mine.path, exported)
+    Artifact.objects.create(run=run, kind=ArtifactKind.CHECKPOINT, step=step, path=str(exported), size_bytes=10)
+    return exported
+
+
+def test_the_launch_forms_model_list_says_which_exports_and_checkpoints_folder_is_gone(team, catalog, mine,
+                                                                                       client_for):
+    """The list marked a gone base model only: a run's export or exported checkpoint whose folder was deleted was
+    offered as any other, and choosing it was refused only at launch."""
+    run, export = succeeded_with_export(team, catalog, mine)
+    shutil.rmtree(exported_checkpoint(run, mine, 5))
+    exported_checkpoint(run, mine, 6)
+    shutil.rmtree(export)
+    page = client_for(team.teammate).get("/p/alpha/runs/new/?task=sft").content.decode()
+    first = isolated("first")
+    assert (f'<option value="{run.public_id}" >{first} — sft model exported by {run.public_id} '
+            "(its folder is gone)</option>") in page
+    assert f'<option value="{run.public_id}@5" >{first} — checkpoint 5 (its folder is gone)</option>' in page
+    assert f'<option value="{run.public_id}@6" data-positions="2048" >{first} — checkpoint 6</option>' in page
+
+
+def test_the_launch_forms_model_list_looks_at_the_folders_once_per_recheck_period(team, catalog, mine, client_for,
+                                                                                   settings):
+    """Every model of the project is listed on each load of the form: whether its folder is there is the answer kept
+    for TEMPER_MODEL_FILES_RECHECK_SECONDS, as the chat's pickers keep it (``model_dir_gone(listing=True)``); the
+    launch itself looks again."""
+    run, export = succeeded_with_export(team, catalog, mine)
+    settings.TEMPER_MODEL_FILES_RECHECK_SECONDS = 3600
+    client = client_for(team.teammate)
+    assert "its folder is gone" not in client.get("/p/alpha/runs/new/?task=sft").content.decode()
+    shutil.rmtree(export)
+    shutil.rmtree(mine.path)
+    assert "its folder is gone" not in client.get("/p/alpha/runs/new/?task=sft").content.decode()
+    with pytest.raises(ValidationError):
+        services.run_create(project=team.project, spec={**sft_spec(catalog), "model": run.public_id}, user=team.owner)
+    settings.TEMPER_MODEL_FILES_RECHECK_SECONDS = 0
+    page = client.get("/p/alpha/runs/new/?task=sft").content.decode()
+    assert f"{isolated('mine')} (base model, its folder is gone)</option>" in page
+    assert f"sft model exported by {run.public_id} (its folder is gone)</option>" in page
+
+
+def test_a_duplicate_of_a_run_whose_starting_checkpoints_folder_is_gone_says_so_at_the_model_field(
+        team, catalog, mine, client_for, sent_tasks):
+    first, _export = succeeded_with_export(team, catalog, mine)
+    exported = exported_checkpoint(first, mine, 5)
+    second = launched(team, catalog, f"{first.public_id}@5", name="second")
+    shutil.rmtree(exported)
+    page = client_for(team.teammate).get(f"/p/alpha/runs/new/?from={second.public_id}").content.decode()
+    gone = (f"checkpoint 5 of run {isolated('first')} ({first.public_id}), exported as a starting model, is gone from "
+            "disk: its folder was deleted since; choose another model")
+    assert f'<small class="error" id="spec-model-error-1">{html.escape(gone)}</small>' in page
+    assert (f'<option value="{first.public_id}@5" selected>{isolated("first")} — checkpoint 5 (its folder is gone)'
+            "</option>") in page
+
+
+def test_the_pipeline_forms_example_starts_from_a_model_whose_folder_is_there(team, catalog, mine, client_for):
+    """The example stages filled in the project's first starting model, a base model whose folder was deleted (the
+    pipeline would be refused at its first stage) included."""
+    client = client_for(team.teammate)
+    assert f"model: {mine.public_id}\n" in client.get("/p/alpha/pipelines/new/").content.decode()  # "mine" < "tiny"
+    shutil.rmtree(mine.path)
+    page = client.get("/p/alpha/pipelines/new/").content.decode()
+    assert f"model: {catalog.base_model.public_id}\n" in page and mine.public_id not in page
+
+
+def test_the_api_says_which_base_models_and_exports_folder_is_gone(team, catalog, mine, client_for):
+    """The API's base models (the bm_… a spec's model names) and a run's artifacts (run_…, run_…@step) said nothing of
+    a folder deleted since: a client chose one, and its launch was refused."""
+    from django.test import Client
+
+    from webapp.api import schemas
+    from webapp.api.services import token_create
+
+    run, export = succeeded_with_export(team, catalog, mine)
+    shutil.rmtree(exported_checkpoint(run, mine, 5))
+    shutil.rmtree(mine.path)
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=team.viewer, name='t')[1]}")
+    response = api.get("/api/v1/projects/alpha/base-models/")
+    schemas.BaseModelList.model_validate_json(response.content)  # as the OpenAPI document describes it
+    listed = response.json()
+    assert {model["id"]: model["folder_gone"] for model in listed["base_models"]} == {
+        mine.public_id: True, catalog.base_model.public_id: False}
+    assert api.get(f"/api/v1/projects/alpha/base-models/{mine.public_id}/").json()["folder_gone"] is True
+    response = api.get(f"/api/v1/projects/alpha/runs/{run.public_id}/")
+    schemas.RunDetail.model_validate_json(response.content)
+    detail = response.json()
+    assert {(artifact["kind"], artifact["step"]): artifact["folder_gone"] for artifact in detail["artifacts"]} == {
+        ("model", 10): False, ("checkpoint", 5): True}
+
+
+def with_checkpoint(run: Run, step: int) -> None:
+    """A training checkpoint of ``run`` at ``step`` in its run folder (what an export of it reads)."""
+    directory = run.output_dir / "checkpoints" / str(step)
+    directory.mkdir(parents=True)
+    (directory / "state").write_text("weights")
+
+
+def test_the_run_page_says_its_export_is_gone_for_good_once_its_run_folder_is(team, catalog, mine, client_for,
+                                                                              sent_tasks):
+    """Its export and run folder deleted, the page still offered Chat with it and Launch a run from it (the chat and
+    the launch refuse the model) and said nothing of why: the export cannot be made again, its checkpoints gone."""
+    run, _export = succeeded_with_export(team, catalog, mine)
+    with_checkpoint(run, 10)
+    client = client_for(team.teammate)
+    page = page_of(client, run)
+    assert 'id="chat-with-run"' in page and 'id="launch-from-run"' in page and 'id="export-gone"' not in page
+    shutil.rmtree(run.output_dir)
+    page = page_of(client, run)
+    assert 'id="chat-with-run"' not in page and 'id="launch-from-run"' not in page
+    assert f"?model={run.public_id}&amp;" not in page and 'action="/p/alpha/runs/{run.public_id}/export/"' not in page
+    gone = html.escape(f"The model run {isolated('first')} ({run.public_id}) exported is gone from disk: its export "
+                       "folder was deleted since, so runs no longer start from it and the chat does not serve it. It "
+                       "cannot be exported again: the run's folder, with the checkpoints it was exported from, is "
+                       "gone too; Retry trains its spec again as a new run.")
+    assert f'<p class="card run-message" id="export-gone">{gone}</p>' in page
+    assert 'id="retry-refused"' not in page  # what the note offers works
+
+
+def test_a_run_whose_export_alone_is_gone_offers_its_final_checkpoint_for_export(
+        team, catalog, mine, client_for, sent_tasks, django_capture_on_commit_callbacks):
+    """The checkpoint of the final step was shown as the final model (start runs from it, its launch refused) and
+    its export refused as one made already: with that export's folder deleted, it is the way to the model again."""
+    run, export = succeeded_with_export(team, catalog, mine)
+    with_checkpoint(run, 10)
+    client = client_for(team.teammate)
+    assert '<span class="badge badge-ok">final model</span>' in page_of(client, run)
+    shutil.rmtree(export)
+    page = page_of(client, run)
+    assert '<span class="badge badge-ok">final model</span>' not in page
+    assert f'action="/p/alpha/runs/{run.public_id}/export/"' in page and 'name="step" value="10"' in page
+    assert html.escape(f"Export its checkpoint 10 under Checkpoints (the same weights) to start runs from "
+                       f"{run.public_id}@10.") in page
+    with django_capture_on_commit_callbacks(execute=True):
+        services.checkpoint_export_request(run=run, step=10, user=team.teammate)
+    assert sent_tasks.calls[-1] == (services.EXPORT_CHECKPOINT_TASK, [run.pk, 10], "train")

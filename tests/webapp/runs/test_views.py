@@ -953,6 +953,7 @@ def test_the_final_steps_checkpoint_is_shown_once_as_the_final_model(team, run, 
     Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, current_step=6)
     for step in (3, 6):
         (run.output_dir / "checkpoints" / str(step)).mkdir(parents=True)
+    (run.output_dir / "export").mkdir()  # an export deleted since is no final model any more: its step is exported
     Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, step=6, path=str(run.output_dir / "export"))
     client = client_for(team.teammate)
     partial = client.get(url(run, "checkpoints/")).content.decode()
@@ -985,6 +986,7 @@ def test_each_checkpoint_offers_a_run_from_it_exporting_it_first_where_it_is_not
     run.refresh_from_db()
     for step in (3, 6, 9):
         (run.output_dir / "checkpoints" / str(step)).mkdir(parents=True)
+    (run.output_dir / "export").mkdir()
     Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, step=9, path=str(run.output_dir / "export"))
     (run.output_dir / "export-step-3").mkdir()
     services.checkpoint_export_request(run=run, step=3, user=team.teammate)
