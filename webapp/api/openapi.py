@@ -60,7 +60,7 @@ IN_PROGRESS = {"409": _json("The first request sent with this Idempotency-Key is
                             "sent while it works): `{\"detail\": message}`; nothing more was made: try again in a "
                             "minute to get what it made.", schemas.Detail)}
 # Every body the API answers with (webapp.api.schemas), the components the responses refer to.
-ANSWERS = (schemas.BaseModelList, schemas.BaseModelOut, schemas.DatasetList, schemas.DatasetDetail,
+ANSWERS = (schemas.ProjectList, schemas.BaseModelList, schemas.BaseModelOut, schemas.DatasetList, schemas.DatasetDetail,
            schemas.DatasetComparison, schemas.DatasetVersionOut, schemas.UploadOut, schemas.RunPage, schemas.RunDetail, schemas.RunOut,
            schemas.SweepOut, schemas.MetricSeries, schemas.MetricsLogged, schemas.SampleList, schemas.SamplesStored, schemas.RunLog,
            schemas.PipelineList, schemas.PipelineOut, schemas.FieldErrors, schemas.Detail)
@@ -151,6 +151,9 @@ def build_document() -> dict[str, Any]:
     model_upload_operation["responses"].update(TOO_LARGE)
     base = "/api/v1/projects/{slug}"
     paths = {
+        "/api/v1/projects/": {"get": _operation(
+            "List the projects the token's user belongs to, by name: their slugs (which every other address names), "
+            "your role in each, and the addresses of their lists", [], answer=schemas.ProjectList)},
         f"{base}/base-models/": {"get": _operation("List the project's base models (the bm_… ids a run's model names)",
                                                    [SLUG], answer=schemas.BaseModelList),
                                  "post": {**model_upload_operation, "requestBody": model_upload}},

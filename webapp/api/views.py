@@ -20,6 +20,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 
 from jaxengine.words import with_article
@@ -46,7 +47,8 @@ from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.datasets.uploads import (LimitedUploadHandler, body_too_large, file_too_large_message,
                                      name_as_uploaded, one_file_per_upload_message, upload_cut_short_message)
 from webapp.projects.access import get_project_for_user
-from webapp.projects.models import Role
+from webapp.projects.models import Project, Role
+from webapp.projects.selectors import project_list_for_user
 from webapp.review import selectors as review_selectors
 from webapp.review.models import Campaign
 from webapp.runs import artifacts, reporting
@@ -268,6 +270,27 @@ def _base_model_json(model) -> dict[str, Any]:
             "context_length": model.context_length, "vocab_size": model.vocab_size,
             "tokenizer_type": model.tokenizer_type, "dtype": model.dtype, "size_bytes": model.size_bytes,
             "uploaded": model.uploaded, "created_at": model.created_at.isoformat()}
+
+
+# What a project's listing links to: the lists a script starts from (``api:<name>``), keyed as its answer names them.
+PROJECT_LISTS = {"base_models": "api:base_models", "datasets": "api:datasets", "runs": "api:runs",
+                 "pipelines": "api:pipelines"}
+
+
+def _project_json(request: HttpRequest, project: Project) -> dict[str, Any]:
+    """A project as the token's user sees it: ``project.role`` (``project_list_for_user``'s) is theirs."""
+    return {"slug": project.slug, "name": project.name, "role": project.role,
+            "created_at": project.created_at.isoformat(),
+            "urls": {key: request.build_absolute_uri(reverse(name, kwargs={"slug": project.slug}))
+                     for key, name in PROJECT_LISTS.items()}}
+
+
+@api_view(("GET",))
+def projects(request: HttpRequest) -> JsonResponse:
+    """The projects the token's user belongs to, by name, with their role in each: where a script learns the slugs
+    every other address names (it saw them only in a browser's address bar)."""
+    return JsonResponse({"projects": [_project_json(request, project)
+                                      for project in project_list_for_user(user=request.user)]})
 
 
 @api_view(("GET", "POST"))

@@ -69,6 +69,45 @@ def test_it_requires_a_token(world):
     assert status == 401
 
 
+def test_it_lists_the_projects_a_token_reaches(world):
+    """Audit: every endpoint sits under /api/v1/projects/<slug>/, and a script holding only a token had no way to
+    learn a slug (GET /api/v1/projects/ was a 404 "no API endpoint"): the slug was read off a browser's address bar.
+    The list is the token's user's own projects, each with the role that says what the token may do there."""
+    from pydantic import TypeAdapter
+
+    from webapp.api import schemas
+    from webapp.projects.models import Role
+    from webapp.projects.services import membership_add
+
+    team, apis, _sent = world
+    status, body = apis["viewer"].call("GET", "/api/v1/projects/")
+    assert status == 200, body
+    assert [(project["slug"], project["name"], project["role"]) for project in body["projects"]] == [
+        ("alpha", "Project alpha", "viewer")]
+    assert body["projects"][0]["urls"] == {
+        "base_models": f"{apis['viewer'].base}/api/v1/projects/alpha/base-models/",
+        "datasets": f"{apis['viewer'].base}/api/v1/projects/alpha/datasets/",
+        "runs": f"{apis['viewer'].base}/api/v1/projects/alpha/runs/",
+        "pipelines": f"{apis['viewer'].base}/api/v1/projects/alpha/pipelines/"}
+    # Scoped to the caller: the outsider sees its own project, not alpha; by name, each with its own role.
+    assert [project["slug"] for project in apis["outsider"].call("GET", "/api/v1/projects/")[1]["projects"]] == [
+        "alpha-elsewhere"]
+    membership_add(project=team.outsider_project, user=team.teammate, role=Role.OWNER)
+    listed = apis["teammate"].call("GET", "/api/v1/projects/")[1]["projects"]
+    assert [(project["name"], project["role"]) for project in listed] == [("Elsewhere", "owner"),
+                                                                          ("Project alpha", "member")]
+    # Each listed slug is one the project's endpoints answer.
+    assert apis["teammate"].call("GET", listed[0]["urls"]["runs"].removeprefix(apis["teammate"].base))[0] == 200
+    assert apis["anonymous"].call("GET", "/api/v1/projects/")[0] == 401
+    assert apis["viewer"].call("GET", "/api/v1/projects/?role=owner") == (400, {"errors": {"role": [
+        "unknown query parameter; this address takes no query parameters"]}})
+    # The OpenAPI document describes it, and the answer is what it says.
+    document = apis["anonymous"].call("GET", "/api/v1/openapi.json")[1]
+    schema = document["paths"]["/api/v1/projects/"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert schema == {"$ref": "#/components/schemas/ProjectList"} and "ProjectList" in document["components"]["schemas"]
+    TypeAdapter(schemas.ProjectList).validate_json(json.dumps(body))
+
+
 def test_datasets_upload_list_get(world):
     _team, apis, sent = world
     rows = b'{"prompt": "a", "completion": "b"}\n'
