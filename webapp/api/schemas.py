@@ -280,8 +280,10 @@ class RunOut(_Answer):
 
 class ArtifactOut(_Answer):
     kind: Literal["model", "adapter", "checkpoint"]
-    step: int | None = Field(description="A checkpoint's step; null for the model and the adapter.")
+    step: int = Field(description="The step it holds: a checkpoint's, or for the model and the adapter the run's "
+                                  "last (the export is written over by a resume).")
     size_bytes: int
+    url: str = Field(description="The address that downloads it as a tar (a checkpoint's with ?step=).")
 
 
 class RunDetail(RunOut):

@@ -56,7 +56,7 @@ from webapp.runs import selectors as run_selectors
 from webapp.runs import services as run_services
 from webapp.runs import sweeps
 from webapp.runs.access import get_run_for_user
-from webapp.runs.models import Run
+from webapp.runs.models import Artifact, ArtifactKind, Run
 
 
 def _error(status: int, **body: Any) -> JsonResponse:
@@ -250,18 +250,28 @@ def _dataset_json(dataset: Dataset, *, versions: bool = False) -> dict[str, Any]
     return body
 
 
-def _run_json(run: Run, *, detail: bool = False) -> dict[str, Any]:
-    body = {"id": run.public_id, "name": run.name, "task": run.task, "status": run.status,
+def _run_json(run: Run) -> dict[str, Any]:
+    return {"id": run.public_id, "name": run.name, "task": run.task, "status": run.status,
             "error_message": run.error_message, "notice": run.notice, "stopping": run.is_stopping, "attempt": run.attempt,
             "current_step": run.current_step, "total_steps": run.total_steps, "tokens_seen": run.tokens_seen,
             "tags": run.tags, "archived": run.archived, "created_at": run.created_at.isoformat(),
             "finished_at": run.finished_at.isoformat() if run.finished_at else None,
             "final_metrics": run.final_metrics}
-    if detail:
-        body.update(spec=run.spec, summary=run.summary, notes=run.notes,
-                    artifacts=[{"kind": artifact.kind, "step": artifact.step, "size_bytes": artifact.size_bytes}
-                               for artifact in run.artifacts.all()])
-    return body
+
+
+def _run_detail_json(request: HttpRequest, run: Run) -> dict[str, Any]:
+    """A run with its spec, summary, notes and artifacts, each with the address that downloads it."""
+    return {**_run_json(run), "spec": run.spec, "summary": run.summary, "notes": run.notes,
+            "artifacts": [{"kind": artifact.kind, "step": artifact.step, "size_bytes": artifact.size_bytes,
+                           "url": _artifact_url(request, run, artifact)} for artifact in run.artifacts.all()]}
+
+
+def _artifact_url(request: HttpRequest, run: Run, artifact: Artifact) -> str:
+    # A checkpoint is named by its step; the model and the adapter, one a run, need none (run_artifact).
+    path = reverse("api:run_artifact", kwargs={"slug": run.project.slug, "run_id": run.public_id,
+                                               "kind": artifact.kind})
+    return request.build_absolute_uri(path + (f"?step={artifact.step}" if artifact.kind == ArtifactKind.CHECKPOINT
+                                              else ""))
 
 
 def _base_model_json(model) -> dict[str, Any]:
@@ -576,11 +586,11 @@ def runs(request: HttpRequest, slug: str) -> JsonResponse:
 
     sent = request_send_once(request, create=launch)
     if body.sweep is not None:  # what the sending made is the sweep's tag (a repeat finds its runs by it)
-        return _created({"sweep": sent.result, "runs": [_run_json(run, detail=True) for run in
+        return _created({"sweep": sent.result, "runs": [_run_detail_json(request, run) for run in
                                                         run_selectors.sweep_runs(project=project, tag=sent.result)]},
                         sent)
     run, = run_selectors.runs_by_ids(project=project, public_ids=[sent.result])
-    return _created(_run_json(run, detail=True), sent)
+    return _created(_run_detail_json(request, run), sent)
 
 
 @api_view(("GET", "PATCH", "DELETE"))
@@ -591,7 +601,7 @@ def run_detail(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     queued or running)."""
     _project, membership, run = get_run_for_user(request.user, slug, run_id, write=request.method != "GET")
     if request.method == "GET":
-        return JsonResponse(_run_json(run, detail=True))
+        return JsonResponse(_run_detail_json(request, run))
     if request.method == "PATCH":
         body = _body(request, schemas.RunUpdate)
         details = {key: getattr(body, key) for key in ("name", "tags", "notes") if key in body.model_fields_set}
@@ -604,7 +614,7 @@ def run_detail(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
             if details:
                 run_services.run_update_details(run=run, **details)
         run.refresh_from_db()
-        return JsonResponse(_run_json(run, detail=True))
+        return JsonResponse(_run_detail_json(request, run))
     run_selectors.ensure_may_delete_run(membership=membership, run=run)
     run_services.run_delete(run=run)
     return HttpResponse(status=204)

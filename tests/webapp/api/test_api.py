@@ -726,6 +726,34 @@ def test_artifacts_download_as_tar(world):
     assert apis["outsider"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/model/")[0] == 404
 
 
+def test_a_runs_artifacts_give_the_address_that_downloads_each(world):
+    """Audit: a run's artifacts were {kind, step, size_bytes}, so a script put the download's address together from
+    the README (a checkpoint's with ?step=, a model's without it); and the OpenAPI document said a model's step was
+    null, where it is the step the model holds. Each now carries its url, and following it gets that artifact."""
+    team, apis, _sent = world
+    model, data = make_base_model(team.project), make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+    _status, created = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"spec": spec})
+    run = Run.objects.get(public_id=created["id"])
+    export, checkpoint = run.output_dir / "export", run.output_dir / "export-step-3"
+    for folder in (export, checkpoint):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, step=5, path=str(export))
+    Artifact.objects.create(run=run, kind=ArtifactKind.CHECKPOINT, step=3, path=str(checkpoint))
+    status, body = apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/")
+    base = f"{apis['viewer'].base}/api/v1/projects/alpha/runs/{run.public_id}/artifacts"
+    assert status == 200 and [(artifact["kind"], artifact["step"], artifact["url"]) for artifact in body["artifacts"]] == [
+        ("checkpoint", 3, f"{base}/checkpoint/?step=3"), ("model", 5, f"{base}/model/")]
+    for artifact, folder in zip(body["artifacts"], ("export-step-3", "export")):
+        status, raw = apis["viewer"].call("GET", artifact["url"].removeprefix(apis["viewer"].base))
+        with tarfile.open(fileobj=io.BytesIO(raw)) as archive:
+            assert status == 200 and archive.getnames() == [f"{folder}/config.json"]
+    document = apis["anonymous"].call("GET", "/api/v1/openapi.json")[1]
+    artifact_schema = document["components"]["schemas"]["ArtifactOut"]["properties"]
+    assert "null" not in artifact_schema["step"]["description"] and "url" in artifact_schema
+
+
 def test_base_models_are_listed_for_every_role_and_hidden_from_outsiders(world):
     team, apis, _sent = world
     tiny = make_base_model(team.project, name="tiny", path="/models/tiny")
