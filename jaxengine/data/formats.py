@@ -1068,10 +1068,10 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
         # strict: a quote left open, or text after a closing quote, is an error, not cells silently joined
         # The reader's line_num, the lines it has read, is the line a problem it raises is on.
         reader = csv.reader(_decoded_lines(handle), strict=True)
+        header = None
         try:
             # Blank lines before the header are skipped as they are between rows: read as the header, they
             # made it an empty list, and a file of blank lines stopped the check with an IndexError.
-            header = None
             while header is None or _blank_csv_row(header):
                 header = next(reader, None)
                 if header is None:
@@ -1081,10 +1081,7 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
             header = [name.strip() for name in header]
             if header[0].startswith(("{", "[")):
                 # JSON saved under a .csv name: every row was otherwise "missing" its fields, with no word of why.
-                raise DatasetFormatError(Issue(
-                    code="csv_header", line=header_line,
-                    message="the first line is JSON, not a CSV header row: the file looks like JSON Lines (or a "
-                            "JSON array); give it the .jsonl (or .json) extension and upload it again"))
+                raise DatasetFormatError(_json_not_csv(line=header_line))
             _check_other_separator(header, line=header_line)
             _check_csv_header(header, line=header_line)
             row = 0
@@ -1117,9 +1114,26 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
                     continue
                 yield RawRow(row=row, line=first_line, value=dict(zip(header, cells)))
         except csv.Error as exc:
+            # Compact JSON (JSON.stringify, jq -c: no space after a comma) trips the reader inside its first line,
+            # before it is a header to look at: it was told to fix its quoting, as a CSV file.
+            if (header is None or _blank_csv_row(header)) and _starts_as_json(path):
+                raise DatasetFormatError(_json_not_csv(line=reader.line_num)) from None
             raise DatasetFormatError(_csv_issue(exc, first_line=first_line, line=reader.line_num)) from None
         finally:  # the limit is the process's: other readers of CSV keep theirs
             csv.field_size_limit(previous_limit)
+
+
+def _json_not_csv(*, line: int) -> Issue:
+    return Issue(code="csv_header", line=line,
+                 message="the first line is JSON, not a CSV header row: the file looks like JSON Lines (or a JSON "
+                         "array); give it the .jsonl (or .json) extension and upload it again")
+
+
+def _starts_as_json(path: Path) -> bool:
+    """Whether the file's first text, past a byte order mark, spaces and blank lines, opens a JSON object or array."""
+    with open(path, "rb") as handle:
+        start = handle.read(4096)
+    return start.removeprefix(codecs.BOM_UTF8).lstrip().startswith((b"{", b"["))
 
 
 def _blank_csv_row(cells: list[str]) -> bool:

@@ -210,6 +210,30 @@ def test_a_version_shows_its_column_mapping_and_statistics(world):
     assert version["statistics"]["fields"]["completion"]["max"] == 5
 
 
+@pytest.mark.parametrize(("filename", "file_format"), [("rows.csv", ""), ("rows.jsonl", "csv")],
+                         ids=["csv-name", "csv-format"])
+def test_json_lines_read_as_csv_are_named_as_json(world, filename, file_format):
+    """Audit: JSON Lines uploaded as CSV (under a .csv name, or with file_format csv) failed with 'text follows the
+    closing " of a quoted cell: quote the whole cell and write each " inside it as ""', advice for a CSV file, when
+    its rows were written compact (JSON.stringify, jq -c, json.dumps(separators=(",", ":"))): the README says JSON
+    under a .csv name is named as such, and it was only where a space after each comma let the first line be read
+    as a header row before the quotes tripped the reader."""
+    from webapp.datasets import services
+    from webapp.datasets.models import DatasetVersion
+
+    _team, apis, _sent = world
+    fields = {"name": "rows", "kind": "sft", **({"file_format": file_format} if file_format else {})}
+    status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/", fields, filename,
+                                           b'{"prompt":"2+2?","completion":"4"}\n{"prompt":"Hi","completion":"Hello"}\n')
+    assert status == 201, body
+    services.dataset_version_validate(version_id=DatasetVersion.objects.get(public_id=body["version"]["id"]).pk)
+    status, version = apis["viewer"].call("GET", f"/api/v1/projects/alpha/datasets/{body['dataset']['id']}/versions/1/")
+    assert status == 200 and version["status"] == "failed"
+    assert version["errors"] == [{"code": "csv_header", "line": 1, "row": None, "field": None, "message": (
+        "the first line is JSON, not a CSV header row: the file looks like JSON Lines (or a JSON array); give it the "
+        ".jsonl (or .json) extension and upload it again")}]
+
+
 def test_a_new_version_sent_without_a_mapping_keeps_the_last_versions(world):
     """QA: a new version sent through the API without ``mapping`` was read with none, where the web form starts
     from the last version's: a file of the same columns failed with "no column 'prompt'" on every row."""
