@@ -230,8 +230,9 @@ def test_json_lines_read_as_csv_are_named_as_json(world, filename, file_format):
     status, version = apis["viewer"].call("GET", f"/api/v1/projects/alpha/datasets/{body['dataset']['id']}/versions/1/")
     assert status == 200 and version["status"] == "failed"
     assert version["errors"] == [{"code": "csv_header", "line": 1, "row": None, "field": None, "message": (
-        "the first line is JSON, not a CSV header row: the file looks like JSON Lines (or a JSON array); give it the "
-        ".jsonl (or .json) extension and upload it again")}]
+        "the first line is JSON, not a CSV header row: the file looks like JSON Lines; choose the format JSON Lines "
+        "(Format on the upload form, file_format in the API) or give the file the .jsonl extension, and upload it "
+        "again")}]
 
 
 def test_a_new_version_sent_without_a_mapping_keeps_the_last_versions(world):
