@@ -583,13 +583,14 @@ def model(request: HttpRequest, model_id: str) -> HttpResponse:
         return _unauthorized(request)
     choice = selectors.model_choice(project=token.project, ref=model_id)
     if choice is None:
-        return _model_not_found(model_id, token)
+        return _model_not_found(model_id, token, why=selectors.run_serves_no_model(project=token.project, ref=model_id))
     return JsonResponse(_model_json(choice, token))
 
 
-def _model_not_found(model_id: str, token) -> JsonResponse:
-    return _error(404, f"the model {shown_text(model_id)} does not exist in project {token.project.slug}; "
-                       "GET /v1/models lists them", code="model_not_found")
+def _model_not_found(model_id: str, token, *, why: str | None) -> JsonResponse:
+    """``why``: ``selectors.run_serves_no_model``'s words for a run of the project that serves no model."""
+    return _error(404, why or f"the model {shown_text(model_id)} does not exist in project {token.project.slug}; "
+                              "GET /v1/models lists them", code="model_not_found")
 
 
 def engine_seed(seed: int) -> int:
@@ -666,7 +667,8 @@ async def _start(request: HttpRequest, schema: type[_Body], prefix: str):
         return _invalid_body(error, schema)
     choice = await sync_to_async(selectors.model_choice)(project=token.project, ref=body.model)
     if choice is None:
-        return _model_not_found(body.model, token)
+        why = await sync_to_async(selectors.run_serves_no_model)(project=token.project, ref=body.model)
+        return _model_not_found(body.model, token, why=why)
     if choice.refused:  # registered before its directory lay in another project's folder: never sent to a worker
         return _error(409, choice.refused, code="model_not_loadable", param="model")
     return token, body, choice, f"{prefix}-{secrets.token_hex(12)}"
