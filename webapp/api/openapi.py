@@ -322,7 +322,9 @@ def build_document() -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "Temper API", "version": "1",
                  "description": "Datasets, runs, metrics, samples and artifacts of Temper projects. "
-                                "Authenticate with `Authorization: Bearer <token>` (API tokens page)."},
+                                "Authenticate with `Authorization: Bearer <token>` (a tmp_… token: the API tokens "
+                                "page, or `python manage.py resttoken --user NAME`); `GET /api/v1/projects/` lists "
+                                "the projects it reaches, whose slugs the other addresses name."},
         "paths": paths,
         "components": {"schemas": components,
                        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},

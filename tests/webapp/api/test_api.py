@@ -105,6 +105,7 @@ def test_it_lists_the_projects_a_token_reaches(world):
     document = apis["anonymous"].call("GET", "/api/v1/openapi.json")[1]
     schema = document["paths"]["/api/v1/projects/"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
     assert schema == {"$ref": "#/components/schemas/ProjectList"} and "ProjectList" in document["components"]["schemas"]
+    assert "`GET /api/v1/projects/` lists the projects it reaches" in document["info"]["description"]
     TypeAdapter(schemas.ProjectList).validate_json(json.dumps(body))
 
 
