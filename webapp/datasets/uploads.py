@@ -61,10 +61,16 @@ def body_too_large(content_length: str | int | None, *, max_upload_bytes: int) -
     return length > max_upload_bytes + MULTIPART_OVERHEAD_BYTES
 
 
+# What to do with a dataset file past TEMPER_MAX_UPLOAD_BYTES (the page's check before sending, as it streams in, and
+# before its body is read). Not "split it": a run trains on one version (data.train names one file), so the parts
+# would each train alone; Parquet holds the same rows compressed (the demo's SFT rows: 7 times smaller).
+TOO_LARGE_REMEDY = ("convert it to Parquet (.parquet: compressed, often several times smaller than JSON Lines or CSV), "
+                    "or ask an administrator to raise TEMPER_MAX_UPLOAD_BYTES")
+
+
 def file_too_large_message(limit: int) -> str:
     """The refusal of a dataset file past ``TEMPER_MAX_UPLOAD_BYTES`` as it arrives, on the page and in the API."""
-    return (f"the file is over the {filesizeformat(limit)} upload limit; split it into smaller files "
-            "or ask an administrator to raise TEMPER_MAX_UPLOAD_BYTES")
+    return f"the file is over the {filesizeformat(limit)} upload limit; {TOO_LARGE_REMEDY}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -252,8 +258,7 @@ class RequestBodyLimit:
         """The 413's content type and body in the shape of the place asked: the REST API's and the
         OpenAI-compatible API's JSON errors (``webapp.core.views.bad_request``), else a small page."""
         if reason == "upload":
-            message = (f"the request body is over the upload limit of {self.upload_bytes} bytes "
-                       "(TEMPER_MAX_UPLOAD_BYTES); split the file into smaller files")
+            message = f"the request body is over the upload limit of {self.upload_bytes} bytes; {TOO_LARGE_REMEDY}"
         elif reason == "model":
             message = (f"the request body is over the model upload limit of {self.model_upload_bytes} bytes "
                        "(TEMPER_MODEL_UPLOAD_MAX_BYTES); ask an administrator to raise it, or to copy the model under "

@@ -211,6 +211,38 @@ def test_a_version_shows_its_column_mapping_and_statistics(world):
     assert version["statistics"]["fields"]["completion"]["max"] == 5
 
 
+def test_a_file_over_the_upload_limit_is_told_what_can_be_done(world, settings):
+    """Audit: a file over TEMPER_MAX_UPLOAD_BYTES was told to "split it into smaller files", but a run trains on one
+    dataset version (data.train names one), so the parts would each train alone. Parquet, which Temper reads, is
+    compressed: the same rows in a file several times smaller. Both refusals, as the file streams in and before the
+    body is read (its Content-Length), say so, and nothing is kept."""
+    import asyncio
+
+    from webapp.datasets.uploads import MULTIPART_OVERHEAD_BYTES, RequestBodyLimit
+
+    _team, apis, _sent = world
+    settings.TEMPER_MAX_UPLOAD_BYTES = 1000
+    status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/", {"name": "big", "kind": "sft"},
+                                           "big.jsonl", b'{"prompt": "a", "completion": "b"}\n' * 100)
+    remedy = ("convert it to Parquet (.parquet: compressed, often several times smaller than JSON Lines or CSV), or "
+              "ask an administrator to raise TEMPER_MAX_UPLOAD_BYTES")
+    assert (status, body) == (413, {"detail": f"the file is over the 1000\xa0bytes upload limit; {remedy}"})
+    assert not Dataset.objects.exists()
+    sent = []
+
+    async def refused_before_read(scope, receive, send):
+        raise AssertionError("refused before the application")
+
+    async def send(message):
+        sent.append(message)
+
+    guard = RequestBodyLimit(refused_before_read, max_upload_bytes=1000)
+    too_long = str(1000 + MULTIPART_OVERHEAD_BYTES + 1).encode()
+    asyncio.run(guard({"type": "http", "path": "/api/v1/projects/alpha/datasets/",
+                       "headers": [(b"content-length", too_long)]}, None, send))
+    assert json.loads(sent[1]["body"]) == {"detail": f"the request body is over the upload limit of 1000 bytes; {remedy}"}
+
+
 @pytest.mark.parametrize(("filename", "file_format"), [("rows.csv", ""), ("rows.jsonl", "csv")],
                          ids=["csv-name", "csv-format"])
 def test_json_lines_read_as_csv_are_named_as_json(world, filename, file_format):
