@@ -308,7 +308,8 @@ def build_document() -> dict[str, Any]:
             "after its current step), an export stage not yet writing is dropped (400 while it writes its serving "
             "copy, and once the pipeline has ended)", [SLUG, PIPELINE], answer=schemas.PipelineOut)},
         f"{base}/runs/{{run_id}}/artifacts/{{kind}}/": {
-            "get": {**_operation("Download an artifact (model or adapter) as a tar archive",
+            "get": {**_operation("Download an artifact (model, adapter, or checkpoint with ?step=N: the url each of "
+                                 "the run's artifacts gives) as a tar archive; 404 saying why for one the run has not",
                                  [SLUG, RUN, {"name": "kind", "in": "path", "required": True,
                                               "schema": {"type": "string", "enum": ["model", "adapter", "checkpoint"]}},
                                   _query("step", "checkpoint: its step", "integer")]),

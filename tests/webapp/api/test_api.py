@@ -810,6 +810,8 @@ def test_a_runs_artifacts_give_the_address_that_downloads_each(world):
     document = apis["anonymous"].call("GET", "/api/v1/openapi.json")[1]
     artifact_schema = document["components"]["schemas"]["ArtifactOut"]["properties"]
     assert "null" not in artifact_schema["step"]["description"] and "url" in artifact_schema
+    download = document["paths"]["/api/v1/projects/{slug}/runs/{run_id}/artifacts/{kind}/"]["get"]["summary"]
+    assert "checkpoint with ?step=N" in download
 
 
 def test_base_models_are_listed_for_every_role_and_hidden_from_outsiders(world):
