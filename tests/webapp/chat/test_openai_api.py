@@ -1499,5 +1499,9 @@ def test_a_run_that_serves_no_model_is_named_with_why(api, team):
     assert refusal(reward.public_id) == (
         f"run {reward.public_id} (\u2068judge\u2069) trained a reward model, which scores answers and writes none: "
         "there is nothing to chat with")
-    # Not a run of this project: the words are those of a missing model.
+    # Not a run of this project, none at all or another project's: the words are those of a missing model.
     assert refusal("run_nothing") == "the model 'run_nothing' does not exist in project alpha; GET /v1/models lists them"
+    theirs = Run.objects.create(project=team.outsider_project, name="secret", task="sft", spec={}, resolved_spec={},
+                                created_by=team.outsider, status=RunStatus.RUNNING)
+    assert refusal(theirs.public_id) == (f"the model '{theirs.public_id}' does not exist in project alpha; "
+                                         "GET /v1/models lists them")
