@@ -258,7 +258,8 @@ class RequestBodyLimit:
         """The 413's content type and body in the shape of the place asked: the REST API's and the
         OpenAI-compatible API's JSON errors (``webapp.core.views.bad_request``), else a small page."""
         if reason == "upload":
-            message = f"the request body is over the upload limit of {self.upload_bytes} bytes; {TOO_LARGE_REMEDY}"
+            message = (f"the request body is over the upload limit of {self.upload_bytes} bytes "
+                       f"(TEMPER_MAX_UPLOAD_BYTES); {TOO_LARGE_REMEDY}")
         elif reason == "model":
             message = (f"the request body is over the model upload limit of {self.model_upload_bytes} bytes "
                        "(TEMPER_MODEL_UPLOAD_MAX_BYTES); ask an administrator to raise it, or to copy the model under "

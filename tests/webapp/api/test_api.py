@@ -240,7 +240,8 @@ def test_a_file_over_the_upload_limit_is_told_what_can_be_done(world, settings):
     too_long = str(1000 + MULTIPART_OVERHEAD_BYTES + 1).encode()
     asyncio.run(guard({"type": "http", "path": "/api/v1/projects/alpha/datasets/",
                        "headers": [(b"content-length", too_long)]}, None, send))
-    assert json.loads(sent[1]["body"]) == {"detail": f"the request body is over the upload limit of 1000 bytes; {remedy}"}
+    assert json.loads(sent[1]["body"]) == {
+        "detail": f"the request body is over the upload limit of 1000 bytes (TEMPER_MAX_UPLOAD_BYTES); {remedy}"}
 
 
 @pytest.mark.parametrize(("filename", "file_format"), [("rows.csv", ""), ("rows.jsonl", "csv")],
