@@ -28,6 +28,7 @@ from django.db import connections
 from django.template.defaultfilters import filesizeformat
 from django.http.cookie import parse_cookie
 
+from jaxengine.data.formats import TOO_LARGE_REMEDY
 from webapp.api.services import token_authenticate
 from webapp.core.middleware import security_headers
 from webapp.core.views import json_api_at
@@ -59,13 +60,6 @@ def body_too_large(content_length: str | int | None, *, max_upload_bytes: int) -
     except (TypeError, ValueError):
         return False
     return length > max_upload_bytes + MULTIPART_OVERHEAD_BYTES
-
-
-# What to do with a dataset file past TEMPER_MAX_UPLOAD_BYTES (the page's check before sending, as it streams in, and
-# before its body is read). Not "split it": a run trains on one version (data.train names one file), so the parts
-# would each train alone; Parquet holds the same rows compressed (the demo's SFT rows: 7 times smaller).
-TOO_LARGE_REMEDY = ("convert it to Parquet (.parquet: compressed, often several times smaller than JSON Lines or CSV), "
-                    "or ask an administrator to raise TEMPER_MAX_UPLOAD_BYTES")
 
 
 def file_too_large_message(limit: int) -> str:

@@ -30,7 +30,7 @@ from webapp.core.submissions import deleted_once_or_refused, form_send_once, sen
 from webapp.datasets import selectors, services
 from webapp.datasets.forms import TokenStatisticsForm, UploadForm, mapping_field_name
 from webapp.datasets.models import Dataset, VersionStatus
-from webapp.datasets.uploads import (TOO_LARGE_REMEDY, LimitedUploadHandler, body_too_large, file_too_large_message,
+from webapp.datasets.uploads import (LimitedUploadHandler, body_too_large, file_too_large_message,
                                      upload_cut_short_message)
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Membership, Project, Role
@@ -145,7 +145,7 @@ def _render_upload(request, project, membership, form, dataset, *, error: str | 
             "mapping_from": mapping_from,
             "kind_description": formats.KIND_DESCRIPTIONS[formats.DatasetKind(dataset.kind)] if dataset else None,
             "max_upload_bytes": settings.TEMPER_MAX_UPLOAD_BYTES,
-            "too_large_remedy": TOO_LARGE_REMEDY,
+            "too_large_remedy": formats.TOO_LARGE_REMEDY,
         },
         status=status,
     )
