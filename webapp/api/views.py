@@ -436,7 +436,7 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
                                                   f"{project.slug}; send the id (ds_…) that GET datasets/ lists, or "
                                                   "leave dataset out and send name and kind for a new dataset"}) from None
             kind = request.POST.get("kind")
-            if kind and kind != dataset.kind:  # it was ignored: the file was then checked as the dataset's kind
+            if kind and kind.strip().lower() != dataset.kind:  # in any letter case, as a new dataset's  # it was ignored: the file was then checked as the dataset's kind
                 raise ValidationError({"kind": f"dataset {isolated(dataset.name)} is {with_article(dataset.kind)} dataset, "
                                                f"not {isolated(kind)}; "
                                                "a new version keeps its dataset's kind (leave kind out)"})

@@ -211,6 +211,29 @@ def test_a_version_shows_its_column_mapping_and_statistics(world):
     assert version["statistics"]["fields"]["completion"]["max"] == 5
 
 
+def test_a_kind_named_by_its_task_or_as_chat_is_told_the_kind_to_send(world):
+    """Audit: a script that sent kind=dpo, kind=chat or kind=SFT was told only "kind 'dpo' is not one of text, sft,
+    preference, prompts", though file_format is taken in any letter case: a task's name now says the kind it trains
+    on, a chat says sft, and a kind in capitals is that kind. Nothing is made for a refused one."""
+    _team, apis, _sent = world
+    upload = apis["teammate"].upload
+    rows = b'{"prompt": "a", "chosen": "b", "rejected": "c"}\n'
+    status, body = upload("/api/v1/projects/alpha/datasets/", {"name": "pairs", "kind": "dpo"}, "p.jsonl", rows)
+    assert (status, body) == (400, {"errors": {"kind": [
+        "kind 'dpo' is not one of text, sft, preference, prompts: dpo is a task, which trains on datasets of kind "
+        "preference"]}})
+    status, body = upload("/api/v1/projects/alpha/datasets/", {"name": "chats", "kind": "chat"}, "c.jsonl", rows)
+    assert (status, body) == (400, {"errors": {"kind": [
+        "kind 'chat' is not one of text, sft, preference, prompts: chats (a messages column of role and content "
+        "turns) are kind sft"]}})
+    assert not Dataset.objects.exists()
+    status, body = upload("/api/v1/projects/alpha/datasets/", {"name": "pairs", "kind": "Preference"}, "p.jsonl", rows)
+    assert status == 201 and body["dataset"]["kind"] == "preference"
+    status, body = upload("/api/v1/projects/alpha/datasets/", {"dataset": body["dataset"]["id"], "kind": "PREFERENCE"},
+                          "p.jsonl", rows)
+    assert status == 201 and body["version"]["number"] == 2
+
+
 def test_a_file_over_the_upload_limit_is_told_what_can_be_done(world, settings):
     """Audit: a file over TEMPER_MAX_UPLOAD_BYTES was told to "split it into smaller files", but a run trains on one
     dataset version (data.train names one), so the parts would each train alone. Parquet, which Temper reads, is
