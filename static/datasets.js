@@ -1,7 +1,7 @@
 /* Dataset pages: length histograms (plotly, served from our static files), the column-mapping
    fields of the chosen kind, and a size check before a too-large upload is sent, then its progress (the base
-   models' upload page uses these two: its form says what to do past the limit, data-too-large, and what the
-   server does once the bytes are in, data-after-upload). */
+   models' upload page uses these two). Each upload form says what to do past the limit, data-too-large, and the
+   base models' what the server does once the bytes are in, data-after-upload. */
 (function () {
   "use strict";
 
@@ -97,7 +97,7 @@
       if (file && limit && file.size > limit) {
         event.preventDefault();
         message.textContent = file.name + " is " + humanBytes(file.size) + ", over the upload limit of " +
-          humanBytes(limit) + "; " + (form.dataset.tooLarge || "split it into smaller files.");
+          humanBytes(limit) + "; " + form.dataset.tooLarge;
         message.hidden = false;
         // Read out from the field, which takes the focus: otherwise nothing seemed to happen to a screen reader.
         var described = (input.getAttribute("aria-describedby") || "").split(" ").filter(Boolean);

@@ -284,6 +284,10 @@ class DataSource:
         """How to have a file read as one JSON array."""
         return self._format_advice("JSON", "json")
 
+    def jsonl_format(self) -> str:
+        """How to have a file read as JSON Lines."""
+        return self._format_advice("JSON Lines", "jsonl")
+
     def csv_format(self) -> str:
         """How to have a file read as CSV."""
         return self._format_advice("CSV", "csv")
@@ -356,6 +360,13 @@ def detect_format(filename: str, *, shown_as: str | None = None, source: DataSou
         ) from None
 
 
+# What to do with a dataset file past the upload limit (TEMPER_MAX_UPLOAD_BYTES: here, and in the web app's refusals
+# as it is sent). Not "split it": a run trains on one file (data.train names one), so the parts would each train
+# alone; Parquet holds the same rows compressed (the demo's SFT rows: 7 times smaller than their JSON Lines).
+TOO_LARGE_REMEDY = ("convert it to Parquet (.parquet: compressed, often several times smaller than JSON Lines or CSV), "
+                    "or ask an administrator to raise TEMPER_MAX_UPLOAD_BYTES")
+
+
 def check_file(path: str | os.PathLike, *, fmt: FileFormat, max_bytes: int | None = None) -> None:
     """Whole-file checks before any row is read: size limit, empty file, binary content.
 
@@ -366,8 +377,7 @@ def check_file(path: str | os.PathLike, *, fmt: FileFormat, max_bytes: int | Non
         raise DatasetFormatError(
             Issue(
                 code="too_large",
-                message=f"the file is {_human_bytes(size)}, over the {_human_bytes(max_bytes)} limit; "
-                "split it into smaller files or ask an administrator to raise TEMPER_MAX_UPLOAD_BYTES",
+                message=f"the file is {_human_bytes(size)}, over the {_human_bytes(max_bytes)} limit; {TOO_LARGE_REMEDY}",
             )
         )
     if size == 0:
@@ -462,13 +472,9 @@ def iter_rows(path: str | os.PathLike, *, fmt: FileFormat,
         return _iter_jsonl(Path(path), source=source)
     if FileFormat(fmt) is FileFormat.JSON:
         return _iter_json_array(Path(path), source=source)
-    readers = {
-        FileFormat.JSONL: _iter_jsonl,
-        FileFormat.JSON: _iter_json_array,
-        FileFormat.CSV: _iter_csv,
-        FileFormat.PARQUET: _iter_parquet,
-    }
-    return readers[FileFormat(fmt)](Path(path))
+    if FileFormat(fmt) is FileFormat.CSV:
+        return _iter_csv(Path(path), source=source)
+    return _iter_parquet(Path(path))
 
 
 def _iter_jsonl(path: Path, *, source: DataSource = WEB_UPLOAD) -> Iterator[RawRow | Issue]:
@@ -1060,7 +1066,7 @@ def _json_reason(error: json.JSONDecodeError) -> str:
     return error.msg.removesuffix(" starting at")
 
 
-def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
+def _iter_csv(path: Path, *, source: DataSource = WEB_UPLOAD) -> Iterator[RawRow | Issue]:
     """CSV rows as dicts keyed by the header; every value is a string."""
     first_line = 1  # the line the row being read starts on
     previous_limit = csv.field_size_limit(MAX_CSV_CELL_CHARS)
@@ -1068,10 +1074,10 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
         # strict: a quote left open, or text after a closing quote, is an error, not cells silently joined
         # The reader's line_num, the lines it has read, is the line a problem it raises is on.
         reader = csv.reader(_decoded_lines(handle), strict=True)
+        header = None
         try:
             # Blank lines before the header are skipped as they are between rows: read as the header, they
             # made it an empty list, and a file of blank lines stopped the check with an IndexError.
-            header = None
             while header is None or _blank_csv_row(header):
                 header = next(reader, None)
                 if header is None:
@@ -1081,10 +1087,7 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
             header = [name.strip() for name in header]
             if header[0].startswith(("{", "[")):
                 # JSON saved under a .csv name: every row was otherwise "missing" its fields, with no word of why.
-                raise DatasetFormatError(Issue(
-                    code="csv_header", line=header_line,
-                    message="the first line is JSON, not a CSV header row: the file looks like JSON Lines (or a "
-                            "JSON array); give it the .jsonl (or .json) extension and upload it again"))
+                raise DatasetFormatError(_json_not_csv(header[0], line=header_line, source=source))
             _check_other_separator(header, line=header_line)
             _check_csv_header(header, line=header_line)
             row = 0
@@ -1117,9 +1120,31 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
                     continue
                 yield RawRow(row=row, line=first_line, value=dict(zip(header, cells)))
         except csv.Error as exc:
+            # Compact JSON (JSON.stringify, jq -c: no space after a comma) trips the reader inside its first line,
+            # before it is a header to look at: it was told to fix its quoting, as a CSV file.
+            if (header is None or _blank_csv_row(header)) and (opening := _json_opening(path)):
+                raise DatasetFormatError(_json_not_csv(opening, line=reader.line_num, source=source)) from None
             raise DatasetFormatError(_csv_issue(exc, first_line=first_line, line=reader.line_num)) from None
         finally:  # the limit is the process's: other readers of CSV keep theirs
             csv.field_size_limit(previous_limit)
+
+
+def _json_not_csv(first_text: str, *, line: int, source: DataSource) -> Issue:
+    """JSON read as CSV, its first line starting with ``first_text``: an object opens JSON Lines, an array a .json
+    file's one array."""
+    if first_text.startswith("["):
+        return Issue(code="csv_header", line=line, message="the first line is JSON, not a CSV header row: the file "
+                                                           f"looks like a JSON array; {source.json_format()}")
+    return Issue(code="csv_header", line=line, message="the first line is JSON, not a CSV header row: the file looks "
+                                                       f"like JSON Lines; {source.jsonl_format()}")
+
+
+def _json_opening(path: Path) -> str:
+    """The '{' or '[' that opens the file's first text, past a byte order mark, spaces and blank lines; "" when no
+    JSON object or array opens it."""
+    with open(path, "rb") as handle:
+        start = handle.read(4096).removeprefix(codecs.BOM_UTF8).lstrip()
+    return start[:1].decode() if start.startswith((b"{", b"[")) else ""
 
 
 def _blank_csv_row(cells: list[str]) -> bool:

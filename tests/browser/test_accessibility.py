@@ -287,7 +287,9 @@ def test_a_file_over_the_upload_limit_is_refused_at_its_field(page, live_server,
     file = page.get_by_label("File")
     expect(file).to_be_focused()
     expect(file).to_have_attribute("aria-invalid", "true")
-    assert "big.jsonl is 2.0 KB, over the upload limit of 1000 bytes; split it into smaller files." in described_by(file)
+    assert ("big.jsonl is 2.0 KB, over the upload limit of 1000 bytes; convert it to Parquet (.parquet: compressed, "
+            "often several times smaller than JSON Lines or CSV), or ask an administrator to raise "
+            "TEMPER_MAX_UPLOAD_BYTES.") in described_by(file)
     progress = page.locator("progress.upload-progress")
     progress.evaluate("element => { element.hidden = false; }")  # as the upload shows it
     expect(progress).to_have_accessible_name("Upload progress")

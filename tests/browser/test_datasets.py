@@ -113,7 +113,8 @@ def test_upload_form_follows_the_kind_and_refuses_a_file_over_the_limit(page, li
     page.set_input_files("#id_file", str(big))
     page.get_by_role("button", name="Upload").click()
     assert page.locator(".client-error").inner_text() == (
-        "big.jsonl is 2.0 KB, over the upload limit of 1000 bytes; split it into smaller files.")
+        "big.jsonl is 2.0 KB, over the upload limit of 1000 bytes; convert it to Parquet (.parquet: compressed, often "
+        "several times smaller than JSON Lines or CSV), or ask an administrator to raise TEMPER_MAX_UPLOAD_BYTES.")
     assert page.url.endswith("/p/alpha/datasets/new/")
     assert not Dataset.objects.exists()
 

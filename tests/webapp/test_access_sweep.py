@@ -360,6 +360,7 @@ EXEMPT: dict[str, str] = {
     "workers:list": "workers are shared infrastructure, shown to every signed-in user (workers/test_workers.py)",
     "api:openapi": "describes the API, not any data: public by design",
     "api:tokens": "the caller's own REST tokens",
+    "api:projects": "lists only the token's user's own projects (api/test_api.py)",
 }
 # The admin site: staff only, behind admin.site's own check; its patterns are Django's.
 EXEMPT_NAMESPACES = {"admin": "Django's admin site, for staff only"}

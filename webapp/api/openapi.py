@@ -60,7 +60,7 @@ IN_PROGRESS = {"409": _json("The first request sent with this Idempotency-Key is
                             "sent while it works): `{\"detail\": message}`; nothing more was made: try again in a "
                             "minute to get what it made.", schemas.Detail)}
 # Every body the API answers with (webapp.api.schemas), the components the responses refer to.
-ANSWERS = (schemas.BaseModelList, schemas.BaseModelOut, schemas.DatasetList, schemas.DatasetDetail,
+ANSWERS = (schemas.ProjectList, schemas.BaseModelList, schemas.BaseModelOut, schemas.DatasetList, schemas.DatasetDetail,
            schemas.DatasetComparison, schemas.DatasetVersionOut, schemas.UploadOut, schemas.RunPage, schemas.RunDetail, schemas.RunOut,
            schemas.SweepOut, schemas.MetricSeries, schemas.MetricsLogged, schemas.SampleList, schemas.SamplesStored, schemas.RunLog,
            schemas.PipelineList, schemas.PipelineOut, schemas.FieldErrors, schemas.Detail)
@@ -151,6 +151,9 @@ def build_document() -> dict[str, Any]:
     model_upload_operation["responses"].update(TOO_LARGE)
     base = "/api/v1/projects/{slug}"
     paths = {
+        "/api/v1/projects/": {"get": _operation(
+            "List the projects the token's user belongs to, by name: their slugs (which every other address names), "
+            "your role in each, and the addresses of their lists", [], answer=schemas.ProjectList)},
         f"{base}/base-models/": {"get": _operation("List the project's base models (the bm_… ids a run's model names)",
                                                    [SLUG], answer=schemas.BaseModelList),
                                  "post": {**model_upload_operation, "requestBody": model_upload}},
@@ -305,7 +308,8 @@ def build_document() -> dict[str, Any]:
             "after its current step), an export stage not yet writing is dropped (400 while it writes its serving "
             "copy, and once the pipeline has ended)", [SLUG, PIPELINE], answer=schemas.PipelineOut)},
         f"{base}/runs/{{run_id}}/artifacts/{{kind}}/": {
-            "get": {**_operation("Download an artifact (model or adapter) as a tar archive",
+            "get": {**_operation("Download an artifact (model, adapter, or checkpoint with ?step=N: the url each of "
+                                 "the run's artifacts gives) as a tar archive; 404 saying why for one the run has not",
                                  [SLUG, RUN, {"name": "kind", "in": "path", "required": True,
                                               "schema": {"type": "string", "enum": ["model", "adapter", "checkpoint"]}},
                                   _query("step", "checkpoint: its step", "integer")]),
@@ -319,7 +323,9 @@ def build_document() -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "Temper API", "version": "1",
                  "description": "Datasets, runs, metrics, samples and artifacts of Temper projects. "
-                                "Authenticate with `Authorization: Bearer <token>` (API tokens page)."},
+                                "Authenticate with `Authorization: Bearer <token>` (a tmp_… token: the API tokens "
+                                "page, or `python manage.py resttoken --user NAME`); `GET /api/v1/projects/` lists "
+                                "the projects it reaches, whose slugs the other addresses name."},
         "paths": paths,
         "components": {"schemas": components,
                        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},

@@ -114,6 +114,27 @@ class _Answer(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+class ProjectLinks(_Answer):
+    base_models: str = Field(description="The project's base models (GET base-models/).")
+    datasets: str = Field(description="The project's datasets (GET datasets/).")
+    runs: str = Field(description="The project's runs (GET runs/; POST launches one).")
+    pipelines: str = Field(description="The project's pipelines (GET pipelines/).")
+
+
+class ProjectOut(_Answer):
+    slug: str = Field(description="What every other address names: /api/v1/projects/<slug>/….")
+    name: str
+    role: Literal["viewer", "member", "owner"] = Field(
+        description="The token's user's role here: viewers read, members also write, owners also upload models and "
+                    "manage the project.")
+    created_at: datetime
+    urls: ProjectLinks
+
+
+class ProjectList(_Answer):
+    projects: list[ProjectOut] = Field(description="The projects the token's user belongs to, by name.")
+
+
 class BaseModelOut(_Answer):
     id: str = Field(description="bm_… id: what a spec's model names.")
     name: str
@@ -262,11 +283,13 @@ class RunOut(_Answer):
 
 class ArtifactOut(_Answer):
     kind: Literal["model", "adapter", "checkpoint"]
-    step: int | None = Field(description="A checkpoint's step; null for the model and the adapter.")
+    step: int = Field(description="The step it holds: a checkpoint's, or for the model and the adapter the run's "
+                                  "last (the export is written over by a resume).")
     size_bytes: int
     folder_gone: bool = Field(description="Its folder was deleted from disk since it was exported: a run whose model "
                                           "names it (run_…, run_…@step) is refused (400 on model), and its download "
                                           "is a 404.")
+    url: str = Field(description="The address that downloads it as a tar (a checkpoint's with ?step=).")
 
 
 class RunDetail(RunOut):

@@ -20,6 +20,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 
 from jaxengine.words import with_article
@@ -46,7 +47,8 @@ from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.datasets.uploads import (LimitedUploadHandler, body_too_large, file_too_large_message,
                                      name_as_uploaded, one_file_per_upload_message, upload_cut_short_message)
 from webapp.projects.access import get_project_for_user
-from webapp.projects.models import Role
+from webapp.projects.models import Project, Role
+from webapp.projects.selectors import project_list_for_user
 from webapp.review import selectors as review_selectors
 from webapp.review.models import Campaign
 from webapp.runs import artifacts, reporting
@@ -54,7 +56,7 @@ from webapp.runs import selectors as run_selectors
 from webapp.runs import services as run_services
 from webapp.runs import sweeps
 from webapp.runs.access import get_run_for_user
-from webapp.runs.models import Run
+from webapp.runs.models import Artifact, ArtifactKind, Run
 
 
 def _error(status: int, **body: Any) -> JsonResponse:
@@ -248,19 +250,29 @@ def _dataset_json(dataset: Dataset, *, versions: bool = False) -> dict[str, Any]
     return body
 
 
-def _run_json(run: Run, *, detail: bool = False) -> dict[str, Any]:
-    body = {"id": run.public_id, "name": run.name, "task": run.task, "status": run.status,
+def _run_json(run: Run) -> dict[str, Any]:
+    return {"id": run.public_id, "name": run.name, "task": run.task, "status": run.status,
             "error_message": run.error_message, "notice": run.notice, "stopping": run.is_stopping, "attempt": run.attempt,
             "current_step": run.current_step, "total_steps": run.total_steps, "tokens_seen": run.tokens_seen,
             "tags": run.tags, "archived": run.archived, "created_at": run.created_at.isoformat(),
             "finished_at": run.finished_at.isoformat() if run.finished_at else None,
             "final_metrics": run.final_metrics}
-    if detail:
-        body.update(spec=run.spec, summary=run.summary, notes=run.notes,
-                    artifacts=[{"kind": artifact.kind, "step": artifact.step, "size_bytes": artifact.size_bytes,
-                                "folder_gone": basemodel_selectors.model_dir_gone(artifact.path)}
-                               for artifact in run.artifacts.all()])
-    return body
+
+
+def _run_detail_json(request: HttpRequest, run: Run) -> dict[str, Any]:
+    """A run with its spec, summary, notes and artifacts, each with the address that downloads it."""
+    return {**_run_json(run), "spec": run.spec, "summary": run.summary, "notes": run.notes,
+            "artifacts": [{"kind": artifact.kind, "step": artifact.step, "size_bytes": artifact.size_bytes,
+                           "folder_gone": basemodel_selectors.model_dir_gone(artifact.path),
+                           "url": _artifact_url(request, run, artifact)} for artifact in run.artifacts.all()]}
+
+
+def _artifact_url(request: HttpRequest, run: Run, artifact: Artifact) -> str:
+    # A checkpoint is named by its step; the model and the adapter, one a run, need none (run_artifact).
+    path = reverse("api:run_artifact", kwargs={"slug": run.project.slug, "run_id": run.public_id,
+                                               "kind": artifact.kind})
+    return request.build_absolute_uri(path + (f"?step={artifact.step}" if artifact.kind == ArtifactKind.CHECKPOINT
+                                              else ""))
 
 
 def _base_model_json(model, *, listing: bool = False) -> dict[str, Any]:
@@ -272,6 +284,27 @@ def _base_model_json(model, *, listing: bool = False) -> dict[str, Any]:
             "tokenizer_type": model.tokenizer_type, "dtype": model.dtype, "size_bytes": model.size_bytes,
             "uploaded": model.uploaded, "created_at": model.created_at.isoformat(),
             "folder_gone": basemodel_selectors.model_dir_gone(model.path, listing=listing)}
+
+
+# What a project's listing links to: the lists a script starts from (``api:<name>``), keyed as its answer names them.
+PROJECT_LISTS = {"base_models": "api:base_models", "datasets": "api:datasets", "runs": "api:runs",
+                 "pipelines": "api:pipelines"}
+
+
+def _project_json(request: HttpRequest, project: Project) -> dict[str, Any]:
+    """A project as the token's user sees it: ``project.role`` (``project_list_for_user``'s) is theirs."""
+    return {"slug": project.slug, "name": project.name, "role": project.role,
+            "created_at": project.created_at.isoformat(),
+            "urls": {key: request.build_absolute_uri(reverse(name, kwargs={"slug": project.slug}))
+                     for key, name in PROJECT_LISTS.items()}}
+
+
+@api_view(("GET",))
+def projects(request: HttpRequest) -> JsonResponse:
+    """The projects the token's user belongs to, by name, with their role in each: where a script learns the slugs
+    every other address names (it saw them only in a browser's address bar)."""
+    return JsonResponse({"projects": [_project_json(request, project)
+                                      for project in project_list_for_user(user=request.user)]})
 
 
 @api_view(("GET", "POST"))
@@ -407,7 +440,7 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
                                                   f"{project.slug}; send the id (ds_…) that GET datasets/ lists, or "
                                                   "leave dataset out and send name and kind for a new dataset"}) from None
             kind = request.POST.get("kind")
-            if kind and kind != dataset.kind:  # it was ignored: the file was then checked as the dataset's kind
+            if kind and kind.strip().lower() != dataset.kind:  # in any letter case, as a new dataset's  # it was ignored: the file was then checked as the dataset's kind
                 raise ValidationError({"kind": f"dataset {isolated(dataset.name)} is {with_article(dataset.kind)} dataset, "
                                                f"not {isolated(kind)}; "
                                                "a new version keeps its dataset's kind (leave kind out)"})
@@ -557,11 +590,11 @@ def runs(request: HttpRequest, slug: str) -> JsonResponse:
 
     sent = request_send_once(request, create=launch)
     if body.sweep is not None:  # what the sending made is the sweep's tag (a repeat finds its runs by it)
-        return _created({"sweep": sent.result, "runs": [_run_json(run, detail=True) for run in
+        return _created({"sweep": sent.result, "runs": [_run_detail_json(request, run) for run in
                                                         run_selectors.sweep_runs(project=project, tag=sent.result)]},
                         sent)
     run, = run_selectors.runs_by_ids(project=project, public_ids=[sent.result])
-    return _created(_run_json(run, detail=True), sent)
+    return _created(_run_detail_json(request, run), sent)
 
 
 @api_view(("GET", "PATCH", "DELETE"))
@@ -572,7 +605,7 @@ def run_detail(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     queued or running)."""
     _project, membership, run = get_run_for_user(request.user, slug, run_id, write=request.method != "GET")
     if request.method == "GET":
-        return JsonResponse(_run_json(run, detail=True))
+        return JsonResponse(_run_detail_json(request, run))
     if request.method == "PATCH":
         body = _body(request, schemas.RunUpdate)
         details = {key: getattr(body, key) for key in ("name", "tags", "notes") if key in body.model_fields_set}
@@ -585,7 +618,7 @@ def run_detail(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
             if details:
                 run_services.run_update_details(run=run, **details)
         run.refresh_from_db()
-        return JsonResponse(_run_json(run, detail=True))
+        return JsonResponse(_run_detail_json(request, run))
     run_selectors.ensure_may_delete_run(membership=membership, run=run)
     run_services.run_delete(run=run)
     return HttpResponse(status=204)

@@ -598,18 +598,20 @@ def model(request: HttpRequest, model_id: str) -> HttpResponse:
         return _unauthorized(request)
     choice = selectors.model_choice(project=token.project, ref=model_id)
     if choice is None or choice.gone:
-        return _model_not_found(model_id, token, choice)
+        why = None if choice is not None else selectors.run_serves_no_model(project=token.project, ref=model_id)
+        return _model_not_found(model_id, token, choice, why=why)
     return JsonResponse(_model_json(choice, token))
 
 
-def _model_not_found(model_id: str, token, choice=None) -> JsonResponse:
-    """The 404 of a ``model`` the project has not (``choice`` None), or whose folder is gone (``ModelChoice.gone``,
-    said in its refusal's words): ``GET /v1/models`` lists neither."""
+def _model_not_found(model_id: str, token, choice=None, *, why: str | None = None) -> JsonResponse:
+    """The 404 of a ``model`` the project has not (``choice`` None; ``why``: ``selectors.run_serves_no_model``'s
+    words for a run of the project that serves no model), or whose folder is gone (``ModelChoice.gone``, said in its
+    refusal's words): ``GET /v1/models`` lists neither."""
     if choice is not None:
         return _error(404, f"{choice.refused} (GET /v1/models lists the models there are)", code="model_not_found",
                       param="model")
-    return _error(404, f"the model {shown_text(model_id)} does not exist in project {token.project.slug}; "
-                       "GET /v1/models lists them", code="model_not_found", param="model")
+    return _error(404, why or f"the model {shown_text(model_id)} does not exist in project {token.project.slug}; "
+                              "GET /v1/models lists them", code="model_not_found", param="model")
 
 
 def engine_seed(seed: int) -> int:
@@ -686,7 +688,9 @@ async def _start(request: HttpRequest, schema: type[_Body], prefix: str):
         return _invalid_body(error, schema)
     choice = await sync_to_async(selectors.model_choice)(project=token.project, ref=body.model)
     if choice is None or choice.gone:
-        return _model_not_found(body.model, token, choice)
+        why = (None if choice is not None
+               else await sync_to_async(selectors.run_serves_no_model)(project=token.project, ref=body.model))
+        return _model_not_found(body.model, token, choice, why=why)
     if choice.refused:  # registered before its directory lay in another project's folder: never sent to a worker
         return _error(409, choice.refused, code="model_not_loadable", param="model")
     if isinstance(body, CompletionBody) and not isinstance(body.prompt, str):  # token ids, maybe: their range

@@ -21,6 +21,7 @@ from webapp.core.bidi import isolated
 from webapp.core.model_refs import chat_ref, checkpoint_of
 from webapp.projects.models import Membership, Project, Role
 from webapp.runs.models import ACTIVE_STATUSES, REWARD_TASK, Artifact, Run, RunStatus
+from webapp.runs.services import EXTERNAL_TASK
 from webapp.runs.serving_copies import base_model_copy_dir, export_copy_dir, served_model
 
 _CHECKPOINT_DIR = re.compile(r"export-step-(\d+)$")
@@ -379,6 +380,34 @@ def model_choice(*, project: Project, ref: str) -> ModelChoice | None:
         return None
     shown = distinct_labels({model.ref: model.label for model in models})
     return _choice(model, shown_label=shown[model.ref], project=project, listing=False)
+
+
+def run_serves_no_model(*, project: Project, ref: str) -> str | None:
+    """Why ``ref``, which ``model_choice`` did not find, names no model to chat with, when it names a run of
+    ``project`` (a run or one of its checkpoints): still training, ended without an export, a checkpoint not
+    exported, a reward model, an external run; None when it names no run here. /v1 said such a run did not exist."""
+    run_id, _, step = str(chat_ref(ref)).partition(":step-")
+    run = (Run.objects.filter(project=project, public_id=run_id)
+           .only("public_id", "name", "task", "status", "current_step", "total_steps").first())
+    if run is None:
+        return None
+    named = f"run {run.public_id} ({isolated(run.name)})"
+    address = f"/api/v1/projects/{project.slug}/runs/{run.public_id}/"
+    if run.task == EXTERNAL_TASK:
+        return f"{named} was trained elsewhere and logged here: Temper holds no model of it"
+    if run.task == REWARD_TASK:
+        return f"{named} trained a reward model, which scores answers and writes none: there is nothing to chat with"
+    if step:
+        return f"{named} has no exported checkpoint at step {step}: export it on the run's page (Checkpoints) to chat with it"
+    if run.status in ACTIVE_STATUSES:
+        progress = f" (step {run.current_step} of {run.total_steps})" if run.status == RunStatus.RUNNING and run.total_steps else ""
+        return (f"{named} is {run.status}{progress}: its model is served once the run succeeds; GET {address} says "
+                "when it has")
+    if run.status in (RunStatus.FAILED, RunStatus.CANCELLED):
+        ended = "failed" if run.status == RunStatus.FAILED else "was cancelled"
+        return (f"{named} {ended} at step {run.current_step} without exporting a model, so there is nothing to chat "
+                f"with: resume it to train on and export one (POST {address}resume/)")
+    return None
 
 
 def unavailable_reason(*, project: Project, conversation: Conversation) -> str:

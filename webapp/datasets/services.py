@@ -23,6 +23,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from jaxengine.data import formats
+from jaxengine.spec import TASK_DATASET_KINDS
 from webapp.basemodels.models import BaseModel
 from webapp.basemodels.selectors import base_model_refusal
 from webapp.celery import app as celery_app
@@ -79,6 +80,21 @@ def _column_mapping(kind: str, columns: dict[str, str]) -> formats.ColumnMapping
         raise ValidationError({"column_mapping": str(error)}) from error
 
 
+# Words a script sends as a kind, which name a kind's rows: a chat is an sft row's messages.
+CHAT_WORDS = ("chat", "chats", "messages", "conversation", "conversations")
+
+
+def _kind_meant(kind: str) -> str:
+    """The kind a word that is none stands for, said after the refusal: a task's name (dpo trains on preference
+    rows), or a chat; "" for any other word."""
+    word = kind.strip().lower()
+    if word in TASK_DATASET_KINDS:
+        return f": {word} is a task, which trains on datasets of kind {TASK_DATASET_KINDS[word]}"
+    if word in CHAT_WORDS:
+        return ": chats (a messages column of role and content turns) are kind sft"
+    return ""
+
+
 @transaction.atomic
 def dataset_create(*, project: Project, name: str, kind: str, user: AbstractBaseUser | None) -> Dataset:
     """Create an empty dataset ``name`` of ``kind`` in ``project``."""
@@ -88,8 +104,9 @@ def dataset_create(*, project: Project, name: str, kind: str, user: AbstractBase
     allowed = [member.value for member in formats.DatasetKind]
     if not kind:
         raise ValidationError({"kind": f"choose the dataset's kind: one of {', '.join(allowed)}"})
-    if kind not in allowed:
-        raise ValidationError({"kind": f"kind {kind!r} is not one of {', '.join(allowed)}"})
+    if kind.strip().lower() not in allowed:
+        raise ValidationError({"kind": f"kind {kind!r} is not one of {', '.join(allowed)}{_kind_meant(kind)}"})
+    kind = kind.strip().lower()  # in any letter case, as file_format
     if (taken := dataset_named(project=project, name=name)) is not None:
         raise ValidationError({"name": _name_taken(project, taken)})
     try:

@@ -28,6 +28,7 @@ from django.db import connections
 from django.template.defaultfilters import filesizeformat
 from django.http.cookie import parse_cookie
 
+from jaxengine.data.formats import TOO_LARGE_REMEDY
 from webapp.api.services import token_authenticate
 from webapp.core.middleware import security_headers
 from webapp.core.views import json_api_at
@@ -63,8 +64,7 @@ def body_too_large(content_length: str | int | None, *, max_upload_bytes: int) -
 
 def file_too_large_message(limit: int) -> str:
     """The refusal of a dataset file past ``TEMPER_MAX_UPLOAD_BYTES`` as it arrives, on the page and in the API."""
-    return (f"the file is over the {filesizeformat(limit)} upload limit; split it into smaller files "
-            "or ask an administrator to raise TEMPER_MAX_UPLOAD_BYTES")
+    return f"the file is over the {filesizeformat(limit)} upload limit; {TOO_LARGE_REMEDY}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -253,7 +253,7 @@ class RequestBodyLimit:
         OpenAI-compatible API's JSON errors (``webapp.core.views.bad_request``), else a small page."""
         if reason == "upload":
             message = (f"the request body is over the upload limit of {self.upload_bytes} bytes "
-                       "(TEMPER_MAX_UPLOAD_BYTES); split the file into smaller files")
+                       f"(TEMPER_MAX_UPLOAD_BYTES); {TOO_LARGE_REMEDY}")
         elif reason == "model":
             message = (f"the request body is over the model upload limit of {self.model_upload_bytes} bytes "
                        "(TEMPER_MODEL_UPLOAD_MAX_BYTES); ask an administrator to raise it, or to copy the model under "

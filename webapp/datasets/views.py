@@ -145,6 +145,7 @@ def _render_upload(request, project, membership, form, dataset, *, error: str | 
             "mapping_from": mapping_from,
             "kind_description": formats.KIND_DESCRIPTIONS[formats.DatasetKind(dataset.kind)] if dataset else None,
             "max_upload_bytes": settings.TEMPER_MAX_UPLOAD_BYTES,
+            "too_large_remedy": formats.TOO_LARGE_REMEDY,
         },
         status=status,
     )

@@ -385,7 +385,8 @@ class Artifact(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="artifacts")
     kind = models.CharField(max_length=20, choices=ArtifactKind.choices)
     path = models.CharField(max_length=1024, help_text="Absolute path of the directory.")
-    # The checkpoint step of a ``checkpoint`` export; 0 for the run's final model and adapter.
+    # The step the directory holds: a ``checkpoint`` export's, or the run's last for its model and adapter
+    # (``reporting.run_finish`` records them so, and a resume's export replaces them).
     step = models.PositiveIntegerField(default=0)
     size_bytes = models.BigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)

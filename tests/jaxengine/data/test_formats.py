@@ -437,6 +437,9 @@ def test_oversize_file(tmp_path):
     issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT, max_bytes=1024))
     assert issue.code == "too_large"
     assert "2.0 KB, over the 1.0 KB limit" in issue.message
+    # Not "split it into smaller files": a run trains on one file.
+    assert issue.message.endswith("; convert it to Parquet (.parquet: compressed, often several times smaller than "
+                                  "JSON Lines or CSV), or ask an administrator to raise TEMPER_MAX_UPLOAD_BYTES")
 
 
 def test_first_twenty_errors_shown_and_all_counted(tmp_path):

@@ -176,7 +176,8 @@ def _prompts_example_before(value: dict, prompt, prompt_column: str) -> tuple[di
 
 
 def put_back_the_code_before(monkeypatch) -> None:
-    monkeypatch.setattr(formats, "_iter_csv", _iter_csv_before)
+    # The reader now takes the source its advice is worded for (a JSON file read as CSV); the old one had none.
+    monkeypatch.setattr(formats, "_iter_csv", lambda path, source: _iter_csv_before(path))
     monkeypatch.setattr(formats._JsonArrayReader, "_skip_whitespace", _skip_whitespace_before)
     monkeypatch.setattr(formats._JsonArrayReader, "_pairs_to_object", _array_pairs_to_object_before)
     monkeypatch.setattr(formats, "_chars", _chars_before)

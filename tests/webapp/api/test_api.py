@@ -69,6 +69,46 @@ def test_it_requires_a_token(world):
     assert status == 401
 
 
+def test_it_lists_the_projects_a_token_reaches(world):
+    """Audit: every endpoint sits under /api/v1/projects/<slug>/, and a script holding only a token had no way to
+    learn a slug (GET /api/v1/projects/ was a 404 "no API endpoint"): the slug was read off a browser's address bar.
+    The list is the token's user's own projects, each with the role that says what the token may do there."""
+    from pydantic import TypeAdapter
+
+    from webapp.api import schemas
+    from webapp.projects.models import Role
+    from webapp.projects.services import membership_add
+
+    team, apis, _sent = world
+    status, body = apis["viewer"].call("GET", "/api/v1/projects/")
+    assert status == 200, body
+    assert [(project["slug"], project["name"], project["role"]) for project in body["projects"]] == [
+        ("alpha", "Project alpha", "viewer")]
+    assert body["projects"][0]["urls"] == {
+        "base_models": f"{apis['viewer'].base}/api/v1/projects/alpha/base-models/",
+        "datasets": f"{apis['viewer'].base}/api/v1/projects/alpha/datasets/",
+        "runs": f"{apis['viewer'].base}/api/v1/projects/alpha/runs/",
+        "pipelines": f"{apis['viewer'].base}/api/v1/projects/alpha/pipelines/"}
+    # Scoped to the caller: the outsider sees its own project, not alpha; by name, each with its own role.
+    assert [project["slug"] for project in apis["outsider"].call("GET", "/api/v1/projects/")[1]["projects"]] == [
+        "alpha-elsewhere"]
+    membership_add(project=team.outsider_project, user=team.teammate, role=Role.OWNER)
+    listed = apis["teammate"].call("GET", "/api/v1/projects/")[1]["projects"]
+    assert [(project["name"], project["role"]) for project in listed] == [("Elsewhere", "owner"),
+                                                                          ("Project alpha", "member")]
+    # Each listed slug is one the project's endpoints answer.
+    assert apis["teammate"].call("GET", listed[0]["urls"]["runs"].removeprefix(apis["teammate"].base))[0] == 200
+    assert apis["anonymous"].call("GET", "/api/v1/projects/")[0] == 401
+    assert apis["viewer"].call("GET", "/api/v1/projects/?role=owner") == (400, {"errors": {"role": [
+        "unknown query parameter; this address takes no query parameters"]}})
+    # The OpenAPI document describes it, and the answer is what it says.
+    document = apis["anonymous"].call("GET", "/api/v1/openapi.json")[1]
+    schema = document["paths"]["/api/v1/projects/"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert schema == {"$ref": "#/components/schemas/ProjectList"} and "ProjectList" in document["components"]["schemas"]
+    assert "`GET /api/v1/projects/` lists the projects it reaches" in document["info"]["description"]
+    TypeAdapter(schemas.ProjectList).validate_json(json.dumps(body))
+
+
 def test_datasets_upload_list_get(world):
     _team, apis, sent = world
     rows = b'{"prompt": "a", "completion": "b"}\n'
@@ -169,6 +209,87 @@ def test_a_version_shows_its_column_mapping_and_statistics(world):
     assert status == 200 and version["status"] == "ready"
     assert version["statistics"]["rows"] == 2 and version["statistics"]["unit"] == "characters"
     assert version["statistics"]["fields"]["completion"]["max"] == 5
+
+
+def test_a_kind_named_by_its_task_or_as_chat_is_told_the_kind_to_send(world):
+    """Audit: a script that sent kind=dpo, kind=chat or kind=SFT was told only "kind 'dpo' is not one of text, sft,
+    preference, prompts", though file_format is taken in any letter case: a task's name now says the kind it trains
+    on, a chat says sft, and a kind in capitals is that kind. Nothing is made for a refused one."""
+    _team, apis, _sent = world
+    upload = apis["teammate"].upload
+    rows = b'{"prompt": "a", "chosen": "b", "rejected": "c"}\n'
+    status, body = upload("/api/v1/projects/alpha/datasets/", {"name": "pairs", "kind": "dpo"}, "p.jsonl", rows)
+    assert (status, body) == (400, {"errors": {"kind": [
+        "kind 'dpo' is not one of text, sft, preference, prompts: dpo is a task, which trains on datasets of kind "
+        "preference"]}})
+    status, body = upload("/api/v1/projects/alpha/datasets/", {"name": "chats", "kind": "chat"}, "c.jsonl", rows)
+    assert (status, body) == (400, {"errors": {"kind": [
+        "kind 'chat' is not one of text, sft, preference, prompts: chats (a messages column of role and content "
+        "turns) are kind sft"]}})
+    assert not Dataset.objects.exists()
+    status, body = upload("/api/v1/projects/alpha/datasets/", {"name": "pairs", "kind": "Preference"}, "p.jsonl", rows)
+    assert status == 201 and body["dataset"]["kind"] == "preference"
+    status, body = upload("/api/v1/projects/alpha/datasets/", {"dataset": body["dataset"]["id"], "kind": "PREFERENCE"},
+                          "p.jsonl", rows)
+    assert status == 201 and body["version"]["number"] == 2
+
+
+def test_a_file_over_the_upload_limit_is_told_what_can_be_done(world, settings):
+    """Audit: a file over TEMPER_MAX_UPLOAD_BYTES was told to "split it into smaller files", but a run trains on one
+    dataset version (data.train names one), so the parts would each train alone. Parquet, which Temper reads, is
+    compressed: the same rows in a file several times smaller. Both refusals, as the file streams in and before the
+    body is read (its Content-Length), say so, and nothing is kept."""
+    import asyncio
+
+    from webapp.datasets.uploads import MULTIPART_OVERHEAD_BYTES, RequestBodyLimit
+
+    _team, apis, _sent = world
+    settings.TEMPER_MAX_UPLOAD_BYTES = 1000
+    status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/", {"name": "big", "kind": "sft"},
+                                           "big.jsonl", b'{"prompt": "a", "completion": "b"}\n' * 100)
+    remedy = ("convert it to Parquet (.parquet: compressed, often several times smaller than JSON Lines or CSV), or "
+              "ask an administrator to raise TEMPER_MAX_UPLOAD_BYTES")
+    assert (status, body) == (413, {"detail": f"the file is over the 1000\xa0bytes upload limit; {remedy}"})
+    assert not Dataset.objects.exists()
+    sent = []
+
+    async def refused_before_read(scope, receive, send):
+        raise AssertionError("refused before the application")
+
+    async def send(message):
+        sent.append(message)
+
+    guard = RequestBodyLimit(refused_before_read, max_upload_bytes=1000)
+    too_long = str(1000 + MULTIPART_OVERHEAD_BYTES + 1).encode()
+    asyncio.run(guard({"type": "http", "path": "/api/v1/projects/alpha/datasets/",
+                       "headers": [(b"content-length", too_long)]}, None, send))
+    assert json.loads(sent[1]["body"]) == {
+        "detail": f"the request body is over the upload limit of 1000 bytes (TEMPER_MAX_UPLOAD_BYTES); {remedy}"}
+
+
+@pytest.mark.parametrize(("filename", "file_format"), [("rows.csv", ""), ("rows.jsonl", "csv")],
+                         ids=["csv-name", "csv-format"])
+def test_json_lines_read_as_csv_are_named_as_json(world, filename, file_format):
+    """Audit: JSON Lines uploaded as CSV (under a .csv name, or with file_format csv) failed with 'text follows the
+    closing " of a quoted cell: quote the whole cell and write each " inside it as ""', advice for a CSV file, when
+    its rows were written compact (JSON.stringify, jq -c, json.dumps(separators=(",", ":"))): the README says JSON
+    under a .csv name is named as such, and it was only where a space after each comma let the first line be read
+    as a header row before the quotes tripped the reader."""
+    from webapp.datasets import services
+    from webapp.datasets.models import DatasetVersion
+
+    _team, apis, _sent = world
+    fields = {"name": "rows", "kind": "sft", **({"file_format": file_format} if file_format else {})}
+    status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/", fields, filename,
+                                           b'{"prompt":"2+2?","completion":"4"}\n{"prompt":"Hi","completion":"Hello"}\n')
+    assert status == 201, body
+    services.dataset_version_validate(version_id=DatasetVersion.objects.get(public_id=body["version"]["id"]).pk)
+    status, version = apis["viewer"].call("GET", f"/api/v1/projects/alpha/datasets/{body['dataset']['id']}/versions/1/")
+    assert status == 200 and version["status"] == "failed"
+    assert version["errors"] == [{"code": "csv_header", "line": 1, "row": None, "field": None, "message": (
+        "the first line is JSON, not a CSV header row: the file looks like JSON Lines; choose the format JSON Lines "
+        "(Format on the upload form, file_format in the API) or give the file the .jsonl extension, and upload it "
+        "again")}]
 
 
 def test_a_new_version_sent_without_a_mapping_keeps_the_last_versions(world):
@@ -685,6 +806,36 @@ def test_artifacts_download_as_tar(world):
                                           f"?step={step}")[0] == 404
         assert apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/samples/?step={step}")[0] == 400
     assert apis["outsider"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/model/")[0] == 404
+
+
+def test_a_runs_artifacts_give_the_address_that_downloads_each(world):
+    """Audit: a run's artifacts were {kind, step, size_bytes}, so a script put the download's address together from
+    the README (a checkpoint's with ?step=, a model's without it); and the OpenAPI document said a model's step was
+    null, where it is the step the model holds. Each now carries its url, and following it gets that artifact."""
+    team, apis, _sent = world
+    model, data = make_base_model(team.project), make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+    _status, created = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"spec": spec})
+    run = Run.objects.get(public_id=created["id"])
+    export, checkpoint = run.output_dir / "export", run.output_dir / "export-step-3"
+    for folder in (export, checkpoint):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, step=5, path=str(export))
+    Artifact.objects.create(run=run, kind=ArtifactKind.CHECKPOINT, step=3, path=str(checkpoint))
+    status, body = apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/")
+    base = f"{apis['viewer'].base}/api/v1/projects/alpha/runs/{run.public_id}/artifacts"
+    assert status == 200 and [(artifact["kind"], artifact["step"], artifact["url"]) for artifact in body["artifacts"]] == [
+        ("checkpoint", 3, f"{base}/checkpoint/?step=3"), ("model", 5, f"{base}/model/")]
+    for artifact, folder in zip(body["artifacts"], ("export-step-3", "export")):
+        status, raw = apis["viewer"].call("GET", artifact["url"].removeprefix(apis["viewer"].base))
+        with tarfile.open(fileobj=io.BytesIO(raw)) as archive:
+            assert status == 200 and archive.getnames() == [f"{folder}/config.json"]
+    document = apis["anonymous"].call("GET", "/api/v1/openapi.json")[1]
+    artifact_schema = document["components"]["schemas"]["ArtifactOut"]["properties"]
+    assert "null" not in artifact_schema["step"]["description"] and "url" in artifact_schema
+    download = document["paths"]["/api/v1/projects/{slug}/runs/{run_id}/artifacts/{kind}/"]["get"]["summary"]
+    assert "checkpoint with ?step=N" in download
 
 
 def test_base_models_are_listed_for_every_role_and_hidden_from_outsiders(world):

@@ -1485,3 +1485,53 @@ def test_an_error_shows_a_long_id_or_key_cut_short(api, worker, ask):
     shown = error["message"] + (error["param"] or "")
     assert "…" in shown and not any(letter * 101 in shown for letter in "xa_"), shown[:400]
     assert len(error["message"]) < 1000 and len(error["param"] or "") < 200, error
+
+
+def test_a_run_that_serves_no_model_is_named_with_why(api, team):
+    """Audit: a script that launched a run and chatted with it before it ended was told "the model 'run_…' does not
+    exist in project alpha", though GET runs/<id>/ showed it training: the 404 now says why the run serves no model
+    and what to do, for a run still training, one that ended without an export, and a checkpoint not exported."""
+    from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
+
+    _model, headers = api
+
+    def refusal(ref: str) -> dict:
+        response = post("/v1/chat/completions", {**CHAT, "model": ref}, headers)
+        assert response.status_code == 404 and response.json()["error"]["code"] == "model_not_found"
+        retrieved = Client().get(f"/v1/models/{ref}", **headers)  # the openai client's models.retrieve says the same
+        assert retrieved.status_code == 404 and retrieved.json()["error"] == response.json()["error"]
+        return response.json()["error"]["message"]
+
+    def run(name: str, **fields) -> Run:
+        return Run.objects.create(project=team.project, name=name, spec={}, resolved_spec={}, created_by=team.teammate,
+                                  **{"task": "sft", **fields})
+
+    training = run("first-sft", status=RunStatus.RUNNING, current_step=3, total_steps=100)
+    assert refusal(training.public_id) == (
+        f"run {training.public_id} (\u2068first-sft\u2069) is running (step 3 of 100): its model is served once the run "
+        f"succeeds; GET /api/v1/projects/alpha/runs/{training.public_id}/ says when it has")
+    cancelled = run("stopped", status=RunStatus.CANCELLED, current_step=0, total_steps=100)
+    assert refusal(cancelled.public_id) == (
+        f"run {cancelled.public_id} (\u2068stopped\u2069) was cancelled at step 0 without exporting a model, so there is "
+        "nothing to chat with: resume it to train on and export one (POST "
+        f"/api/v1/projects/alpha/runs/{cancelled.public_id}/resume/)")
+    done = run("done", status=RunStatus.SUCCEEDED, current_step=5, total_steps=5)
+    Artifact.objects.create(run=done, kind=ArtifactKind.MODEL, step=5, path="/nowhere/export")
+    assert refusal(f"{done.public_id}@4") == (
+        f"run {done.public_id} (\u2068done\u2069) has no exported checkpoint at step 4: export it on the run's page "
+        "(Checkpoints) to chat with it")
+    external = run("laptop", status=RunStatus.SUCCEEDED, task="external")
+    assert refusal(external.public_id) == (
+        f"run {external.public_id} (\u2068laptop\u2069) was trained elsewhere and logged here: Temper holds no model "
+        "of it")
+    reward = run("judge", status=RunStatus.SUCCEEDED, task="reward")
+    Artifact.objects.create(run=reward, kind=ArtifactKind.MODEL, step=5, path="/nowhere/judge")
+    assert refusal(reward.public_id) == (
+        f"run {reward.public_id} (\u2068judge\u2069) trained a reward model, which scores answers and writes none: "
+        "there is nothing to chat with")
+    # Not a run of this project, none at all or another project's: the words are those of a missing model.
+    assert refusal("run_nothing") == "the model 'run_nothing' does not exist in project alpha; GET /v1/models lists them"
+    theirs = Run.objects.create(project=team.outsider_project, name="secret", task="sft", spec={}, resolved_spec={},
+                                created_by=team.outsider, status=RunStatus.RUNNING)
+    assert refusal(theirs.public_id) == (f"the model '{theirs.public_id}' does not exist in project alpha; "
+                                         "GET /v1/models lists them")

@@ -329,3 +329,21 @@ def test_a_new_token_comes_with_commands_that_use_it(team, client_for):
     assert run.public_id in [model["id"] for model in models]
     assert 'id="token-example"' not in client_for(team.teammate).get(
         reverse("chat:list", args=[team.project.slug])).content.decode()
+
+
+def test_the_command_says_which_token_the_rest_api_takes_and_which_projects_there_are(team):
+    """Audit: a script writer who looked for a token with `manage.py apitoken --help` (the command's obvious name) got
+    a project token for /v1/, which the REST API refuses; its help did not name resttoken. A slug mistyped was told
+    only that no project has it."""
+    from django.core.management import load_command_class
+
+    command = load_command_class("webapp.chat", "apitoken")
+    assert "the REST API (/api/v1/) takes a personal token instead: python manage.py resttoken" in command.help
+    with pytest.raises(CommandError) as refused:
+        call_command("apitoken", user=team.teammate.username, project="alhpa")
+    assert str(refused.value) == ("--project: no project with slug 'alhpa'; alpha-teammate's projects: alpha "
+                                  "(Project alpha)")
+    with pytest.raises(CommandError) as refused:
+        call_command("apitoken", user=team.outsider.username, project="alhpa")
+    assert str(refused.value) == ("--project: no project with slug 'alhpa'; alpha-outsider's projects: "
+                                  "alpha-elsewhere (Elsewhere)")

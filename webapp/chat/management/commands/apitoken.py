@@ -8,10 +8,12 @@ from django.core.management.base import BaseCommand, CommandError
 
 from webapp.chat.tokens import project_token_create
 from webapp.projects.models import Project
+from webapp.projects.selectors import project_list_for_user
 
 
 class Command(BaseCommand):
-    help = "Create a project-scoped token for the OpenAI-compatible API (/v1/) and print it."
+    help = ("Create a project-scoped token for the OpenAI-compatible API (/v1/) and print it; the REST API (/api/v1/) "
+            "takes a personal token instead: python manage.py resttoken --user NAME.")
 
     def add_arguments(self, parser):
         parser.add_argument("--user", required=True, help="username (a member or owner of the project)")
@@ -24,7 +26,8 @@ class Command(BaseCommand):
             raise CommandError(f"--user: no user named {user!r}")
         project_row = Project.objects.filter(slug=project).first()
         if project_row is None:
-            raise CommandError(f"--project: no project with slug {project!r}")
+            theirs = ", ".join(f"{one.slug} ({one.name})" for one in project_list_for_user(user=account)) or "none"
+            raise CommandError(f"--project: no project with slug {project!r}; {user}'s projects: {theirs}")
         try:
             _token, secret = project_token_create(user=account, project=project_row, name=name)
         except PermissionError as error:
