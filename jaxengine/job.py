@@ -937,8 +937,7 @@ def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, place
         recorded_settings=recorded_settings(spec), data_files=files,
     )
     if spec.task == "dpo":
-        task: Any = PreferenceTask(loss_name=spec.dpo.loss, beta=spec.dpo.beta,
-                                   label_smoothing=spec.dpo.label_smoothing, simpo_gamma=spec.dpo.simpo_gamma)
+        task: Any = PreferenceTask.from_spec(spec.dpo)
         if spec.dpo.loss not in REFERENCE_FREE:
             # The initial model is the reference: the base itself under LoRA (fresh adapters add zero).
             # Only for the pairs the run's steps will read: a run of max_steps over part of a large

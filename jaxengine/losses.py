@@ -180,6 +180,12 @@ def _implicit_rewards(beta, policy_chosen_b, policy_rejected_b, reference_chosen
     return beta * (policy_chosen_b - reference_chosen_b), beta * (policy_rejected_b - reference_rejected_b)
 
 
+def _reference_metrics(beta, policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b) -> Metrics:
+    """The metrics of every loss against a reference: TRL's implicit rewards beta * (policy - reference)."""
+    rewards = _implicit_rewards(beta, policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
+    return _preference_metrics(*rewards, policy_chosen_b, policy_rejected_b)
+
+
 @register_loss("sigmoid")
 def dpo_sigmoid_loss(
     policy_chosen_b: jax.Array,
@@ -196,8 +202,7 @@ def dpo_sigmoid_loss(
     """
     logits_b = _reference_logits(policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
     loss = jnp.mean(_smoothed_logistic(beta * logits_b, label_smoothing))
-    rewards = _implicit_rewards(beta, policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
-    return loss, _preference_metrics(*rewards, policy_chosen_b, policy_rejected_b)
+    return loss, _reference_metrics(beta, policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
 
 
 @register_loss("ipo")
@@ -215,8 +220,7 @@ def ipo_loss(
     """
     logits_b = _reference_logits(policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
     loss = jnp.mean((logits_b - 1.0 / (2.0 * beta)) ** 2)
-    rewards = _implicit_rewards(beta, policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
-    return loss, _preference_metrics(*rewards, policy_chosen_b, policy_rejected_b)
+    return loss, _reference_metrics(beta, policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
 
 
 @register_loss("hinge")
@@ -231,8 +235,157 @@ def hinge_loss(
     """SLiC-style hinge (Zhao et al. 2023): relu(1 - beta * log-ratio margin)."""
     logits_b = _reference_logits(policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
     loss = jnp.mean(jax.nn.relu(1.0 - beta * logits_b))
-    rewards = _implicit_rewards(beta, policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
-    return loss, _preference_metrics(*rewards, policy_chosen_b, policy_rejected_b)
+    return loss, _reference_metrics(beta, policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
+
+
+# The DPO variants below are TRL's DPOTrainer ``loss_type``s of the same names, on summed log-probs as there.
+
+
+@register_loss("robust")
+def robust_dpo_loss(
+    policy_chosen_b: jax.Array,
+    policy_rejected_b: jax.Array,
+    reference_chosen_b: jax.Array,
+    reference_rejected_b: jax.Array,
+    *,
+    beta: float,
+    label_smoothing: float = 0.0,
+) -> tuple[jax.Array, Metrics]:
+    """Robust DPO (Ray Chowdhury et al. 2024): the sigmoid loss made unbiased under labels flipped with probability
+    eps = label_smoothing: ((1 - eps) * -log sigmoid(z) - eps * -log sigmoid(-z)) / (1 - 2 eps), z = beta * margin.
+
+    Unlike conservative DPO (sigmoid with smoothing), whose loss is smallest at a finite margin, this one keeps
+    falling as the margin grows (it goes below zero): eps is the noise rate the data is believed to have.
+    """
+    scaled_b = beta * _reference_logits(policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
+    loss_b = (-(1.0 - label_smoothing) * jax.nn.log_sigmoid(scaled_b) + label_smoothing * jax.nn.log_sigmoid(-scaled_b))
+    loss = jnp.mean(loss_b / (1.0 - 2.0 * label_smoothing))
+    return loss, _reference_metrics(beta, policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
+
+
+# EXO's target is (1 - eps, eps): eps = 0 would put log 0 in the loss, so 0 means this (TRL's choice too).
+EXO_DEFAULT_EPSILON = 1e-3
+
+
+@register_loss("exo_pair")
+def exo_pair_loss(
+    policy_chosen_b: jax.Array,
+    policy_rejected_b: jax.Array,
+    reference_chosen_b: jax.Array,
+    reference_rejected_b: jax.Array,
+    *,
+    beta: float,
+    label_smoothing: float = 0.0,
+) -> tuple[jax.Array, Metrics]:
+    """EXO, pairwise (Ji et al. 2024, eq. 16): KL from the policy's preference (sigmoid(z), sigmoid(-z)), z = beta *
+    margin, to the target (1 - eps, eps), eps = label_smoothing (0: ``EXO_DEFAULT_EPSILON``).
+
+    The loss is 0 at sigmoid(z) = 1 - eps, so past that margin raising the chosen log-prob raises it. Written with
+    log_sigmoid, never log(sigmoid): at |z| > ~104 float32's sigmoid(-|z|) is 0 and 0 * log 0 would be NaN.
+    """
+    epsilon = label_smoothing or EXO_DEFAULT_EPSILON
+    scaled_b = beta * _reference_logits(policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
+    loss_b = jax.nn.sigmoid(scaled_b) * (jax.nn.log_sigmoid(scaled_b) - jnp.log1p(-epsilon)) + jax.nn.sigmoid(
+        -scaled_b) * (jax.nn.log_sigmoid(-scaled_b) - jnp.log(epsilon))
+    return jnp.mean(loss_b), _reference_metrics(
+        beta, policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
+
+
+@register_loss("nca_pair")
+def nca_pair_loss(
+    policy_chosen_b: jax.Array,
+    policy_rejected_b: jax.Array,
+    reference_chosen_b: jax.Array,
+    reference_rejected_b: jax.Array,
+    *,
+    beta: float,
+) -> tuple[jax.Array, Metrics]:
+    """NCA, pairwise (Chen et al. 2024): -log sigmoid(r_c) - log sigmoid(-r_c) / 2 - log sigmoid(-r_r) / 2 on the
+    implicit rewards r = beta * (policy - reference) themselves, not their difference: it pushes the rejected
+    reward down rather than only below the chosen one (smallest at r_c = log 2, r_r -> -inf)."""
+    chosen_b, rejected_b = _implicit_rewards(beta, policy_chosen_b, policy_rejected_b, reference_chosen_b,
+                                             reference_rejected_b)
+    loss_b = -jax.nn.log_sigmoid(chosen_b) - 0.5 * jax.nn.log_sigmoid(-chosen_b) - 0.5 * jax.nn.log_sigmoid(-rejected_b)
+    return jnp.mean(loss_b), _preference_metrics(chosen_b, rejected_b, policy_chosen_b, policy_rejected_b)
+
+
+@register_loss("sppo_hard")
+def sppo_hard_loss(
+    policy_chosen_b: jax.Array,
+    policy_rejected_b: jax.Array,
+    reference_chosen_b: jax.Array,
+    reference_rejected_b: jax.Array,
+    *,
+    beta: float,
+) -> tuple[jax.Array, Metrics]:
+    """SPPO with hard labels (Wu et al. 2024): (a - 1/(2 beta))^2 + (b + 1/(2 beta))^2, a and b the chosen and
+    rejected log-ratios policy - reference: each completion's log-ratio is regressed to its own target (the paper's
+    win probability set to 1 for the chosen, 0 for the rejected)."""
+    half_over_beta = 0.5 / beta
+    loss_b = (policy_chosen_b - reference_chosen_b - half_over_beta) ** 2 + (
+        policy_rejected_b - reference_rejected_b + half_over_beta) ** 2
+    return jnp.mean(loss_b), _reference_metrics(
+        beta, policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
+
+
+@register_loss("apo_zero")
+def apo_zero_loss(
+    policy_chosen_b: jax.Array,
+    policy_rejected_b: jax.Array,
+    reference_chosen_b: jax.Array,
+    reference_rejected_b: jax.Array,
+    *,
+    beta: float,
+) -> tuple[jax.Array, Metrics]:
+    """APO-zero (D'Oosterlinck et al. 2024, eq. 7): 1 - sigmoid(r_c) + sigmoid(r_r), r = beta * (policy -
+    reference): raises the chosen likelihood and lowers the rejected one, for chosen answers better than the
+    model's own."""
+    chosen_b, rejected_b = _implicit_rewards(beta, policy_chosen_b, policy_rejected_b, reference_chosen_b,
+                                             reference_rejected_b)
+    loss = jnp.mean(jax.nn.sigmoid(-chosen_b) + jax.nn.sigmoid(rejected_b))  # 1 - sigmoid(x) = sigmoid(-x)
+    return loss, _preference_metrics(chosen_b, rejected_b, policy_chosen_b, policy_rejected_b)
+
+
+@register_loss("apo_down")
+def apo_down_loss(
+    policy_chosen_b: jax.Array,
+    policy_rejected_b: jax.Array,
+    reference_chosen_b: jax.Array,
+    reference_rejected_b: jax.Array,
+    *,
+    beta: float,
+) -> tuple[jax.Array, Metrics]:
+    """APO-down (D'Oosterlinck et al. 2024, eq. 8): sigmoid(r_c) + 1 - sigmoid(r_c - r_r), r = beta * (policy -
+    reference): lowers the chosen likelihood and the rejected one more, for chosen answers worse than the
+    model's own."""
+    chosen_b, rejected_b = _implicit_rewards(beta, policy_chosen_b, policy_rejected_b, reference_chosen_b,
+                                             reference_rejected_b)
+    loss = jnp.mean(jax.nn.sigmoid(chosen_b) + jax.nn.sigmoid(rejected_b - chosen_b))
+    return loss, _preference_metrics(chosen_b, rejected_b, policy_chosen_b, policy_rejected_b)
+
+
+@register_loss("discopop")
+def discopop_loss(
+    policy_chosen_b: jax.Array,
+    policy_rejected_b: jax.Array,
+    reference_chosen_b: jax.Array,
+    reference_rejected_b: jax.Array,
+    *,
+    beta: float,
+    tau: float,
+) -> tuple[jax.Array, Metrics]:
+    """DiscoPOP (Chan et al. 2024, eq. 5, the log-ratio modulated loss): with z = beta * margin and m =
+    sigmoid(z / tau), (1 - m) * -log sigmoid(z) + m * exp(-z): logistic where the margin is negative, exponential
+    where it is positive.
+
+    The exponential term is taken as exp(-z + log sigmoid(z / tau)): written as exp(-z) * m (as TRL does) it
+    overflows to inf at z < -88 in float32 while m is 0 there, and inf * 0 made the loss NaN.
+    """
+    scaled_b = beta * _reference_logits(policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
+    logistic_b = -jax.nn.log_sigmoid(scaled_b) * jax.nn.sigmoid(-scaled_b / tau)  # 1 - m = sigmoid(-z / tau)
+    exponential_b = jnp.exp(jax.nn.log_sigmoid(scaled_b / tau) - scaled_b)
+    return jnp.mean(logistic_b + exponential_b), _reference_metrics(
+        beta, policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
 
 
 @register_loss("simpo")

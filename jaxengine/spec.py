@@ -32,7 +32,10 @@ from jaxengine.words import counted
 Task = Literal["pretrain", "sft", "reward", "dpo", "grpo", "ppo"]
 PeftMethod = Literal["none", "lora", "qlora"]
 Schedule = Literal["constant", "linear", "cosine"]
-DpoLoss = Literal["sigmoid", "ipo", "hinge", "simpo", "orpo"]
+DpoLoss = Literal["sigmoid", "ipo", "hinge", "simpo", "orpo", "robust", "exo_pair", "nca_pair", "sppo_hard",
+                  "apo_zero", "apo_down", "discopop"]
+# The dpo losses that read dpo.label_smoothing: assumed label noise (sigmoid, robust), EXO's target epsilon.
+SMOOTHED_DPO_LOSSES = ("sigmoid", "robust", "exo_pair")
 KlEstimator = Literal["k1", "k2", "k3"]
 GrpoLossType = Literal["grpo", "dr_grpo", "dapo", "gspo"]
 AdvantageEstimator = Literal["group", "group_mean", "rloo"]
@@ -219,14 +222,23 @@ class DpoSpec(_Section):
         "sigmoid: DPO, -log σ(beta × log-ratio margin) | ipo: (margin − 1/(2 beta))², less prone to "
         "overfit | hinge: SLiC, relu(1 − beta × margin) | simpo: reference-free, length-normalised, "
         "target margin simpo_gamma | orpo: reference-free, chosen NLL plus an odds-ratio term weighted by "
-        "beta."))
-    label_smoothing: float = Field(default=0.0, ge=0.0, lt=0.5, description="sigmoid only: assumed label noise.")
+        "beta | robust: DPO unbiased for labels flipped at rate label_smoothing | exo_pair: EXO, KL to the "
+        "target preference (1 − label_smoothing, label_smoothing) | nca_pair: NCA, pushes each implicit "
+        "reward itself (chosen up, rejected down) | sppo_hard: SPPO, each log-ratio squared toward ±1/(2 beta) "
+        "| apo_zero: APO, chosen up and rejected down | apo_down: APO, both down, rejected more | discopop: "
+        "logistic below zero margin, exponential above, blended at temperature discopop_tau."))
+    label_smoothing: float = Field(default=0.0, ge=0.0, lt=0.5, description=(
+        "sigmoid, robust: assumed rate of flipped labels; exo_pair: the target's epsilon (0 means 0.001)."))
     simpo_gamma: float = Field(default=0.5, ge=0.0, description="simpo only: target reward margin.")
+    discopop_tau: float = Field(default=0.05, gt=0.0, le=1.0, description=(
+        "discopop only: temperature of the blend of its two terms (the paper's 0.05). At most 1: above, the "
+        "exponential term grows without bound as the margin falls."))
 
     @model_validator(mode="after")
-    def _smoothing_only_for_sigmoid(self) -> DpoSpec:
-        if self.label_smoothing and self.loss != "sigmoid":
-            raise ValueError(f"label_smoothing: only used with loss sigmoid (loss is {self.loss!r})")
+    def _smoothing_only_where_read(self) -> DpoSpec:
+        if self.label_smoothing and self.loss not in SMOOTHED_DPO_LOSSES:
+            raise ValueError(f"label_smoothing: only used with loss {', '.join(SMOOTHED_DPO_LOSSES)} "
+                             f"(loss is {self.loss!r})")
         return self
 
 

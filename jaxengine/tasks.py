@@ -29,6 +29,7 @@ from jaxengine.data.pipeline import (
     last_token_index,
     make_batch,
 )
+from jaxengine.spec import SMOOTHED_DPO_LOSSES, DpoSpec
 
 
 def hidden_states_of(model, batch: TokenBatch, *, unpacked: bool = False) -> jax.Array:
@@ -143,7 +144,14 @@ class PreferenceTask:
     beta: float = 0.1
     label_smoothing: float = 0.0
     simpo_gamma: float = 0.5
+    discopop_tau: float = 0.05
     chunk_size: int = 256
+
+    @classmethod
+    def from_spec(cls, dpo: DpoSpec) -> PreferenceTask:
+        """The task a job's ``dpo`` section asks for, with every setting of it that a loss reads."""
+        return cls(loss_name=dpo.loss, beta=dpo.beta, label_smoothing=dpo.label_smoothing,
+                   simpo_gamma=dpo.simpo_gamma, discopop_tau=dpo.discopop_tau)
 
     def loss(self, model, batch: PreferenceBatch) -> tuple[jax.Array, jax.Array, dict[str, jax.Array]]:
         chosen, rejected, chosen_count, rejected_count = preference_log_probs(model, batch, chunk_size=self.chunk_size)
@@ -152,18 +160,23 @@ class PreferenceTask:
             chosen_count, rejected_count = jnp.maximum(chosen_count, 1.0), jnp.maximum(rejected_count, 1.0)
             chosen, rejected = chosen / chosen_count, rejected / rejected_count
             reference_chosen, reference_rejected = reference_chosen / chosen_count, reference_rejected / rejected_count
-        if self.loss_name == "sigmoid":
-            loss, metrics = losses.dpo_sigmoid_loss(chosen, rejected, reference_chosen, reference_rejected,
-                                                    beta=self.beta, label_smoothing=self.label_smoothing)
-        elif self.loss_name in ("ipo", "hinge"):
-            loss, metrics = losses.LOSSES[self.loss_name](chosen, rejected, reference_chosen, reference_rejected,
-                                                          beta=self.beta)
-        elif self.loss_name == "simpo":
+        if self.loss_name == "simpo":
             loss, metrics = losses.simpo_loss(chosen, rejected, beta=self.beta, gamma=self.simpo_gamma)
-        else:
+        elif self.loss_name == "orpo":
             loss, metrics = losses.orpo_loss(chosen, rejected, beta=self.beta)
+        else:
+            loss, metrics = losses.LOSSES[self.loss_name](chosen, rejected, reference_chosen, reference_rejected,
+                                                          beta=self.beta, **self._loss_options())
         weight = jnp.asarray(batch.chosen.input_ids.shape[0], jnp.float32)
         return loss, weight, {"loss": loss, **metrics}
+
+    def _loss_options(self) -> dict[str, float]:
+        """The settings a loss against a reference reads beyond beta."""
+        if self.loss_name in SMOOTHED_DPO_LOSSES:
+            return {"label_smoothing": self.label_smoothing}
+        if self.loss_name == "discopop":
+            return {"tau": self.discopop_tau}
+        return {}
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "chunk_size"))

@@ -52,6 +52,57 @@ def test_dpo_starts_at_log_two_and_learns_the_preference(tmp_path, lora):
     assert last["loss"] < 0.5 and last["rewards/accuracies"] == 1.0 and last["eval/rewards/margins"] > 0.5
 
 
+# TRL's other DPO loss_types, each at the policy == reference start (every log-ratio 0, beta 0.5): its first loss.
+AT_ZERO_MARGIN = {
+    "robust": math.log(2),  # label_smoothing 0: DPO itself
+    "exo_pair": 0.5 * (math.log(0.5) - math.log1p(-1e-3)) + 0.5 * (math.log(0.5) - math.log(1e-3)),
+    "nca_pair": 2 * math.log(2),  # -log σ(0) - log σ(0) / 2 - log σ(0) / 2
+    "sppo_hard": 2 * (0.5 / 0.5) ** 2,
+    "apo_zero": 1.0,  # 1 - σ(0) + σ(0)
+    "apo_down": 1.0,  # σ(0) + 1 - σ(0)
+    "discopop": 0.5 * math.log(2) + 0.5,  # the mix σ(0 / tau) is 1/2
+}
+
+
+@pytest.fixture(scope="module")
+def referenced_pairs():
+    model = build_model(preset("tiny-llama"), rngs=nnx.Rngs(0))
+    return with_reference_log_probs(model, pairs(8), batch_size=8, max_seq_len=16, pad_id=0)
+
+
+@pytest.mark.parametrize("loss_name", sorted(AT_ZERO_MARGIN))
+def test_each_trl_variant_trains_a_few_steps(tmp_path, referenced_pairs, loss_name):
+    """Three steps of each variant through the trainer: the task hands it the summed log-probs and the references
+    (the first loss is the formula's at zero margin), every loss is finite and the preference metrics are logged,
+    in training and eval."""
+    model = build_model(preset("tiny-llama"), rngs=nnx.Rngs(0))  # the weights the references were computed with
+    config = TrainConfig(total_steps=3, batch_size=8, max_seq_len=16, eval_every=3,
+                         optim=OptimSpec(learning_rate=2e-3, schedule="constant"))
+    trainer = Trainer(model=model, task=PreferenceTask(loss_name=loss_name, beta=0.5), config=config,
+                      train_examples=referenced_pairs, eval_examples=referenced_pairs, pad_id=0, run_dir=tmp_path)
+    summary = trainer.fit(progress_bar=False)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    steps = [record for record in records if "loss" in record]
+    assert len(steps) == 3 and all(math.isfinite(record["loss"]) for record in steps)
+    assert steps[0]["loss"] == pytest.approx(AT_ZERO_MARGIN[loss_name], abs=1e-5)
+    assert abs(steps[0]["rewards/margins"]) < 1e-5 and steps[-1]["rewards/margins"] != 0.0
+    last = summary["final_metrics"]
+    for key in ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected", "logps/chosen"):
+        assert math.isfinite(last[key]) and math.isfinite(last[f"eval/{key}"]), key
+    assert 0.0 <= last["rewards/accuracies"] <= 1.0
+
+
+def test_the_task_of_a_dpo_section_reads_each_of_its_settings():
+    """Every dpo setting reaches the task under its own name (dpo.loss as loss_name), none left at a default."""
+    from jaxengine.spec import DpoSpec
+
+    dpo = DpoSpec(loss="exo_pair", beta=0.3, label_smoothing=0.2, simpo_gamma=0.7, discopop_tau=0.4)
+    task = PreferenceTask.from_spec(dpo)
+    for name in DpoSpec.model_fields:
+        assert getattr(task, "loss_name" if name == "loss" else name) == getattr(dpo, name), name
+        assert getattr(dpo, name) != DpoSpec.model_fields[name].default, f"give {name} a value other than its default"
+
+
 def test_reference_free_losses_need_no_reference(tmp_path):
     model = build_model(preset("tiny-llama"), rngs=nnx.Rngs(0))
     batch = make_batch(pairs(4), max_seq_len=16, pad_id=0)

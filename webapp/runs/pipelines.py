@@ -315,6 +315,8 @@ def _metric_settings(task: Any, metric: str, spec: dict[str, Any]) -> dict[Any, 
             settings |= {name: (f"dpo.{name}", getattr(dpo, name)) for name in ("beta", "label_smoothing")}
             if dpo.loss == "simpo":
                 settings["simpo_gamma"] = ("dpo.simpo_gamma", dpo.simpo_gamma)
+            if dpo.loss == "discopop":
+                settings["discopop_tau"] = ("dpo.discopop_tau", dpo.discopop_tau)
         return settings
     if task not in ("grpo", "ppo") or not (section := _section(spec, task, GrpoSpec if task == "grpo" else PpoSpec)):
         return {}

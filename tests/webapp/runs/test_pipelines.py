@@ -55,7 +55,8 @@ def test_every_stage_is_checked_before_anything_starts(team, catalog, sent_tasks
     with pytest.raises(ValidationError) as caught:
         pipelines.pipeline_create(project=team.project, document=bad, user=team.teammate)
     errors = caught.value.message_dict
-    assert "is not one of sigmoid, ipo, hinge, simpo, orpo" in errors["stages.1.spec.dpo.loss"][0]
+    assert ("is not one of sigmoid, ipo, hinge, simpo, orpo, robust, exo_pair, nca_pair, sppo_hard, apo_zero, "
+            "apo_down, discopop") in errors["stages.1.spec.dpo.loss"][0]
     assert "leave model out" in errors["stages.1.spec.model"][0]
     assert "no previous stage" in errors["stages.0.guard"][0]
     assert not Pipeline.objects.exists() and not Run.objects.exists()
@@ -163,6 +164,19 @@ def test_a_guard_between_dpo_stages_of_different_betas_is_refused_on_a_metric_be
         "their eval/loss do not measure the same thing: eval/loss is computed under these settings; give both stages "
         "the same dpo.beta, or remove the guard"]}
     chain["stages"][2]["guard"] = {"metric": "eval/rewards/accuracies", "max_drop_percent": 5}
+    assert pipelines.pipeline_create(project=team.project, document=chain, user=team.teammate)
+
+
+def test_a_guard_between_discopop_stages_of_different_temperatures_is_refused(team, catalog, sent_tasks):
+    """discopop_tau shapes discopop's loss as simpo_gamma shapes simpo's: eval/loss at tau 0.05 and at 0.5 are other
+    numbers; other losses never read it."""
+    chain = dpo_chain(catalog, first_loss="discopop", second_loss="discopop")
+    chain["stages"][2]["spec"]["dpo"]["discopop_tau"] = 0.5
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document=chain, user=team.teammate)
+    assert "differ in dpo.discopop_tau (0.5 against 0.05)" in caught.value.message_dict["stages.2.guard.metric"][0]
+    chain = dpo_chain(catalog, first_loss="nca_pair", second_loss="nca_pair")
+    chain["stages"][2]["spec"]["dpo"]["discopop_tau"] = 0.5
     assert pipelines.pipeline_create(project=team.project, document=chain, user=team.teammate)
 
 

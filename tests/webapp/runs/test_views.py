@@ -59,6 +59,41 @@ def test_launching_from_the_form_queues_a_run(team, catalog, client_for, sent_ta
     assert run.tags == ["a", "b"] and response["Location"] == f"/p/alpha/runs/{run.public_id}/"
 
 
+TRL_DPO_VARIANTS = ("robust", "exo_pair", "nca_pair", "sppo_hard", "apo_zero", "apo_down", "discopop")
+
+
+def test_the_dpo_form_offers_and_launches_trls_loss_variants(team, catalog, client_for, sent_tasks):
+    """The dpo.loss select and the dpo.discopop_tau input come from the spec schema; each variant the form posts is
+    the run's loss, with the settings it reads; a bad tau is named at its field and launches nothing."""
+    client = client_for(team.teammate)
+    page = client.get("/p/alpha/runs/new/?task=dpo").content.decode()
+    select = page.split('name="dpo.loss"')[1].split("</select>")[0]
+    for loss in ("sigmoid", *TRL_DPO_VARIANTS):
+        assert f'<option value="{loss}" ' in select, loss
+    assert 'name="dpo.discopop_tau"' in page
+    form = {"mode": "form", "task": "dpo", "model": catalog.base_model.public_id,
+            "data.train": catalog.preference.public_id, "train.max_steps": "5", "peft.targets": ["q_proj", "v_proj"],
+            "dpo.beta": "0.2"}
+    for loss in TRL_DPO_VARIANTS:
+        extra = {"robust": {"dpo.label_smoothing": "0.1"}, "exo_pair": {"dpo.label_smoothing": "0.01"},
+                 "discopop": {"dpo.discopop_tau": "0.1"}}.get(loss, {})
+        response = client.post("/p/alpha/runs/new/", {**form, "name": f"dpo-{loss}", "dpo.loss": loss, **extra})
+        errors = [line for line in response.content.decode().splitlines() if "error" in line]
+        assert response.status_code == 302, errors
+        spec = Run.objects.get(name=f"dpo-{loss}").spec["dpo"]
+        assert spec["loss"] == loss and spec["beta"] == 0.2, spec
+        assert spec["label_smoothing"] == float(extra.get("dpo.label_smoothing", 0)), spec
+        assert spec["discopop_tau"] == float(extra.get("dpo.discopop_tau", 0.05)), spec
+    launched = Run.objects.count()
+    response = client.post("/p/alpha/runs/new/", {**form, "name": "hot", "dpo.loss": "discopop",
+                                                  "dpo.discopop_tau": "2"})
+    assert response.status_code == 400 and "<code>dpo.discopop_tau</code>" in response.content.decode()
+    response = client.post("/p/alpha/runs/new/", {**form, "name": "smooth", "dpo.loss": "nca_pair",
+                                                  "dpo.label_smoothing": "0.1"})
+    assert response.status_code == 400 and "<code>dpo.label_smoothing</code>" in response.content.decode()
+    assert Run.objects.count() == launched
+
+
 def test_it_rejects_bad_input_naming_each_field(team, catalog, client_for, sent_tasks):
     form = {"mode": "form", "task": "sft", "model": "", "data.train": catalog.sft.public_id,
             "optim.learning_rate": "fast", "train.batch_size": "0", "train.max_steps": "5"}

@@ -1,0 +1,189 @@
+"""TRL's DPO loss_types beyond sigmoid/ipo/hinge against their formulas written out here in float64 numpy: values
+on small and large margins (where a naive float32 formula overflows), gradients and their signs.
+
+Each ``hand_*`` is the paper's (and TRL's ``DPOTrainer.dpo_loss``) per-pair formula, mean over pairs, computed in
+float64 with log sigmoid(x) = -logaddexp(0, -x): independent of the jax code it checks.
+"""
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxengine import losses
+from jaxengine.losses import LOSSES
+
+
+def log_sigmoid(x):
+    return -np.logaddexp(0.0, -np.asarray(x, np.float64))
+
+
+def sigmoid(x):
+    return np.exp(log_sigmoid(x))
+
+
+def margin(pc, pr, rc, rr):
+    return (pc - pr) - (rc - rr)
+
+
+def hand_robust(pc, pr, rc, rr, *, beta, label_smoothing=0.0):
+    eps, z = label_smoothing, beta * margin(pc, pr, rc, rr)
+    return np.mean(((1 - eps) * -log_sigmoid(z) - eps * -log_sigmoid(-z)) / (1 - 2 * eps))
+
+
+def hand_exo_pair(pc, pr, rc, rr, *, beta, label_smoothing=0.0):
+    eps, z = label_smoothing or 1e-3, beta * margin(pc, pr, rc, rr)
+    return np.mean(sigmoid(z) * (log_sigmoid(z) - math.log(1 - eps)) + sigmoid(-z) * (log_sigmoid(-z) - math.log(eps)))
+
+
+def hand_nca_pair(pc, pr, rc, rr, *, beta):
+    chosen, rejected = beta * (pc - rc), beta * (pr - rr)
+    return np.mean(-log_sigmoid(chosen) - 0.5 * log_sigmoid(-chosen) - 0.5 * log_sigmoid(-rejected))
+
+
+def hand_sppo_hard(pc, pr, rc, rr, *, beta):
+    return np.mean((pc - rc - 0.5 / beta) ** 2 + (pr - rr + 0.5 / beta) ** 2)
+
+
+def hand_apo_zero(pc, pr, rc, rr, *, beta):
+    return np.mean(1 - sigmoid(beta * (pc - rc)) + sigmoid(beta * (pr - rr)))
+
+
+def hand_apo_down(pc, pr, rc, rr, *, beta):
+    chosen, rejected = beta * (pc - rc), beta * (pr - rr)
+    return np.mean(sigmoid(chosen) + 1 - sigmoid(chosen - rejected))
+
+
+def hand_discopop(pc, pr, rc, rr, *, beta, tau):
+    z = beta * margin(pc, pr, rc, rr)
+    mix = sigmoid(z / tau)  # float64: exp(-z) stays finite for every margin below
+    return np.mean(-log_sigmoid(z) * (1 - mix) + np.exp(-z) * mix)
+
+
+HAND = {"robust": hand_robust, "exo_pair": hand_exo_pair, "nca_pair": hand_nca_pair, "sppo_hard": hand_sppo_hard,
+        "apo_zero": hand_apo_zero, "apo_down": hand_apo_down, "discopop": hand_discopop}
+CASES = [  # (loss, its settings)
+    ("robust", {"beta": 0.5}), ("robust", {"beta": 0.5, "label_smoothing": 0.2}),
+    ("exo_pair", {"beta": 0.5}), ("exo_pair", {"beta": 0.5, "label_smoothing": 0.1}),
+    ("nca_pair", {"beta": 0.5}), ("sppo_hard", {"beta": 0.5}), ("apo_zero", {"beta": 0.5}),
+    ("apo_down", {"beta": 0.5}), ("discopop", {"beta": 0.5, "tau": 0.05}), ("discopop", {"beta": 0.5, "tau": 1.0}),
+]
+CASE_IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in settings.items())}" for name, settings in CASES]
+
+# Three pairs of summed log-probs (policy chosen, policy rejected, reference chosen, reference rejected): margins
+# 1.5, -1.25 and 0, chosen rewards of either sign. Exact in float32.
+SMALL = [np.array(values, np.float64) for values in
+         ([-3.0, -5.0, -7.5], [-4.0, -4.5, -6.0], [-3.5, -4.75, -7.0], [-3.0, -5.5, -5.5])]
+# Margins of 300, -300 and 250 (the policy's completions far apart where the reference had them level): at beta 0.5
+# beta * margin is 150, -150 and 125, where float32's sigmoid(-|z|) is 0 and exp(|z|) is inf.
+LARGE = [np.array(values, np.float64) for values in
+         ([-10.0, -310.0, -10.0], [-310.0, -10.0, -260.0], [-160.0, -160.0, -10.0], [-160.0, -160.0, -10.0])]
+
+
+def run(name, settings, inputs):
+    return LOSSES[name](*(jnp.asarray(array, jnp.float32) for array in inputs), **settings)
+
+
+@pytest.mark.parametrize(("name", "settings"), CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("inputs", [SMALL, LARGE], ids=["small-margins", "large-margins"])
+def test_each_variant_is_its_formula(name, settings, inputs):
+    loss, metrics = run(name, settings, inputs)
+    expected = HAND[name](*inputs, **settings)
+    assert np.isfinite(expected)
+    np.testing.assert_allclose(float(loss), expected, rtol=1e-5, atol=1e-5)
+    pc, pr, rc, rr = inputs
+    beta = settings["beta"]  # every variant reports TRL's implicit rewards beta * (policy - reference)
+    np.testing.assert_allclose(float(metrics["rewards/chosen"]), np.mean(beta * (pc - rc)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(float(metrics["rewards/rejected"]), np.mean(beta * (pr - rr)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(float(metrics["rewards/accuracies"]), np.mean(pc - rc > pr - rr), atol=1e-6)
+    np.testing.assert_allclose(float(metrics["logps/chosen"]), np.mean(pc), rtol=1e-6)
+
+
+@pytest.mark.parametrize(("name", "settings"), CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("inputs", [SMALL, LARGE], ids=["small-margins", "large-margins"])
+def test_each_variants_gradient_is_its_formulas(name, settings, inputs):
+    """d loss / d policy log-probs against central differences of the float64 formula (finite at large margins:
+    no inf * 0 in the backward pass either)."""
+    grads = jax.grad(lambda pc, pr: run(name, settings, (pc, pr, *inputs[2:]))[0], argnums=(0, 1))(
+        jnp.asarray(inputs[0], jnp.float32), jnp.asarray(inputs[1], jnp.float32))
+    step = 1e-5
+    for which, grad in enumerate(grads):
+        assert np.isfinite(grad).all(), grad
+        expected = []
+        for row in range(3):
+            up, down = [array.copy() for array in inputs], [array.copy() for array in inputs]
+            up[which][row] += step
+            down[which][row] -= step
+            expected.append((HAND[name](*up, **settings) - HAND[name](*down, **settings)) / (2 * step))
+        np.testing.assert_allclose(np.asarray(grad), expected, rtol=1e-4, atol=1e-5)
+
+
+SIGNS = [  # (loss, settings, one pair (pc, pr, rc, rr), sign of d loss / d chosen, of d loss / d rejected)
+    # robust: always raise the chosen, lower the rejected, label noise or not.
+    ("robust", {"beta": 1.0, "label_smoothing": 0.2}, (-1.0, -4.0, -2.0, -2.0), -1, 1),
+    ("robust", {"beta": 1.0, "label_smoothing": 0.2}, (-4.0, -1.0, -2.0, -2.0), -1, 1),
+    # exo_pair: towards sigmoid(z) = 1 - eps (z = log 999 = 6.9), then back: at z = 10 it lowers the chosen.
+    ("exo_pair", {"beta": 1.0}, (-1.0, -4.0, -2.0, -2.0), -1, 1),
+    ("exo_pair", {"beta": 1.0}, (-1.0, -11.0, -2.0, -2.0), 1, -1),
+    # nca_pair: the chosen reward up to log 2, no further; the rejected reward always down.
+    ("nca_pair", {"beta": 1.0}, (-1.5, -1.0, -2.0, -2.0), -1, 1),
+    ("nca_pair", {"beta": 1.0}, (-1.0, -9.0, -2.0, -2.0), 1, 1),
+    # sppo_hard: each log-ratio to +-1 / (2 beta) = +-1 from either side.
+    ("sppo_hard", {"beta": 0.5}, (-2.0, -2.0, -2.0, -2.0), -1, 1),
+    ("sppo_hard", {"beta": 0.5}, (-0.5, -4.0, -2.0, -2.0), 1, -1),
+    # apo_zero: chosen up, rejected down, always.
+    ("apo_zero", {"beta": 1.0}, (-1.0, -4.0, -2.0, -2.0), -1, 1),
+    ("apo_zero", {"beta": 1.0}, (-4.0, -1.0, -2.0, -2.0), -1, 1),
+    # apo_down: the rejected always down; the chosen down too while it leads the rejected by enough...
+    ("apo_down", {"beta": 1.0}, (-2.0, -4.0, -2.0, -2.0), 1, 1),
+    # ... and up where the rejected leads it: sigmoid'(r_c) < sigmoid'(r_r - r_c) (2: 0.105, 1: 0.197).
+    ("apo_down", {"beta": 1.0}, (0.0, 1.0, -2.0, -2.0), -1, 1),
+    # discopop: chosen up either side of zero margin, but not near it: its blend is not monotonic there.
+    ("discopop", {"beta": 1.0, "tau": 0.05}, (-1.0, -2.0, -2.0, -2.0), -1, 1),
+    ("discopop", {"beta": 1.0, "tau": 0.05}, (-3.0, -2.0, -2.0, -2.0), -1, 1),
+    ("discopop", {"beta": 1.0, "tau": 0.05}, (-2.0, -2.0, -2.0, -2.0), 1, -1),
+]
+
+
+@pytest.mark.parametrize(("name", "settings", "pair", "chosen_sign", "rejected_sign"), SIGNS)
+def test_raising_the_chosen_log_prob_moves_the_loss_as_the_formula_says(name, settings, pair, chosen_sign,
+                                                                         rejected_sign):
+    pc, pr, rc, rr = (jnp.array([value], jnp.float32) for value in pair)
+    grad_chosen, grad_rejected = jax.grad(lambda c, r: LOSSES[name](c, r, rc, rr, **settings)[0],
+                                          argnums=(0, 1))(pc, pr)
+    assert np.sign(float(grad_chosen[0])) == chosen_sign and np.sign(float(grad_rejected[0])) == rejected_sign, (
+        float(grad_chosen[0]), float(grad_rejected[0]))
+
+
+def test_robust_without_label_noise_is_dpo():
+    inputs = [jnp.asarray(array, jnp.float32) for array in SMALL]
+    robust, _ = LOSSES["robust"](*inputs, beta=0.5)
+    sigmoid_loss, _ = LOSSES["sigmoid"](*inputs, beta=0.5)
+    np.testing.assert_allclose(float(robust), float(sigmoid_loss), rtol=1e-6)
+
+
+def test_the_naive_float32_formulas_break_where_these_do_not():
+    """The inputs of LARGE are ones where the formulas as TRL writes them overflow in float32: discopop's exp(-z) *
+    sigmoid(z / tau) is inf * 0 and EXO's sigmoid(-z) * log(sigmoid(-z)) is 0 * -inf."""
+    z = jnp.asarray(0.5 * margin(*LARGE), jnp.float32)
+    naive_discopop = jnp.exp(-z) * jax.nn.sigmoid(z / 0.05)
+    naive_exo = jax.nn.sigmoid(-z) * jnp.log(jax.nn.sigmoid(-z))
+    assert np.isnan(naive_discopop).any() and np.isnan(naive_exo).any()
+    for name, settings in (("discopop", {"beta": 0.5, "tau": 0.05}), ("exo_pair", {"beta": 0.5})):
+        assert np.isfinite(float(run(name, settings, LARGE)[0]))
+
+
+def test_exo_pair_reads_zero_label_smoothing_as_trls_epsilon():
+    inputs = [jnp.asarray(array, jnp.float32) for array in SMALL]
+    default, _ = LOSSES["exo_pair"](*inputs, beta=0.5)
+    explicit, _ = LOSSES["exo_pair"](*inputs, beta=0.5, label_smoothing=losses.EXO_DEFAULT_EPSILON)
+    assert float(default) == float(explicit) and losses.EXO_DEFAULT_EPSILON == 1e-3
+
+
+def test_every_spec_loss_is_registered():
+    import typing
+
+    from jaxengine.spec import DpoLoss
+
+    assert set(typing.get_args(DpoLoss)) <= set(LOSSES)
