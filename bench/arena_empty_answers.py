@@ -12,7 +12,6 @@ wall and CPU time (SQLite runs in process: the CPU counts the queries' work).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -20,6 +19,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.pages import setup_django  # noqa: E402
 
 
 def timed(function, repeats: int) -> tuple[list[float], list[float]]:
@@ -44,24 +46,15 @@ def main() -> None:
     parser.add_argument("--empty-every", type=int, default=500, help="one answer in this many is empty")
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
     with tempfile.TemporaryDirectory(prefix="temper-bench-arena-empty-") as data_root:
-        os.environ["TEMPER_DATA"] = data_root
-        os.environ["DJANGO_SETTINGS_MODULE"] = "webapp.settings"
-        for name in ("DATABASE_URL", "TEMPER_MODELS_ROOT"):
-            os.environ.pop(name, None)
-        import django
-
-        django.setup()
+        setup_django(Path(data_root))
         from django.contrib.auth import get_user_model
-        from django.core.management import call_command
 
         from webapp.chat import arena
         from webapp.chat.models import Battle, Conversation, Message
         from webapp.chat.services import has_text
         from webapp.projects.services import project_create
 
-        call_command("migrate", "--noinput", verbosity=0)
         owner = get_user_model().objects.create_user("bench-owner", password="unused-password")
         project = project_create(name="Bench", slug="bench", owner=owner)
         sides = Conversation.objects.bulk_create(
