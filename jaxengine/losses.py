@@ -388,6 +388,85 @@ def discopop_loss(
         beta, policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
 
 
+# The three losses below read statistics of the whole batch, not of each pair alone: the mean log-ratio (kto_pair),
+# the order of the batch's log-ratios (aot, aot_pair). The batch is the micro-batch the trainer hands the task
+# (``train.batch_size`` pairs, across every device of a sharded step: the jitted mean and sort see the global
+# array); under ``train.grad_accum`` each micro-batch uses its own, as does each eval batch (the last one shorter).
+
+
+@register_loss("kto_pair")
+def kto_pair_loss(
+    policy_chosen_b: jax.Array,
+    policy_rejected_b: jax.Array,
+    reference_chosen_b: jax.Array,
+    reference_rejected_b: jax.Array,
+    *,
+    beta: float,
+) -> tuple[jax.Array, Metrics]:
+    """KTO on pairs (Ethayarajh et al. 2024, eq. 7; TRL's older DPOTrainer ``kto_pair``): 1 - sigmoid(beta * (a -
+    z_r)) for each chosen and 1 - sigmoid(beta * (z_c - b)) for each rejected, a and b their log-ratios policy -
+    reference, averaged over all 2B terms (TRL concatenates the halves).
+
+    The reference points z_c = max(mean(a), 0) and z_r = max(mean(b), 0) are batch statistics: the micro-batch's
+    (see the note above), so micro-batches under grad_accum each use their own. Each half is measured against the
+    other half's point, as the KTO report estimates its KL term from unrelated completions. The points are held
+    constant in the backward pass, as the KTO authors' code (HALOs) and TRL's KTOTrainer do; TRL's DPOTrainer
+    ``kto_pair`` let the gradient flow through the batch mean (same loss values, other gradients).
+    """
+    chosen_logratios_b = policy_chosen_b - reference_chosen_b
+    rejected_logratios_b = policy_rejected_b - reference_rejected_b
+    chosen_point = jax.lax.stop_gradient(jnp.maximum(jnp.mean(chosen_logratios_b), 0.0))
+    rejected_point = jax.lax.stop_gradient(jnp.maximum(jnp.mean(rejected_logratios_b), 0.0))
+    # 1 - sigmoid(x) = sigmoid(-x)
+    chosen_losses_b = jax.nn.sigmoid(-beta * (chosen_logratios_b - rejected_point))
+    rejected_losses_b = jax.nn.sigmoid(-beta * (chosen_point - rejected_logratios_b))
+    loss = 0.5 * (jnp.mean(chosen_losses_b) + jnp.mean(rejected_losses_b))
+    return loss, _reference_metrics(beta, policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
+
+
+@register_loss("aot_pair")
+def aot_pair_loss(
+    policy_chosen_b: jax.Array,
+    policy_rejected_b: jax.Array,
+    reference_chosen_b: jax.Array,
+    reference_rejected_b: jax.Array,
+    *,
+    beta: float,
+    label_smoothing: float = 0.0,
+) -> tuple[jax.Array, Metrics]:
+    """AOT for unpaired data (Melnyk et al. 2024; TRL's name despite the suffix): the sigmoid loss (conservative
+    with ``label_smoothing``) on sort(a) - sort(b), a and b the batch's chosen and rejected log-ratios policy -
+    reference, each sorted on its own.
+
+    Matching the i-th smallest chosen to the i-th smallest rejected is the one-dimensional optimal transport
+    between their distributions: it asks the chosen rewards to be higher at every quantile than the rejected ones
+    (first-order stochastic dominance), not pair by pair, so which rejected came with which chosen does not
+    matter. A batch statistic (see the note above).
+    """
+    delta_b = jnp.sort(policy_chosen_b - reference_chosen_b) - jnp.sort(policy_rejected_b - reference_rejected_b)
+    loss = jnp.mean(_smoothed_logistic(beta * delta_b, label_smoothing))
+    return loss, _reference_metrics(beta, policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
+
+
+@register_loss("aot")
+def aot_loss(
+    policy_chosen_b: jax.Array,
+    policy_rejected_b: jax.Array,
+    reference_chosen_b: jax.Array,
+    reference_rejected_b: jax.Array,
+    *,
+    beta: float,
+    label_smoothing: float = 0.0,
+) -> tuple[jax.Array, Metrics]:
+    """AOT for paired data (Melnyk et al. 2024): the sigmoid loss (conservative with ``label_smoothing``) on sort(policy
+    chosen - rejected) - sort(reference chosen - rejected): the policy's distribution of log-prob margins made to
+    dominate the reference's, quantile by quantile. A batch statistic (see the note above).
+    """
+    delta_b = jnp.sort(policy_chosen_b - policy_rejected_b) - jnp.sort(reference_chosen_b - reference_rejected_b)
+    loss = jnp.mean(_smoothed_logistic(beta * delta_b, label_smoothing))
+    return loss, _reference_metrics(beta, policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
+
+
 @register_loss("simpo")
 def simpo_loss(
     policy_chosen_avg_b: jax.Array,

@@ -33,9 +33,10 @@ Task = Literal["pretrain", "sft", "reward", "dpo", "grpo", "ppo"]
 PeftMethod = Literal["none", "lora", "qlora"]
 Schedule = Literal["constant", "linear", "cosine"]
 DpoLoss = Literal["sigmoid", "ipo", "hinge", "simpo", "orpo", "robust", "exo_pair", "nca_pair", "sppo_hard",
-                  "apo_zero", "apo_down", "discopop"]
-# The dpo losses that read dpo.label_smoothing: assumed label noise (sigmoid, robust), EXO's target epsilon.
-SMOOTHED_DPO_LOSSES = ("sigmoid", "robust", "exo_pair")
+                  "apo_zero", "apo_down", "discopop", "kto_pair", "aot", "aot_pair"]
+# The dpo losses that read dpo.label_smoothing: assumed label noise (sigmoid, robust, aot, aot_pair), EXO's target
+# epsilon.
+SMOOTHED_DPO_LOSSES = ("sigmoid", "robust", "exo_pair", "aot", "aot_pair")
 KlEstimator = Literal["k1", "k2", "k3"]
 GrpoLossType = Literal["grpo", "dr_grpo", "dapo", "gspo"]
 AdvantageEstimator = Literal["group", "group_mean", "rloo"]
@@ -226,9 +227,13 @@ class DpoSpec(_Section):
         "target preference (1 − label_smoothing, label_smoothing) | nca_pair: NCA, pushes each implicit "
         "reward itself (chosen up, rejected down) | sppo_hard: SPPO, each log-ratio squared toward ±1/(2 beta) "
         "| apo_zero: APO, chosen up and rejected down | apo_down: APO, both down, rejected more | discopop: "
-        "logistic below zero margin, exponential above, blended at temperature discopop_tau."))
+        "logistic below zero margin, exponential above, blended at temperature discopop_tau | kto_pair: KTO on "
+        "pairs, each log-ratio against the batch's mean log-ratio of the other side | aot: AOT for paired data, "
+        "the policy's sorted margins above the reference's | aot_pair: AOT for unpaired data, the sorted chosen "
+        "log-ratios above the sorted rejected ones (kto_pair, aot, aot_pair: statistics of each micro-batch)."))
     label_smoothing: float = Field(default=0.0, ge=0.0, lt=0.5, description=(
-        "sigmoid, robust: assumed rate of flipped labels; exo_pair: the target's epsilon (0 means 0.001)."))
+        "sigmoid, robust, aot, aot_pair: assumed rate of flipped labels; exo_pair: the target's epsilon (0 means "
+        "0.001)."))
     simpo_gamma: float = Field(default=0.5, ge=0.0, description="simpo only: target reward margin.")
     discopop_tau: float = Field(default=0.05, gt=0.0, le=1.0, description=(
         "discopop only: temperature of the blend of its two terms (the paper's 0.05). At most 1: above, the "

@@ -4,6 +4,7 @@ on small and large margins (where a naive float32 formula overflows), gradients 
 Each ``hand_*`` is the paper's (and TRL's ``DPOTrainer.dpo_loss``) per-pair formula, mean over pairs, computed in
 float64 with log sigmoid(x) = -logaddexp(0, -x): independent of the jax code it checks.
 """
+import functools
 import math
 
 import jax
@@ -61,18 +62,43 @@ def hand_discopop(pc, pr, rc, rr, *, beta, tau):
     return np.mean(-log_sigmoid(z) * (1 - mix) + np.exp(-z) * mix)
 
 
+def hand_kto_pair(pc, pr, rc, rr, *, beta, reference_points=None):
+    """``reference_points`` (chosen, rejected) replaces the batch's own: held fixed, as the loss holds them in the
+    backward pass."""
+    chosen, rejected = pc - rc, pr - rr
+    chosen_point, rejected_point = reference_points or (max(np.mean(chosen), 0.0), max(np.mean(rejected), 0.0))
+    return np.mean(np.concatenate([1 - sigmoid(beta * (chosen - rejected_point)),
+                                   1 - sigmoid(beta * (chosen_point - rejected))]))
+
+
+def hand_aot(pc, pr, rc, rr, *, beta, label_smoothing=0.0):
+    z = beta * (np.sort(pc - pr) - np.sort(rc - rr))
+    return np.mean(-log_sigmoid(z) * (1 - label_smoothing) - log_sigmoid(-z) * label_smoothing)
+
+
+def hand_aot_pair(pc, pr, rc, rr, *, beta, label_smoothing=0.0):
+    z = beta * (np.sort(pc - rc) - np.sort(pr - rr))
+    return np.mean(-log_sigmoid(z) * (1 - label_smoothing) - log_sigmoid(-z) * label_smoothing)
+
+
 HAND = {"robust": hand_robust, "exo_pair": hand_exo_pair, "nca_pair": hand_nca_pair, "sppo_hard": hand_sppo_hard,
-        "apo_zero": hand_apo_zero, "apo_down": hand_apo_down, "discopop": hand_discopop}
+        "apo_zero": hand_apo_zero, "apo_down": hand_apo_down, "discopop": hand_discopop,
+        "kto_pair": hand_kto_pair, "aot": hand_aot, "aot_pair": hand_aot_pair}
 CASES = [  # (loss, its settings)
     ("robust", {"beta": 0.5}), ("robust", {"beta": 0.5, "label_smoothing": 0.2}),
     ("exo_pair", {"beta": 0.5}), ("exo_pair", {"beta": 0.5, "label_smoothing": 0.1}),
     ("nca_pair", {"beta": 0.5}), ("sppo_hard", {"beta": 0.5}), ("apo_zero", {"beta": 0.5}),
     ("apo_down", {"beta": 0.5}), ("discopop", {"beta": 0.5, "tau": 0.05}), ("discopop", {"beta": 0.5, "tau": 1.0}),
+    ("kto_pair", {"beta": 0.5}), ("aot", {"beta": 0.5}), ("aot", {"beta": 0.5, "label_smoothing": 0.2}),
+    ("aot_pair", {"beta": 0.5}), ("aot_pair", {"beta": 0.5, "label_smoothing": 0.2}),
 ]
 CASE_IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in settings.items())}" for name, settings in CASES]
 
 # Three pairs of summed log-probs (policy chosen, policy rejected, reference chosen, reference rejected): margins
-# 1.5, -1.25 and 0, chosen rewards of either sign. Exact in float32.
+# 1.5, -1.25 and 0, chosen rewards of either sign. Exact in float32. Sorting reorders them (aot, aot_pair: the
+# policy's margins 1, -0.5, -1.5 against the reference's -0.5, 0.75, -1.5; chosen log-ratios 0.5, -0.25, -0.5 against
+# rejected -1, 1, -0.5), no ties; kto_pair's reference points are both 0 (means -1/12 and -1/6, clamped: the tests
+# of kto_pair below have points above 0).
 SMALL = [np.array(values, np.float64) for values in
          ([-3.0, -5.0, -7.5], [-4.0, -4.5, -6.0], [-3.5, -4.75, -7.0], [-3.0, -5.5, -5.5])]
 # Margins of 300, -300 and 250 (the policy's completions far apart where the reference had them level): at beta 0.5
@@ -108,6 +134,11 @@ def test_each_variants_gradient_is_its_formulas(name, settings, inputs):
     grads = jax.grad(lambda pc, pr: run(name, settings, (pc, pr, *inputs[2:]))[0], argnums=(0, 1))(
         jnp.asarray(inputs[0], jnp.float32), jnp.asarray(inputs[1], jnp.float32))
     step = 1e-5
+    hand = HAND[name]
+    if name == "kto_pair":  # its reference points are constants of the backward pass: differentiate with them fixed
+        chosen, rejected = inputs[0] - inputs[2], inputs[1] - inputs[3]
+        points = (max(np.mean(chosen), 0.0), max(np.mean(rejected), 0.0))
+        hand = functools.partial(hand_kto_pair, reference_points=points)
     for which, grad in enumerate(grads):
         assert np.isfinite(grad).all(), grad
         expected = []
@@ -115,7 +146,7 @@ def test_each_variants_gradient_is_its_formulas(name, settings, inputs):
             up, down = [array.copy() for array in inputs], [array.copy() for array in inputs]
             up[which][row] += step
             down[which][row] -= step
-            expected.append((HAND[name](*up, **settings) - HAND[name](*down, **settings)) / (2 * step))
+            expected.append((hand(*up, **settings) - hand(*down, **settings)) / (2 * step))
         np.testing.assert_allclose(np.asarray(grad), expected, rtol=1e-4, atol=1e-5)
 
 
@@ -143,6 +174,14 @@ SIGNS = [  # (loss, settings, one pair (pc, pr, rc, rr), sign of d loss / d chos
     ("discopop", {"beta": 1.0, "tau": 0.05}, (-1.0, -2.0, -2.0, -2.0), -1, 1),
     ("discopop", {"beta": 1.0, "tau": 0.05}, (-3.0, -2.0, -2.0, -2.0), -1, 1),
     ("discopop", {"beta": 1.0, "tau": 0.05}, (-2.0, -2.0, -2.0, -2.0), 1, -1),
+    # kto_pair, aot, aot_pair: chosen up, rejected down, whichever leads (a pair alone is its own batch).
+    ("kto_pair", {"beta": 1.0}, (-1.0, -4.0, -2.0, -2.0), -1, 1),
+    ("kto_pair", {"beta": 1.0}, (-4.0, -1.0, -2.0, -2.0), -1, 1),
+    ("aot", {"beta": 1.0, "label_smoothing": 0.2}, (-4.0, -1.0, -2.0, -2.0), -1, 1),
+    ("aot_pair", {"beta": 1.0}, (-4.0, -1.0, -2.0, -2.0), -1, 1),
+    # ... except with label smoothing past the margin where the loss is smallest (z = log 4 at eps 0.2): back down.
+    ("aot", {"beta": 1.0, "label_smoothing": 0.2}, (0.0, -4.0, -2.0, -2.0), 1, -1),
+    ("aot_pair", {"beta": 1.0, "label_smoothing": 0.2}, (0.0, -4.0, -2.0, -2.0), 1, -1),
 ]
 
 
@@ -187,3 +226,50 @@ def test_every_spec_loss_is_registered():
     from jaxengine.spec import DpoLoss
 
     assert set(typing.get_args(DpoLoss)) <= set(LOSSES)
+
+
+FOURTH = (1.0, -3.0, -2.0, -1.0)
+
+
+def whole_and_halves(name, settings):
+    """A 4-pair batch's loss, and the mean of the losses of its two 2-pair halves (the same pairs as two
+    micro-batches under grad_accum 2)."""
+    # A fourth pair (chosen log-ratio 3, rejected -2; margins: policy's 4, reference's -1), exact in float32.
+    inputs = [jnp.asarray(np.concatenate([array, [value]]), jnp.float32) for array, value in zip(SMALL, FOURTH)]
+    whole, _ = LOSSES[name](*inputs, **settings)
+    halves = [LOSSES[name](*(array[rows] for array in inputs), **settings)[0] for rows in (slice(0, 2), slice(2, 4))]
+    return float(whole), float(np.mean(halves))
+
+
+@pytest.mark.parametrize("name", ["kto_pair", "aot", "aot_pair"])
+def test_batch_statistic_losses_depend_on_the_micro_batch(name):
+    """kto_pair's reference points and AOT's sorting are statistics of the batch the loss sees: the same pairs in
+    two micro-batches give another loss than in one, where a per-pair loss (sigmoid) gives the same."""
+    whole, halves = whole_and_halves(name, {"beta": 0.5})
+    assert abs(whole - halves) > 1e-3, (whole, halves)
+    whole, halves = whole_and_halves("sigmoid", {"beta": 0.5})
+    assert whole == pytest.approx(halves, rel=1e-6)
+
+
+def test_kto_pair_measures_each_side_against_the_other_sides_clamped_mean():
+    """One pair whose chosen log-ratio is 2 and rejected 3: the chosen term is measured against the rejected
+    mean 3, the rejected term against the chosen mean 2. Where both means are negative the points are 0."""
+    one = [jnp.array([value], jnp.float32) for value in (0.0, 1.0, -2.0, -2.0)]
+    loss, _ = LOSSES["kto_pair"](*one, beta=1.0)
+    assert float(loss) == pytest.approx(0.5 * ((1 - sigmoid(2.0 - 3.0)) + (1 - sigmoid(2.0 - 3.0))), abs=1e-6)
+    below = [jnp.array([value], jnp.float32) for value in (-3.0, -5.0, -2.0, -2.0)]  # log-ratios -1 and -3
+    loss, _ = LOSSES["kto_pair"](*below, beta=1.0)
+    assert float(loss) == pytest.approx(0.5 * ((1 - sigmoid(-1.0)) + (1 - sigmoid(3.0))), abs=1e-6)
+
+
+def test_kto_pairs_reference_points_carry_no_gradient():
+    """With the rejected log-ratios above zero, their mean is the chosen term's reference point: raising a rejected
+    log-prob moves the loss only through its own term (beta sigmoid'(beta (z_c - b)) / (2B)), not through that
+    point too, as the KTO authors' code (HALOs) and TRL's KTOTrainer hold it."""
+    pc, pr, rc, rr = (jnp.array(values, jnp.float32) for values in ([-1.0, -2.0], [-1.0, -1.5], [-2.0, -2.0],
+                                                                        [-2.0, -2.0]))
+    grad_rejected = jax.grad(lambda r: LOSSES["kto_pair"](pc, r, rc, rr, beta=1.0)[0])(pr)
+    chosen_point, rejected = max(np.mean([1.0, 0.0]), 0.0), np.array([1.0, 0.5])
+    # d/db of (1 - σ(z_c - b)) / 4, z_c held: σ'(z_c - b) / 4
+    own = sigmoid(chosen_point - rejected) * (1 - sigmoid(chosen_point - rejected)) / 4
+    np.testing.assert_allclose(np.asarray(grad_rejected), own, rtol=1e-5)

@@ -210,7 +210,7 @@ def test_it_rejects_cross_field_mistakes_naming_the_field():
         "peft.group_size: 48 is not a power of two (e.g. 32, 64, 128)"
     ]
     assert problems_of(minimal(task="dpo", dpo={"loss": "ipo", "label_smoothing": 0.1})) == [
-        "dpo.label_smoothing: only used with loss sigmoid, robust, exo_pair (loss is 'ipo')"
+        "dpo.label_smoothing: only used with loss sigmoid, robust, exo_pair, aot, aot_pair (loss is 'ipo')"
     ]
     assert problems_of(minimal(peft={"quant_bits": 3})) == ["peft.quant_bits: 3 is not one of 4, 8"]
     assert problems_of(minimal(data={"train": "t.jsonl", "eval_group_by": "task"})) == [
@@ -221,12 +221,13 @@ def test_it_rejects_cross_field_mistakes_naming_the_field():
 
 
 def test_trls_dpo_variants_parse_and_their_settings_are_checked():
-    for loss in ("robust", "exo_pair", "nca_pair", "sppo_hard", "apo_zero", "apo_down", "discopop"):
+    for loss in ("robust", "exo_pair", "nca_pair", "sppo_hard", "apo_zero", "apo_down", "discopop", "kto_pair", "aot",
+                 "aot_pair"):
         assert parse_spec(minimal(task="dpo", dpo={"loss": loss})).dpo.loss == loss
-    for loss in ("robust", "exo_pair"):  # label noise and EXO's epsilon: both read label_smoothing
+    for loss in ("robust", "exo_pair", "aot", "aot_pair"):  # label noise and EXO's epsilon: read label_smoothing
         assert parse_spec(minimal(task="dpo", dpo={"loss": loss, "label_smoothing": 0.1})).dpo.label_smoothing == 0.1
     assert problems_of(minimal(task="dpo", dpo={"loss": "nca_pair", "label_smoothing": 0.1})) == [
-        "dpo.label_smoothing: only used with loss sigmoid, robust, exo_pair (loss is 'nca_pair')"
+        "dpo.label_smoothing: only used with loss sigmoid, robust, exo_pair, aot, aot_pair (loss is 'nca_pair')"
     ]
     assert parse_spec(minimal(task="dpo", dpo={"loss": "discopop"})).dpo.discopop_tau == 0.05
     assert parse_spec(minimal(task="dpo", dpo={"loss": "discopop", "discopop_tau": 1})).dpo.discopop_tau == 1.0

@@ -61,6 +61,9 @@ AT_ZERO_MARGIN = {
     "apo_zero": 1.0,  # 1 - σ(0) + σ(0)
     "apo_down": 1.0,  # σ(0) + 1 - σ(0)
     "discopop": 0.5 * math.log(2) + 0.5,  # the mix σ(0 / tau) is 1/2
+    "kto_pair": 0.5,  # both reference points max(0, 0): 1 - σ(0) for every term
+    "aot": math.log(2),  # every sorted margin 0: DPO at zero margin
+    "aot_pair": math.log(2),
 }
 
 

@@ -59,7 +59,8 @@ def test_launching_from_the_form_queues_a_run(team, catalog, client_for, sent_ta
     assert run.tags == ["a", "b"] and response["Location"] == f"/p/alpha/runs/{run.public_id}/"
 
 
-TRL_DPO_VARIANTS = ("robust", "exo_pair", "nca_pair", "sppo_hard", "apo_zero", "apo_down", "discopop")
+TRL_DPO_VARIANTS = ("robust", "exo_pair", "nca_pair", "sppo_hard", "apo_zero", "apo_down", "discopop", "kto_pair",
+                    "aot", "aot_pair")
 
 
 def test_the_dpo_form_offers_and_launches_trls_loss_variants(team, catalog, client_for, sent_tasks):
@@ -76,7 +77,8 @@ def test_the_dpo_form_offers_and_launches_trls_loss_variants(team, catalog, clie
             "dpo.beta": "0.2"}
     for loss in TRL_DPO_VARIANTS:
         extra = {"robust": {"dpo.label_smoothing": "0.1"}, "exo_pair": {"dpo.label_smoothing": "0.01"},
-                 "discopop": {"dpo.discopop_tau": "0.1"}}.get(loss, {})
+                 "discopop": {"dpo.discopop_tau": "0.1"}, "aot": {"dpo.label_smoothing": "0.2"},
+                 "aot_pair": {"dpo.label_smoothing": "0.3"}}.get(loss, {})
         response = client.post("/p/alpha/runs/new/", {**form, "name": f"dpo-{loss}", "dpo.loss": loss, **extra})
         errors = [line for line in response.content.decode().splitlines() if "error" in line]
         assert response.status_code == 302, errors
@@ -88,7 +90,7 @@ def test_the_dpo_form_offers_and_launches_trls_loss_variants(team, catalog, clie
     response = client.post("/p/alpha/runs/new/", {**form, "name": "hot", "dpo.loss": "discopop",
                                                   "dpo.discopop_tau": "2"})
     assert response.status_code == 400 and "<code>dpo.discopop_tau</code>" in response.content.decode()
-    response = client.post("/p/alpha/runs/new/", {**form, "name": "smooth", "dpo.loss": "nca_pair",
+    response = client.post("/p/alpha/runs/new/", {**form, "name": "smooth", "dpo.loss": "kto_pair",
                                                   "dpo.label_smoothing": "0.1"})
     assert response.status_code == 400 and "<code>dpo.label_smoothing</code>" in response.content.decode()
     assert Run.objects.count() == launched
