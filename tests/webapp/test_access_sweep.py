@@ -330,6 +330,8 @@ ROUTES: dict[str, Route] = {
     "api:dataset_version_file": Route(auth=Auth.API_TOKEN, kwargs=lambda world: {**_api_dataset(world),
                                                                                  "number": world.sft.number},
                                       methods=READ),
+    "api:dataset_version_by_id": Route(auth=Auth.API_TOKEN, kwargs=lambda world: {
+        "slug": world.slug, "version_id": world.sft.public_id}, methods=READ),
     "api:runs": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ_MEMBER_WRITE),
     "api:run": Route(auth=Auth.API_TOKEN, kwargs=_run, methods={"GET": VIEWER, "PATCH": MEMBER, "DELETE": MEMBER}),
     "api:run_cancel": Route(auth=Auth.API_TOKEN, kwargs=_run, methods={"POST": MEMBER}),
@@ -342,6 +344,9 @@ ROUTES: dict[str, Route] = {
     "api:pipelines": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ_MEMBER_WRITE),
     "api:pipeline": Route(auth=Auth.API_TOKEN, kwargs=_pipeline, methods=READ),
     "api:pipeline_cancel": Route(auth=Auth.API_TOKEN, kwargs=_pipeline, methods={"POST": MEMBER}),
+    # The /v1/ tokens of the Chat page, by a REST token: the member role, each the teammate's own.
+    "api:chat_tokens": Route(auth=Auth.API_TOKEN, kwargs=_project, methods={"GET": MEMBER, "POST": MEMBER}),
+    "api:chat_token": Route(auth=Auth.API_TOKEN, kwargs=_chat_token, methods={"DELETE": MEMBER}, private=True),
     # A user's own REST token: not a project's, so any signed-in user may call it, on their tokens only.
     "api:token_revoke": Route(kwargs=_api_token, methods={"POST": VIEWER}, private=True),
 }

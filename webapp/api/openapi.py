@@ -23,6 +23,10 @@ DATASET = {"name": "dataset_id", "in": "path", "required": True, "schema": {"typ
            "description": "Dataset id (ds_…)."}
 VERSION_NUMBER = {"name": "number", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1},
                   "description": "Version number (1, 2, ...)."}
+VERSION_ID = {"name": "version_id", "in": "path", "required": True, "schema": {"type": "string"},
+              "description": "Dataset version id (dv_…), as a run's spec names it."}
+CHAT_TOKEN = {"name": "token_id", "in": "path", "required": True, "schema": {"type": "integer"},
+              "description": "A token's id, as chat-tokens/ lists it."}
 BASE_MODEL = {"name": "model_id", "in": "path", "required": True, "schema": {"type": "string"},
               "description": "Base model id (bm_…)."}
 IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"},
@@ -63,7 +67,8 @@ IN_PROGRESS = {"409": _json("The first request sent with this Idempotency-Key is
 ANSWERS = (schemas.ProjectList, schemas.BaseModelList, schemas.BaseModelOut, schemas.DatasetList, schemas.DatasetDetail,
            schemas.DatasetComparison, schemas.DatasetVersionOut, schemas.UploadOut, schemas.RunPage, schemas.RunDetail, schemas.RunOut,
            schemas.SweepOut, schemas.MetricSeries, schemas.MetricsLogged, schemas.SampleList, schemas.SamplesStored, schemas.RunLog,
-           schemas.PipelineList, schemas.PipelineOut, schemas.FieldErrors, schemas.Detail)
+           schemas.PipelineList, schemas.PipelineOut, schemas.ChatTokenList, schemas.ChatTokenCreated,
+           schemas.FieldErrors, schemas.Detail)
 
 
 def _body(model: type[BaseModel]) -> dict[str, Any]:
@@ -114,7 +119,7 @@ def _sort_query() -> dict[str, Any]:
 def build_document() -> dict[str, Any]:
     components: dict[str, Any] = {}
     for model in (schemas.RunCreate, schemas.RunResume, schemas.MetricsLog, schemas.SamplesLog, schemas.RunFinish,
-                  JobSpec, PipelineDocument, *ANSWERS):
+                  schemas.ChatTokenCreate, JobSpec, PipelineDocument, *ANSWERS):
         schema = model.model_json_schema(ref_template=REF)
         components.update(schema.pop("$defs", {}))
         components[model.__name__] = schema
@@ -216,6 +221,11 @@ def build_document() -> dict[str, Any]:
                                                                                               "format": "binary"}}}},
                                   **ERRORS}},
         },
+        f"{base}/dataset-versions/{{version_id}}/": {
+            "get": _operation("A dataset version by its dv_… id, the one a run's spec names (the same answer as "
+                              "datasets/{dataset_id}/versions/{number}/; 404 for another project's)",
+                              [SLUG, VERSION_ID], answer=schemas.DatasetVersionOut),
+        },
         f"{base}/runs/": {
             "get": _operation("List runs", [SLUG], query=[_query("q", "a part of the name, id, a tag or the notes (case aside)"),
                                                           _enum("status", "status (another value: 400)",
@@ -252,8 +262,10 @@ def build_document() -> dict[str, Any]:
         f"{base}/runs/{{run_id}}/finish/": {"post": _operation("Close an external run", [SLUG, RUN],
                                                                body=schemas.RunFinish, answer=schemas.RunOut)},
         f"{base}/runs/{{run_id}}/metrics/": {
-            "get": _operation("Metric series (downsampled beyond max_points)", [SLUG, RUN],
-                              query=[_query("names", "comma-separated metric names"),
+            "get": _operation("Metric series (downsampled beyond max_points), with the names asked for that the "
+                              "run has logged no point of (unknown_names) and those it has (metric_names)",
+                              [SLUG, RUN],
+                              query=[_query("names", "comma-separated metric names (default: every one)"),
                                      _query("after_step", "only points after this step", "integer"),
                                      {**_query("max_points", f"points per metric before downsampling (default "
                                                             f"{MAX_POINTS})"),
@@ -307,6 +319,20 @@ def build_document() -> dict[str, Any]:
             "Cancel a running pipeline: its current stage's run is cancelled (a queued one at once, a training one "
             "after its current step), an export stage not yet writing is dropped (400 while it writes its serving "
             "copy, and once the pipeline has ended)", [SLUG, PIPELINE], answer=schemas.PipelineOut)},
+        f"{base}/chat-tokens/": {
+            "get": _operation("Your own tokens of the OpenAI-compatible API (/v1/) for the project, newest first, "
+                              "without their secrets (members and owners, as on the Chat page)", [SLUG],
+                              answer=schemas.ChatTokenList),
+            "post": _operation("Make a token of the OpenAI-compatible API (/v1/) for the project, as the Chat page's "
+                               "'API tokens for this project' does (members and owners): its secret is in this "
+                               "answer only", [SLUG, IDEMPOTENCY_KEY], body=schemas.ChatTokenCreate, status="201",
+                               response="the token, with its secret", answer=schemas.ChatTokenCreated),
+        },
+        f"{base}/chat-tokens/{{token_id}}/": {
+            "delete": _operation("Revoke one of your tokens for the project: /v1/ refuses it from then on (404 for "
+                                 "an id that is not one of yours here, revoked already or someone else's)",
+                                 [SLUG, CHAT_TOKEN], status="204", response="Nothing: revoked"),
+        },
         f"{base}/runs/{{run_id}}/artifacts/{{kind}}/": {
             "get": {**_operation("Download an artifact (model, adapter, or checkpoint with ?step=N: the url each of "
                                  "the run's artifacts gives) as a tar archive; 404 saying why for one the run has not",

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationInfo, field_validator, model_validator
 
+from webapp.chat.tokens import DEFAULT_TOKEN_NAME, TOKEN_NAME_MAX
+from webapp.core.auth_header import DEFAULT_TOKEN_LIFETIME, TOKEN_LIFETIMES
 from webapp.core.numbers import MAX_STORED_INT
 from webapp.runs.services import RUN_NAME_MAX
 
@@ -106,6 +108,17 @@ class SamplesLog(_Body):
 class RunFinish(_Body):
     status: Literal["succeeded", "failed", "cancelled"]
     message: str = ""
+
+
+class ChatTokenCreate(_Body):
+    """A token of the OpenAI-compatible API (``/v1/``) for one project, as the Chat page makes one."""
+
+    name: str = Field(default=DEFAULT_TOKEN_NAME, json_schema_extra={"maxLength": TOKEN_NAME_MAX},
+                      description="What the Chat page lists it by, e.g. where it is used; blank: "
+                                  f"{DEFAULT_TOKEN_NAME!r}.")
+    # Checked by the view (webapp.core.auth_header.token_expiry), in the words of the pages' forms.
+    expires: str = Field(default=DEFAULT_TOKEN_LIFETIME, json_schema_extra={"enum": list(TOKEN_LIFETIMES)},
+                         description="After how many days /v1/ refuses it, or never (until revoked).")
 
 
 # Response bodies: what each endpoint answers, for the OpenAPI document. The API's tests validate the server's
@@ -318,7 +331,13 @@ class Series(_Answer):
 
 
 class MetricSeries(_Answer):
-    series: dict[str, Series]
+    series: dict[str, Series] = Field(description="By metric name: those asked for (names; every one when left out) "
+                                                  "that have points after after_step.")
+    unknown_names: list[str] = Field(description="The names asked for that the run has logged no point of (a typo, "
+                                                 "or a metric not logged yet), in the order asked; [] when names is "
+                                                 "left out. A name whose points all lie before after_step is known.")
+    metric_names: list[str] = Field(description="Every metric the run has logged a point of, sorted: the names "
+                                                "names may ask for.")
 
 
 class SkippedValue(_Answer):
@@ -383,6 +402,28 @@ class PipelineOut(_Answer):
 class PipelineList(_Answer):
     pipelines: list[PipelineOut]
     next: str | None = Field(description="The address of the next page; null on the last.")
+
+
+class ChatTokenOut(_Answer):
+    id: int = Field(description="What DELETE chat-tokens/<id>/ names.")
+    name: str
+    prefix: str = Field(description="The token's first characters, to recognise it.")
+    created_at: datetime
+    last_used_at: datetime | None
+    expires_at: datetime | None = Field(description="From then on /v1/ refuses it; null: it works until revoked.")
+    expired: bool
+
+
+class ChatTokenCreated(ChatTokenOut):
+    token: str | None = Field(description="The secret (tpk_…) to send to /v1/ as 'Authorization: Bearer <token>': in "
+                                          "this answer only, it is not stored; null in the answer to a repeat with "
+                                          "the first request's Idempotency-Key, which made nothing.")
+    base_url: str = Field(description="The address of the OpenAI-compatible API: an OpenAI client's base_url.")
+
+
+class ChatTokenList(_Answer):
+    tokens: list[ChatTokenOut] = Field(description="Your own tokens for the project, newest first (an owner sees "
+                                                   "theirs only, as on the Chat page).")
 
 
 class FieldErrors(_Answer):

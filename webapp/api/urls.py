@@ -16,6 +16,8 @@ urlpatterns = [
     path(f"{base}/datasets/<str:dataset_id>/versions/<int:number>/", views.dataset_version, name="dataset_version"),
     path(f"{base}/datasets/<str:dataset_id>/versions/<int:number>/file/", views.dataset_version_file,
          name="dataset_version_file"),
+    # By the dv_… id a run's spec names (the address above names a version by its dataset and number).
+    path(f"{base}/dataset-versions/<str:version_id>/", views.dataset_version_by_id, name="dataset_version_by_id"),
     path(f"{base}/runs/", views.runs, name="runs"),
     path(f"{base}/runs/<str:run_id>/", views.run_detail, name="run"),
     path(f"{base}/runs/<str:run_id>/cancel/", views.run_cancel, name="run_cancel"),
@@ -28,6 +30,9 @@ urlpatterns = [
     path(f"{base}/pipelines/", views.pipelines, name="pipelines"),
     path(f"{base}/pipelines/<str:pipeline_id>/", views.pipeline_detail, name="pipeline"),
     path(f"{base}/pipelines/<str:pipeline_id>/cancel/", views.pipeline_cancel, name="pipeline_cancel"),
+    # Tokens of the OpenAI-compatible API (/v1/), made with a REST token as on the Chat page.
+    path(f"{base}/chat-tokens/", views.chat_tokens, name="chat_tokens"),
+    path(f"{base}/chat-tokens/<int:token_id>/", views.chat_token, name="chat_token"),
     path("accounts/tokens/", token_views.token_list, name="tokens"),
     path("accounts/tokens/<int:token_id>/revoke/", token_views.token_revoke, name="token_revoke"),
 ]

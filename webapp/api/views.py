@@ -30,8 +30,11 @@ from webapp.api.services import token_authenticate, token_expired_at
 from webapp.basemodels import selectors as basemodel_selectors
 from webapp.basemodels import services as basemodel_services
 from webapp.basemodels import uploads as basemodel_uploads
+from webapp.chat.access import chat_access
+from webapp.chat.models import ProjectToken
 from webapp.chat.tokens import TOKEN_PREFIX as PROJECT_TOKEN_PREFIX
-from webapp.core.auth_header import bearer_secret
+from webapp.chat.tokens import project_token_create, project_token_list, project_token_revoke
+from webapp.core.auth_header import bearer_secret, token_expired, token_expiry
 from webapp.core.bidi import isolated
 from webapp.core import json_bodies
 from webapp.core.forms import errors_by_key
@@ -40,7 +43,7 @@ from webapp.core.sse import AccessLost, access_lost_when
 from webapp.core.streaming import download_label, file_download
 from webapp.core.templatetags.temper import when
 from webapp.core.submissions import (IDEMPOTENCY_HEADER, IdempotencyKeyReused, Sent, SendingInProgress,
-                                     request_send_once)
+                                     request_send_once, request_send_once_secret)
 from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
@@ -533,11 +536,25 @@ def dataset_version(request: HttpRequest, slug: str, dataset_id: str, number: in
     dataset = dataset_selectors.dataset_get(project=project, public_id=dataset_id)
     version = dataset_selectors.version_get(dataset=dataset, number=number)
     if request.method == "GET":
-        campaign = review_selectors.export_campaigns(project=project, versions=[version]).get(version.pk)
-        return JsonResponse(_version_json(version, review_campaign=campaign))
+        return JsonResponse(_version_with_campaign_json(project, version))
     dataset_selectors.ensure_may_delete_version(membership=membership, version=version)
     dataset_services.dataset_version_delete(version=version)
     return HttpResponse(status=204)
+
+
+@api_view(("GET",))
+def dataset_version_by_id(request: HttpRequest, slug: str, version_id: str) -> JsonResponse:
+    """GET: a version by its dv_… id, the one a run's spec names (``datasets/<ds id>/versions/<n>/`` names it by its
+    dataset and number): the same answer."""
+    project, _membership = get_project_for_user(request.user, slug)
+    version = dataset_selectors.version_get_by_id(project=project, public_id=version_id)
+    return JsonResponse(_version_with_campaign_json(project, version))
+
+
+def _version_with_campaign_json(project: Project, version: DatasetVersion) -> dict[str, Any]:
+    """A version as read alone, with the review campaign it was exported from."""
+    campaign = review_selectors.export_campaigns(project=project, versions=[version]).get(version.pk)
+    return _version_json(version, review_campaign=campaign)
 
 
 @api_view(("GET",))
@@ -647,8 +664,10 @@ def run_finish(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
 
 @api_view(("GET", "POST"), query=("names", "after_step", "max_points"))
 def run_metrics(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
-    """GET: ``{name: {step, value, tokens, time}}`` (``names`` comma-separated, ``after_step``,
-    ``max_points`` for server-side downsampling). POST (external runs): log points."""
+    """GET: ``{"series": {name: {step, value, tokens, time}}, "unknown_names": [...], "metric_names": [...]}``
+    (``names`` comma-separated, ``after_step``, ``max_points`` for server-side downsampling): ``unknown_names`` the
+    names asked for that the run has logged no point of (a typo answered only ``{}``), ``metric_names`` those it
+    has. POST (external runs): log points."""
     if request.method == "POST":
         _project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
         body = _body(request, schemas.MetricsLog)
@@ -671,8 +690,12 @@ def run_metrics(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
                                 f"to {run_selectors.METRICS_MAX_POINTS} ({run_selectors.MAX_POINTS} when left out)")
     if errors:
         raise ValidationError(errors)
-    return JsonResponse({"series": run_selectors.metric_series(run=run, names=names or None, after_step=after_step,
-                                                               max_points=max_points)})
+    series = run_selectors.metric_series(run=run, names=names or None, after_step=after_step, max_points=max_points)
+    # Beside the series, not among them: a metric may be named anything, these keys too.
+    # The series read may hold points whose run row is not yet saved with their names (a worker writes both).
+    logged = sorted({*run_selectors.run_metric_names(run=run), *series})
+    return JsonResponse({"series": series, "unknown_names": [name for name in names if name not in logged],
+                         "metric_names": logged})
 
 
 @api_view(("GET", "POST"), query=("step", *paging.QUERY))
@@ -772,6 +795,47 @@ def pipelines(request: HttpRequest, slug: str) -> JsonResponse:
     sent = request_send_once(request, create=lambda: pipeline_services.pipeline_create(
         project=project, document=document, user=request.user).public_id)
     return _created(_pipeline_json(run_selectors.pipeline_get(project=project, public_id=sent.result)), sent)
+
+
+def _chat_token_json(token: ProjectToken) -> dict[str, Any]:
+    return {"id": token.pk, "name": token.name, "prefix": token.prefix, "created_at": token.created_at.isoformat(),
+            "last_used_at": token.last_used_at.isoformat() if token.last_used_at else None,
+            "expires_at": token.expires_at.isoformat() if token.expires_at else None, "expired": token_expired(token)}
+
+
+@api_view(("GET", "POST"))
+def chat_tokens(request: HttpRequest, slug: str) -> JsonResponse:
+    """GET: the caller's own tokens of the OpenAI-compatible API (``/v1/``) for the project, without secrets. POST
+    ``{"name", "expires"}``: make one, as the Chat page does (a member or owner: chatting spends accelerator time), so
+    that a script holding a REST token can chat; its secret is in this answer only (a repeat with the first's
+    ``Idempotency-Key`` makes none and answers the token without it)."""
+    project, _membership = chat_access(request.user, slug)
+    if request.method == "GET":
+        return JsonResponse({"tokens": [_chat_token_json(token)
+                                        for token in project_token_list(user=request.user, project=project)]})
+    body = _body(request, schemas.ChatTokenCreate)
+    expires_at = token_expiry(body.expires)
+
+    def create() -> tuple[str, str]:
+        token, secret = project_token_create(user=request.user, project=project, name=body.name,
+                                             expires_at=expires_at)
+        return str(token.pk), secret
+
+    sent, secret = request_send_once_secret(request, create=create)
+    token = project_token_list(user=request.user, project=project).filter(pk=int(sent.result)).first()
+    if token is None:  # a repeat of a request whose token was revoked since
+        raise Http404("the token this Idempotency-Key made has been revoked since; send another key to make a new one")
+    base_url = request.build_absolute_uri(reverse("chat:v1_models")).removesuffix("/models")
+    return _created({**_chat_token_json(token), "token": secret or None, "base_url": base_url}, sent)
+
+
+@api_view(("DELETE",))
+def chat_token(request: HttpRequest, slug: str, token_id: int) -> HttpResponse:
+    """DELETE: revoke one of the caller's tokens for the project, as the Chat page's Revoke does."""
+    project, _membership = chat_access(request.user, slug)
+    if project_token_revoke(user=request.user, project=project, token_id=token_id) is None:
+        raise Http404("no token of yours in this project has that id (revoked already?)")
+    return HttpResponse(status=204)
 
 
 @api_view(("GET",))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import secrets
 from datetime import datetime
 
-from django.db.models import OuterRef, Subquery
+from django.db.models import OuterRef, QuerySet, Subquery
 
 from webapp.chat.models import ProjectToken
 from webapp.core.auth_header import bearer_secret, note_token_use, token_digest, token_expired
@@ -16,12 +16,13 @@ TOKEN_PREFIX = "tpk_"
 
 
 TOKEN_NAME_MAX = 100  # ProjectToken.name's max_length, as ApiToken's
+DEFAULT_TOKEN_NAME = "token"  # a token made with a blank name: the Chat page's form may be sent without one
 
 
 def project_token_create(*, user, project: Project, name: str,
                          expires_at: datetime | None = None) -> tuple[ProjectToken, str]:
     """A new token of ``user`` for ``project`` (they must be a member or owner), refused from ``expires_at`` on
-    (None: until revoked); returns (row, secret)."""
+    (None: until revoked); returns (row, secret). A blank ``name`` is ``DEFAULT_TOKEN_NAME``."""
     membership = Membership.objects.filter(project=project, user=user).first()
     if membership is None:
         raise PermissionError(f"{user.get_username()} is not in project {project.slug}; only its members and "
@@ -29,6 +30,7 @@ def project_token_create(*, user, project: Project, name: str,
     if not role_at_least(membership.role, Role.MEMBER):
         raise PermissionError(f"{user.get_username()} is a {membership.role} of {project.slug}; only its members and "
                               "owners may chat: make them a member on the Members page")
+    name = name.strip() or DEFAULT_TOKEN_NAME
     checked_text(name, field="name", max_length=TOKEN_NAME_MAX)  # refused, not cut
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ProjectToken.objects.create(user=user, project=project, name=name, digest=token_digest(secret),
@@ -91,6 +93,11 @@ def project_token_refusal(header: str) -> tuple[str, bool] | None:
     accepted)."""
     token, refusal = _token_in(header)
     return None if refusal is None else (refusal, token_expired(token))
+
+
+def project_token_list(*, user, project: Project) -> QuerySet[ProjectToken]:
+    """``user``'s own tokens for ``project``, newest first: nobody else's, an owner's neither."""
+    return ProjectToken.objects.filter(project=project, user=user)
 
 
 def project_token_revoke(*, user, project: Project, token_id: int) -> ProjectToken | None:

@@ -24,8 +24,8 @@ from jaxengine.chat_template import ChatTemplateError
 from jaxengine.prompts import PromptError
 from webapp.chat import selectors, services
 from webapp.chat.forms import ConversationForm, MessageForm
-from webapp.chat.models import Message, ProjectToken
-from webapp.chat.tokens import project_token_create, project_token_revoke
+from webapp.chat.models import Message
+from webapp.chat.tokens import project_token_create, project_token_list, project_token_revoke
 from webapp.chat.access import chat_access, get_conversation_for_user, get_message_for_user
 from webapp.core.auth_header import DEFAULT_TOKEN_LIFETIME, TOKEN_LIFETIME_CHOICES, token_expiry
 from webapp.core.bidi import isolated
@@ -51,7 +51,7 @@ def _list_page(request: HttpRequest, project, membership, form, *, status: int =
         "conversations": page.object_list, "page": page,
         # Also answered at chat/tokens/ (a new token's secret): the page links point at the list itself.
         "page_base": reverse("chat:list", kwargs={"slug": project.slug}),
-        "tokens": ProjectToken.objects.filter(project=project, user=request.user),
+        "tokens": project_token_list(user=request.user, project=project),
         "lifetimes": TOKEN_LIFETIME_CHOICES, "lifetime": DEFAULT_TOKEN_LIFETIME, "now": timezone.now()}, status=status)
 
 
@@ -110,7 +110,7 @@ def chat_token_create(request: HttpRequest, slug: str) -> HttpResponse:
     """A new token of the OpenAI-compatible API for this project; its secret is shown on this response only.
     Once per sending (``form_send_once_secret``): a repeat makes no second token and says so."""
     project, membership = chat_access(request.user, slug)
-    name = request.POST.get("name", "").strip() or "token"
+    name = request.POST.get("name", "")
 
     def create() -> tuple[str, str]:
         token, secret = project_token_create(
@@ -124,7 +124,7 @@ def chat_token_create(request: HttpRequest, slug: str) -> HttpResponse:
         messages.error(request, f"No token made: {error.messages[0]}")
         return redirect("chat:list", project.slug)
     if not secret:
-        note_secret_already_shown(request, tokens=ProjectToken.objects.filter(project=project, user=request.user),
+        note_secret_already_shown(request, tokens=project_token_list(user=request.user, project=project),
                                   token_id=token_id)
     choices = selectors.model_choices(project=project)
     form = ConversationForm(choices=choices, thinking=selectors.thinking_defaults(choices), variables=_variables(choices))

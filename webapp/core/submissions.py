@@ -283,6 +283,19 @@ def form_send_once_secret(request: HttpRequest, *, create: Callable[[], tuple[st
     """``form_send_once`` for a form that makes a secret shown once (a new API token): ``create``
     makes it and returns ``(id, secret)``, and only the id is kept. Returns ``(id, secret)`` for the
     first sending, ``(the first sending's id, "")`` for a repeat, which made nothing."""
+    sent, secret = _sent_once_keeping_the_secret(lambda made: posted_once(request, create=made), create)
+    return sent.result, secret
+
+
+def request_send_once_secret(request: HttpRequest, *, create: Callable[[], tuple[str, str]]) -> tuple[Sent, str]:
+    """``request_send_once`` for an API request that makes a secret shown once (a new project token): ``create``
+    returns ``(id, secret)`` and only the id is kept. Returns what was sent (its ``result`` the id) and the secret,
+    "" for a repeat with the first's ``Idempotency-Key``, which made nothing and cannot show it again."""
+    return _sent_once_keeping_the_secret(lambda made: request_send_once(request, create=made), create)
+
+
+def _sent_once_keeping_the_secret(send: Callable[[Callable[[], str]], Sent],
+                                  create: Callable[[], tuple[str, str]]) -> tuple[Sent, str]:
     secrets_made: list[str] = []
 
     def create_keeping_the_id() -> str:
@@ -290,8 +303,8 @@ def form_send_once_secret(request: HttpRequest, *, create: Callable[[], tuple[st
         secrets_made.append(secret)
         return made_id
 
-    sent = posted_once(request, create=create_keeping_the_id)
-    return sent.result, secrets_made[0] if sent.created else ""
+    sent = send(create_keeping_the_id)
+    return sent, secrets_made[0] if sent.created else ""
 
 
 def secret_already_shown(*, token_name: str | None) -> str:

@@ -102,6 +102,16 @@ def version_get(*, dataset: Dataset, number: int) -> DatasetVersion:
     return version
 
 
+def version_get_by_id(*, project: Project, public_id: str) -> DatasetVersion:
+    """The version ``public_id`` (dv_…, as a run's spec names it) of a dataset of ``project``; 404 when it belongs
+    elsewhere."""
+    version = (DatasetVersion.objects.filter(dataset__project=project, public_id=public_id)
+               .select_related("created_by", "dataset").first())
+    if version is None:
+        raise Http404("no such dataset version in this project")
+    return version
+
+
 def tasks_training_on(kind: str) -> list[str]:
     """The run tasks whose training data is a dataset of ``kind`` (the engine's ``TASK_DATASET_KINDS``), in
     the spec's order: what a version page offers to launch on it."""

@@ -695,6 +695,12 @@ def last_value(*, final_metrics: dict[str, dict[str, float]], name: str) -> floa
     return (final_metrics or {}).get(name, {}).get("last")
 
 
+def run_metric_names(*, run: Run) -> list[str]:
+    """Every metric ``run`` has logged a point of, sorted: its ``final_metrics``' names (each metric's last finite
+    point; one only ever logged not finite has no point), read from the run rather than from its points."""
+    return sorted(run.final_metrics or {})
+
+
 NOT_FINITE_WORDS = {"nan": "NaN", "inf": "infinity", "-inf": "minus infinity"}
 
 

@@ -24,7 +24,7 @@ class Api:
         self.base, self.token = base, token
 
     def call(self, method: str, path: str, body: dict | None = None, *, data: bytes | None = None,
-             content_type: str = "application/json") -> tuple[int, object]:
+             content_type: str = "application/json", headers: dict[str, str] | None = None) -> tuple[int, object]:
         if body is not None:
             data = json.dumps(body).encode()
         request = urllib.request.Request(self.base + path, data=data, method=method)
@@ -32,6 +32,8 @@ class Api:
             request.add_header("Content-Type", content_type)
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token}")
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 raw, status, kind = response.read(), response.status, response.headers.get("Content-Type", "")
@@ -590,7 +592,8 @@ def test_metrics_max_points_over_the_cap_is_refused_naming_the_value_and_the_max
         assert get("GET", f"{metrics}?max_points={too_many}") == (400, {"errors": {"max_points": [
             f"'{too_many}' is not a number of points; give a whole number from 2 to {METRICS_MAX_POINTS} (2000 when "
             "left out)"]}})
-    assert get("GET", f"{metrics}?max_points={METRICS_MAX_POINTS}") == (200, {"series": {}})
+    assert get("GET", f"{metrics}?max_points={METRICS_MAX_POINTS}") == (200, {"series": {}, "unknown_names": [],
+                                                                          "metric_names": []})
     document = apis["anonymous"].call("GET", "/api/v1/openapi.json")[1]
     query = {parameter["name"]: parameter for parameter in
              document["paths"]["/api/v1/projects/{slug}/runs/{run_id}/metrics/"]["get"]["parameters"]}
@@ -1837,3 +1840,94 @@ def test_metric_times_count_from_the_runs_first_point_whatever_names_are_asked_f
     status, reduced = apis["viewer"].call("GET", path + "?names=eval/loss&max_points=2")
     assert status == 200 and reduced["series"]["eval/loss"]["downsampled"]
     assert reduced["series"]["eval/loss"]["time"] == [10.0 * (step - 1) for step in reduced["series"]["eval/loss"]["step"]]
+
+
+def test_a_version_is_read_by_the_dv_id_a_spec_names(world):
+    """Audit: a run's spec names its data by dv_… ids, but a version could be read only by its dataset's id and its
+    number, so a script holding a run's spec had to list every dataset to find one. GET dataset-versions/<dv id>/
+    answers what GET datasets/<ds id>/versions/<n>/ does; another project's version is a 404, as a missing one."""
+    from pydantic import TypeAdapter
+
+    from webapp.api import schemas
+    from webapp.projects.models import Role
+    from webapp.projects.services import membership_add
+
+    team, apis, _sent = world
+    version = make_ready_version(team.project)
+    by_number = apis["viewer"].call("GET", f"/api/v1/projects/alpha/datasets/{version.dataset.public_id}/versions/1/")
+    status, by_id = apis["viewer"].call("GET", f"/api/v1/projects/alpha/dataset-versions/{version.public_id}/")
+    assert (status, by_id) == by_number and by_id["id"] == version.public_id
+    TypeAdapter(schemas.DatasetVersionOut).validate_json(json.dumps(by_id))
+    # Another project's version, though the caller may read it there: named under alpha it is no version of alpha.
+    elsewhere = make_ready_version(team.outsider_project, name="theirs")
+    membership_add(project=team.outsider_project, user=team.teammate, role=Role.VIEWER)
+    assert apis["teammate"].call("GET", f"/api/v1/projects/alpha/dataset-versions/{elsewhere.public_id}/") == (
+        404, {"detail": "no such dataset version in this project"})
+    assert apis["teammate"].call("GET", f"/api/v1/projects/alpha-elsewhere/dataset-versions/{elsewhere.public_id}/"
+                                 )[0] == 200
+    assert apis["outsider"].call("GET", f"/api/v1/projects/alpha/dataset-versions/{version.public_id}/") == (
+        404, apis["outsider"].call("GET", "/api/v1/projects/alpha/dataset-versions/dv_missing/")[1])
+    document = apis["anonymous"].call("GET", "/api/v1/openapi.json")[1]
+    answer = document["paths"]["/api/v1/projects/{slug}/dataset-versions/{version_id}/"]["get"]["responses"]["200"]
+    assert answer["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/DatasetVersionOut"}
+
+
+def test_metrics_asked_for_by_a_name_the_run_has_not_logged_say_so_and_list_its_names(world):
+    """Audit: ?names=los (a typo for loss) answered {"series": {}}, as a run with no points yet does, with no hint.
+    The answer keeps its series and adds unknown_names (the names asked for that the run has logged no point of)
+    and metric_names (every name it has logged); a name whose points all lie before after_step is no unknown one."""
+    _team, apis, _sent = world
+    _status, run = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "typo"})
+    path = f"/api/v1/projects/alpha/runs/{run['id']}/metrics/"
+    points = [{"step": step, "metrics": {"loss": 1.0 / step, "eval/loss": 2.0}} for step in (1, 2)]
+    assert apis["teammate"].call("POST", path, {"points": points})[0] == 201
+    status, body = apis["viewer"].call("GET", path + "?names=los,eval/loss")
+    assert status == 200 and list(body["series"]) == ["eval/loss"]
+    assert body["unknown_names"] == ["los"] and body["metric_names"] == ["eval/loss", "loss"]
+    status, body = apis["viewer"].call("GET", path + "?names=loss&after_step=2")
+    assert (status, body) == (200, {"series": {}, "unknown_names": [], "metric_names": ["eval/loss", "loss"]})
+    status, body = apis["viewer"].call("GET", path)
+    assert set(body["series"]) == {"eval/loss", "loss"} and body["unknown_names"] == []
+
+
+def test_a_rest_token_makes_lists_and_revokes_the_users_v1_tokens_of_a_project(world):
+    """Audit: the OpenAI-compatible API (/v1/) takes a project token that only the Chat page (or manage.py apitoken)
+    made, so scripting the chat needed a browser once. chat-tokens/ makes one (its secret in that answer only),
+    lists the caller's own and revokes one, with the Chat page's rules: members and owners (viewers 403)."""
+    from pydantic import TypeAdapter
+
+    from webapp.api import schemas
+    from webapp.chat.models import ProjectToken
+
+    team, apis, _sent = world
+    base = "/api/v1/projects/alpha/chat-tokens/"
+    status, made = apis["teammate"].call("POST", base, {"name": "ci", "expires": "30"})
+    assert status == 201, made
+    assert made["token"].startswith("tpk_") and made["name"] == "ci" and made["prefix"] == made["token"][:10]
+    assert made["expires_at"] is not None and made["base_url"].endswith("/v1")
+    # The token it answered works at /v1/, as the Chat page's does.
+    models = Api(apis["teammate"].base, made["token"]).call("GET", "/v1/models")
+    assert models[0] == 200 and models[1]["object"] == "list"
+    assert apis["teammate"].call("POST", base, {})[1]["name"] == "token"  # as the Chat page names one left unnamed
+    status, listed = apis["teammate"].call("GET", base)
+    assert status == 200 and [token["name"] for token in listed["tokens"]] == ["token", "ci"]
+    assert all("token" not in token for token in listed["tokens"])  # a secret is shown once, when made
+    TypeAdapter(schemas.ChatTokenCreated).validate_json(json.dumps(made))
+    TypeAdapter(schemas.ChatTokenList).validate_json(json.dumps(listed))
+    assert apis["owner"].call("GET", base) == (200, {"tokens": []})  # only one's own
+    assert apis["viewer"].call("POST", base, {"name": "x"})[0] == 403
+    assert apis["outsider"].call("POST", base, {"name": "x"})[0] == 404
+    assert apis["teammate"].call("POST", base, {"name": "x", "expires": "7"}) == (400, {"errors": {"expires": [
+        "'7' is not a lifetime a token may have; choose one of 30, 90, 365, never (days, or never)"]}})
+    assert apis["owner"].call("DELETE", f"{base}{made['id']}/")[0] == 404  # not the owner's to revoke
+    assert apis["teammate"].call("DELETE", f"{base}{made['id']}/")[0] == 204
+    assert Api(apis["teammate"].base, made["token"]).call("GET", "/v1/models")[0] == 401
+    assert apis["teammate"].call("DELETE", f"{base}{made['id']}/") == (
+        404, {"detail": "no token of yours in this project has that id (revoked already?)"})
+    assert ProjectToken.objects.filter(user=team.teammate).count() == 1
+    # With an Idempotency-Key, a retry makes no second token; its secret is not kept, so it is not shown again.
+    again = {"name": "retry"}
+    first = apis["teammate"].call("POST", base, again, headers={"Idempotency-Key": "k1"})
+    second = apis["teammate"].call("POST", base, again, headers={"Idempotency-Key": "k1"})
+    assert first[0] == second[0] == 201 and first[1]["token"].startswith("tpk_") and second[1]["token"] is None
+    assert second[1]["id"] == first[1]["id"] and ProjectToken.objects.filter(name="retry").count() == 1
