@@ -408,11 +408,14 @@ def launch_task(*, run: Run) -> str:
 def reward_model_choices(*, project: Project) -> list[tuple[str, str]]:
     """Reward models a PPO run can be scored by (``ppo.reward_model``): succeeded ``task: reward``
     runs of the project with an exported model, newest first; not archived runs' (put away, as in
-    ``model_choices``: the launch form keeps a spec's own choice selectable)."""
+    ``model_choices``: the launch form keeps a spec's own choice selectable). One whose export folder was deleted
+    since is marked as ``model_choices`` marks a starting model (the launch refuses it: ``services.gone_model``)."""
     exported = (Artifact.objects.filter(run__project=project, run__task="reward", run__status=RunStatus.SUCCEEDED,
                                         run__archived=False, kind=ArtifactKind.MODEL)
-                .order_by("-run__created_at").values_list("run__public_id", "run__name"))
-    return [(run_id, f"{isolated(name)} — reward model of {run_id}") for run_id, name in exported]
+                .order_by("-run__created_at").values_list("run__public_id", "run__name", "path"))
+    choices = [_starting_model(run_id, f"{isolated(name)} — reward model of {run_id}", path)
+               for run_id, name, path in exported]
+    return [(choice.ref, choice.label) for choice in choices]
 
 
 def pool_choices(*, current: Any = None) -> list[dict[str, Any]]:

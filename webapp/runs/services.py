@@ -226,6 +226,11 @@ def _resolve_reward_run(project: Project, reference: Any, errors, *, key: str = 
     if source.status != RunStatus.SUCCEEDED or exported is None:
         _add(errors, key, f"run {reference} has no exported reward model (it {source.status_phrase})")
         return ""
+    # Queued, the run failed in the train worker on the missing folder.
+    if gone := gone_model(path=exported.path, base_model=None, source_run=source):
+        _add(errors, key, f"{gone}; choose another reward run of this project, or train this one again as a new "
+                          "run (Retry on its page)")
+        return ""
     return exported.path
 
 

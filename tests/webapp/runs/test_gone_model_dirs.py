@@ -336,3 +336,32 @@ def test_a_run_that_saved_no_checkpoint_is_resumed_from_step_0_without_its_run_f
     run.refresh_from_db()
     assert not run.output_dir.exists()
     assert services.run_resume(run=run, user=team.owner).status == RunStatus.QUEUED
+
+
+def test_a_reward_run_whose_export_folder_is_gone_is_marked_in_the_form_and_refused_as_ppo_reward_model(
+        team, catalog, mine, client_for, sent_tasks):
+    """The PPO form offered a reward run whose export folder was deleted as any other, and the launch queued it: the
+    run failed in the train worker on the missing folder."""
+    reward = services.run_create(project=team.project, user=team.owner, name="judge", spec={
+        "task": "reward", "model": mine.public_id, "data": {"train": catalog.preference.public_id},
+        "train": {"max_steps": 10, "batch_size": 2}})
+    Run.objects.filter(pk=reward.pk).update(status=RunStatus.RUNNING)
+    export = reward.output_dir / "export"
+    shutil.copytree(mine.path, export)
+    reporting.run_finish(run=Run.objects.get(pk=reward.pk),
+                         summary={"status": "succeeded", "step": 10, "export": {"model": str(export)}})
+    client = client_for(team.teammate)
+    option = f'<option value="{reward.public_id}" >{isolated("judge")} — reward model of {reward.public_id}'
+    assert f"{option}</option>" in client.get("/p/alpha/runs/new/?task=ppo").content.decode()
+    shutil.rmtree(export)
+    assert f"{option} (its folder is gone)</option>" in client.get("/p/alpha/runs/new/?task=ppo").content.decode()
+    queued = len(sent_tasks.calls)
+    with pytest.raises(ValidationError) as refused:
+        services.run_create(project=team.project, user=team.owner, spec={
+            "task": "ppo", "model": mine.public_id, "data": {"train": catalog.prompts.public_id},
+            "train": {"max_steps": 10, "batch_size": 2}, "ppo": {"reward_model": reward.public_id}})
+    assert refused.value.message_dict["ppo.reward_model"] == [
+        f"the model run {isolated('judge')} ({reward.public_id}) exported is gone from disk: its export folder was "
+        "deleted since; choose another reward run of this project, or train this one again as a new run (Retry on its "
+        "page)"]
+    assert not Run.objects.filter(task="ppo").exists() and len(sent_tasks.calls) == queued
