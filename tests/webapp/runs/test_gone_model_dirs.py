@@ -271,7 +271,7 @@ def test_the_run_page_says_its_export_is_gone_for_good_once_its_run_folder_is(te
     gone = html.escape(f"The model run {isolated('first')} ({run.public_id}) exported is gone from disk: its export "
                        "folder was deleted since, so runs no longer start from it and the chat does not serve it. It "
                        "cannot be exported again: the run's folder, with the checkpoints it was exported from, is "
-                       "gone too; Retry trains its spec again as a new run.")
+                       "gone too. Retry trains its spec again as a new run.")
     assert f'<p class="card run-message" id="export-gone">{gone}</p>' in page
     assert 'id="retry-refused"' not in page  # what the note offers works
 
@@ -365,3 +365,24 @@ def test_a_reward_run_whose_export_folder_is_gone_is_marked_in_the_form_and_refu
         "deleted since; choose another reward run of this project, or train this one again as a new run (Retry on its "
         "page)"]
     assert not Run.objects.filter(task="ppo").exists() and len(sent_tasks.calls) == queued
+
+
+def test_a_viewer_is_told_what_of_the_export_is_gone_without_advice_it_cannot_act_on(team, catalog, mine,
+                                                                                    client_for):
+    """#export-gone told every role to export a checkpoint or to Retry: a viewer's page offers neither."""
+    run, export = succeeded_with_export(team, catalog, mine)
+    with_checkpoint(run, 10)
+    shutil.rmtree(export)
+    viewer, teammate = client_for(team.viewer), client_for(team.teammate)
+    gone = html.escape(f"The model run {isolated('first')} ({run.public_id}) exported is gone from disk: its export "
+                       "folder was deleted since, so runs no longer start from it and the chat does not serve it.")
+    advice = html.escape(f"Export its checkpoint 10 under Checkpoints (the same weights) to start runs from "
+                         f"{run.public_id}@10.")
+    assert f'<p class="card run-message" id="export-gone">{gone}</p>' in page_of(viewer, run)
+    assert f'<p class="card run-message" id="export-gone">{gone} {advice}</p>' in page_of(teammate, run)
+    shutil.rmtree(run.output_dir)
+    lost = html.escape(" It cannot be exported again: the run's folder, with the checkpoints it was exported from, is "
+                       "gone too.")
+    assert f'<p class="card run-message" id="export-gone">{gone}{lost}</p>' in page_of(viewer, run)
+    assert (f'<p class="card run-message" id="export-gone">{gone}{lost} Retry trains its spec again as a new run.</p>'
+            in page_of(teammate, run))
