@@ -1349,7 +1349,8 @@ def _refuse_a_model_no_longer_loadable(run: Run, *, doing: str) -> None:
 
 def rerun_refusals(run: Run) -> dict[str, str]:
     """Why ``run``'s Resume and Retry (keys ``resume``, ``retry``) would be refused for what it trains on, and
-    Resume for what counts on its final model (``replaced_model_refusal``), in the words ``run_resume`` and
+    Resume for its run folder deleted with the checkpoints it saved (``lost_checkpoints_refusal``) and for what
+    counts on its final model (``replaced_model_refusal``), in the words ``run_resume`` and
     ``run_retry`` refuse in ("" where nothing stands in the way): the run page shows the button greyed with them
     instead of a button refused only once pressed. Its status and the work under way on its files are not judged
     here: the page offers the buttons by status, and those refusals are the click's."""
