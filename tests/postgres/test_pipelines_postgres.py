@@ -205,6 +205,9 @@ def race(first, name):
         "train": {"max_steps": 2, "batch_size": 2}})
     Run.objects.filter(pk=reward.pk).update(status=RunStatus.SUCCEEDED, current_step=2)
     Artifact.objects.create(run=reward, kind=ArtifactKind.MODEL, step=2, path=str(reward.output_dir / "export"))
+    # The folders a succeeded run keeps: a launch scoring with it reads its export, a resume its checkpoints.
+    (reward.output_dir / "export").mkdir(parents=True)
+    (reward.output_dir / "checkpoints" / "2").mkdir(parents=True)
     document = {"name": name, "stages": [
         {"name": "sft", "spec": {"task": "sft", "model": base_model.public_id, "data": {"train": sft_data.public_id},
                                  "train": {"max_steps": 2}}},

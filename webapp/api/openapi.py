@@ -256,9 +256,10 @@ def build_document() -> dict[str, Any]:
         f"{base}/runs/{{run_id}}/cancel/": {"post": _operation(
             "Cancel a queued run (at once) or a running one (after its current step: `stopping` is true until it "
             "has stopped)", [SLUG, RUN], answer=schemas.RunOut)},
-        f"{base}/runs/{{run_id}}/resume/": {"post": _operation("Resume a finished run from its last checkpoint",
-                                                               [SLUG, RUN], body=schemas.RunResume,
-                                                               answer=schemas.RunOut)},
+        f"{base}/runs/{{run_id}}/resume/": {"post": _operation(
+            "Resume a finished run from its last checkpoint (a 400 says why not: among others, its run folder with "
+            "the checkpoints it saved was deleted since; duplicate it as a new run then)",
+            [SLUG, RUN], body=schemas.RunResume, answer=schemas.RunOut)},
         f"{base}/runs/{{run_id}}/finish/": {"post": _operation("Close an external run", [SLUG, RUN],
                                                                body=schemas.RunFinish, answer=schemas.RunOut)},
         f"{base}/runs/{{run_id}}/metrics/": {

@@ -98,7 +98,9 @@ def model_dir_gone(path: str, *, listing: bool = False) -> bool:
     nothing else) or the data root (runs export under it); a path recorded elsewhere, before those rules, is left to
     the load that reads it. Asked before a launch, a resume or a retry is queued: queued, the run failed in the train
     worker, naming the missing path. ``listing``: for a page that lists every model of the project (the chat list, the
-    arena, ``/v1/models``), the answer kept for ``TEMPER_MODEL_FILES_RECHECK_SECONDS``, as ``load_refusal``'s."""
+    arena, ``/v1/models``), the answer kept for ``TEMPER_MODEL_FILES_RECHECK_SECONDS``, as ``load_refusal``'s. A run's
+    own folder, which a resume reads its checkpoints from, is judged by the same rule
+    (``runs.services.lost_checkpoints_refusal``)."""
     model_dir = Path(path)
     if not model_dir.is_absolute():
         return False

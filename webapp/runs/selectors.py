@@ -362,10 +362,11 @@ def offered_as_starting_model(*, run: Run) -> bool:
     return path is not None and not model_dir_gone(path)
 
 
-def final_export_gone(*, run: Run) -> str:
+def final_export_gone(*, run: Run, advise: bool) -> str:
     """What the run page says of a succeeded run whose exported model's folder was deleted since (``model_dir_gone``),
     "" while it is there or the run exported none: what no longer takes it, and whether it can be exported again,
-    from the checkpoint of its step while the run's folder keeps it (``services.final_model_step``)."""
+    from the checkpoint of its step while the run's folder keeps it (``services.final_model_step``). ``advise``: for
+    a role whose page offers the acts it names (export that checkpoint, Retry); a viewer is told only what is gone."""
     final = Artifact.objects.filter(run=run, kind=ArtifactKind.MODEL).values_list("step", "path").first()
     if run.status != RunStatus.SUCCEEDED or final is None or not model_dir_gone(final[1]):
         return ""
@@ -376,11 +377,13 @@ def final_export_gone(*, run: Run) -> str:
     if run.task == EXTERNAL_TASK:  # trained elsewhere: Temper has no checkpoint of it to export
         return said
     if step in checkpoint_steps(run):
-        return (f"{said} Export its checkpoint {step} under Checkpoints (the same weights) to start runs from "
-                f"{run.public_id}@{step}.")
+        advice = (f"Export its checkpoint {step} under Checkpoints (the same weights) to start runs from "
+                  f"{run.public_id}@{step}.")
+        return f"{said} {advice}" if advise else said
     lost = ("the run's folder, with the checkpoints it was exported from, is gone too" if not run.output_dir.is_dir()
             else f"the run's folder keeps no checkpoint of step {step} any more")
-    return f"{said} It cannot be exported again: {lost}; Retry trains its spec again as a new run."
+    said = f"{said} It cannot be exported again: {lost}."
+    return f"{said} Retry trains its spec again as a new run." if advise else said
 
 
 def starts_from_the_demo_model(*, project: Project, model: str | None) -> bool:
@@ -408,11 +411,14 @@ def launch_task(*, run: Run) -> str:
 def reward_model_choices(*, project: Project) -> list[tuple[str, str]]:
     """Reward models a PPO run can be scored by (``ppo.reward_model``): succeeded ``task: reward``
     runs of the project with an exported model, newest first; not archived runs' (put away, as in
-    ``model_choices``: the launch form keeps a spec's own choice selectable)."""
+    ``model_choices``: the launch form keeps a spec's own choice selectable). One whose export folder was deleted
+    since is marked as ``model_choices`` marks a starting model (the launch refuses it: ``services.gone_model``)."""
     exported = (Artifact.objects.filter(run__project=project, run__task="reward", run__status=RunStatus.SUCCEEDED,
                                         run__archived=False, kind=ArtifactKind.MODEL)
-                .order_by("-run__created_at").values_list("run__public_id", "run__name"))
-    return [(run_id, f"{isolated(name)} — reward model of {run_id}") for run_id, name in exported]
+                .order_by("-run__created_at").values_list("run__public_id", "run__name", "path"))
+    choices = [_starting_model(run_id, f"{isolated(name)} — reward model of {run_id}", path)
+               for run_id, name, path in exported]
+    return [(choice.ref, choice.label) for choice in choices]
 
 
 def pool_choices(*, current: Any = None) -> list[dict[str, Any]]:

@@ -226,6 +226,11 @@ def _resolve_reward_run(project: Project, reference: Any, errors, *, key: str = 
     if source.status != RunStatus.SUCCEEDED or exported is None:
         _add(errors, key, f"run {reference} has no exported reward model (it {source.status_phrase})")
         return ""
+    # Queued, the run failed in the train worker on the missing folder.
+    if gone := gone_model(path=exported.path, base_model=None, source_run=source):
+        _add(errors, key, f"{gone}; choose another reward run of this project, or train this one again as a new "
+                          "run (Retry on its page)")
+        return ""
     return exported.path
 
 
@@ -1313,6 +1318,30 @@ def model_dir_refusal(run: Run, *, doing: str, listing: bool = False) -> str:
     return ""
 
 
+def _saved_checkpoints(run: Run) -> bool:
+    """Whether ``run`` wrote checkpoints, as what it recorded says: an artifact (its export, made as it succeeded, when
+    the engine saves the last step's checkpoint; a checkpoint exported), its engine's summary (it succeeded, or was
+    cancelled as it ran: the engine saves a checkpoint as it stops; it resumed from one, or scored one best), or an
+    attempt lost after one. A run cancelled while queued, or failed before its first save, has none of these."""
+    summary = run.summary if isinstance(run.summary, dict) else {}
+    return (summary.get("status") in (RunStatus.SUCCEEDED, RunStatus.CANCELLED)
+            or summary.get("resumed_from_step") is not None or summary.get("best_checkpoint_step") is not None
+            or run.lost_after_checkpoint is not None or run.artifacts.exists())
+
+
+def lost_checkpoints_refusal(run: Run) -> str:
+    """Why ``run`` is not resumed (nor trained further) because its run folder, with the checkpoints it saved, was
+    deleted from disk since, or "": the engine, finding no checkpoint, trained it again from step 0 while its step
+    history went on from where it stopped. Judged as ``model_dir_gone`` judges a folder (only under the data root,
+    where Temper keeps run folders) and only for a run that saved checkpoints (``_saved_checkpoints``) and trained a
+    step: one that never saved any starts from step 0 as it always did."""
+    if run.current_step == 0 or not model_dir_gone(str(run.output_dir)) or not _saved_checkpoints(run):
+        return ""
+    return (f"run {run.public_id} cannot be resumed: its run folder, with the checkpoints it saved, was deleted from "
+            f"disk since, so it would train again from step 0 while its step history goes on from step "
+            f"{run.current_step}. Duplicate it to train its spec again as a new run")
+
+
 def _refuse_a_model_no_longer_loadable(run: Run, *, doing: str) -> None:
     if refusal := model_dir_refusal(run, doing=doing):
         raise ValidationError({"model": refusal})
@@ -1320,14 +1349,16 @@ def _refuse_a_model_no_longer_loadable(run: Run, *, doing: str) -> None:
 
 def rerun_refusals(run: Run) -> dict[str, str]:
     """Why ``run``'s Resume and Retry (keys ``resume``, ``retry``) would be refused for what it trains on, and
-    Resume for what counts on its final model (``replaced_model_refusal``), in the words ``run_resume`` and
+    Resume for its run folder deleted with the checkpoints it saved (``lost_checkpoints_refusal``) and for what
+    counts on its final model (``replaced_model_refusal``), in the words ``run_resume`` and
     ``run_retry`` refuse in ("" where nothing stands in the way): the run page shows the button greyed with them
     instead of a button refused only once pressed. Its status and the work under way on its files are not judged
     here: the page offers the buttons by status, and those refusals are the click's."""
     if run.task == EXTERNAL_TASK:
         return {"resume": "", "retry": ""}
     return {"resume": (gone_inputs_refusal(run, keep_base_model=True)
-                       or model_dir_refusal(run, doing="resumed", listing=True) or replaced_model_refusal(run)),
+                       or model_dir_refusal(run, doing="resumed", listing=True) or lost_checkpoints_refusal(run)
+                       or replaced_model_refusal(run)),
             "retry": gone_inputs_refusal(run) or model_dir_refusal(run, doing="retried", listing=True)}
 
 
@@ -1444,6 +1475,8 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
     _refuse_a_model_no_longer_loadable(run, doing="resumed")
     if run.status not in (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.SUCCEEDED):
         raise ValidationError({"__all__": f"run {run.public_id} {run.status_phrase}; only a finished run can be resumed"})
+    if refusal := lost_checkpoints_refusal(run):
+        raise ValidationError({"__all__": refusal})
     _refuse_while_files_written(run)
     if refusal := replaced_model_refusal(run):
         raise ValidationError({"__all__": refusal})

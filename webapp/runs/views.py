@@ -553,8 +553,9 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         "can_chat": (membership.can(Role.MEMBER) and not run.archived
                      and (choice := chat_selectors.model_choice(project=project, ref=run.public_id)) is not None
                      and not choice.gone),
-        # Why its final model is no longer offered, when its export folder is gone, and whether it can be made again.
-        "export_gone": selectors.final_export_gone(run=run),
+        # Why its final model is no longer offered, when its export folder is gone, and whether it can be made again:
+        # how, to the roles its Export and Retry are offered to.
+        "export_gone": selectors.final_export_gone(run=run, advise=membership.can(Role.MEMBER)),
         # The next stage of a chain (SFT → DPO → …): the launch form with this run's model chosen, on its task.
         "can_launch_from": membership.can(Role.MEMBER) and selectors.offered_as_starting_model(run=run),
         "launch_task": selectors.launch_task(run=run),

@@ -83,6 +83,14 @@ def sft_spec(catalog: Catalog, **overrides) -> dict:
     return spec
 
 
+def with_checkpoint(run, step: int) -> None:
+    """A training checkpoint of ``run`` at ``step`` in its run folder, as the engine saves one (what an export of it
+    reads, and what a resume restores: a run that saved checkpoints is not resumed once its folder is gone)."""
+    directory = run.output_dir / "checkpoints" / str(step)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "state").write_text("weights")
+
+
 def compare_chart_data(page: str) -> dict:
     """The compare page's chart data (its "compare-data" JSON)."""
     return json.loads(re.search(r'<script id="compare-data" type="application/json">(.*?)</script>', page, re.S)[1])

@@ -12,7 +12,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from tests.webapp.factories import make_base_model
-from tests.webapp.runs.conftest import sft_spec
+from tests.webapp.runs.conftest import sft_spec, with_checkpoint
 from webapp.core.bidi import isolated
 from webapp.runs import reporting, services
 from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
@@ -255,13 +255,6 @@ def test_the_api_says_which_base_models_and_exports_folder_is_gone(team, catalog
         ("model", 10): False, ("checkpoint", 5): True}
 
 
-def with_checkpoint(run: Run, step: int) -> None:
-    """A training checkpoint of ``run`` at ``step`` in its run folder (what an export of it reads)."""
-    directory = run.output_dir / "checkpoints" / str(step)
-    directory.mkdir(parents=True)
-    (directory / "state").write_text("weights")
-
-
 def test_the_run_page_says_its_export_is_gone_for_good_once_its_run_folder_is(team, catalog, mine, client_for,
                                                                               sent_tasks):
     """Its export and run folder deleted, the page still offered Chat with it and Launch a run from it (the chat and
@@ -278,7 +271,7 @@ def test_the_run_page_says_its_export_is_gone_for_good_once_its_run_folder_is(te
     gone = html.escape(f"The model run {isolated('first')} ({run.public_id}) exported is gone from disk: its export "
                        "folder was deleted since, so runs no longer start from it and the chat does not serve it. It "
                        "cannot be exported again: the run's folder, with the checkpoints it was exported from, is "
-                       "gone too; Retry trains its spec again as a new run.")
+                       "gone too. Retry trains its spec again as a new run.")
     assert f'<p class="card run-message" id="export-gone">{gone}</p>' in page
     assert 'id="retry-refused"' not in page  # what the note offers works
 
@@ -300,3 +293,96 @@ def test_a_run_whose_export_alone_is_gone_offers_its_final_checkpoint_for_export
     with django_capture_on_commit_callbacks(execute=True):
         services.checkpoint_export_request(run=run, step=10, user=team.teammate)
     assert sent_tasks.calls[-1] == (services.EXPORT_CHECKPOINT_TASK, [run.pk, 10], "train")
+
+
+def test_train_further_of_a_run_whose_run_folder_is_gone_is_refused_on_the_page_and_in_the_api(
+        team, catalog, mine, client_for, sent_tasks):
+    """Its run folder deleted (the checkpoints with it), Train further was offered and queued: the engine found no
+    checkpoint and trained it from step 0 again while its step history went on from step 10."""
+    from django.test import Client
+
+    from webapp.api.services import token_create
+
+    run, _export = succeeded_with_export(team, catalog, mine)
+    with_checkpoint(run, 10)
+    shutil.rmtree(run.output_dir)
+    queued = len(sent_tasks.calls)
+    refusal = (f"run {run.public_id} cannot be resumed: its run folder, with the checkpoints it saved, was deleted "
+               "from disk since, so it would train again from step 0 while its step history goes on from step 10. "
+               "Duplicate it to train its spec again as a new run")
+    with pytest.raises(ValidationError) as refused:
+        services.run_resume(run=run, user=team.owner, max_steps=20)
+    assert refused.value.message_dict == {"__all__": [refusal]}
+    page = page_of(client_for(team.teammate), run)
+    assert 'id="resume-refused">Train further</button>' in page
+    assert f'action="/p/alpha/runs/{run.public_id}/resume/"' not in page
+    assert f'<p class="card run-message" id="resume-refusal">Train further: {html.escape(refusal)}</p>' in page
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=team.teammate, name='t')[1]}")
+    response = api.post(f"/api/v1/projects/alpha/runs/{run.public_id}/resume/", json.dumps({"max_steps": 20}),
+                        content_type="application/json")
+    assert response.status_code == 400 and response.json()["errors"]["__all__"] == [refusal]
+    run.refresh_from_db()
+    assert (run.status, run.attempt, run.total_steps, run.resolved_spec["train"]["max_steps"]) == (
+        RunStatus.SUCCEEDED, 1, 10, 10)
+    assert len(sent_tasks.calls) == queued
+
+
+def test_a_run_that_saved_no_checkpoint_is_resumed_from_step_0_without_its_run_folder(team, catalog, mine,
+                                                                                      sent_tasks):
+    """A run failed before its first save (no summary, no artifact) never had a run folder worth keeping: its resume
+    starts from step 0 as it always did."""
+    run = launched(team, catalog, mine.public_id)
+    Run.objects.filter(pk=run.pk).update(current_step=3)
+    run.refresh_from_db()
+    assert not run.output_dir.exists()
+    assert services.run_resume(run=run, user=team.owner).status == RunStatus.QUEUED
+
+
+def test_a_reward_run_whose_export_folder_is_gone_is_marked_in_the_form_and_refused_as_ppo_reward_model(
+        team, catalog, mine, client_for, sent_tasks):
+    """The PPO form offered a reward run whose export folder was deleted as any other, and the launch queued it: the
+    run failed in the train worker on the missing folder."""
+    reward = services.run_create(project=team.project, user=team.owner, name="judge", spec={
+        "task": "reward", "model": mine.public_id, "data": {"train": catalog.preference.public_id},
+        "train": {"max_steps": 10, "batch_size": 2}})
+    Run.objects.filter(pk=reward.pk).update(status=RunStatus.RUNNING)
+    export = reward.output_dir / "export"
+    shutil.copytree(mine.path, export)
+    reporting.run_finish(run=Run.objects.get(pk=reward.pk),
+                         summary={"status": "succeeded", "step": 10, "export": {"model": str(export)}})
+    client = client_for(team.teammate)
+    option = f'<option value="{reward.public_id}" >{isolated("judge")} — reward model of {reward.public_id}'
+    assert f"{option}</option>" in client.get("/p/alpha/runs/new/?task=ppo").content.decode()
+    shutil.rmtree(export)
+    assert f"{option} (its folder is gone)</option>" in client.get("/p/alpha/runs/new/?task=ppo").content.decode()
+    queued = len(sent_tasks.calls)
+    with pytest.raises(ValidationError) as refused:
+        services.run_create(project=team.project, user=team.owner, spec={
+            "task": "ppo", "model": mine.public_id, "data": {"train": catalog.prompts.public_id},
+            "train": {"max_steps": 10, "batch_size": 2}, "ppo": {"reward_model": reward.public_id}})
+    assert refused.value.message_dict["ppo.reward_model"] == [
+        f"the model run {isolated('judge')} ({reward.public_id}) exported is gone from disk: its export folder was "
+        "deleted since; choose another reward run of this project, or train this one again as a new run (Retry on its "
+        "page)"]
+    assert not Run.objects.filter(task="ppo").exists() and len(sent_tasks.calls) == queued
+
+
+def test_a_viewer_is_told_what_of_the_export_is_gone_without_advice_it_cannot_act_on(team, catalog, mine,
+                                                                                    client_for):
+    """#export-gone told every role to export a checkpoint or to Retry: a viewer's page offers neither."""
+    run, export = succeeded_with_export(team, catalog, mine)
+    with_checkpoint(run, 10)
+    shutil.rmtree(export)
+    viewer, teammate = client_for(team.viewer), client_for(team.teammate)
+    gone = html.escape(f"The model run {isolated('first')} ({run.public_id}) exported is gone from disk: its export "
+                       "folder was deleted since, so runs no longer start from it and the chat does not serve it.")
+    advice = html.escape(f"Export its checkpoint 10 under Checkpoints (the same weights) to start runs from "
+                         f"{run.public_id}@10.")
+    assert f'<p class="card run-message" id="export-gone">{gone}</p>' in page_of(viewer, run)
+    assert f'<p class="card run-message" id="export-gone">{gone} {advice}</p>' in page_of(teammate, run)
+    shutil.rmtree(run.output_dir)
+    lost = html.escape(" It cannot be exported again: the run's folder, with the checkpoints it was exported from, is "
+                       "gone too.")
+    assert f'<p class="card run-message" id="export-gone">{gone}{lost}</p>' in page_of(viewer, run)
+    assert (f'<p class="card run-message" id="export-gone">{gone}{lost} Retry trains its spec again as a new run.</p>'
+            in page_of(teammate, run))

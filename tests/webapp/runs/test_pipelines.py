@@ -10,7 +10,7 @@ import yaml
 from django.utils.html import escape
 from django.core.exceptions import ValidationError
 
-from tests.webapp.runs.conftest import FakeRedis
+from tests.webapp.runs.conftest import FakeRedis, with_checkpoint
 
 from webapp.core.bidi import isolated
 from webapp.runs import channels, pipelines, reporting
@@ -41,6 +41,7 @@ def finish(run: Run, *, status="succeeded", metrics=None, tmp_path=None) -> Run:
     export = tmp_path / run.public_id
     export.mkdir(exist_ok=True)  # a resumed stage finishes again
     (export / "config.json").write_text("{}")
+    with_checkpoint(run, 10)
     run = reporting.run_finish(run=run, summary={"status": status, "step": 10, "export": {"model": str(export)}})
     Run.objects.filter(pk=run.pk).update(final_metrics={name: {"last": value} for name, value in (metrics or {}).items()})
     run.refresh_from_db()
@@ -421,6 +422,7 @@ def train(run: Run, evaluations: dict[int, float], tmp_path) -> Run:
     reporter.close()
     (tmp_path / run.public_id).mkdir()
     (tmp_path / run.public_id / "config.json").write_text("{}")
+    with_checkpoint(run, 10)
     return reporting.run_finish(run=Run.objects.get(pk=run.pk), summary={
         "status": "succeeded", "step": 10, "export": {"model": str(tmp_path / run.public_id)}})
 
@@ -1067,6 +1069,7 @@ def succeeded_reward_run(team, catalog, tmp_path) -> Run:
         "train": {"max_steps": 10, "batch_size": 2}})
     Run.objects.filter(pk=reward.pk).update(status=RunStatus.SUCCEEDED, current_step=10)
     Artifact.objects.create(run=reward, kind=ArtifactKind.MODEL, step=10, path=str(tmp_path / "reward-export"))
+    with_checkpoint(reward, 10)
     return Run.objects.get(pk=reward.pk)
 
 
