@@ -55,7 +55,7 @@ from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.projects.services import project_lock
 from webapp.runs import channels, sweeps
-from webapp.runs.models import (ACTIVE_STATUSES, ArtifactKind, CheckpointExport, CheckpointExportStatus, LogLevel,
+from webapp.runs.models import (ACTIVE_STATUSES, Artifact, ArtifactKind, CheckpointExport, CheckpointExportStatus, LogLevel,
                                 ProjectMetricName, Run, RunLogLine, RunStatus, RunTag, fold_tag, new_run_id)
 from webapp.runs.specform import SET_BY_TEMPER, tasks
 from webapp.workers.deliveries import KOMBU_PRIORITY_SEP, KOMBU_UNACKED_KEY, LostWorker, abandoned_tags
@@ -296,6 +296,18 @@ def deleted_reward_models(run: Run) -> list[tuple[str, str]]:
     present = set(Run.objects.filter(project=run.project_id, public_id__in=[ref for _key, ref in references])
                   .values_list("public_id", flat=True))
     return [(key, reference) for key, reference in references if reference not in present]
+
+
+def gone_reward_exports(run: Run) -> list[str]:
+    """The reward runs ``run``'s spec scores with (``reward_references``) that are still there but whose exported
+    model's folder was deleted from disk since (``model_dir_gone``, as a launch judges it in ``_resolve_reward_run``):
+    a resume or a retry reads it again, and queued, failed in the train worker on the missing folder."""
+    references = {reference for _key, reference in reward_references(run.spec)}
+    if not references:
+        return []
+    exports = Artifact.objects.filter(run__project=run.project_id, run__public_id__in=references,
+                                      kind=ArtifactKind.MODEL).values_list("run__public_id", "path")
+    return sorted({reference for reference, path in exports if model_dir_gone(path)})
 
 
 def _columns(data: dict[str, Any], train: DatasetVersion | None, evaluation: DatasetVersion | None,
@@ -1279,14 +1291,16 @@ _INPUT_NAMES = {"model": "its starting model", "train": "its training data", "ev
 
 def gone_inputs_refusal(run: Run, *, keep_base_model: bool = False) -> str:
     """Why ``run`` is not trained again when what it trains on was deleted since (its starting run's export, a
-    dataset version's file, a reward run's model: queued, it failed on the missing file, in words that named the
-    wrong model), or "". ``keep_base_model``: an unregistered base model is no refusal while its directory is still
+    dataset version's file, a reward run or its exported model's folder: queued, it failed on the missing file, in
+    words that named the wrong model), or "". ``keep_base_model``: an unregistered base model is no refusal while its directory is still
     the one the run trained from (a resume reads it; ``_base_model_files_kept``). The run page greys Resume and
     Retry with these words (``rerun_refusals``), which their services refuse in."""
     gone = [f"{_INPUT_NAMES[use]} {reference}" for use, reference in run.deleted_references()
             if not (keep_base_model and reference.startswith("bm_") and _base_model_files_kept(run))]
     gone += [f"its reward model {reference}" for reference in dict.fromkeys(
         reference for _key, reference in deleted_reward_models(run))]
+    gone += [f"the exported model of its reward run {reference}, whose folder is gone from disk"
+             for reference in gone_reward_exports(run)]
     if not gone:
         return ""
     return f"what run {run.public_id} trains on was deleted since ({', '.join(gone)}): duplicate it to choose another"

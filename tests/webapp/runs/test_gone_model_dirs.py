@@ -367,6 +367,38 @@ def test_a_reward_run_whose_export_folder_is_gone_is_marked_in_the_form_and_refu
     assert not Run.objects.filter(task="ppo").exists() and len(sent_tasks.calls) == queued
 
 
+def test_a_ppo_run_whose_reward_runs_export_folder_is_gone_is_not_resumed_nor_retried(team, catalog, mine, client_for,
+                                                                                       sent_tasks):
+    """A launch refuses a reward run whose export folder is gone; a resume or a retry of a PPO run that scores with one
+    was queued, and failed in the train worker on the missing folder. Refused with nothing queued, and the page greys
+    both buttons with the words (rerun_refusals)."""
+    reward = services.run_create(project=team.project, user=team.owner, name="judge", spec={
+        "task": "reward", "model": mine.public_id, "data": {"train": catalog.preference.public_id},
+        "train": {"max_steps": 10, "batch_size": 2}})
+    Run.objects.filter(pk=reward.pk).update(status=RunStatus.RUNNING)
+    export = reward.output_dir / "export"
+    shutil.copytree(mine.path, export)
+    reporting.run_finish(run=Run.objects.get(pk=reward.pk),
+                         summary={"status": "succeeded", "step": 10, "export": {"model": str(export)}})
+    ppo = services.run_create(project=team.project, user=team.owner, name="policy", spec={
+        "task": "ppo", "model": mine.public_id, "data": {"train": catalog.prompts.public_id},
+        "train": {"max_steps": 10, "batch_size": 2}, "ppo": {"reward_model": reward.public_id}})
+    Run.objects.filter(pk=ppo.pk).update(status=RunStatus.FAILED, current_step=0)
+    ppo.refresh_from_db()
+    assert services.rerun_refusals(ppo) == {"resume": "", "retry": ""}
+    shutil.rmtree(export)
+    refusal = (f"what run {ppo.public_id} trains on was deleted since (the exported model of its reward run "
+               f"{reward.public_id}, whose folder is gone from disk): duplicate it to choose another")
+    assert services.rerun_refusals(ppo) == {"resume": refusal, "retry": refusal}
+    queued = len(sent_tasks.calls)
+    for rerun in (services.run_resume, services.run_retry):
+        with pytest.raises(ValidationError) as refused:
+            rerun(run=Run.objects.get(pk=ppo.pk), user=team.owner)
+        assert refused.value.message_dict["__all__"] == [refusal]
+    assert len(sent_tasks.calls) == queued and Run.objects.filter(task="ppo").count() == 1
+    assert Run.objects.get(pk=ppo.pk).status == RunStatus.FAILED
+
+
 def test_a_viewer_is_told_what_of_the_export_is_gone_without_advice_it_cannot_act_on(team, catalog, mine,
                                                                                     client_for):
     """#export-gone told every role to export a checkpoint or to Retry: a viewer's page offers neither."""
