@@ -550,7 +550,8 @@ def _why_no_token(header: str) -> str:
                 "(tmp_…) are for the REST API at /api/v1/")
     if secret.startswith(REST_TOKEN_PREFIX):
         return ("this is a REST API token (tmp_…), for the REST API at /api/v1/; /v1/ takes a project token (tpk_…), "
-                "made on the project's Chat page under 'API tokens for this project'")
+                "made on the project's Chat page under 'API tokens for this project', or with this token: POST "
+                "/api/v1/projects/<slug>/chat-tokens/ (GET /api/v1/projects/ lists the slugs)")
     return ("the token sent is not a valid project token (revoked, or mistyped); make a new one on the project's Chat "
             "page under 'API tokens for this project' and send it as 'Authorization: Bearer <token>'")
 

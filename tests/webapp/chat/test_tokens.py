@@ -48,6 +48,8 @@ def test_a_refused_token_is_told_where_project_tokens_are_made(team):
     assert response.status_code == 401
     message = response.json()["error"]["message"]
     assert "Chat page under 'API tokens for this project'" in message and "REST API token (tmp_…), for the REST API" in message
+    # A script holding that token can make one with it (the REST API's chat-tokens/), and is told how.
+    assert "or with this token: POST /api/v1/projects/<slug>/chat-tokens/ (GET /api/v1/projects/ lists the slugs)" in message
 
 
 def test_a_token_stops_working_when_its_user_is_no_longer_a_member(team):
