@@ -186,6 +186,7 @@ class CampaignRef(_Answer):
 
 class DatasetVersionOut(_Answer):
     id: str = Field(description="dv_… id: what a spec's data names.")
+    dataset: str = Field(description="ds_… id of its dataset (a version read by its dv_… id says which).")
     number: int
     status: Literal["uploaded", "validating", "ready", "failed"]
     filename: str

@@ -233,7 +233,8 @@ def _json_body(request: HttpRequest) -> Any:
 
 def _version_json(version: DatasetVersion, *, review_campaign: Campaign | None = None) -> dict[str, Any]:
     """A dataset version; ``review_campaign``: the campaign it was exported from, if it was."""
-    return {"id": version.public_id, "number": version.number, "status": version.status,
+    return {"id": version.public_id, "dataset": version.dataset.public_id, "number": version.number,
+            "status": version.status,
             "filename": version.original_filename, "format": version.format, "size_bytes": version.size_bytes,
             "row_count": version.row_count, "error_count": version.error_count, "errors": version.errors,
             "notice": version.notice, "mapping": version.column_mapping,

@@ -1857,6 +1857,7 @@ def test_a_version_is_read_by_the_dv_id_a_spec_names(world):
     by_number = apis["viewer"].call("GET", f"/api/v1/projects/alpha/datasets/{version.dataset.public_id}/versions/1/")
     status, by_id = apis["viewer"].call("GET", f"/api/v1/projects/alpha/dataset-versions/{version.public_id}/")
     assert (status, by_id) == by_number and by_id["id"] == version.public_id
+    assert by_id["dataset"] == version.dataset.public_id  # which dataset it is a version of, read by its id alone
     TypeAdapter(schemas.DatasetVersionOut).validate_json(json.dumps(by_id))
     # Another project's version, though the caller may read it there: named under alpha it is no version of alpha.
     elsewhere = make_ready_version(team.outsider_project, name="theirs")
