@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from typing import Any
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from jaxengine.models.config import served_vocab_size
 from webapp.basemodels.models import BaseModel
 from webapp.basemodels.selectors import (FOLDER_GONE, REGISTER_AGAIN, gone_model_words, load_refusal, model_dir_gone,
                                          named_model)
@@ -348,10 +350,6 @@ def vocabulary_size(model: ModelChoice) -> int | None:
 # Unbounded, as _thinking_default and for its reason: an entry is a path, a stamp and a number.
 @functools.lru_cache(maxsize=None)
 def _vocabulary_size(path: str, _stamp: tuple) -> int | None:
-    import json
-
-    from jaxengine.models.config import served_vocab_size
-
     try:
         hf_config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
