@@ -523,9 +523,10 @@ def _template_splits_turns(tokenizer) -> bool:
         return False
 
 
+# Not "split it into smaller files": a run trains on one version, so the parts would each train alone.
 WORKERS_LOST_PROBLEM = ("checking this file stopped two workers in turn (killed, out of memory, or their host lost); it "
-                        "is not checked again: split it into smaller files, or ask for workers with more memory, and "
-                        "upload it again")
+                        "is not checked again: ask an administrator for workers with more memory and upload it again, "
+                        "or upload fewer rows (not the file split in parts: a run trains on one version)")
 
 
 def versions_fail_abandoned(*, now: datetime | None = None) -> list[DatasetVersion]:

@@ -223,7 +223,8 @@ def test_a_dataset_version_whose_check_killed_two_workers_fails_with_the_reason(
     [problem] = failed.errors
     assert problem["code"] == "worker_lost" and problem["message"] == (
         "checking this file stopped two workers in turn (killed, out of memory, or their host lost); it is not "
-        "checked again: split it into smaller files, or ask for workers with more memory, and upload it again")
+        "checked again: ask an administrator for workers with more memory and upload it again, or upload fewer rows "
+        "(not the file split in parts: a run trains on one version)")
     assert not version.absolute_path.exists()
     page = client_for(team.owner).get(f"/p/{team.project.slug}/datasets/{version.dataset.public_id}/v/1/")
     assert "Checking the file" not in page.content.decode() and "checking this file stopped two workers" in (
