@@ -553,7 +553,8 @@ def _why_no_token(header: str) -> str:
                 "made on the project's Chat page under 'API tokens for this project', or with this token: POST "
                 "/api/v1/projects/<slug>/chat-tokens/ (GET /api/v1/projects/ lists the slugs)")
     return ("the token sent is not a valid project token (revoked, or mistyped); make a new one on the project's Chat "
-            "page under 'API tokens for this project' and send it as 'Authorization: Bearer <token>'")
+            "page under 'API tokens for this project' (or with a REST API token: POST /api/v1/projects/<slug>/"
+            "chat-tokens/) and send it as 'Authorization: Bearer <token>'")
 
 
 def _unauthorized(request: HttpRequest) -> JsonResponse:

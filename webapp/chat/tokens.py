@@ -58,7 +58,8 @@ def _refusal(token: ProjectToken) -> str | None:
     who, project = token.user.get_username(), token.project.slug
     if token_expired(token):
         return (f"this token expired at {when(token.expires_at)}; make a new one on the Chat page of {project}, "
-                "under 'API tokens for this project'")
+                f"under 'API tokens for this project', or with a REST API token: POST /api/v1/projects/{project}/"
+                "chat-tokens/")
     if not token.user.is_active:
         return f"this token's user, {who}, is deactivated"
     if token.role is None:

@@ -111,7 +111,8 @@ def test_a_token_sent_that_is_not_one_is_told_so(team):
     assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
     assert refused.json()["error"]["message"] == (
         "the token sent is not a valid project token (revoked, or mistyped); make a new one on the project's Chat page "
-        "under 'API tokens for this project' and send it as 'Authorization: Bearer <token>'")
+        "under 'API tokens for this project' (or with a REST API token: POST /api/v1/projects/<slug>/chat-tokens/) and "
+        "send it as 'Authorization: Bearer <token>'")
     _rest, rest_secret = token_create(user=team.teammate, name="rest")
     told = Client().post("/v1/chat/completions", {}, content_type="application/json", **bearer(rest_secret))
     assert told.status_code == 401 and told.json()["error"]["message"].startswith("this is a REST API token (tmp_…)")
@@ -286,7 +287,7 @@ def test_an_expired_project_token_is_refused_saying_when_and_where_to_make_anoth
     assert response.status_code == 401 and response["WWW-Authenticate"] == 'Bearer realm="temper"'
     assert response.json()["error"] == {
         "message": "this token expired at 2026-01-02 03:04 UTC; make a new one on the Chat page of alpha, under "
-                   "'API tokens for this project'",
+                   "'API tokens for this project', or with a REST API token: POST /api/v1/projects/alpha/chat-tokens/",
         "type": "authentication_error", "param": None, "code": "invalid_api_key"}
     assert project_token_authenticate(f"Bearer {ended}") is None
 
