@@ -2964,6 +2964,25 @@ RECORD_REACTS = """(() => { let plotly, frames = 0; window.reacts = [];
     plotly = value; } }); })();"""
 
 
+def learning_rate_sweep(names, *, steps: int) -> list[Run]:
+    """Three sft runs of project "sweep" at learning rates 1e-4, 1e-3 and 3e-3, each with ``names`` logged at every
+    step up to ``steps`` (1 / step) and a final loss of 1, 2 and 3."""
+    team = make_team(slug="sweep")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    runs = []
+    for index, rate in enumerate((1e-4, 1e-3, 3e-3)):
+        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id},
+                "optim": {"learning_rate": rate}, "train": {"max_steps": steps}}
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=f"lr {rate}")
+        run.final_metrics = {"loss": {"last": 1.0 + index, "min": 1.0, "max": 3.0}}
+        run.save(update_fields=["final_metrics"])
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=name, value=1.0 / step, wall_time=step,
+                                                     tokens=100 * step) for name in names for step in range(1, steps + 1)])
+        runs.append(run)
+    return runs
+
+
 def test_compare_shows_the_metric_charts_before_it_draws_the_hyperparameters(page, asgi_server, transactional_db,
                                                                              monkeypatch):
     """Page speed: the parallel coordinates (WebGL, which waits on the GPU after every pair of axes: 1-2 s of
@@ -2971,20 +2990,7 @@ def test_compare_shows_the_metric_charts_before_it_draws_the_hyperparameters(pag
     They are drawn once a frame has shown the metric charts, each of which plotly is asked to draw once, in a window
     that shows them at once too (in a shorter one they wait to be scrolled near: the test after this one)."""
     monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
-    team = make_team(slug="sweep")
-    model = make_base_model(team.project)
-    data = make_ready_version(team.project)
-    runs = []
-    for index, rate in enumerate((1e-4, 1e-3, 3e-3)):
-        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id},
-                "optim": {"learning_rate": rate}, "train": {"max_steps": 50}}
-        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=f"lr {rate}")
-        run.final_metrics = {"loss": {"last": 1.0 + index, "min": 1.0, "max": 3.0}}
-        run.save(update_fields=["final_metrics"])
-        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=name, value=1.0 / step, wall_time=step,
-                                                     tokens=100 * step)
-                                         for name in ("loss", "grad_norm") for step in range(1, 51)])
-        runs.append(run)
+    runs = learning_rate_sweep(("loss", "grad_norm"), steps=50)
     log_in(page, asgi_server, "sweep-viewer")
     page.set_viewport_size({"width": 1280, "height": 1600})
     page.add_init_script(RECORD_REACTS)
@@ -3003,21 +3009,9 @@ def test_compare_draws_the_hyperparameters_only_once_they_are_scrolled_near(page
     charts showed, at every load, while they sat out of the window below the charts and the final metrics. They are
     drawn when the reader scrolls near them."""
     monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
-    team = make_team(slug="sweep")
-    model = make_base_model(team.project)
-    data = make_ready_version(team.project)
     names = ["loss", "grad_norm", "learning_rate", "tokens_per_second", "memory_gb", "eval/loss", "eval/accuracy",
              "epoch", "kl"]  # three rows of charts at 1280 px
-    runs = []
-    for index, rate in enumerate((1e-4, 1e-3, 3e-3)):
-        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id},
-                "optim": {"learning_rate": rate}, "train": {"max_steps": 20}}
-        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=f"lr {rate}")
-        run.final_metrics = {"loss": {"last": 1.0 + index, "min": 1.0, "max": 3.0}}
-        run.save(update_fields=["final_metrics"])
-        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=name, value=1.0 / step, wall_time=step,
-                                                     tokens=100 * step) for name in names for step in range(1, 21)])
-        runs.append(run)
+    runs = learning_rate_sweep(names, steps=20)
     log_in(page, asgi_server, "sweep-viewer")
     page.set_viewport_size({"width": 1280, "height": 600})
     page.add_init_script(RECORD_REACTS)

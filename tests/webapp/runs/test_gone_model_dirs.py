@@ -46,6 +46,24 @@ def succeeded_with_export(team, catalog, mine) -> tuple[Run, object]:
     return run, export
 
 
+def reward_run_with_export(team, catalog, mine) -> tuple[Run, object]:
+    """A reward run "judge" from ``mine`` that succeeded and exported its model (a copy of the base model's folder)."""
+    reward = services.run_create(project=team.project, user=team.owner, name="judge", spec={
+        "task": "reward", "model": mine.public_id, "data": {"train": catalog.preference.public_id},
+        "train": {"max_steps": 10, "batch_size": 2}})
+    Run.objects.filter(pk=reward.pk).update(status=RunStatus.RUNNING)
+    export = reward.output_dir / "export"
+    shutil.copytree(mine.path, export)
+    reporting.run_finish(run=Run.objects.get(pk=reward.pk),
+                         summary={"status": "succeeded", "step": 10, "export": {"model": str(export)}})
+    return reward, export
+
+
+def ppo_spec(catalog, mine, reward: Run) -> dict:
+    return {"task": "ppo", "model": mine.public_id, "data": {"train": catalog.prompts.public_id},
+            "train": {"max_steps": 10, "batch_size": 2}, "ppo": {"reward_model": reward.public_id}}
+
+
 def page_of(client, run: Run) -> str:
     return client.get(f"/p/alpha/runs/{run.public_id}/").content.decode()
 
@@ -342,14 +360,7 @@ def test_a_reward_run_whose_export_folder_is_gone_is_marked_in_the_form_and_refu
         team, catalog, mine, client_for, sent_tasks):
     """The PPO form offered a reward run whose export folder was deleted as any other, and the launch queued it: the
     run failed in the train worker on the missing folder."""
-    reward = services.run_create(project=team.project, user=team.owner, name="judge", spec={
-        "task": "reward", "model": mine.public_id, "data": {"train": catalog.preference.public_id},
-        "train": {"max_steps": 10, "batch_size": 2}})
-    Run.objects.filter(pk=reward.pk).update(status=RunStatus.RUNNING)
-    export = reward.output_dir / "export"
-    shutil.copytree(mine.path, export)
-    reporting.run_finish(run=Run.objects.get(pk=reward.pk),
-                         summary={"status": "succeeded", "step": 10, "export": {"model": str(export)}})
+    reward, export = reward_run_with_export(team, catalog, mine)
     client = client_for(team.teammate)
     option = f'<option value="{reward.public_id}" >{isolated("judge")} — reward model of {reward.public_id}'
     assert f"{option}</option>" in client.get("/p/alpha/runs/new/?task=ppo").content.decode()
@@ -357,9 +368,7 @@ def test_a_reward_run_whose_export_folder_is_gone_is_marked_in_the_form_and_refu
     assert f"{option} (its folder is gone)</option>" in client.get("/p/alpha/runs/new/?task=ppo").content.decode()
     queued = len(sent_tasks.calls)
     with pytest.raises(ValidationError) as refused:
-        services.run_create(project=team.project, user=team.owner, spec={
-            "task": "ppo", "model": mine.public_id, "data": {"train": catalog.prompts.public_id},
-            "train": {"max_steps": 10, "batch_size": 2}, "ppo": {"reward_model": reward.public_id}})
+        services.run_create(project=team.project, user=team.owner, spec=ppo_spec(catalog, mine, reward))
     assert refused.value.message_dict["ppo.reward_model"] == [
         f"the model run {isolated('judge')} ({reward.public_id}) exported is gone from disk: its export folder was "
         "deleted since; choose another reward run of this project, or train this one again as a new run (Retry on its "
@@ -372,17 +381,9 @@ def test_a_ppo_run_whose_reward_runs_export_folder_is_gone_is_not_resumed_nor_re
     """A launch refuses a reward run whose export folder is gone; a resume or a retry of a PPO run that scores with one
     was queued, and failed in the train worker on the missing folder. Refused with nothing queued, and the page greys
     both buttons with the words (rerun_refusals)."""
-    reward = services.run_create(project=team.project, user=team.owner, name="judge", spec={
-        "task": "reward", "model": mine.public_id, "data": {"train": catalog.preference.public_id},
-        "train": {"max_steps": 10, "batch_size": 2}})
-    Run.objects.filter(pk=reward.pk).update(status=RunStatus.RUNNING)
-    export = reward.output_dir / "export"
-    shutil.copytree(mine.path, export)
-    reporting.run_finish(run=Run.objects.get(pk=reward.pk),
-                         summary={"status": "succeeded", "step": 10, "export": {"model": str(export)}})
-    ppo = services.run_create(project=team.project, user=team.owner, name="policy", spec={
-        "task": "ppo", "model": mine.public_id, "data": {"train": catalog.prompts.public_id},
-        "train": {"max_steps": 10, "batch_size": 2}, "ppo": {"reward_model": reward.public_id}})
+    reward, export = reward_run_with_export(team, catalog, mine)
+    ppo = services.run_create(project=team.project, user=team.owner, name="policy",
+                              spec=ppo_spec(catalog, mine, reward))
     Run.objects.filter(pk=ppo.pk).update(status=RunStatus.FAILED, current_step=0)
     ppo.refresh_from_db()
     assert services.rerun_refusals(ppo) == {"resume": "", "retry": ""}
