@@ -196,6 +196,10 @@ def _api_artifact(world):
     return {"slug": world.slug, "run_id": world.run.public_id, "kind": ArtifactKind.MODEL}
 
 
+def _api_checkpoint(world):
+    return {**_run(world), "step": 1}
+
+
 def _chat_token(world):
     return {"slug": world.slug, "token_id": world.spare_project_token.pk}
 
@@ -277,6 +281,7 @@ ROUTES: dict[str, Route] = {
     "runs:edit": Route(kwargs=_run, methods={"POST": MEMBER}),
     "runs:export_checkpoint": Route(kwargs=_run, methods={"POST": MEMBER}),
     "runs:checkpoint_serving_copy": Route(kwargs=_run, methods={"POST": MEMBER}),
+    "runs:checkpoint_delete": Route(kwargs=_run, methods={"POST": MEMBER}),  # who may delete the (teammate's) run
 
     "review:list": Route(kwargs=_project, methods=READ),
     "review:create": Route(kwargs=_project, methods={"GET": OWNER, "POST": OWNER}),
@@ -341,6 +346,7 @@ ROUTES: dict[str, Route] = {
     "api:run_samples": Route(auth=Auth.API_TOKEN, kwargs=_run, methods=READ_MEMBER_WRITE),
     "api:run_logs": Route(auth=Auth.API_TOKEN, kwargs=_run, methods=READ),
     "api:run_artifact": Route(auth=Auth.API_TOKEN, kwargs=_api_artifact, methods=READ),
+    "api:run_checkpoint": Route(auth=Auth.API_TOKEN, kwargs=_api_checkpoint, methods={"DELETE": MEMBER}),
     "api:pipelines": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ_MEMBER_WRITE),
     "api:pipeline": Route(auth=Auth.API_TOKEN, kwargs=_pipeline, methods=READ),
     "api:pipeline_cancel": Route(auth=Auth.API_TOKEN, kwargs=_pipeline, methods={"POST": MEMBER}),
@@ -429,6 +435,7 @@ def world(team, queued, settings) -> World:
     export.mkdir(parents=True)
     (export / "config.json").write_text("{}")
     Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(export), size_bytes=2)
+    (run.output_dir / "checkpoints" / "1").mkdir(parents=True)  # a deletion of it is refused: the run is queued
     pipeline = pipelines.pipeline_create(project=project, user=teammate,
                                          document={"name": "chain", "stages": [{"name": "sft", "spec": spec}]})
     campaign = review_services.campaign_create(project=project, name="pass 1", guidelines="", required_reviews=1,

@@ -27,6 +27,8 @@ VERSION_ID = {"name": "version_id", "in": "path", "required": True, "schema": {"
               "description": "Dataset version id (dv_…), as a run's spec names it."}
 CHAT_TOKEN = {"name": "token_id", "in": "path", "required": True, "schema": {"type": "integer"},
               "description": "A token's id, as chat-tokens/ lists it."}
+CHECKPOINT_STEP = {"name": "step", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 0},
+                   "description": "A checkpoint's step (the numbered folders under the run's checkpoints/)."}
 BASE_MODEL = {"name": "model_id", "in": "path", "required": True, "schema": {"type": "string"},
               "description": "Base model id (bm_…)."}
 IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"},
@@ -63,6 +65,9 @@ KEY_REUSED = {"422": _json("The Idempotency-Key was sent before with another bod
 IN_PROGRESS = {"409": _json("The first request sent with this Idempotency-Key is still being processed (a retry "
                             "sent while it works): `{\"detail\": message}`; nothing more was made: try again in a "
                             "minute to get what it made.", schemas.Detail)}
+CHECKPOINT_REFUSED = {"409": _json("Refused, nothing deleted: `{\"detail\": message}` says why and what to do instead "
+                                    "(the run is queued, running or stopping; the checkpoint is being exported, or a "
+                                    "serving copy of it is being written).", schemas.Detail)}
 # Every body the API answers with (webapp.api.schemas), the components the responses refer to.
 ANSWERS = (schemas.ProjectList, schemas.BaseModelList, schemas.BaseModelOut, schemas.DatasetList, schemas.DatasetDetail,
            schemas.DatasetComparison, schemas.DatasetVersionOut, schemas.UploadOut, schemas.RunPage, schemas.RunDetail, schemas.RunOut,
@@ -123,6 +128,12 @@ def build_document() -> dict[str, Any]:
         schema = model.model_json_schema(ref_template=REF)
         components.update(schema.pop("$defs", {}))
         components[model.__name__] = schema
+    checkpoint_delete = _operation(
+        "Delete a training checkpoint of a run that has ended, to free its disk; the run, its curves, its other "
+        "checkpoints and the checkpoint's export stay (an owner, or the member who launched the run; 404 for a step "
+        "the run's folder holds no checkpoint of)", [SLUG, RUN, CHECKPOINT_STEP], status="204",
+        response="Nothing: deleted")
+    checkpoint_delete["responses"].update(CHECKPOINT_REFUSED)
     upload = {"required": True, "content": {"multipart/form-data": {"schema": {
         "type": "object", "required": ["file"], "additionalProperties": False,
         "properties": {"file": {"type": "string", "format": "binary"},
@@ -333,6 +344,9 @@ def build_document() -> dict[str, Any]:
             "delete": _operation("Revoke one of your tokens for the project: /v1/ refuses it from then on (404 for "
                                  "an id that is not one of yours here, revoked already or someone else's)",
                                  [SLUG, CHAT_TOKEN], status="204", response="Nothing: revoked"),
+        },
+        f"{base}/runs/{{run_id}}/checkpoints/{{step}}/": {
+            "delete": checkpoint_delete,
         },
         f"{base}/runs/{{run_id}}/artifacts/{{kind}}/": {
             "get": {**_operation("Download an artifact (model, adapter, or checkpoint with ?step=N: the url each of "

@@ -770,6 +770,20 @@ def run_artifact(request: HttpRequest, slug: str, run_id: str, kind: str) -> Htt
         request, lambda account: get_run_for_user(account, slug, run_id)))
 
 
+@api_view(("DELETE",))
+def run_checkpoint(request: HttpRequest, slug: str, run_id: str, step: int) -> HttpResponse:
+    """DELETE: the training checkpoint ``step`` (``checkpoints/<step>``) of a run that has ended, to free its disk,
+    as the run page's Delete under Checkpoints does (who may delete the run): 204; 409 saying why not and what to do
+    instead, nothing changed; 404 for a step the run's folder holds no checkpoint of."""
+    _project, membership, run = get_run_for_user(request.user, slug, run_id, write=True)
+    run_selectors.ensure_may_delete_run(membership=membership, run=run)
+    try:
+        run_services.checkpoint_delete(run=run, step=step, user=request.user)
+    except ValidationError as error:
+        return _error(409, detail="; ".join(error.messages))
+    return HttpResponse(status=204)
+
+
 def _pipeline_json(pipeline) -> dict[str, Any]:
     runs = {run.pipeline_stage: run.public_id for run in pipeline.runs.all()}
     return {"id": pipeline.public_id, "name": pipeline.name, "status": pipeline.status,

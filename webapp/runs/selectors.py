@@ -45,7 +45,8 @@ from webapp.runs.models import (ACTIVE_STATUSES, Artifact, ArtifactKind, Checkpo
                                 Pipeline, PipelineStatus, ProjectMetricName, Run, RunLogLine, RunStatus, RunTag, Sample,
                                 ServingCopyStatus, fold_tag)
 from webapp.runs.placement import DEFAULT_POOL, pool_queue, run_pool
-from webapp.runs.services import EXTERNAL_TASK, checkpoint_steps, final_model_step, reward_run_ids, run_output_dir
+from webapp.runs.services import (EXTERNAL_TASK, checkpoint_delete_refusal, checkpoint_steps, final_model_step,
+                                  reward_run_ids, run_output_dir)
 from webapp.runs.serving_copies import (checkpoint_serving_copies, copy_figures, export_copy_dir, final_model_copyable,
                                        final_serving_copy, run_export_dir)
 from webapp.runs.specform import tasks
@@ -1034,14 +1035,17 @@ def log_has_lines_after(*, run: Run, after_id: int) -> bool:
     return RunLogLine.objects.filter(run=run, id__gt=after_id).exists()
 
 
-def checkpoint_list(*, run: Run) -> list[dict[str, Any]]:
+def checkpoint_list(*, run: Run, deletions: bool = False) -> list[dict[str, Any]]:
     """The checkpoints in the run's directory and those exported, oldest first, each with its export
     (``artifact``) once it is done, the state of the last export asked for (``export``: exporting, exported
     or failed) and, once exported, its serving copy's state (``serving_copy``, ``serving_copies.copy_state``;
     None for a model that writes no text). An exported one stays when a resume of the run deleted its
-    training checkpoint (``train.keep_last``): runs, the chat and its serving copy still use the export. The
-    checkpoint of a succeeded run's final step is its final model (``final``), exported when the run succeeded:
-    it is shown as that, not offered for export a second time (``services.final_model_step``)."""
+    training checkpoint (``train.keep_last``), or someone did: runs, the chat and its serving copy still use the
+    export. The checkpoint of a succeeded run's final step is its final model (``final``), exported when the run
+    succeeded: it is shown as that, not offered for export a second time (``services.final_model_step``).
+    ``deletions`` (for those who may delete the run): each training checkpoint of a run that has ended gets its
+    ``deletion``, why its Delete is refused (``refusal``) or what deleting it changes (``notes``,
+    ``checkpoint_delete_notes``)."""
     exported = {artifact.step: artifact for artifact in run.artifacts.filter(kind=ArtifactKind.CHECKPOINT)}
     exports = {export.step: export for export in run.checkpoint_exports.all()}
     copies = checkpoint_serving_copies(run=run, artifacts=exported) if run.generates_text else {}
@@ -1050,12 +1054,44 @@ def checkpoint_list(*, run: Run) -> list[dict[str, Any]]:
     scores = checkpoint_scores(run=run, steps=steps)
     final_step = final_model_step(run)
     facts = {step: _directory_facts(run.output_dir / "checkpoints" / str(step)) for step in saved}
-    return [{"step": step, "artifact": exported.get(step), "export": exports.get(step),
-             "serving_copy": copies.get(step), "score": scores.get(step), "final": step == final_step,
-             # The training checkpoint's own (weights and optimizer state), which a resume may rotate out.
-             "size_bytes": facts[step][0] if step in facts else None,
-             "saved_at": facts[step][1] if step in facts else None}
-            for step in steps]
+    listed = [{"step": step, "artifact": exported.get(step), "export": exports.get(step),
+               "serving_copy": copies.get(step), "score": scores.get(step), "final": step == final_step,
+               # The training checkpoint's own (weights and optimizer state), which a resume may rotate out.
+               "size_bytes": facts[step][0] if step in facts else None,
+               "saved_at": facts[step][1] if step in facts else None}
+              for step in steps]
+    if deletions and not run.is_active:  # an active run's are not offered, as the run's own Delete is not
+        for checkpoint in listed:
+            if checkpoint["step"] in facts:
+                refusal = checkpoint_delete_refusal(run, checkpoint["step"])
+                checkpoint["deletion"] = {"refusal": refusal, "notes": [] if refusal else checkpoint_delete_notes(
+                    run=run, checkpoint=checkpoint, saved=saved)}
+    return listed
+
+
+def checkpoint_delete_notes(*, run: Run, checkpoint: dict[str, Any], saved: list[int]) -> list[str]:
+    """What deleting the training checkpoint of ``checkpoint`` (an entry of ``checkpoint_list``) changes, said in its
+    confirmation before it is sent: that its weights go for good where no export keeps them, that Resume (or Train
+    further) then goes on from an earlier checkpoint or from step 0 where it is the newest of ``saved`` (the engine
+    restores the newest; the steps after are trained again and their curves replaced), and that it is the run's best
+    by its ranking metric."""
+    step, notes = checkpoint["step"], []
+    if checkpoint["artifact"] is not None:
+        notes.append(f"Its export stays: runs, the chat and downloads go on using {run.public_id}@{step}.")
+    elif checkpoint["final"]:
+        notes.append(f"Its weights stay as the run's final model, exported when it succeeded ({run.public_id}).")
+    else:
+        notes.append("It is not exported: its weights can no longer be exported, chatted with or started from.")
+    if step == saved[-1] and run.task != EXTERNAL_TASK:
+        action = "Train further" if run.status == RunStatus.SUCCEEDED else "Resume"
+        earlier = saved[-2] if len(saved) > 1 else None
+        notes.append(f"It is the run's newest checkpoint: {action} would go on from checkpoint {earlier} instead, "
+                     f"training the steps after {earlier} again and replacing their curves." if earlier is not None
+                     else f"It is the run's only checkpoint: {action} would train the run again from step 0, "
+                          "replacing its curves.")
+    if (score := checkpoint["score"]) and score["best"]:
+        notes.append(f"It is the run's best checkpoint by {score['metric']} ({score['shown']}).")
+    return notes
 
 
 def _directory_facts(directory: str | os.PathLike) -> tuple[int, datetime | None]:
@@ -1223,7 +1259,12 @@ def ensure_may_cancel_pipeline(*, membership: Membership) -> None:
 def run_disk_bytes(*, run: Run) -> int:
     """The bytes of the run's directory on the server — checkpoints, exported models, serving copies, logs —
     which deleting it frees (links not followed: what they point to is not the run's)."""
-    return _directory_facts(run_output_dir(run.public_id))[0]
+    return folder_bytes(run_output_dir(run.public_id))
+
+
+def folder_bytes(directory: str | os.PathLike) -> int:
+    """The bytes of the files under ``directory``, links not followed: what deleting it frees."""
+    return _directory_facts(directory)[0]
 
 
 def run_readers(*, run: Run) -> list[str]:

@@ -35,6 +35,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import F
+from django.http import Http404
+from django.template.defaultfilters import filesizeformat
 from django.utils import timezone
 
 from jaxengine.spec import (TASK_DATASET_KINDS, JobSpec, SpecError, duplicate_key_problems, in_schema_order, parse_spec,
@@ -56,7 +58,8 @@ from webapp.projects.models import Project
 from webapp.projects.services import project_lock
 from webapp.runs import channels, sweeps
 from webapp.runs.models import (ACTIVE_STATUSES, Artifact, ArtifactKind, CheckpointExport, CheckpointExportStatus, LogLevel,
-                                ProjectMetricName, Run, RunLogLine, RunStatus, RunTag, fold_tag, new_run_id)
+                                ProjectMetricName, Run, RunLogLine, RunStatus, RunTag, ServingCopy, ServingCopyStatus,
+                                fold_tag, new_run_id)
 from webapp.runs.specform import SET_BY_TEMPER, tasks
 from webapp.workers.deliveries import KOMBU_PRIORITY_SEP, KOMBU_UNACKED_KEY, LostWorker, abandoned_tags
 from webapp.workers.models import Worker
@@ -1683,6 +1686,73 @@ def checkpoint_exports_fail_lost(*, now: datetime | None = None) -> list[Checkpo
                        f"lost its message, which Redis held nowhere {silent} s after it was asked for; export again")
             failed.append(checkpoint_export_finish(run=export.run, step=export.step, failure=failure))
     return failed
+
+
+# A checkpoint being deleted is first renamed to this, inside the run's directory but outside ``checkpoints/``, then
+# removed: the rename is atomic, so neither the engine (orbax lists ``checkpoints/<step>`` only) nor the run page ever
+# sees a half-removed step folder that a resume or an export would try to restore. The name has no ``_<digits>`` end:
+# orbax takes such a name for a step wherever it lists.
+CHECKPOINT_TRASH_PREFIX = ".deleting-checkpoint-"
+
+
+def checkpoint_delete_refusal(run: Run, step: int) -> str:
+    """Why checkpoint ``step`` of ``run`` may not be deleted now, with what to do instead, or "": while the run is
+    queued, running or stopping (its engine restores, writes and rotates out checkpoints itself), and while the
+    checkpoint is being exported (the train worker reads its folder) or a serving copy of its export is being
+    written. The run page shows the button greyed with these words; ``checkpoint_delete`` refuses in them."""
+    if run.is_active:
+        doing = "is stopping" if run.is_stopping else run.status_phrase
+        return (f"run {run.public_id} {doing}: its engine restores, saves and rotates out checkpoints itself while it "
+                "runs. Delete the checkpoint once the run has ended (cancel it first if it should not go on)")
+    if run.checkpoint_exports.filter(step=step, status=CheckpointExportStatus.EXPORTING).exists():
+        return (f"checkpoint {step} of run {run.public_id} is being exported: the train worker is reading it. Delete it "
+                "once the export is done (its page lists it then); the exported model stays")
+    if ServingCopy.objects.filter(run=run, step=step, status=ServingCopyStatus.WRITING).exists():
+        return (f"a serving copy of checkpoint {step} of run {run.public_id} is being written. Delete the checkpoint "
+                "once the copy is ready or has failed")
+    return ""
+
+
+@dataclass(frozen=True)
+class CheckpointDeleted:
+    step: int
+    bytes_freed: int
+
+
+@transaction.atomic
+def checkpoint_delete(*, run: Run, step: int, user: AbstractBaseUser | None) -> CheckpointDeleted:
+    """Delete the training checkpoint ``step`` of ``run`` (``checkpoints/<step>``) to free its disk, keeping the run,
+    its curves, its other checkpoints and the checkpoint's export, if any. ``Http404`` when the run's folder holds no
+    such checkpoint (deleted already, rotated out, never saved); ``ValidationError`` (``step``) with
+    ``checkpoint_delete_refusal``'s words, nothing changed. The run's row is locked and read again, so that a resume,
+    an export or a serving copy asked for meanwhile (each locks it too) and a second deletion of the step come
+    before or after this one, never between its checks and its rename."""
+    from webapp.runs.selectors import folder_bytes  # selectors import this module
+
+    run = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
+    saved = checkpoint_steps(run)
+    if step not in saved:
+        raise Http404(f"run {run.public_id} has no checkpoint {step} in its folder (deleted already, or rotated out by "
+                      f"the run); it has {', '.join(map(str, saved)) or 'none'}")
+    if refusal := checkpoint_delete_refusal(run, step):
+        raise ValidationError({"step": refusal})
+    folder = run.output_dir / "checkpoints" / str(step)
+    freed = folder_bytes(folder)
+    # An export that failed said so beside the step; a resume may save that step again, which was never exported.
+    run.checkpoint_exports.filter(step=step, status=CheckpointExportStatus.FAILED).delete()
+    log_line(run, f"checkpoint {step} deleted by {user.get_username() if user else 'the system'} "
+                  f"({filesizeformat(freed)} freed)")
+    # Left by a deletion whose process stopped between its rename and its removal: removed with this one.
+    leftovers = list(run.output_dir.glob(f"{CHECKPOINT_TRASH_PREFIX}*"))
+    trash = run.output_dir / f"{CHECKPOINT_TRASH_PREFIX}{step}-{secrets.token_hex(4)}"
+    folder.rename(trash)  # last: a failure before it leaves the checkpoint and its rows as they were
+    transaction.on_commit(functools.partial(_remove_folders, [trash, *leftovers]))
+    return CheckpointDeleted(step=step, bytes_freed=freed)
+
+
+def _remove_folders(paths: list[Path]) -> None:
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @transaction.atomic

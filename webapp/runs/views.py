@@ -18,6 +18,7 @@ from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -547,7 +548,8 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         "unserved_pool_note": selectors.unserved_pool_note(run=run),
         "across_steps": (selectors.generations_across_steps(run=run)
                          if len(selectors.sample_steps(run=run, kind="eval")) > 1 else None),
-        "checkpoints": selectors.checkpoint_list(run=run), "serving_copy": selectors.serving_copy(run=run),
+        "checkpoints": selectors.checkpoint_list(run=run, deletions=can_delete),
+        "serving_copy": selectors.serving_copy(run=run),
         # The chat offers a succeeded run's final model to members, archived runs' aside (chat_selectors.model_choices).
         # Nor one whose folder was deleted since (ModelChoice.gone): the chat would refuse it.
         "can_chat": (membership.can(Role.MEMBER) and not run.archived
@@ -568,9 +570,11 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
 def run_checkpoints(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     """The checkpoints partial (the run page loads it again when an export it shows as running ends)."""
     project, membership, run = get_run_for_user(request.user, slug, run_id)
+    can_delete = selectors.may_delete_run(membership=membership, run=run)
     return render(request, "runs/_checkpoints.html", {
-        "project": project, "run": run, "can_act": membership.can(Role.MEMBER),
-        "checkpoints": selectors.checkpoint_list(run=run), "launch_task": selectors.launch_task(run=run)})
+        "project": project, "run": run, "can_act": membership.can(Role.MEMBER), "can_delete": can_delete,
+        "checkpoints": selectors.checkpoint_list(run=run, deletions=can_delete),
+        "launch_task": selectors.launch_task(run=run)})
 
 
 @login_required
@@ -791,6 +795,30 @@ def run_export_checkpoint(request: HttpRequest, slug: str, run_id: str) -> HttpR
 
     return redirect(sent_once_or_refused(request, create=export,
                                          back=reverse("runs:detail", args=[project.slug, run.public_id])))
+
+
+@login_required
+@require_POST
+def run_checkpoint_delete(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    """Delete a training checkpoint (``step``) to free its disk, keeping the run (those who may delete the run:
+    ``selectors.may_delete_run``); back to the run's checkpoints, saying the step and the bytes freed, or why nothing
+    was deleted. A second sending finds it gone and says so."""
+    project, membership, run = get_run_for_user(request.user, slug, run_id, write=True)
+    selectors.ensure_may_delete_run(membership=membership, run=run)
+    raw = request.POST.get("step", "")
+    page = reverse("runs:detail", args=[project.slug, run.public_id])
+
+    def delete() -> str:
+        step = whole_number(raw)
+        if step is None:
+            raise ValidationError({"step": f"choose a checkpoint step, not {raw!r}"})
+        deleted = services.checkpoint_delete(run=run, step=step, user=request.user)
+        messages.success(request, f"Deleted checkpoint {deleted.step} of {isolated(run.name)}: "
+                                  f"{filesizeformat(deleted.bytes_freed)} freed.")
+        return f"{page}#checkpoints"
+
+    return redirect(deleted_once_or_refused(request, delete=delete, back=f"{page}#checkpoints",
+                                            gone=f"{page}#checkpoints"))
 
 
 @login_required
