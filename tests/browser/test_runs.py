@@ -957,6 +957,32 @@ def test_a_checkpoints_launch_a_run_from_it_exports_it_first_then_opens_the_laun
     assert page.input_value("#spec-model") == f"{run.public_id}@3"
 
 
+def test_a_checkpoint_is_deleted_through_its_confirmation_and_leaves_the_list(page, live_server, tmp_path):
+    """A team short of disk deletes a checkpoint it does not need and keeps the run: Delete… opens a confirmation
+    saying what it frees and what it changes (the newest: Resume would go on from the one before), and once confirmed
+    the page says the bytes freed and lists the other checkpoint only."""
+    team = make_team(slug="ckptdelete")
+    run = Run.objects.create(project=team.project, name="long sft", task="sft", status=RunStatus.FAILED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.teammate,
+                             total_steps=9, current_step=6)
+    for step in (3, 6):
+        shard = tmp_path / "checkpoints" / str(step) / "state" / "shard"
+        shard.parent.mkdir(parents=True)
+        shard.write_bytes(b"\0" * 2048)
+    test_projects.log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/ckptdelete/runs/{run.public_id}/")
+    newest = page.locator("#checkpoints li[data-step='6']")
+    newest.locator("summary", has_text="Delete…").click()
+    expect(newest).to_contain_text("freeing 2.0\xa0KB")
+    expect(newest).to_contain_text("It is the run's newest checkpoint: Resume would go on from checkpoint 3 instead")
+    newest.get_by_role("button", name="Delete checkpoint 6").click()
+    expect(page.locator(".messages")).to_contain_text("Deleted checkpoint 6 of \u2068long sft\u2069: 2.0\xa0KB freed.")
+    expect(page.locator("#checkpoints li[data-step]")).to_have_count(1)
+    expect(page.locator("#checkpoints li[data-step='3']")).to_be_visible()
+    assert sorted(path.name for path in (tmp_path / "checkpoints").iterdir()) == ["3"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["checkpoints"]  # no trash folder left
+
+
 def test_a_dpo_runs_launch_a_run_from_it_opens_the_form_on_dpo(page, live_server, monkeypatch, tmp_path):
     """First-use pass: every *Launch a run from it* opened the launch form on sft under sft's preset, whatever the
     run had trained, so a DPO run's checkpoint went on as SFT unless the user saw the tab and switched. The run

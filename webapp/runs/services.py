@@ -1715,6 +1715,8 @@ def checkpoint_delete_refusal(run: Run, step: int) -> str:
 
 @dataclass(frozen=True)
 class CheckpointDeleted:
+    """What ``checkpoint_delete`` deleted: the step, and the bytes its folder held."""
+
     step: int
     bytes_freed: int
 
