@@ -1376,6 +1376,20 @@ def rerun_refusals(run: Run) -> dict[str, str]:
             "retry": gone_inputs_refusal(run) or model_dir_refusal(run, doing="retried", listing=True)}
 
 
+# A run stopped short of its steps: its Resume and Retry are the ways on, which its base model's unregistering takes.
+STOPPED_SHORT = (RunStatus.CANCELLED, RunStatus.FAILED)
+
+
+def may_still_go_on(run: Run) -> bool:
+    """Whether ``run`` stopped short (cancelled, failed) and its page still offers Resume or Retry ungreyed
+    (``rerun_refusals``): the run a deletion of what it trains from would strand, refused while it stands
+    (``basemodels.selectors.base_model_readers``). A succeeded run has done what it was launched for."""
+    if run.task == EXTERNAL_TASK or run.status not in STOPPED_SHORT:
+        return False
+    refusals = rerun_refusals(run)
+    return not (refusals["resume"] and refusals["retry"])
+
+
 def _base_model_files_kept(run: Run) -> bool:
     """Whether the directory of ``run``'s unregistered base model (its resolved spec's ``model``) is still there and
     still the one it trained from: an owner may delete an uploaded model's folder with it, and a new upload under the
