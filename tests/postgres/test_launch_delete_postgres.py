@@ -107,6 +107,7 @@ def race(first, name):
     # The folders a succeeded run keeps: a launch scoring with it reads its export, a resume its checkpoints.
     (reward.output_dir / "export").mkdir(parents=True)
     (reward.output_dir / "checkpoints" / "2").mkdir(parents=True)
+    (reward.output_dir / "checkpoints" / "2" / "state").write_text("weights")  # not left empty: that one is incomplete
     spec = {"task": "grpo", "model": base_model.public_id, "data": {"train": prompts.public_id},
             "train": {"max_steps": 2, "batch_size": 2},
             "grpo": {"num_generations": 2, "rewards": [{"name": "reward_model", "args": {"model": reward.public_id}}]}}
