@@ -45,7 +45,8 @@ from webapp.runs.models import (ACTIVE_STATUSES, Artifact, ArtifactKind, Checkpo
                                 Pipeline, PipelineStatus, ProjectMetricName, Run, RunLogLine, RunStatus, RunTag, Sample,
                                 ServingCopyStatus, fold_tag)
 from webapp.runs.placement import DEFAULT_POOL, pool_queue, run_pool
-from webapp.runs.services import EXTERNAL_TASK, checkpoint_steps, final_model_step, reward_run_ids, run_output_dir
+from webapp.runs.services import (EXTERNAL_TASK, checkpoint_steps, final_model_step, retry_refusal, reward_run_ids,
+                                   run_output_dir)
 from webapp.runs.serving_copies import (checkpoint_serving_copies, copy_figures, export_copy_dir, final_model_copyable,
                                        final_serving_copy, run_export_dir)
 from webapp.runs.specform import tasks
@@ -366,7 +367,8 @@ def final_export_gone(*, run: Run, advise: bool) -> str:
     """What the run page says of a succeeded run whose exported model's folder was deleted since (``model_dir_gone``),
     "" while it is there or the run exported none: what no longer takes it, and whether it can be exported again,
     from the checkpoint of its step while the run's folder keeps it (``services.final_model_step``). ``advise``: for
-    a role whose page offers the acts it names (export that checkpoint, Retry); a viewer is told only what is gone."""
+    a role whose page offers the acts it names (export that checkpoint, Retry, unless greyed for what the run trains
+    on: ``services.retry_refusal``, whose words the page shows beside it); a viewer is told only what is gone."""
     final = Artifact.objects.filter(run=run, kind=ArtifactKind.MODEL).values_list("step", "path").first()
     if run.status != RunStatus.SUCCEEDED or final is None or not model_dir_gone(final[1]):
         return ""
@@ -383,7 +385,7 @@ def final_export_gone(*, run: Run, advise: bool) -> str:
     lost = ("the run's folder, with the checkpoints it was exported from, is gone too" if not run.output_dir.is_dir()
             else f"the run's folder keeps no checkpoint of step {step} any more")
     said = f"{said} It cannot be exported again: {lost}."
-    return f"{said} Retry trains its spec again as a new run." if advise else said
+    return f"{said} Retry trains its spec again as a new run." if advise and not retry_refusal(run) else said
 
 
 def starts_from_the_demo_model(*, project: Project, model: str | None) -> bool:

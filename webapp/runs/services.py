@@ -1408,7 +1408,13 @@ def rerun_refusals(run: Run) -> dict[str, str]:
     return {"resume": (gone_inputs_refusal(run, keep_base_model=True)
                        or model_dir_refusal(run, doing="resumed", listing=True) or lost_checkpoints_refusal(run)
                        or replaced_model_refusal(run)),
-            "retry": gone_inputs_refusal(run) or model_dir_refusal(run, doing="retried", listing=True)}
+            "retry": retry_refusal(run)}
+
+
+def retry_refusal(run: Run) -> str:
+    """``rerun_refusals``' ``retry``: why ``run``'s Retry would be refused for what it trains on, or "". What the run
+    page advises a Retry for (``selectors.final_export_gone``) asks this too, so that it never advises a greyed one."""
+    return gone_inputs_refusal(run) or model_dir_refusal(run, doing="retried", listing=True)
 
 
 # A run stopped short of its steps: its Resume and Retry are the ways on, which its base model's unregistering takes.

@@ -294,6 +294,25 @@ def test_the_run_page_says_its_export_is_gone_for_good_once_its_run_folder_is(te
     assert 'id="retry-refused"' not in page  # what the note offers works
 
 
+def test_the_export_gone_note_advises_no_retry_that_is_greyed(team, catalog, mine, client_for, sent_tasks):
+    """QA: the note said "Retry trains its spec again as a new run" beside a Retry greyed for what the run trains on
+    (its data deleted since). It advises Retry by the judgement that greys it (``services.retry_refusal``)."""
+    from webapp.datasets import services as dataset_services
+
+    run, _export = succeeded_with_export(team, catalog, mine)
+    shutil.rmtree(run.output_dir)
+    dataset_services.dataset_version_delete(version=catalog.sft)
+    page = page_of(client_for(team.teammate), run)
+    gone = html.escape(f"The model run {isolated('first')} ({run.public_id}) exported is gone from disk: its export "
+                       "folder was deleted since, so runs no longer start from it and the chat does not serve it. It "
+                       "cannot be exported again: the run's folder, with the checkpoints it was exported from, is "
+                       "gone too.")
+    assert f'<p class="card run-message" id="export-gone">{gone}</p>' in page
+    assert 'id="retry-refused">Retry</button>' in page
+    assert html.escape(f"what run {run.public_id} trains on was deleted since (its training data "
+                       f"{catalog.sft.public_id}): duplicate it to choose another") in page
+
+
 def test_a_run_whose_export_alone_is_gone_offers_its_final_checkpoint_for_export(
         team, catalog, mine, client_for, sent_tasks, django_capture_on_commit_callbacks):
     """The checkpoint of the final step was shown as the final model (start runs from it, its launch refused) and
