@@ -6,6 +6,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
@@ -18,6 +19,9 @@ from webapp.basemodels.models import BaseModel
 from webapp.core.name_case import name_key
 from webapp.core.bidi import isolated
 from webapp.projects.models import Membership, Project, Role
+
+if TYPE_CHECKING:  # the runs app's models import this app's
+    from webapp.runs.models import Run
 
 # How deep under the models root the register page looks for model directories.
 CANDIDATE_DEPTH = 3
@@ -208,7 +212,7 @@ def base_model_readers(*, base_model: BaseModel) -> list[str]:
     return readers
 
 
-def stopped_runs_needing(*, base_model: BaseModel) -> list:
+def stopped_runs_needing(*, base_model: BaseModel) -> list[Run]:
     """The runs started from ``base_model`` itself (not from a run trained on it, whose export a resume or a retry
     reads instead) that stopped short and may still go on (``runs.services.may_still_go_on``), oldest first. A
     resume reads the model's folder, a retry launches its ``bm_`` id: unregistered, the retry is refused; with its
@@ -224,7 +228,7 @@ def stopped_runs_needing(*, base_model: BaseModel) -> list:
 RUNS_NAMED = 3
 
 
-def stopped_runs_sentence(runs: list) -> str:
+def stopped_runs_sentence(runs: list[Run]) -> str:
     """Why ``runs`` (``stopped_runs_needing``) keep their base model registered, and what to do. An archived run is
     only hidden from the table, and may still be resumed (which brings it back), so archiving them frees nothing."""
     shown = ", ".join(named_model(run.name, run.public_id) for run in runs[:RUNS_NAMED])
@@ -232,7 +236,7 @@ def stopped_runs_sentence(runs: list) -> str:
     which = f"run {shown} stopped" if len(runs) == 1 else f"runs {shown}{more} stopped"
     them = "it" if len(runs) == 1 else "them"
     return (f"{which} short (cancelled or failed) and may still be resumed or retried from it; delete {them} first "
-            f"(archived, a run may still be resumed), or keep the model")
+            "(archived, a run may still be resumed), or keep the model")
 
 
 def candidate_model_dirs(*, models_root: Path, project_slug: str) -> list[str]:
