@@ -41,6 +41,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from jaxengine.checkpoint.step_folders import incomplete_checkpoint_message
 from jaxengine.data import pipeline
 from jaxengine.sharding import MeshPlacement
 from jaxengine.spec import OptimSpec
@@ -180,10 +181,7 @@ class Checkpoints:
         except Exception as error:
             if not isinstance(error, (KeyError, OSError)) and not _is_missing_data(error):
                 raise
-            raise TrainingError(
-                f"{Path(self.manager.directory) / str(step)}: checkpoint {step} cannot be read (it is incomplete: a "
-                "save or a copy that stopped part way); move it out of checkpoints/ to go on from the one before"
-            ) from None
+            raise TrainingError(incomplete_checkpoint_message(Path(self.manager.directory) / str(step))) from None
 
     def save(self, step: int, leaves: list[jax.Array], meta: dict[str, Any],
              extra: dict[str, np.ndarray] | None = None) -> None:

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from jaxengine.checkpoint.hf import load_hf_model
+from jaxengine.checkpoint.step_folders import checkpoint_folder_incomplete
 from jaxengine.cli import main
 from jaxengine.evaluate import answers_match
 from jaxengine.job import (JobError, RunLogOnce, RunLogWarning, data_cut_warnings, job_identity, refuse_another_jobs_directory,
@@ -355,6 +356,9 @@ def test_a_checkpoint_left_incomplete_is_named_by_train_and_export(demo_dir, tmp
     on a full disk) was a KeyError traceback from orbax ('Item "meta" was not found') on resume and export."""
     run_dir, path, spec = trained_with_checkpoints(demo_dir, tmp_path)
     (run_dir / "checkpoints" / "3").mkdir()
+    # The web judges the folders by their files alone (no orbax there) before it offers Resume: as the engine does.
+    assert not checkpoint_folder_incomplete(run_dir / "checkpoints" / "2")
+    assert checkpoint_folder_incomplete(run_dir / "checkpoints" / "3")
     spec["train"]["max_steps"] = 4
     path.write_text(yaml.safe_dump(spec))
     capsys.readouterr()
@@ -373,8 +377,10 @@ def test_a_checkpoint_whose_array_files_are_gone_is_named_by_train(demo_dir, tmp
     # The arrays' chunks (OCDBT data files of process 0); the database's manifest and index stay.
     data_files = list((run_dir / "checkpoints" / "2" / "state").glob("ocdbt.process_0/d/*"))
     assert data_files
+    assert not checkpoint_folder_incomplete(run_dir / "checkpoints" / "2")
     for file in data_files:
         file.unlink()
+    assert checkpoint_folder_incomplete(run_dir / "checkpoints" / "2")
     spec["train"]["max_steps"] = 4
     path.write_text(yaml.safe_dump(spec))
     capfd.readouterr()

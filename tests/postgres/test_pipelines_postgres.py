@@ -208,6 +208,7 @@ def race(first, name):
     # The folders a succeeded run keeps: a launch scoring with it reads its export, a resume its checkpoints.
     (reward.output_dir / "export").mkdir(parents=True)
     (reward.output_dir / "checkpoints" / "2").mkdir(parents=True)
+    (reward.output_dir / "checkpoints" / "2" / "state").write_text("weights")  # not left empty: that one is incomplete
     document = {"name": name, "stages": [
         {"name": "sft", "spec": {"task": "sft", "model": base_model.public_id, "data": {"train": sft_data.public_id},
                                  "train": {"max_steps": 2}}},

@@ -178,7 +178,8 @@ def build_document() -> dict[str, Any]:
                               answer=schemas.BaseModelOut),
             "delete": _operation("Unregister a base model and remove its serving copies; its directory stays unless "
                                  "delete_files is true (an owner, or the member who registered it; 400 while runs, a "
-                                 "pipeline, its serving copy or a review campaign still need it)", [SLUG, BASE_MODEL],
+                                 "pipeline, its serving copy or a review campaign still need it, cancelled or failed "
+                                 "runs from it that may still be resumed or retried among them)", [SLUG, BASE_MODEL],
                                  status="204", response="Nothing: unregistered (and its folder deleted, if asked)",
                                  query=[{**_query("delete_files", (
                                      "true: also delete the model's folder, freeing its disk space and its name for a "

@@ -6,6 +6,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
@@ -18,6 +19,9 @@ from webapp.basemodels.models import BaseModel
 from webapp.core.name_case import name_key
 from webapp.core.bidi import isolated
 from webapp.projects.models import Membership, Project, Role
+
+if TYPE_CHECKING:  # the runs app's models import this app's
+    from webapp.runs.models import Run
 
 # How deep under the models root the register page looks for model directories.
 CANDIDATE_DEPTH = 3
@@ -182,7 +186,8 @@ def ensure_may_delete_base_model_files(*, membership: Membership) -> None:
 
 def base_model_readers(*, base_model: BaseModel) -> list[str]:
     """What still needs ``base_model`` (the work unregistering it would break), one sentence each: runs
-    queued or training from it, running pipelines whose stages name it, its serving copy being written,
+    queued or training from it, runs stopped short that may still be resumed or retried from it
+    (``stopped_runs_needing``), running pipelines whose stages name it, its serving copy being written,
     review campaigns generating answers with it (or cancelled, while the serve worker still answers with it),
     chat and arena answers being written with it."""
     # Imported here: these apps' models import this one's.
@@ -194,6 +199,8 @@ def base_model_readers(*, base_model: BaseModel) -> list[str]:
     for run in Run.objects.filter(base_model=base_model, status__in=ACTIVE_STATUSES).order_by("created_at"):
         readers.append(f"run {isolated(run.name)} ({run.public_id}) is {run.status} from it; cancel it or wait for it "
                        "to finish")
+    if stopped := stopped_runs_needing(base_model=base_model):
+        readers.append(stopped_runs_sentence(stopped))
     for pipeline in Pipeline.objects.filter(project=base_model.project_id, status=PipelineStatus.RUNNING):
         if base_model.public_id in json.dumps(pipeline.stages):
             readers.append(f"pipeline {isolated(pipeline.name)} is running, and its stages name it; cancel it or wait "
@@ -203,6 +210,33 @@ def base_model_readers(*, base_model: BaseModel) -> list[str]:
     readers.extend(generation_readers(project_id=base_model.project_id, model_id=base_model.public_id, model="it"))
     readers.extend(answers_being_written(project_id=base_model.project_id, ref=base_model.public_id))
     return readers
+
+
+def stopped_runs_needing(*, base_model: BaseModel) -> list[Run]:
+    """The runs started from ``base_model`` itself (not from a run trained on it, whose export a resume or a retry
+    reads instead) that stopped short and may still go on (``runs.services.may_still_go_on``), oldest first. A
+    resume reads the model's folder, a retry launches its ``bm_`` id: unregistered, the retry is refused; with its
+    folder deleted, the resume too (once queued, it failed in the train worker on the missing folder)."""
+    from webapp.runs.models import Run
+    from webapp.runs.services import STOPPED_SHORT, may_still_go_on  # runs.services imports this module
+
+    stopped = Run.objects.filter(base_model=base_model, status__in=STOPPED_SHORT).order_by("created_at")
+    return [run for run in stopped if not run.started_from_a_run and may_still_go_on(run)]
+
+
+# How many runs a refusal names before it counts the rest.
+RUNS_NAMED = 3
+
+
+def stopped_runs_sentence(runs: list[Run]) -> str:
+    """Why ``runs`` (``stopped_runs_needing``) keep their base model registered, and what to do. An archived run is
+    only hidden from the table, and may still be resumed (which brings it back), so archiving them frees nothing."""
+    shown = ", ".join(named_model(run.name, run.public_id) for run in runs[:RUNS_NAMED])
+    more = f" and {len(runs) - RUNS_NAMED} more" if len(runs) > RUNS_NAMED else ""
+    which = f"run {shown} stopped" if len(runs) == 1 else f"runs {shown}{more} stopped"
+    them = "it" if len(runs) == 1 else "them"
+    return (f"{which} short (cancelled or failed) and may still be resumed or retried from it; delete {them} first "
+            "(archived, a run may still be resumed), or keep the model")
 
 
 def candidate_model_dirs(*, models_root: Path, project_slug: str) -> list[str]:

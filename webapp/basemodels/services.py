@@ -20,6 +20,7 @@ from webapp.basemodels.removal import remove_uploaded_folder, uploaded_folder_re
 from webapp.basemodels.selectors import base_model_readers, basemodel_named
 from webapp.core.text import checked_name, checked_text
 from webapp.projects.models import Project
+from webapp.projects.services import project_lock
 from webapp.runs.serving_copies import base_model_copy_dir
 
 logger = logging.getLogger(__name__)
@@ -108,11 +109,15 @@ def basemodel_unregister(*, base_model: BaseModel, delete_files: bool = False) -
     (the caller has checked the user owns the project): then it must be a folder Temper unpacked itself
     (``removal.uploaded_folder_refusal``), and it is removed once committed (the answer says how that went).
     Refused (``ValidationError`` on ``delete``, or on ``delete_files`` for a folder that may not go, nothing
-    deleted) while work still needs it (``selectors.base_model_readers``). Runs started from it keep their
-    history and name it as deleted (``Run.deleted_references``); conversations with it say it is no longer
+    deleted) while work still needs it (``selectors.base_model_readers``: among others, runs stopped short that may
+    still be resumed or retried from it). Runs started from it keep their history and name it as deleted (``Run.deleted_references``); conversations with it say it is no longer
     available."""
     from webapp.chat import services as chat_services  # the chat is built on base models
 
+    # The project's row first, as a resume, a retry and a launch lock it before the rows they read: one under way
+    # is then seen queued by the check below, and one waiting behind this finds the model gone (a resume judged
+    # it still there before, and was queued to fail in the worker on a folder deleted meanwhile).
+    project_lock(project=base_model.project, doing="as the base model was being unregistered")
     base_model = BaseModel.objects.select_for_update(of=("self",)).get(pk=base_model.pk)
     if problems := base_model_readers(base_model=base_model):
         raise ValidationError({"delete": problems})

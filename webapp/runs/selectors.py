@@ -46,7 +46,7 @@ from webapp.runs.models import (ACTIVE_STATUSES, Artifact, ArtifactKind, Checkpo
                                 ServingCopyStatus, fold_tag)
 from webapp.runs.placement import DEFAULT_POOL, pool_queue, run_pool
 from webapp.runs.services import (EXTERNAL_TASK, checkpoint_delete_refusal, checkpoint_steps, final_model_step,
-                                  reward_run_ids, run_output_dir)
+                                  recorded_saving_checkpoints, retry_refusal, reward_run_ids, run_output_dir)
 from webapp.runs.serving_copies import (checkpoint_serving_copies, copy_figures, export_copy_dir, final_model_copyable,
                                        final_serving_copy, run_export_dir)
 from webapp.runs.specform import tasks
@@ -367,7 +367,8 @@ def final_export_gone(*, run: Run, advise: bool) -> str:
     """What the run page says of a succeeded run whose exported model's folder was deleted since (``model_dir_gone``),
     "" while it is there or the run exported none: what no longer takes it, and whether it can be exported again,
     from the checkpoint of its step while the run's folder keeps it (``services.final_model_step``). ``advise``: for
-    a role whose page offers the acts it names (export that checkpoint, Retry); a viewer is told only what is gone."""
+    a role whose page offers the acts it names (export that checkpoint, Retry, unless greyed for what the run trains
+    on: ``services.retry_refusal``, whose words the page shows beside it); a viewer is told only what is gone."""
     final = Artifact.objects.filter(run=run, kind=ArtifactKind.MODEL).values_list("step", "path").first()
     if run.status != RunStatus.SUCCEEDED or final is None or not model_dir_gone(final[1]):
         return ""
@@ -384,7 +385,7 @@ def final_export_gone(*, run: Run, advise: bool) -> str:
     lost = ("the run's folder, with the checkpoints it was exported from, is gone too" if not run.output_dir.is_dir()
             else f"the run's folder keeps no checkpoint of step {step} any more")
     said = f"{said} It cannot be exported again: {lost}."
-    return f"{said} Retry trains its spec again as a new run." if advise else said
+    return f"{said} Retry trains its spec again as a new run." if advise and not retry_refusal(run) else said
 
 
 def starts_from_the_demo_model(*, project: Project, model: str | None) -> bool:
@@ -1073,7 +1074,8 @@ def checkpoint_delete_notes(*, run: Run, checkpoint: dict[str, Any], saved: list
     """What deleting the training checkpoint of ``checkpoint`` (an entry of ``checkpoint_list``) changes, said in its
     confirmation before it is sent: that its weights go for good where no export keeps them, that Resume (or Train
     further) then goes on from an earlier checkpoint or from step 0 where it is the newest of ``saved`` (the engine
-    restores the newest; the steps after are trained again and their curves replaced), and that it is the run's best
+    restores the newest; the steps after are trained again and their curves replaced) or, the only one of a run that
+    recorded saving checkpoints, that they are refused (``lost_checkpoints_refusal``), and that it is the run's best
     by its ranking metric."""
     step, notes = checkpoint["step"], []
     if checkpoint["artifact"] is not None:
@@ -1085,13 +1087,21 @@ def checkpoint_delete_notes(*, run: Run, checkpoint: dict[str, Any], saved: list
     if step == saved[-1] and run.task != EXTERNAL_TASK:
         action = "Train further" if run.status == RunStatus.SUCCEEDED else "Resume"
         earlier = saved[-2] if len(saved) > 1 else None
-        notes.append(f"It is the run's newest checkpoint: {action} would go on from checkpoint {earlier} instead, "
-                     f"training the steps after {earlier} again and replacing their curves." if earlier is not None
-                     else f"It is the run's only checkpoint: {action} would train the run again from step 0, "
-                          "replacing its curves.")
+        notes.append(_newest_checkpoint_note(run, action, earlier))
     if (score := checkpoint["score"]) and score["best"]:
         notes.append(f"It is the run's best checkpoint by {score['metric']} ({score['shown']}).")
     return notes
+
+
+def _newest_checkpoint_note(run: Run, action: str, earlier: int | None) -> str:
+    if earlier is not None:
+        return (f"It is the run's newest checkpoint: {action} would go on from checkpoint {earlier} instead, training "
+                f"the steps after {earlier} again and replacing their curves.")
+    if run.current_step > 0 and recorded_saving_checkpoints(run):
+        # As lost_checkpoints_refusal judges a run whose saved checkpoints are all gone.
+        return (f"It is the run's only checkpoint: {action} would then be refused, as the run could only train again "
+                "from step 0 while its step history goes on; Duplicate it to train its spec again.")
+    return f"It is the run's only checkpoint: {action} would train the run again from step 0, replacing its curves."
 
 
 def _directory_facts(directory: str | os.PathLike) -> tuple[int, datetime | None]:

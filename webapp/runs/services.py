@@ -39,6 +39,7 @@ from django.http import Http404
 from django.template.defaultfilters import filesizeformat
 from django.utils import timezone
 
+from jaxengine.checkpoint.step_folders import checkpoint_folder_incomplete
 from jaxengine.spec import (TASK_DATASET_KINDS, JobSpec, SpecError, duplicate_key_problems, in_schema_order, parse_spec,
                             parse_spec_text, spec_warnings)
 from jaxengine.spec import load_yaml as load_spec_yaml
@@ -1335,7 +1336,7 @@ def model_dir_refusal(run: Run, *, doing: str, listing: bool = False) -> str:
     return ""
 
 
-def _saved_checkpoints(run: Run) -> bool:
+def recorded_saving_checkpoints(run: Run) -> bool:
     """Whether ``run`` wrote checkpoints, as what it recorded says: an artifact (its export, made as it succeeded, when
     the engine saves the last step's checkpoint; a checkpoint exported), its engine's summary (it succeeded, or was
     cancelled as it ran: the engine saves a checkpoint as it stops; it resumed from one, or scored one best), or an
@@ -1347,15 +1348,49 @@ def _saved_checkpoints(run: Run) -> bool:
 
 
 def lost_checkpoints_refusal(run: Run) -> str:
-    """Why ``run`` is not resumed (nor trained further) because its run folder, with the checkpoints it saved, was
-    deleted from disk since, or "": the engine, finding no checkpoint, trained it again from step 0 while its step
-    history went on from where it stopped. Judged as ``model_dir_gone`` judges a folder (only under the data root,
-    where Temper keeps run folders) and only for a run that saved checkpoints (``_saved_checkpoints``) and trained a
-    step: one that never saved any starts from step 0 as it always did."""
-    if run.current_step == 0 or not model_dir_gone(str(run.output_dir)) or not _saved_checkpoints(run):
-        return ""
-    return (f"run {run.public_id} cannot be resumed: its run folder, with the checkpoints it saved, was deleted from "
-            f"disk since, so it would train again from step 0 while its step history goes on from step "
+    """Why ``run`` is not resumed (nor trained further) because the checkpoint its engine would restore, the newest
+    in its run folder, is not there whole, or "". The checkpoints it saved deleted since (its whole run folder, judged
+    as ``model_dir_gone`` judges a folder, only under the data root where Temper keeps run folders; or, the folder
+    there, its ``checkpoints/`` emptied or its step folders removed): the engine, finding none, trained it again from
+    step 0 while its step history went on from where it stopped; refused for a run that saved checkpoints
+    (``recorded_saving_checkpoints``) and trained a step, as one that never saved any starts from step 0 as it always did. Its
+    newest step folder incomplete (``checkpoint_folder_incomplete``): the engine restores the newest and failed on it
+    in the train worker; the refusal names the newest whole one, which it resumes from once those are moved out."""
+    saved_some = run.current_step > 0 and recorded_saving_checkpoints(run)
+    if not run.output_dir.is_dir():
+        return (_trains_from_step_0_refusal(run, "its run folder, with the checkpoints it saved, was deleted from disk "
+                                                 "since")
+                if saved_some and model_dir_gone(str(run.output_dir)) else "")
+    directory = run.output_dir / "checkpoints"
+    steps = checkpoint_steps(run)
+    incomplete = list(itertools.takewhile(lambda step: checkpoint_folder_incomplete(directory / str(step)),
+                                          reversed(steps)))[::-1]
+    whole = steps[:len(steps) - len(incomplete)]
+    if whole:
+        return (_move_out_refusal(run, directory, incomplete, then=f"resume from checkpoint {whole[-1]}, the newest "
+                                                                   "whole one") if incomplete else "")
+    if saved_some:
+        return _trains_from_step_0_refusal(
+            run, f"{_incomplete_words(directory, incomplete)}, and it has no whole one" if incomplete
+            else f"the checkpoints it saved were deleted from {directory} since",
+            then="it could only start over from step 0" if incomplete else "it would train again from step 0")
+    return (_move_out_refusal(run, directory, incomplete, then="start it over from step 0, as it saved no whole "
+                                                              "checkpoint") if incomplete else "")
+
+
+def _incomplete_words(directory: Path, steps: list[int]) -> str:
+    named = f"checkpoint {steps[0]} is" if len(steps) == 1 else f"checkpoints {', '.join(map(str, steps))} are"
+    return f"{named} incomplete in {directory} (a save or a copy that stopped part way)"
+
+
+def _move_out_refusal(run: Run, directory: Path, incomplete: list[int], *, then: str) -> str:
+    return (f"run {run.public_id} cannot be resumed yet: {_incomplete_words(directory, incomplete)}, and the engine "
+            f"restores the newest checkpoint, so it would fail in the train worker. Move "
+            f"{'it' if len(incomplete) == 1 else 'them'} out of checkpoints/ to {then}")
+
+
+def _trains_from_step_0_refusal(run: Run, lost: str, *, then: str = "it would train again from step 0") -> str:
+    return (f"run {run.public_id} cannot be resumed: {lost}, so {then} while its step history goes on from step "
             f"{run.current_step}. Duplicate it to train its spec again as a new run")
 
 
@@ -1366,7 +1401,7 @@ def _refuse_a_model_no_longer_loadable(run: Run, *, doing: str) -> None:
 
 def rerun_refusals(run: Run) -> dict[str, str]:
     """Why ``run``'s Resume and Retry (keys ``resume``, ``retry``) would be refused for what it trains on, and
-    Resume for its run folder deleted with the checkpoints it saved (``lost_checkpoints_refusal``) and for what
+    Resume for the checkpoint it would restore gone or incomplete (``lost_checkpoints_refusal``) and for what
     counts on its final model (``replaced_model_refusal``), in the words ``run_resume`` and
     ``run_retry`` refuse in ("" where nothing stands in the way): the run page shows the button greyed with them
     instead of a button refused only once pressed. Its status and the work under way on its files are not judged
@@ -1376,7 +1411,27 @@ def rerun_refusals(run: Run) -> dict[str, str]:
     return {"resume": (gone_inputs_refusal(run, keep_base_model=True)
                        or model_dir_refusal(run, doing="resumed", listing=True) or lost_checkpoints_refusal(run)
                        or replaced_model_refusal(run)),
-            "retry": gone_inputs_refusal(run) or model_dir_refusal(run, doing="retried", listing=True)}
+            "retry": retry_refusal(run)}
+
+
+def retry_refusal(run: Run) -> str:
+    """``rerun_refusals``' ``retry``: why ``run``'s Retry would be refused for what it trains on, or "". What the run
+    page advises a Retry for (``selectors.final_export_gone``) asks this too, so that it never advises a greyed one."""
+    return gone_inputs_refusal(run) or model_dir_refusal(run, doing="retried", listing=True)
+
+
+# A run stopped short of its steps: its Resume and Retry are the ways on, which its base model's unregistering takes.
+STOPPED_SHORT = (RunStatus.CANCELLED, RunStatus.FAILED)
+
+
+def may_still_go_on(run: Run) -> bool:
+    """Whether ``run`` stopped short (cancelled, failed) and its page still offers Resume or Retry ungreyed
+    (``rerun_refusals``): the run a deletion of what it trains from would strand, refused while it stands
+    (``basemodels.selectors.base_model_readers``). A succeeded run has done what it was launched for."""
+    if run.task == EXTERNAL_TASK or run.status not in STOPPED_SHORT:
+        return False
+    refusals = rerun_refusals(run)
+    return not (refusals["resume"] and refusals["retry"])
 
 
 def _base_model_files_kept(run: Run) -> bool:

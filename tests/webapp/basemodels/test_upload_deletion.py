@@ -271,6 +271,67 @@ def test_a_folder_removed_by_hand_already_is_no_refusal(team, uploaded):
     assert removal.removed and not BaseModel.objects.exists()
 
 
+def unregistered_under_a_stopped_run(catalog: Catalog, status: str, *, delete_files: bool) -> Run:
+    """A run from ``catalog``'s model, stopped (``status``) after the model was unregistered (with its folder when
+    ``delete_files``): unregistering is refused while such a run may go on, so it succeeded then and was stopped
+    since (trained further, then cancelled or failed), or the model went before that refusal was made."""
+    run = run_services.run_create(project=catalog.base_model.project, user=catalog.base_model.registered_by,
+                                  name="from-upload", spec=sft_spec(catalog, data={"train": catalog.sft.public_id,
+                                                                                   "max_seq_len": 128}))
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    services.basemodel_unregister(base_model=catalog.base_model, delete_files=delete_files)
+    Run.objects.filter(pk=run.pk).update(status=status)
+    run.refresh_from_db()
+    return run
+
+
+@pytest.mark.parametrize("delete_files", [True, False])
+def test_a_run_stopped_short_that_may_go_on_keeps_its_model_registered(team, uploaded, client_for, sent_tasks,  # noqa: F811
+                                                                        delete_files):
+    """QA: a model was unregistered (its folder deleted with it) under a cancelled run, whose Resume was then
+    refused, or, pressed as the model went, queued to fail in the train worker on the missing folder. Runs stopped
+    short that may still be resumed or retried from it now refuse it, named (three, then counted), archived ones
+    too (an archived run may still be resumed); a succeeded run and one whose
+    Resume and Retry are both refused already (its data deleted since) do not. Deleted, they free it."""
+    from webapp.datasets import services as dataset_services
+
+    chats = make_ready_version(team.project, name="chats", kind="sft")
+    catalog = Catalog(base_model=uploaded, sft=chats, preference=None, prompts=None)
+
+    def run(name: str, status: str, **fields) -> Run:
+        made = run_services.run_create(project=team.project, user=team.owner, name=name,
+                                       spec=sft_spec(catalog, data={"train": chats.public_id, "max_seq_len": 128}))
+        Run.objects.filter(pk=made.pk).update(status=status, **fields)
+        return made
+
+    stopped = [run("first", RunStatus.FAILED), run("second", RunStatus.CANCELLED),
+               run("third", RunStatus.CANCELLED, archived=True), run("fourth", RunStatus.FAILED)]
+    run("done", RunStatus.SUCCEEDED)
+    gone_data = make_ready_version(team.project, name="gone", kind="sft")
+    stranded = run_services.run_create(project=team.project, user=team.owner, name="stranded",
+                                       spec=sft_spec(catalog, data={"train": gone_data.public_id, "max_seq_len": 128}))
+    Run.objects.filter(pk=stranded.pk).update(status=RunStatus.FAILED)
+    dataset_services.dataset_version_delete(version=gone_data)
+    words = (f"runs {isolated('first')} ({stopped[0].public_id}), {isolated('second')} ({stopped[1].public_id}), "
+             f"{isolated('third')} ({stopped[2].public_id}) and 1 more stopped short (cancelled or failed) and may "
+             "still be resumed or retried from it; delete them first (archived, a run may still be resumed), or keep "
+             "the model")
+    owner = client_for(team.owner)
+    assert delete_on_page(owner, uploaded, delete_files=delete_files)["Location"] == page_url(uploaded)
+    assert f"Nothing was deleted: {words}." in owner.get(page_url(uploaded)).content.decode()
+    query = "?delete_files=true" if delete_files else ""
+    assert api_delete(team.owner, uploaded, query) == (400, {"errors": {"delete": [words]}})
+    assert BaseModel.objects.filter(pk=uploaded.pk).exists() and (Path(uploaded.path) / "config.json").is_file()
+    for gone in stopped[:3]:
+        run_services.run_delete(run=gone)
+    assert api_delete(team.owner, uploaded, query)[1]["errors"]["delete"] == [
+        f"run {isolated('fourth')} ({stopped[3].public_id}) stopped short (cancelled or failed) and may still be "
+        "resumed or retried from it; delete it first (archived, a run may still be resumed), or keep the model"]
+    run_services.run_delete(run=stopped[3])
+    assert api_delete(team.owner, uploaded, query) == (204, None)
+    assert Path(uploaded.path).is_dir() is not delete_files
+
+
 @pytest.mark.parametrize("uploaded_again", [False, True])
 def test_a_run_from_a_model_whose_folder_was_deleted_is_not_resumed(team, uploaded, archive, sent_tasks,  # noqa: F811
                                                                      uploaded_again):
@@ -278,10 +339,7 @@ def test_a_run_from_a_model_whose_folder_was_deleted_is_not_resumed(team, upload
     it would fail on the worker, or train on other weights without a word."""
     catalog = Catalog(base_model=uploaded, sft=make_ready_version(team.project, name="chats", kind="sft"),
                       preference=None, prompts=None)
-    run = run_services.run_create(project=team.project, user=team.owner, name="from-upload",
-                                  spec=sft_spec(catalog, data={"train": catalog.sft.public_id, "max_seq_len": 128}))
-    Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED)
-    services.basemodel_unregister(base_model=uploaded, delete_files=True)
+    run = unregistered_under_a_stopped_run(catalog, RunStatus.FAILED, delete_files=True)
     if uploaded_again:
         basemodel_upload(project=team.project, name="uploaded", archive=archive, archive_name=archive.name,
                          user=team.owner)
@@ -295,11 +353,7 @@ def test_a_run_from_a_model_whose_folder_was_deleted_is_not_resumed(team, upload
 def test_a_run_from_a_model_unregistered_without_its_files_is_resumed(team, uploaded, sent_tasks):  # noqa: F811
     catalog = Catalog(base_model=uploaded, sft=make_ready_version(team.project, name="chats", kind="sft"),
                       preference=None, prompts=None)
-    run = run_services.run_create(project=team.project, user=team.owner, name="from-upload",
-                                  spec=sft_spec(catalog, data={"train": catalog.sft.public_id, "max_seq_len": 128}))
-    Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED)
-    services.basemodel_unregister(base_model=uploaded)
-    run.refresh_from_db()
+    run = unregistered_under_a_stopped_run(catalog, RunStatus.FAILED, delete_files=False)
     assert run_services.run_resume(run=run, user=team.owner).status == RunStatus.QUEUED
 
 
@@ -313,10 +367,7 @@ def test_the_run_page_greys_what_a_deleted_model_refuses_saying_why(team, upload
 
     catalog = Catalog(base_model=uploaded, sft=make_ready_version(team.project, name="chats", kind="sft"),
                       preference=None, prompts=None)
-    run = run_services.run_create(project=team.project, user=team.owner, name="from-upload",
-                                  spec=sft_spec(catalog, data={"train": catalog.sft.public_id, "max_seq_len": 128}))
-    Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED)
-    services.basemodel_unregister(base_model=uploaded, delete_files=delete_files)
+    run = unregistered_under_a_stopped_run(catalog, RunStatus.CANCELLED, delete_files=delete_files)
     page = client_for(team.teammate).get(f"/p/alpha/runs/{run.public_id}/").content.decode()
     words = (f"what run {run.public_id} trains on was deleted since (its starting model {uploaded.public_id}): "
              "duplicate it to choose another")

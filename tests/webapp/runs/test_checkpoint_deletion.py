@@ -113,6 +113,23 @@ def test_the_confirmation_says_what_deleting_changes(team, catalog, client_for, 
             "curves.") in item(page, 50)
 
 
+def test_the_only_checkpoint_of_a_run_that_recorded_saving_says_resume_would_then_be_refused_and_it_is(
+        team, catalog, client_for, sent_tasks, django_capture_on_commit_callbacks):
+    """A run whose record says it saved checkpoints (its engine's summary) and that has one left: deleting it leaves
+    Resume refused, as for checkpoints lost from disk (``lost_checkpoints_refusal``), and the confirmation says so
+    rather than promising a resume from step 0."""
+    run = ended_run(team, catalog, status=RunStatus.CANCELLED, steps=(50,))
+    Run.objects.filter(pk=run.pk).update(summary={"status": RunStatus.CANCELLED})
+    run.refresh_from_db()
+    page = html.unescape(client_for(team.owner).get(url(run, "checkpoints/")).content.decode())
+    assert ("It is the run's only checkpoint: Resume would then be refused, as the run could only train again from "
+            "step 0 while its step history goes on; Duplicate it to train its spec again.") in item(page, 50)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.checkpoint_delete(run=run, step=50, user=team.teammate)
+    with pytest.raises(ValidationError, match="it would train again from step 0"):
+        services.run_resume(run=run, user=team.teammate)
+
+
 def test_a_resume_after_the_newest_is_deleted_goes_on_from_the_one_before(team, catalog, sent_tasks,
                                                                           django_capture_on_commit_callbacks):
     run = ended_run(team, catalog, status=RunStatus.CANCELLED)

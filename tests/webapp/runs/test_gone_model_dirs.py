@@ -294,6 +294,25 @@ def test_the_run_page_says_its_export_is_gone_for_good_once_its_run_folder_is(te
     assert 'id="retry-refused"' not in page  # what the note offers works
 
 
+def test_the_export_gone_note_advises_no_retry_that_is_greyed(team, catalog, mine, client_for, sent_tasks):
+    """QA: the note said "Retry trains its spec again as a new run" beside a Retry greyed for what the run trains on
+    (its data deleted since). It advises Retry by the judgement that greys it (``services.retry_refusal``)."""
+    from webapp.datasets import services as dataset_services
+
+    run, _export = succeeded_with_export(team, catalog, mine)
+    shutil.rmtree(run.output_dir)
+    dataset_services.dataset_version_delete(version=catalog.sft)
+    page = page_of(client_for(team.teammate), run)
+    gone = html.escape(f"The model run {isolated('first')} ({run.public_id}) exported is gone from disk: its export "
+                       "folder was deleted since, so runs no longer start from it and the chat does not serve it. It "
+                       "cannot be exported again: the run's folder, with the checkpoints it was exported from, is "
+                       "gone too.")
+    assert f'<p class="card run-message" id="export-gone">{gone}</p>' in page
+    assert 'id="retry-refused">Retry</button>' in page
+    assert html.escape(f"what run {run.public_id} trains on was deleted since (its training data "
+                       f"{catalog.sft.public_id}): duplicate it to choose another") in page
+
+
 def test_a_run_whose_export_alone_is_gone_offers_its_final_checkpoint_for_export(
         team, catalog, mine, client_for, sent_tasks, django_capture_on_commit_callbacks):
     """The checkpoint of the final step was shown as the final model (start runs from it, its launch refused) and
@@ -343,6 +362,97 @@ def test_train_further_of_a_run_whose_run_folder_is_gone_is_refused_on_the_page_
     assert (run.status, run.attempt, run.total_steps, run.resolved_spec["train"]["max_steps"]) == (
         RunStatus.SUCCEEDED, 1, 10, 10)
     assert len(sent_tasks.calls) == queued
+
+
+def cancelled_at_step_6(team, catalog, mine) -> Run:
+    """A run from ``mine`` cancelled at step 6 as it ran: the engine saved its checkpoint 4 and, as it stopped, 6."""
+    run = launched(team, catalog, mine.public_id, status=RunStatus.RUNNING)
+    for step in (4, 6):
+        with_checkpoint(run, step)
+    return reporting.run_finish(run=run, summary={"status": "cancelled", "step": 6})
+
+
+def resume_refused_everywhere(run: Run, client_for, team, refusal: str) -> None:
+    """Resume greyed on the run page with ``refusal``, refused in the REST API and by the service in those words,
+    and nothing queued."""
+    from django.test import Client
+
+    from webapp.api.services import token_create
+
+    page = page_of(client_for(team.teammate), run)
+    assert 'id="resume-refused">Resume</button>' in page and f'action="/p/alpha/runs/{run.public_id}/resume/"' not in page
+    assert f'<p class="card run-message" id="resume-refusal">Resume: {html.escape(refusal)}</p>' in page
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=team.teammate, name='t')[1]}")
+    response = api.post(f"/api/v1/projects/alpha/runs/{run.public_id}/resume/", "{}", content_type="application/json")
+    assert response.status_code == 400 and response.json()["errors"]["__all__"] == [refusal]
+    with pytest.raises(ValidationError) as refused:
+        services.run_resume(run=run, user=team.owner)
+    assert refused.value.message_dict == {"__all__": [refusal]}
+    run.refresh_from_db()
+    assert (run.status, run.attempt) == (RunStatus.CANCELLED, 1)
+
+
+@pytest.mark.parametrize("removed", ["checkpoints", "step folders"])
+def test_resume_of_a_run_whose_checkpoints_were_removed_from_its_folder_is_refused(team, catalog, mine, client_for,
+                                                                                   sent_tasks, removed):
+    """QA: its checkpoints/ emptied (or its step folders removed by hand), the run folder still there, Resume was
+    offered as if it restored one: the engine found none and trained it again from step 0 while its step history
+    went on from step 6, as a run whose whole folder was deleted, which is refused."""
+    run = cancelled_at_step_6(team, catalog, mine)
+    directory = run.output_dir / "checkpoints"
+    if removed == "checkpoints":
+        shutil.rmtree(directory)
+    else:
+        for step in ("4", "6"):
+            shutil.rmtree(directory / step)
+    queued = len(sent_tasks.calls)
+    resume_refused_everywhere(run, client_for, team, (
+        f"run {run.public_id} cannot be resumed: the checkpoints it saved were deleted from {directory} since, so it "
+        "would train again from step 0 while its step history goes on from step 6. Duplicate it to train its spec "
+        "again as a new run"))
+    assert len(sent_tasks.calls) == queued
+
+
+def test_resume_of_a_run_whose_newest_checkpoint_is_incomplete_names_the_one_it_would_go_on_from(
+        team, catalog, mine, client_for, sent_tasks):
+    """QA: its newest step folder left incomplete (a copy that stopped part way), Resume was offered and queued, and
+    the engine failed on it ("checkpoint 6 cannot be read"). An incomplete one is not counted: Resume is greyed with
+    the newest whole checkpoint to go on from once it is moved out, and then resumes from that one; with none whole,
+    the run would train again from step 0, which is refused."""
+    run = cancelled_at_step_6(team, catalog, mine)
+    directory = run.output_dir / "checkpoints"
+    (directory / "6" / "state").unlink()  # left empty, as in the engine's own test of it
+    resume_refused_everywhere(run, client_for, team, (
+        f"run {run.public_id} cannot be resumed yet: checkpoint 6 is incomplete in {directory} (a save or a copy that "
+        "stopped part way), and the engine restores the newest checkpoint, so it would fail in the train worker. Move "
+        "it out of checkpoints/ to resume from checkpoint 4, the newest whole one"))
+    (directory / "4" / "state").unlink()
+    resume_refused_everywhere(run, client_for, team, (
+        f"run {run.public_id} cannot be resumed: checkpoints 4, 6 are incomplete in {directory} (a save or a copy "
+        "that stopped part way), and it has no whole one, so it could only start over from step 0 while its step "
+        "history goes on from step 6. Duplicate it to train its spec again as a new run"))
+    with_checkpoint(run, 4)
+    (directory / "6").rename(run.output_dir / "checkpoint-6-incomplete")
+    resumed = services.run_resume(run=run, user=team.owner)
+    assert resumed.status == RunStatus.QUEUED
+    assert resumed.log_lines.order_by("-pk").first().message.endswith("; continuing from checkpoint 4")
+
+
+def test_a_run_that_saved_no_whole_checkpoint_is_told_to_move_the_incomplete_one_out(team, catalog, mine, sent_tasks):
+    """Failed at step 3 with no checkpoint recorded, but an incomplete step folder in its run folder: the engine would
+    fail on it; moved out, the run starts from step 0 as one that saved none always did."""
+    run = launched(team, catalog, mine.public_id)
+    Run.objects.filter(pk=run.pk).update(current_step=3)
+    run.refresh_from_db()
+    (run.output_dir / "checkpoints" / "3").mkdir(parents=True)
+    with pytest.raises(ValidationError) as refused:
+        services.run_resume(run=run, user=team.owner)
+    assert refused.value.messages == [
+        f"run {run.public_id} cannot be resumed yet: checkpoint 3 is incomplete in {run.output_dir / 'checkpoints'} (a "
+        "save or a copy that stopped part way), and the engine restores the newest checkpoint, so it would fail in the "
+        "train worker. Move it out of checkpoints/ to start it over from step 0, as it saved no whole checkpoint"]
+    (run.output_dir / "checkpoints" / "3").rmdir()
+    assert services.run_resume(run=run, user=team.owner).status == RunStatus.QUEUED
 
 
 def test_a_run_that_saved_no_checkpoint_is_resumed_from_step_0_without_its_run_folder(team, catalog, mine,

@@ -6,7 +6,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from tests.webapp.factories import make_ready_version
-from tests.webapp.runs.conftest import sft_spec
+from tests.webapp.runs.conftest import sft_spec, with_checkpoint
 from webapp.runs import services
 from webapp.runs.models import Run, RunStatus
 
@@ -325,7 +325,7 @@ def test_resuming_a_run_whose_saved_max_seq_len_is_past_the_models_positions_is_
     model_dir = write_model_dir(tmp_path / "model")  # the config.json the engine will read: 256 positions
     resolved = {**run.resolved_spec, "model": str(model_dir)}
     Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED, current_step=3, resolved_spec=resolved)
-    (run.output_dir / "checkpoints" / "3").mkdir(parents=True)
+    with_checkpoint(run, "3")
     sent_before = len(sent_tasks.calls)
     response = client_for(team.teammate).post(f"/p/alpha/runs/{run.public_id}/resume/", follow=True)
     assert response.status_code == 200

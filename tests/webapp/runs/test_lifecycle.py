@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from tests.webapp.runs.conftest import sft_spec
+from tests.webapp.runs.conftest import sft_spec, with_checkpoint
 from webapp.runs import serving_copies, services
 from webapp.runs.models import (Artifact, ArtifactKind, CheckpointExport, CheckpointExportStatus, Run, RunStatus,
                                 ServingCopy, ServingCopyStatus)
@@ -20,7 +20,7 @@ def finished_run(team, catalog, sent_tasks, monkeypatch, settings) -> Run:
     Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, current_step=10)
     run.refresh_from_db()
     for step in (5, 10):
-        (run.output_dir / "checkpoints" / str(step)).mkdir(parents=True)
+        with_checkpoint(run, step)
     (run.output_dir / "export").mkdir()
     Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(run.output_dir / "export"))
     return run

@@ -12,7 +12,7 @@ from django.db import OperationalError
 from django.utils import timezone
 
 from tests.webapp.factories import make_ready_version, thinking_model_dir
-from tests.webapp.runs.conftest import FakeRedis, make_pool_worker, sft_spec
+from tests.webapp.runs.conftest import FakeRedis, make_pool_worker, sft_spec, with_checkpoint
 from webapp.core.templatetags.temper import when
 from webapp.runs import selectors, services
 from webapp.runs.models import Artifact, ArtifactKind, CheckpointExport, Run, RunStatus, RunTag
@@ -395,7 +395,7 @@ def test_a_resume_says_where_it_continues_from(team, catalog, sent_tasks, django
         "resume queued by alpha-teammate; no checkpoint was saved, so it starts from step 0")
     Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED, current_step=7)
     for step in (3, 6):
-        (run.output_dir / "checkpoints" / str(step)).mkdir(parents=True)
+        with_checkpoint(run, step)
     services.run_resume(run=run, user=team.teammate, max_steps=20)
     assert run.log_lines.order_by("pk").last().message == (
         "resume queued by alpha-teammate with max_steps 20; continuing from checkpoint 6")
@@ -535,7 +535,7 @@ def test_a_lost_run_says_which_worker_lost_it_when_and_from_which_checkpoint_it_
     again, the user learnt only from the next attempt's first lines."""
     run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
     for step in ("20", "40", "60.orbax-checkpoint-tmp-1"):  # the last one cut short by the kill: not restored
-        (run.output_dir / "checkpoints" / step).mkdir(parents=True)
+        with_checkpoint(run, step)
     heard = timezone.now() - timedelta(seconds=61)
     Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, worker_name="train@gone", current_step=47,
                                          started_at=heard - timedelta(minutes=5), last_heartbeat=heard)
@@ -620,7 +620,7 @@ def test_a_run_lost_again_and_again_without_a_new_checkpoint_fails_with_the_reas
     published = []
     monkeypatch.setattr("webapp.runs.reporting.publish_event", lambda public_id, event: published.append(event))
     run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
-    (run.output_dir / "checkpoints" / "20").mkdir(parents=True)
+    with_checkpoint(run, "20")
     with django_capture_on_commit_callbacks(execute=True):
         assert lose(run, step=25) is not None  # saved checkpoint 20, then killed
         assert lose(run, step=25) is not None  # resumed from 20, killed again before the next checkpoint
@@ -650,7 +650,7 @@ def test_a_lost_run_that_saved_a_new_checkpoint_since_counts_afresh(
     run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
     assert lose(run, step=5) is not None  # killed before its first checkpoint
     for step in (20, 40):  # each next attempt gets further, and saves a checkpoint before it is killed
-        (run.output_dir / "checkpoints" / str(step)).mkdir(parents=True)
+        with_checkpoint(run, step)
         assert lose(run, step=step + 5) is not None
     assert lose(run, step=45) is None
     run.refresh_from_db()
@@ -675,7 +675,7 @@ def test_a_finished_runs_checkpoint_can_be_exported_and_started_from(team, catal
     Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
     run.refresh_from_db()
     for step in (5, 10):
-        (run.output_dir / "checkpoints" / str(step)).mkdir(parents=True)
+        with_checkpoint(run, step)
     assert services.checkpoint_steps(run) == [5, 10]
     with pytest.raises(ValidationError, match="has no checkpoint 7; it has 5, 10"):
         services.checkpoint_export_request(run=run, step=7, user=None)
@@ -706,7 +706,7 @@ def exporting_steps_5_and_10(team, catalog, sent_tasks, capture, monkeypatch):
     Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
     run.refresh_from_db()
     for step in (5, 10):
-        (run.output_dir / "checkpoints" / str(step)).mkdir(parents=True)
+        with_checkpoint(run, step)
     with capture(execute=True):
         services.checkpoint_export_request(run=run, step=5, user=team.teammate)
         services.checkpoint_export_request(run=run, step=10, user=team.teammate)
@@ -816,7 +816,7 @@ def test_checkpoint_exports_are_not_judged_lost_while_redis_cannot_be_asked(
 
     run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
     Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
-    (run.output_dir / "checkpoints" / "5").mkdir(parents=True)
+    with_checkpoint(run, "5")
     run.refresh_from_db()
     services.checkpoint_export_request(run=run, step=5, user=team.teammate)
 
