@@ -35,6 +35,7 @@ from jaxengine.words import counted
 from webapp.basemodels.models import BaseModel
 from webapp.basemodels.selectors import FOLDER_GONE, demo_model, gone_model_words, model_dir_gone, named_model
 from webapp.core.bidi import isolated
+from webapp.core.disk_usage import folder_usage
 from webapp.core.keyset import KeysetPage, keyset_page
 from webapp.core.model_refs import spec_ref
 from webapp.datasets.models import DatasetVersion, VersionStatus
@@ -1221,9 +1222,10 @@ def ensure_may_cancel_pipeline(*, membership: Membership) -> None:
 
 
 def run_disk_bytes(*, run: Run) -> int:
-    """The bytes of the run's directory on the server — checkpoints, exported models, serving copies, logs —
-    which deleting it frees (links not followed: what they point to is not the run's)."""
-    return _directory_facts(run_output_dir(run.public_id))[0]
+    """The disk the run's directory takes on the server — checkpoints, exported models, serving copies, logs —
+    which deleting it frees: as ``du`` and the Storage page count it (``webapp.core.disk_usage``: blocks, links not
+    followed, what they point to not being the run's)."""
+    return folder_usage(run_output_dir(run.public_id)).bytes
 
 
 def run_readers(*, run: Run) -> list[str]:

@@ -4,31 +4,18 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
+from tests.webapp.factories import du_bytes, write_bytes
 from webapp.core.disk_usage import folder_usage
-
-
-def du_bytes(*paths: Path) -> int:
-    """What ``du`` counts for ``paths`` together (a hard-linked inode once across them), in bytes."""
-    output = subprocess.run(["du", "-s", "--block-size=1", "--total", *map(str, paths)], check=True,
-                            capture_output=True, text=True).stdout
-    return int(output.splitlines()[-1].split()[0])
-
-
-def write(path: Path, size: int) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(os.urandom(size))
-    return path
 
 
 def test_it_counts_what_du_counts_and_each_top_level_entry_apart(tmp_path):
     run = tmp_path / "run"
-    write(run / "checkpoints" / "10" / "state" / "weights", 300_000)
-    write(run / "checkpoints" / "10" / "metadata.json", 100)
-    write(run / "export" / "model.safetensors", 70_000)
-    write(run / "log.txt", 5)
+    write_bytes(run / "checkpoints" / "10" / "state" / "weights", 300_000)
+    write_bytes(run / "checkpoints" / "10" / "metadata.json", 100)
+    write_bytes(run / "export" / "model.safetensors", 70_000)
+    write_bytes(run / "log.txt", 5)
     usage = folder_usage(run)
     assert usage.bytes == du_bytes(run) and not usage.gone
     assert usage.children == {"checkpoints": du_bytes(run / "checkpoints"), "export": du_bytes(run / "export"),
@@ -48,7 +35,7 @@ def test_a_sparse_file_counts_the_blocks_it_takes_not_its_length(tmp_path):
 
 
 def test_a_hard_linked_file_counts_once_within_a_folder_and_across_folders_sharing_seen(tmp_path):
-    first = write(tmp_path / "a" / "weights", 500_000)
+    first = write_bytes(tmp_path / "a" / "weights", 500_000)
     os.link(first, tmp_path / "a" / "weights-again")
     (tmp_path / "b").mkdir()
     os.link(first, tmp_path / "b" / "weights")
@@ -61,9 +48,9 @@ def test_a_hard_linked_file_counts_once_within_a_folder_and_across_folders_shari
 
 
 def test_links_are_not_followed_to_a_big_file_or_folder_elsewhere(tmp_path):
-    outside = write(tmp_path / "elsewhere" / "big", 2_000_000)
+    outside = write_bytes(tmp_path / "elsewhere" / "big", 2_000_000)
     folder = tmp_path / "model"
-    write(folder / "config.json", 10)
+    write_bytes(folder / "config.json", 10)
     (folder / "weights").symlink_to(outside)
     (folder / "all").symlink_to(outside.parent, target_is_directory=True)
     usage = folder_usage(folder)
@@ -75,9 +62,9 @@ def test_files_and_folders_removed_during_the_walk_count_nothing_and_fail_nothin
     them (this ``os.scandir`` removes them just after a listing): a log file before its ``lstat``, a checkpoint
     folder after its ``lstat`` but before its own listing."""
     run = tmp_path / "run"
-    write(run / "checkpoints" / "5" / "weights", 400_000)
-    write(run / "checkpoints" / "10" / "weights", 400_000)
-    write(run / "old.log", 400_000)
+    write_bytes(run / "checkpoints" / "5" / "weights", 400_000)
+    write_bytes(run / "checkpoints" / "10" / "weights", 400_000)
+    write_bytes(run / "old.log", 400_000)
     listed = os.scandir
 
     @contextlib.contextmanager
@@ -110,3 +97,73 @@ def test_a_folder_already_gone_is_gone_with_no_bytes(tmp_path):
     assert folder_usage(tmp_path / "deleted") == folder_usage(tmp_path / "deleted" / "below")
     assert folder_usage(tmp_path / "deleted").gone and folder_usage(tmp_path / "deleted").bytes == 0
     assert not folder_usage(tmp_path).gone
+
+
+def a_checkpoint(run: Path, step: int, *, size: int = 200_000) -> Path:
+    folder = run / "checkpoints" / str(step)
+    write_bytes(folder / "state" / "ocdbt.process_0" / "d" / "data", size)
+    write_bytes(folder / "_CHECKPOINT_METADATA", 300)
+    return folder
+
+
+def steps(path: str) -> bool:
+    return Path(path).parent.name == "checkpoints"
+
+
+def counting_listings(monkeypatch) -> list[str]:
+    """The folders ``os.scandir`` lists from here on (the real listing: only counted)."""
+    listed, calls = os.scandir, []
+
+    def scandir(path):
+        calls.append(str(path))
+        return listed(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    return calls
+
+
+def test_a_sealed_folder_is_walked_once_for_each_stamp_it_has(tmp_path, monkeypatch):
+    """A checkpoint folder is written elsewhere and renamed into place: its sum is kept, and the Storage page of a
+    project of hundreds of runs lists each checkpoint's tree once, not on every load."""
+    run = tmp_path / "run"
+    a_checkpoint(run, 10)
+    first = folder_usage(run, sealed=steps)
+    listings = counting_listings(monkeypatch)
+    again = folder_usage(run, sealed=steps)
+    assert again == first and first.bytes == du_bytes(run)
+    assert not any("state" in folder for folder in listings)  # the step's own tree was not listed again
+
+
+def test_a_sealed_folder_replaced_or_changed_is_walked_again(tmp_path):
+    run = tmp_path / "run"
+    a_checkpoint(run, 10)
+    folder_usage(run, sealed=steps)
+    staging = a_checkpoint(tmp_path / "staging", 10, size=900_000)
+    shutil.rmtree(run / "checkpoints" / "10")
+    staging.rename(run / "checkpoints" / "10")  # another inode in its place
+    assert folder_usage(run, sealed=steps).bytes == du_bytes(run)
+    write_bytes(run / "checkpoints" / "10" / "added-later", 500_000)  # its own entries changed: another mtime
+    assert folder_usage(run, sealed=steps).bytes == du_bytes(run)
+
+
+def test_a_sealed_folder_being_written_into_is_not_kept(tmp_path):
+    """An export's serving copy is written into ``.quantized.writing-…`` inside it, then renamed: until then the
+    export's stamp stays as files land in the staging folder, so its sum must not be kept."""
+    export = tmp_path / "run" / "export"
+    write_bytes(export / "model.safetensors", 100_000)
+    staging = export / ".quantized.writing-ab12"
+    write_bytes(staging / "part-1", 100_000)
+    sealed = lambda path: Path(path).name == "export"  # noqa: E731
+    assert folder_usage(tmp_path / "run", sealed=sealed).bytes == du_bytes(tmp_path / "run")
+    write_bytes(staging / "part-2", 300_000)
+    assert folder_usage(tmp_path / "run", sealed=sealed).bytes == du_bytes(tmp_path / "run")
+
+
+def test_hard_links_in_a_sealed_folder_still_count_once_across_folders(tmp_path):
+    weights = write_bytes(tmp_path / "a" / "checkpoints" / "1" / "weights", 500_000)
+    os.link(weights, write_bytes(tmp_path / "b" / "placeholder", 1).parent / "weights")
+    for _ in range(2):  # walked, then from what was kept
+        seen: set = set()
+        together = (folder_usage(tmp_path / "a", seen=seen, sealed=steps).bytes
+                    + folder_usage(tmp_path / "b", seen=seen, sealed=steps).bytes)
+        assert together == du_bytes(tmp_path / "a", tmp_path / "b")
