@@ -69,8 +69,8 @@ def _folder_bytes(folder: str, status: os.stat_result, seen: set[tuple[int, int]
 
 def _tree_bytes(folder: str, seen: set[tuple[int, int]], sealed: Callable[[str], bool] | None,
                 hidden: list[str] | None = None) -> int:
-    """The bytes of everything under ``folder`` (not its own entry), depth first with a stack: checkpoint trees are
-    deep enough that recursion would cost more than the walk. ``hidden`` collects the names starting with a dot."""
+    """The bytes of everything under ``folder`` (not its own entry), depth first with a stack (no recursion limit to
+    meet, however deep the tree). ``hidden`` collects the paths of entries whose names start with a dot."""
     total, folders = 0, [folder]
     while folders:
         for entry in _listing(folders.pop()):
@@ -105,21 +105,29 @@ def _sealed_bytes(folder: str, status: os.stat_result, seen: set[tuple[int, int]
     stamp = (status.st_dev, status.st_ino, status.st_mtime_ns, status.st_ctime_ns)
     with _sealed_lock:
         kept = _sealed.get(folder)
-        if kept is not None and kept[0] == stamp:
+        fresh = kept is not None and kept[0] == stamp
+        if fresh:
             _sealed.move_to_end(folder)
-    if kept is not None and kept[0] == stamp:
-        return _tree_bytes(folder, seen, None) if kept[1] is None else kept[1]
-    linked: set[tuple[int, int]] = set()
-    hidden: list[str] = []
-    total = _tree_bytes(folder, linked, None, hidden)
-    if hidden:
-        return _tree_bytes(folder, seen, None) if linked else total
+    if fresh:
+        total = kept[1]
+    else:
+        linked: set[tuple[int, int]] = set()
+        hidden: list[str] = []
+        total = _tree_bytes(folder, linked, None, hidden)
+        if linked:
+            total = None
+        if not hidden:
+            _keep(folder, stamp, total)
+    # Hard links count once against the caller's other folders: such a folder is walked with its ``seen``, each time.
+    return _tree_bytes(folder, seen, None) if total is None else total
+
+
+def _keep(folder: str, stamp: tuple[int, ...], total: int | None) -> None:
     with _sealed_lock:
-        _sealed[folder] = (stamp, None if linked else total)
+        _sealed[folder] = (stamp, total)
         _sealed.move_to_end(folder)
         while len(_sealed) > SEALED_KEPT:
             _sealed.popitem(last=False)
-    return _tree_bytes(folder, seen, None) if linked else total
 
 
 def _listing(folder: str | os.PathLike) -> list[os.DirEntry]:
