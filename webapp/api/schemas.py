@@ -466,13 +466,10 @@ class BaseModelStorageOut(_Answer):
     name: str
     path: str
     uploaded: bool
-    bytes: int = Field(description="Its folder's (0 for a second model registered from a folder counted already: "
-                                   "same_folder_as).")
+    bytes: int = Field(description="Its folder's.")
     serving_copy_bytes: int
     outside_data_directory: bool = Field(description="Registered by reference to a folder outside Temper's data "
                                                      "directory: its bytes are shown, not counted in total_bytes.")
-    same_folder_as: str | None = Field(description="The bm_… id of the model registered earlier from the same "
-                                                   "folder, which counts its bytes.")
     folder_gone: bool
 
 

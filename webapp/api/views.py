@@ -336,7 +336,6 @@ def _storage_json(storage: ProjectStorage) -> dict[str, Any]:
         "base_models": [{"id": row.base_model.public_id, "name": row.base_model.name, "path": row.base_model.path,
                          "uploaded": row.base_model.uploaded, "bytes": row.bytes,
                          "serving_copy_bytes": row.serving_copy_bytes, "outside_data_directory": row.outside,
-                         "same_folder_as": row.same_folder_as.public_id if row.same_folder_as else None,
                          "folder_gone": row.folder == GONE} for row in storage.base_models],
     }
 

@@ -74,7 +74,6 @@ class BaseModelStorage:
     serving_copy_bytes: int
     outside: bool  # registered by reference to a folder outside the data directory: not in the total
     folder: str = ""
-    same_folder_as: BaseModel | None = None  # registered from the folder of that one, which counts its bytes
 
     @property
     def counted_bytes(self) -> int:
@@ -189,19 +188,14 @@ def _dataset_storage(dataset: Dataset, seen: set[tuple[int, int]]) -> DatasetSto
 
 
 def _base_model_storage_list(models, seen: set[tuple[int, int]]) -> list[BaseModelStorage]:
-    # Two models registered from one folder share its disk: it is measured, and counted, once (the first's).
-    measured: dict[str, tuple[BaseModel, FolderUsage]] = {}
     rows = []
-    for model in models:
+    for model in models:  # a path is registered once in a project (unique): no folder is measured twice
         outside = not model.uploaded and not inside_data_directory(model.path)
-        first = model.path not in measured
-        if first:  # a folder outside keeps its own links: they are not the project's disk
-            measured[model.path] = (model, folder_usage(model.path, seen=set() if outside else seen))
-        owner, usage = measured[model.path]
+        # A folder outside keeps its own links to itself: its files are not the project's disk to count once.
+        usage = folder_usage(model.path, seen=set() if outside else seen)
         copy = folder_usage(base_model_copy_dir(model), seen=seen)
-        rows.append(BaseModelStorage(base_model=model, bytes=usage.bytes if first else 0,
-                                     serving_copy_bytes=copy.bytes, outside=outside,
-                                     folder=GONE if usage.gone else "", same_folder_as=None if first else owner))
+        rows.append(BaseModelStorage(base_model=model, bytes=usage.bytes, serving_copy_bytes=copy.bytes,
+                                     outside=outside, folder=GONE if usage.gone else ""))
     return rows
 
 

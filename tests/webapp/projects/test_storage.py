@@ -139,3 +139,14 @@ def test_a_run_directory_is_split_into_checkpoints_exports_and_the_rest():
     assert run_parts({"checkpoints": 7, "export": 5, "export-step-10": 3, ".export.replaced-ab12": 2,
                       ".export-step-10.replaced-x": 1, "log.jsonl": 11, "exports-notes.txt": 13,
                       "spec.yaml": 17}) == (7, 11, 41)
+
+
+def test_an_uploaded_model_counts_wherever_the_models_root_is(team, client, data_root, tmp_path):
+    """TEMPER_MODELS_ROOT outside the data directory: a model Temper unpacked there is still its disk to count."""
+    folder = (tmp_path / "models-mount" / "alpha" / "mine").resolve()
+    write_bytes(folder / "model.safetensors", 250_000)
+    mine = make_base_model(team.project, name="mine", path=str(folder))
+    type(mine).objects.filter(pk=mine.pk).update(uploaded=True)
+    body = api_get(client, team.viewer, "/api/v1/projects/alpha/storage/").json()
+    assert not body["base_models"][0]["outside_data_directory"] and body["base_models"][0]["bytes"] == du_bytes(folder)
+    assert body["total_bytes"] == body["by_kind"]["base_model_bytes"] == du_bytes(folder)
