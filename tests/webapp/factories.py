@@ -173,3 +173,22 @@ def form_tokens(page: str, *, after: str = "") -> list[str]:
 def form_token(page: str, *, after: str = "") -> str:
     """The token of the first form in ``page`` from ``after`` on (see ``form_tokens``)."""
     return form_tokens(page, after=after)[0]
+
+
+def du_bytes(*paths: Path) -> int:
+    """What ``du`` itself counts on disk for ``paths`` together (a hard-linked file once across them), in bytes: the
+    reference the Storage figures are checked against."""
+    import subprocess
+
+    output = subprocess.run(["du", "-s", "--block-size=1", "--total", *map(str, paths)], check=True,
+                            capture_output=True, text=True).stdout
+    return int(output.splitlines()[-1].split()[0])
+
+
+def write_bytes(path: Path, size: int) -> Path:
+    """A file of ``size`` random bytes at ``path`` (its folders made)."""
+    import os
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(os.urandom(size))
+    return path

@@ -236,6 +236,7 @@ ROUTES: dict[str, Route] = {
     "projects:member_role": Route(kwargs=_project, methods={"POST": OWNER}),
     "projects:member_remove": Route(kwargs=_project, methods={"POST": OWNER}),
     "projects:delete": Route(kwargs=_project, methods={"POST": OWNER}),  # refused: no slug typed, runs queued
+    "projects:storage": Route(kwargs=_project, methods=READ),
 
     "basemodels:list": Route(kwargs=_project, methods=READ),
     "basemodels:register": Route(kwargs=_project, methods={"GET": MEMBER, "POST": MEMBER}),
@@ -324,6 +325,7 @@ ROUTES: dict[str, Route] = {
     "chat:v1_completions": Route(auth=Auth.PROJECT_TOKEN, body=_completion_body, methods={"POST": MEMBER},
                                  queues_a_generation=True),
 
+    "api:storage": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ),
     "api:base_models": Route(auth=Auth.API_TOKEN, kwargs=_project, methods={"GET": VIEWER, "POST": OWNER}),
     "api:base_model": Route(auth=Auth.API_TOKEN, kwargs=_api_base_model, methods={"GET": VIEWER, "DELETE": MEMBER}),
     "api:datasets": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ_MEMBER_WRITE),

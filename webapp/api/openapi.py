@@ -73,6 +73,7 @@ ANSWERS = (schemas.ProjectList, schemas.BaseModelList, schemas.BaseModelOut, sch
            schemas.DatasetComparison, schemas.DatasetVersionOut, schemas.UploadOut, schemas.RunPage, schemas.RunDetail, schemas.RunOut,
            schemas.SweepOut, schemas.MetricSeries, schemas.MetricsLogged, schemas.SampleList, schemas.SamplesStored, schemas.RunLog,
            schemas.PipelineList, schemas.PipelineOut, schemas.ChatTokenList, schemas.ChatTokenCreated,
+           schemas.ProjectStorage,
            schemas.FieldErrors, schemas.Detail)
 
 
@@ -314,6 +315,11 @@ def build_document() -> dict[str, Any]:
                                        "these (an empty page while the run still runs: wait, and follow it again); "
                                        "null once the run has ended and its log is read to the end",
                               answer=schemas.RunLog),
+        },
+        f"{base}/storage/": {
+            "get": _operation("What the project's files take on disk now, as du counts it, in bytes: the Storage "
+                              "page's figures; its runs, datasets and base models each largest first (every member, "
+                              "viewers too)", [SLUG], answer=schemas.ProjectStorage),
         },
         f"{base}/pipelines/": {
             "get": _operation("List pipelines, newest first", [SLUG],

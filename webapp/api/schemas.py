@@ -427,6 +427,62 @@ class ChatTokenList(_Answer):
                                                    "theirs only, as on the Chat page).")
 
 
+class StorageByKind(_Answer):
+    checkpoint_bytes: int = Field(description="The runs' training checkpoints (checkpoints/ of each run directory).")
+    export_bytes: int = Field(description="The runs' exported models and checkpoints (export/, export-step-N/), "
+                                          "with the serving copies inside them.")
+    run_other_bytes: int = Field(description="The rest of the run directories: logs, metrics, samples, spec.")
+    run_bytes: int = Field(description="The three above together.")
+    dataset_bytes: int = Field(description="Every dataset version's file, with its row digests and search index.")
+    base_model_bytes: int = Field(description="Base models' folders under Temper's data directory or uploaded, "
+                                              "and every base model's serving copy.")
+    outside_bytes: int = Field(description="Base models registered from folders outside Temper's data directory: "
+                                           "not in total_bytes.")
+
+
+class RunStorageOut(_Answer):
+    id: str
+    name: str
+    status: str
+    archived: bool
+    checkpoints: int = Field(description="Training checkpoints on disk (one folder per saved step).")
+    checkpoint_bytes: int
+    export_bytes: int
+    other_bytes: int
+    total_bytes: int
+    folder_gone: bool = Field(description="The run wrote a folder that is no longer on disk: every size is 0.")
+
+
+class DatasetStorageOut(_Answer):
+    id: str
+    name: str
+    versions: int
+    bytes: int
+    folder_gone: bool
+
+
+class BaseModelStorageOut(_Answer):
+    id: str
+    name: str
+    path: str
+    uploaded: bool
+    bytes: int = Field(description="Its folder's.")
+    serving_copy_bytes: int
+    outside_data_directory: bool = Field(description="Registered by reference to a folder outside Temper's data "
+                                                     "directory: its bytes are shown, not counted in total_bytes.")
+    folder_gone: bool
+
+
+class ProjectStorage(_Answer):
+    total_bytes: int = Field(description="Everything below but outside_bytes, on disk as du counts it (blocks, a "
+                                         "hard-linked file once, links not followed).")
+    measured_at: datetime = Field(description="When the folders were walked: now, on every request.")
+    by_kind: StorageByKind
+    runs: list[RunStorageOut] = Field(description="Every run of the project, largest first.")
+    datasets: list[DatasetStorageOut] = Field(description="Every dataset, largest first.")
+    base_models: list[BaseModelStorageOut] = Field(description="Every base model, largest counted first.")
+
+
 class FieldErrors(_Answer):
     errors: dict[str, list[str]] = Field(description="Messages by the field they are about (__all__: the body).")
 

@@ -8,6 +8,7 @@ base = "api/v1/projects/<slug:slug>"
 urlpatterns = [
     path("api/v1/openapi.json", views.openapi, name="openapi"),
     path("api/v1/projects/", views.projects, name="projects"),
+    path(f"{base}/storage/", views.storage, name="storage"),
     path(f"{base}/base-models/", views.base_models, name="base_models"),
     path(f"{base}/base-models/<str:model_id>/", views.base_model_detail, name="base_model"),
     path(f"{base}/datasets/", views.datasets, name="datasets"),

@@ -52,6 +52,7 @@ from webapp.datasets.uploads import (LimitedUploadHandler, body_too_large, file_
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Project, Role
 from webapp.projects.selectors import project_list_for_user
+from webapp.projects.storage import GONE, ProjectStorage, project_storage
 from webapp.review import selectors as review_selectors
 from webapp.review.models import Campaign
 from webapp.runs import artifacts, reporting
@@ -309,6 +310,34 @@ def projects(request: HttpRequest) -> JsonResponse:
     every other address names (it saw them only in a browser's address bar)."""
     return JsonResponse({"projects": [_project_json(request, project)
                                       for project in project_list_for_user(user=request.user)]})
+
+
+@api_view(("GET",))
+def storage(request: HttpRequest, slug: str) -> JsonResponse:
+    """What the project's runs, datasets and base models take on disk now, in bytes: the Storage page's figures."""
+    project, _membership = get_project_for_user(request.user, slug)
+    return JsonResponse(_storage_json(project_storage(project=project)))
+
+
+def _storage_json(storage: ProjectStorage) -> dict[str, Any]:
+    return {
+        "total_bytes": storage.total_bytes, "measured_at": storage.measured_at.isoformat(),
+        "by_kind": {"checkpoint_bytes": storage.checkpoint_bytes, "export_bytes": storage.export_bytes,
+                    "run_other_bytes": storage.run_other_bytes, "run_bytes": storage.run_bytes,
+                    "dataset_bytes": storage.dataset_bytes, "base_model_bytes": storage.base_model_bytes,
+                    "outside_bytes": storage.outside_bytes},
+        "runs": [{"id": row.run.public_id, "name": row.run.name, "status": row.run.status,
+                  "archived": row.run.archived, "checkpoints": row.checkpoints,
+                  "checkpoint_bytes": row.checkpoint_bytes, "export_bytes": row.export_bytes,
+                  "other_bytes": row.other_bytes, "total_bytes": row.total_bytes, "folder_gone": row.folder == GONE}
+                 for row in storage.runs],
+        "datasets": [{"id": row.dataset.public_id, "name": row.dataset.name, "versions": row.versions,
+                      "bytes": row.bytes, "folder_gone": row.folder == GONE} for row in storage.datasets],
+        "base_models": [{"id": row.base_model.public_id, "name": row.base_model.name, "path": row.base_model.path,
+                         "uploaded": row.base_model.uploaded, "bytes": row.bytes,
+                         "serving_copy_bytes": row.serving_copy_bytes, "outside_data_directory": row.outside,
+                         "folder_gone": row.folder == GONE} for row in storage.base_models],
+    }
 
 
 @api_view(("GET", "POST"))

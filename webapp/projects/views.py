@@ -15,6 +15,7 @@ from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.submissions import deleted_once_or_refused, form_send_once
 from webapp.projects import selectors, services
+from webapp.projects.storage import project_storage
 from webapp.projects.access import get_project_for_user
 from webapp.projects.forms import MemberAddForm, MemberRemoveForm, MemberRoleForm, ProjectCreateForm
 from webapp.projects.models import Membership, Project, Role
@@ -186,3 +187,12 @@ def member_remove(request: HttpRequest, slug: str) -> HttpResponse:
         return redirect("projects:list")
     messages.success(request, f"{isolated(target.user.get_username())} removed from {isolated(project.name)}.")
     return redirect("projects:members", project.slug)
+
+
+@login_required
+@require_http_methods(["GET"])
+def storage(request: HttpRequest, slug: str) -> HttpResponse:
+    """What the project's runs, datasets and base models take on disk, measured now; every member may read it."""
+    project, membership = get_project_for_user(request.user, slug)
+    return render(request, "projects/storage.html", {
+        "project": project, "membership": membership, "storage": project_storage(project=project)})

@@ -35,6 +35,7 @@ from jaxengine.words import counted
 from webapp.basemodels.models import BaseModel
 from webapp.basemodels.selectors import FOLDER_GONE, demo_model, gone_model_words, model_dir_gone, named_model
 from webapp.core.bidi import isolated
+from webapp.core.disk_usage import folder_usage
 from webapp.core.keyset import KeysetPage, keyset_page
 from webapp.core.model_refs import spec_ref
 from webapp.datasets.models import DatasetVersion, VersionStatus
@@ -1105,17 +1106,18 @@ def _newest_checkpoint_note(run: Run, action: str, earlier: int | None) -> str:
 
 
 def _directory_facts(directory: str | os.PathLike) -> tuple[int, datetime | None]:
-    """The bytes of the files under ``directory`` and when the newest of them was written (None for none), links not
-    followed: what they point to is not the run's."""
-    total, newest = 0, None
+    """The disk ``directory`` takes (``folder_bytes``: as its deletion's message and the Storage page count it) and
+    when the newest of its files was written (None for none), links not followed: what they point to is not the
+    run's."""
+    newest = None
     for folder, _subfolders, files in os.walk(directory):
         for name in files:
             path = os.path.join(folder, name)
             with contextlib.suppress(OSError):  # a file removed meanwhile (a checkpoint the run rotated out)
                 status = os.lstat(path)
                 if stat.S_ISREG(status.st_mode):
-                    total += status.st_size
                     newest = max(newest or 0.0, status.st_mtime)
+    total = folder_bytes(directory)
     return total, (datetime.fromtimestamp(newest, tz=dt_timezone.utc) if newest is not None else None)
 
 
@@ -1267,14 +1269,15 @@ def ensure_may_cancel_pipeline(*, membership: Membership) -> None:
 
 
 def run_disk_bytes(*, run: Run) -> int:
-    """The bytes of the run's directory on the server — checkpoints, exported models, serving copies, logs —
-    which deleting it frees (links not followed: what they point to is not the run's)."""
+    """The disk the run's directory takes on the server — checkpoints, exported models, serving copies, logs —
+    which deleting it frees: as ``du`` and the Storage page count it (``webapp.core.disk_usage``: blocks, links not
+    followed, what they point to not being the run's)."""
     return folder_bytes(run_output_dir(run.public_id))
 
 
 def folder_bytes(directory: str | os.PathLike) -> int:
-    """The bytes of the files under ``directory``, links not followed: what deleting it frees."""
-    return _directory_facts(directory)[0]
+    """The disk the files under ``directory`` take, as ``run_disk_bytes`` counts it: what deleting it frees."""
+    return folder_usage(directory).bytes
 
 
 def run_readers(*, run: Run) -> list[str]:

@@ -19,6 +19,7 @@ import hashlib
 import itertools
 import json
 import logging
+import os
 import re
 import secrets
 import shutil
@@ -79,6 +80,7 @@ EVAL_KINDS: dict[str, tuple[str, ...]] = {"sft": ("sft", "prompts")}
 MAX_TAGS = 20
 MAX_TAG_LENGTH = 40
 RUNS_DIRECTORY = "runs"
+CHECKPOINTS_DIRECTORY = "checkpoints"  # under a run directory: one folder per saved step (orbax)
 
 
 def train_kinds(task: str) -> tuple[str, ...]:
@@ -1602,10 +1604,17 @@ EXPORT_CHECKPOINT_QUEUE = "train"
 
 def checkpoint_steps(run: Run) -> list[int]:
     """Steps of the checkpoints in the run's directory (orbax writes one directory per step)."""
-    directory = run.output_dir / "checkpoints"
-    if not directory.is_dir():
+    return checkpoint_steps_in(run.output_dir)
+
+
+def checkpoint_steps_in(output_dir: Path) -> list[int]:
+    """Steps of the checkpoints in the run directory ``output_dir``; none for a folder that is not there (a run
+    never started, or deleted from disk)."""
+    try:  # the listing's file types: no stat of each entry (the Storage page lists every run's)
+        with os.scandir(output_dir / CHECKPOINTS_DIRECTORY) as entries:
+            return sorted(int(entry.name) for entry in entries if entry.name.isdigit() and entry.is_dir())
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    return sorted(int(path.name) for path in directory.iterdir() if path.is_dir() and path.name.isdigit())
 
 
 def final_model_step(run: Run) -> int | None:

@@ -1364,6 +1364,7 @@ def test_every_answer_is_what_the_openapi_document_says(world):
 
     check("GET", "base-models/", 200)
     check("GET", f"base-models/{model.public_id}/", 200, template="base-models/{model_id}/")
+    check("GET", "storage/", 200)
     rows = b'{"prompt": "a", "completion": "b"}\n'
     uploaded = check("POST", "datasets/", 201, template="datasets/", call=lambda: api.upload(
         f"{base}/datasets/", {"name": "up", "kind": "sft"}, "up.jsonl", rows))

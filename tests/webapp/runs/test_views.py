@@ -12,10 +12,11 @@ import tarfile
 
 import pytest
 from django.db import connection
+from django.template.defaultfilters import filesizeformat
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from tests.webapp.factories import make_base_model
+from tests.webapp.factories import du_bytes, make_base_model
 from tests.webapp.runs.conftest import compare_chart_data, drawn_series, make_pool_worker, sft_spec
 from webapp.core.bidi import FSI, PDI, isolated
 from webapp.core.templatetags.temper import when
@@ -1106,8 +1107,10 @@ def test_each_checkpoint_says_when_it_was_saved_and_its_size_on_disk(team, run, 
     (run.output_dir / "checkpoints" / "3").rmdir()  # a resume rotated it out; its export stays
     partial = client_for(team.viewer).get(url(run, "checkpoints/")).content.decode()
     items = {step: partial.split(f'<li data-step="{step}"')[1].split("</li>")[0] for step in (3, 100, 200)}
-    assert "saved 2026-12-05 14:06 UTC, 1.5\xa0KB on disk" in items[100]
-    assert "saved 2026-12-05 14:08 UTC, 3.0\xa0MB on disk" in items[200]
+    # The disk each takes, as du and the Storage page count it, not its files' lengths (1.5 KB and 3.0 MB).
+    on_disk = {step: filesizeformat(du_bytes(run.output_dir / "checkpoints" / str(step))) for step in (100, 200)}
+    assert f"saved 2026-12-05 14:06 UTC, {on_disk[100]} on disk" in items[100] and on_disk[100] != "1.5\xa0KB"
+    assert f"saved 2026-12-05 14:08 UTC, {on_disk[200]} on disk" in items[200]
     exported_at = when(Artifact.objects.get(run=run, kind=ArtifactKind.CHECKPOINT).created_at)
     assert f"exported {exported_at}; its training checkpoint was deleted since" in items[3]
     assert "Download (tar, 2.0\xa0KB)" in items[3]

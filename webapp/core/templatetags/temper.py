@@ -6,6 +6,7 @@ import re
 from datetime import datetime, timedelta
 
 from django import template
+from django.template.defaultfilters import filesizeformat
 from django.utils import timezone
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import mark_safe
@@ -51,6 +52,14 @@ def count_short(value: int | None) -> str:
             scaled = value / threshold
             return f"{scaled:.3g}{suffix}"
     return str(value)
+
+
+@register.simple_tag
+def disk_size(value: int) -> str:
+    """A size as every page shows one, "1.2 GB" (Django's ``filesizeformat``), with its exact bytes kept: in its
+    title for a reader ("1,288,490,189 bytes") and in ``data-bytes`` for a script."""
+    return format_html('<span class="size" data-bytes="{}" title="{} bytes">{}</span>', value, grouped(value),
+                       filesizeformat(value))
 
 
 @register.filter
