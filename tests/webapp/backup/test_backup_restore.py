@@ -1,0 +1,272 @@
+"""``manage.py temper_backup`` and ``temper_restore`` on SQLite, each in a process of its own with the settings
+of an installation (TEMPER_DATA, DATABASE_URL), as a team runs them: an installation with a user, a project, a
+dataset version's file, a run with a checkpoint and an uploaded base model is backed up, then restored into a
+fresh data directory and database elsewhere; refusals leave the target as it was."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tarfile
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+# Seeds an installation: what a team's holds, a file of each kind Temper keeps in its data directory, and the
+# files a backup leaves out (compiled programs, collected static files, a dataset upload still being written).
+SEED = """
+import django
+django.setup()
+from pathlib import Path
+from django.conf import settings
+from django.core.management import call_command
+call_command("migrate", "--noinput", verbosity=0)
+from webapp.celery import app
+app.send_task = lambda *args, **kwargs: None
+from tests.webapp.factories import make_base_model, make_ready_version, make_user
+from webapp.projects.services import project_create
+from webapp.runs import services
+from webapp.runs.models import Artifact
+
+owner = make_user("owner")
+project = project_create(name="Backed up", slug="backed-up", owner=owner)
+model_dir = Path(settings.MODELS_ROOT) / "projects" / "backed-up" / "tiny"
+model_dir.mkdir(parents=True)
+(model_dir / "model.safetensors").write_bytes(bytes(range(256)) * 64)
+base_model = make_base_model(project, path=str(model_dir.resolve()))
+version = make_ready_version(project, user=owner)
+run = services.run_create(project=project, user=owner, spec={
+    "task": "sft", "model": base_model.public_id, "data": {"train": version.public_id}, "train": {"max_steps": 10}})
+checkpoint = run.output_dir / "checkpoints" / "10"
+checkpoint.mkdir(parents=True)
+(checkpoint / "state.bin").write_bytes(b"checkpoint-bytes" * 1000)
+Artifact.objects.create(run=run, kind="checkpoint", path=str(checkpoint), step=10)
+data = Path(settings.DATA_ROOT)
+(data / "jax-cache").mkdir()
+(data / "jax-cache" / "program.bin").write_bytes(b"compiled")
+(data / "datasets" / ".upload.jsonl.abc.part").write_bytes(b"half an upload")
+print(run.public_id)
+"""
+
+# Every row a restore must bring back, and the paths of the rows that name folders.
+DUMP = """
+import django, json
+django.setup()
+from django.contrib.auth import get_user_model
+from webapp.basemodels.models import BaseModel
+from webapp.datasets.models import DatasetVersion
+from webapp.projects.models import Membership, Project
+from webapp.runs.models import Artifact, Run
+print(json.dumps({
+    "users": sorted(get_user_model().objects.values_list("username", "password")),
+    "projects": sorted(Project.objects.values_list("id", "slug", "name")),
+    "memberships": sorted(Membership.objects.values_list("project__slug", "user__username", "role")),
+    "versions": sorted(DatasetVersion.objects.values_list("public_id", "file_path", "size_bytes")),
+    "runs": sorted((run.public_id, run.status, run.resolved_spec["output_dir"]) for run in Run.objects.all()),
+    "artifacts": sorted(Artifact.objects.values_list("run__public_id", "kind", "path")),
+    "base_models": sorted(BaseModel.objects.values_list("public_id", "path")),
+}))
+"""
+
+
+def installation(base: Path) -> dict[str, str]:
+    """The environment of an installation whose data directory is ``base/data`` (its SQLite database in it)."""
+    data = base / "data"
+    # No TEMPER_SECRET_KEY: the installation makes its key in its data directory, which the backup keeps.
+    return {"TEMPER_DATA": str(data), "DATABASE_URL": f"sqlite:///{data / 'temper.sqlite3'}",
+            "DJANGO_SETTINGS_MODULE": "webapp.settings", "TEMPER_MODELS_ROOT": "", "TEMPER_JAX_CACHE": "",
+            "TEMPER_SECRET_KEY": ""}
+
+
+def run_in(environment: dict[str, str], *command: str) -> subprocess.CompletedProcess:
+    """``command`` (manage.py's arguments, or ``-c`` and a script) in a process of the installation's own."""
+    env = {**os.environ, **environment}
+    for name in [name for name, value in env.items() if value == ""]:
+        env.pop(name)  # unset: the settings' defaults under TEMPER_DATA
+    arguments = list(command) if command[0] == "-c" else ["manage.py", *command]
+    return subprocess.run([sys.executable, *arguments], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def ok(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def file_digests(root: Path) -> dict[str, str]:
+    return {str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+def snapshot(base: Path) -> dict[str, str]:
+    """Every file under ``base`` with its digest: what a refused restore must leave as it was."""
+    return file_digests(base) if base.exists() else {}
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """An installation, seeded, with its backup: (its environment, its base folder, the backup, its rows)."""
+    base = tmp_path_factory.mktemp("source")
+    environment = installation(base)
+    run_id = ok(run_in(environment, "-c", SEED)).strip().splitlines()[-1]
+    backup = base / "temper.tar"
+    result = run_in(environment, "temper_backup", str(backup))
+    assert result.returncode == 0, result.stderr
+    assert "database (sqlite): copying" in result.stderr and f"backup written to {backup}" in result.stdout
+    return {"environment": environment, "base": base, "backup": backup, "run_id": run_id,
+            "rows": json.loads(ok(run_in(environment, "-c", DUMP)))}
+
+
+def moved(rows, old: str, new: str):
+    """``rows`` (the DUMP's JSON) with every path under ``old`` read under ``new``."""
+    return json.loads(json.dumps(rows).replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1]))
+
+
+def test_a_backup_restores_into_a_fresh_installation_elsewhere(source, tmp_path):
+    target = installation(tmp_path)
+    result = run_in(target, "temper_restore", str(source["backup"]))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 user, 1 project, 1 dataset version, 1 base model, 1 run" in result.stdout
+    old_data, new_data = source["environment"]["TEMPER_DATA"], target["TEMPER_DATA"]
+    assert f"paths in the database moved from {old_data} to {new_data}" in result.stdout
+    assert json.loads(ok(run_in(target, "-c", DUMP))) == moved(source["rows"], old_data, new_data)
+    # Every file but those a backup leaves out, byte for byte; the restored folders are where the rows say.
+    source_files = {name: digest for name, digest in file_digests(Path(old_data)).items()
+                    if not name.startswith(("jax-cache/", "temper.sqlite3", "staticfiles")) and ".part" not in name}
+    restored_files = {name: digest for name, digest in file_digests(Path(new_data)).items()
+                      if not name.startswith("temper.sqlite3")}
+    assert restored_files == source_files
+    assert f"runs/{source['run_id']}/checkpoints/10/state.bin" in restored_files
+    assert "secret_key" in restored_files and (Path(new_data) / "secret_key").stat().st_mode & 0o777 == 0o600
+    restored_rows = json.loads(ok(run_in(target, "-c", DUMP)))
+    assert all(Path(path).is_dir() for _run, _kind, path in restored_rows["artifacts"])
+    assert all(Path(path).is_dir() for _id, path in restored_rows["base_models"])
+
+
+
+def with_manifest(backup: Path, out: Path, change) -> Path:
+    """A copy of ``backup`` whose manifest ``change`` (a function of the manifest) has altered."""
+    with tarfile.open(backup) as source, tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as copy:
+        for member in source:
+            content = source.extractfile(member) if member.isfile() else None
+            if member.name == "manifest.json":
+                manifest = json.loads(content.read())
+                change(manifest)
+                encoded = json.dumps(manifest).encode()
+                member.size, content = len(encoded), __import__("io").BytesIO(encoded)
+            copy.addfile(member, content)
+    return out
+
+
+def assert_refused(result: subprocess.CompletedProcess, *words: str) -> None:
+    assert result.returncode != 0 and "restored" not in result.stdout, result.stdout + result.stderr
+    assert all(word in result.stderr for word in words), result.stderr
+
+
+def test_it_refuses_a_database_or_data_directory_that_holds_data_and_replaces_them_with_force(source, tmp_path):
+    target = installation(tmp_path)
+    ok(run_in(target, "temper_restore", "--quiet", str(source["backup"])))
+    data = Path(target["TEMPER_DATA"])
+    (data / "notes.txt").write_text("a team's own file")
+    before = {name: digest for name, digest in snapshot(data).items() if not name.endswith(("-wal", "-shm"))}
+    result = run_in(target, "temper_restore", str(source["backup"]))
+    assert_refused(result, "not restoring over an installation that holds data", "auth_user (1 row)",
+                   "projects_project (1 row)", f"{data}: datasets/ (1 file), models/ (1 file), notes.txt, runs/ (1 file)",
+                   "--force")
+    assert {name: digest for name, digest in snapshot(data).items() if not name.endswith(("-wal", "-shm"))} == before
+    result = run_in(target, "temper_restore", "--force", str(source["backup"]))
+    assert result.returncode == 0, result.stderr
+    assert "replacing (--force) the database: auth_user (1 row)" in result.stderr
+    assert not (data / "notes.txt").exists() and not [path for path in data.iterdir() if path.name.startswith(".")]
+    assert json.loads(ok(run_in(target, "-c", DUMP))) == moved(source["rows"], source["environment"]["TEMPER_DATA"],
+                                                              str(data))
+
+
+def test_it_refuses_a_backup_from_newer_migrations_naming_them(source, tmp_path):
+    newer = with_manifest(source["backup"], tmp_path / "newer.tar",
+                          lambda manifest: manifest["database"]["migrations"].append("runs.9999_from_the_future"))
+    target = installation(tmp_path / "target")
+    assert_refused(run_in(target, "temper_restore", str(newer)),
+                   "comes from a newer Temper", "migrations this code does not have: runs.9999_from_the_future")
+    assert sorted(os.listdir(target["TEMPER_DATA"])) == ["secret_key"]  # made by the command's own start
+
+
+def test_it_restores_a_backup_from_older_migrations_and_says_to_migrate(source, tmp_path):
+    older = with_manifest(source["backup"], tmp_path / "older.tar",
+                          lambda manifest: manifest["database"]["migrations"].remove("runs.0001_initial"))
+    result = run_in(installation(tmp_path / "target"), "temper_restore", str(older))
+    assert result.returncode == 0, result.stderr
+    assert "predates 1 migration of this code: run `python manage.py migrate`" in result.stdout
+
+
+@pytest.mark.parametrize("cut", ["inside the database", "inside a checkpoint", "before the manifest"])
+def test_it_refuses_a_truncated_backup_naming_where_it_ends(source, tmp_path, cut):
+    with tarfile.open(source["backup"]) as archive:
+        members = {member.name: member for member in archive}
+    checkpoint = members[f"trees/data/runs/{source['run_id']}/checkpoints/10/state.bin"]
+    end, words = {
+        "inside the database": (members["database/temper.sqlite3"].offset_data + 1000,
+                                "ends inside member database/temper.sqlite3 (1000 of its"),
+        "inside a checkpoint": (checkpoint.offset_data + 10, f"ends inside member {checkpoint.name} (10 of its 16000"),
+        "before the manifest": (members["manifest.json"].offset, "has no manifest.json, which a backup writes last"),
+    }[cut]
+    truncated = tmp_path / "truncated.tar"
+    with source["backup"].open("rb") as whole:
+        truncated.write_bytes(whole.read(end))
+    target = installation(tmp_path / "target")
+    assert_refused(run_in(target, "temper_restore", str(truncated)), words, "Nothing was restored")
+    assert sorted(os.listdir(target["TEMPER_DATA"])) == ["secret_key"]
+
+
+PROBE_PAIRS = "CREATE TABLE IF NOT EXISTS backup_probe (pair INTEGER, side INTEGER, payload BLOB)"
+
+
+def test_a_backup_taken_while_another_connection_writes_is_consistent(source, tmp_path):
+    """A writer commits pairs of rows while the backup runs; its committed rows stay in the write-ahead log (no
+    checkpoint), where a copy of the database file would miss them."""
+    shutil.copytree(source["base"] / "data", tmp_path / "data")
+    environment = installation(tmp_path)
+    database = tmp_path / "data" / "temper.sqlite3"
+    writer = sqlite3.connect(database, check_same_thread=False, isolation_level=None)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute(PROBE_PAIRS)
+    stop, written = threading.Event(), []
+
+    def write_pairs():
+        while not stop.is_set():
+            writer.execute("BEGIN IMMEDIATE")
+            for side in (0, 1):
+                writer.execute("INSERT INTO backup_probe VALUES (?, ?, ?)", (len(written), side, os.urandom(4096)))
+            writer.execute("COMMIT")
+            written.append(len(written))
+
+    thread = threading.Thread(target=write_pairs)
+    thread.start()
+    try:
+        while len(written) < 200:  # rows in the log before the backup starts
+            stop.wait(0.01)
+        committed_before = len(written)
+        result = run_in(environment, "temper_backup", str(tmp_path / "live.tar"))
+    finally:
+        stop.set()
+        thread.join()
+        writer.close()
+    assert result.returncode == 0, result.stderr
+    with tarfile.open(tmp_path / "live.tar") as archive:
+        (tmp_path / "copy.sqlite3").write_bytes(archive.extractfile("database/temper.sqlite3").read())
+    copy = sqlite3.connect(tmp_path / "copy.sqlite3")
+    try:
+        assert copy.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        pairs = copy.execute("SELECT pair, COUNT(*) FROM backup_probe GROUP BY pair").fetchall()
+        assert len(pairs) >= committed_before and {count for _pair, count in pairs} == {2}
+        assert copy.execute("SELECT COUNT(*) FROM auth_user").fetchone() == (1,)
+    finally:
+        copy.close()
