@@ -191,13 +191,15 @@ def path_rewrite_statements(moves: list[tuple[str, str]], *, vendor: str) -> lis
         for table, column in path_columns:
             statements.append(
                 f"UPDATE {table} SET {column} = {sql_literal(new)} || substr({column}, {len(old) + 1}) "
-                f"WHERE {column} = {sql_literal(old)} OR substr({column}, 1, {len(old) + 1}) = {sql_literal(old + '/')}")
+                f"WHERE {column} = {sql_literal(old)} "
+                f"OR substr({column}, 1, {len(old) + 1}) = {sql_literal(old + '/')}")
         # Django writes JSON on SQLite with non-ASCII escaped; PostgreSQL's jsonb reads back as UTF-8.
         old_json, new_json = (json.dumps(path, ensure_ascii=vendor == "sqlite")[:-1] for path in (old, new))
         text = f"{spec_column}::text" if vendor == "postgresql" else spec_column
         for end in ("/", '"'):
             text = f"replace({text}, {sql_literal(old_json + end)}, {sql_literal(new_json + end)})"
-        statements.append(f"UPDATE {spec_table} SET {spec_column} = {text}{'::jsonb' if vendor == 'postgresql' else ''}")
+        cast = "::jsonb" if vendor == "postgresql" else ""
+        statements.append(f"UPDATE {spec_table} SET {spec_column} = {text}{cast}")
     return statements
 
 
@@ -259,8 +261,9 @@ class Restore:
         unknown, unapplied = migration_gaps(manifest["database"]["migrations"])
         if unknown:
             raise RestoreError(
-                f"{self.path} comes from a newer Temper ({release_words(manifest['temper'])}): its database has migrations this "
-                f"code does not have: {', '.join(unknown)}. Install that Temper or a newer one, then restore")
+                f"{self.path} comes from a newer Temper ({release_words(manifest['temper'])}): its database has "
+                f"migrations this code does not have: {', '.join(unknown)}. Install that Temper or a newer one, then "
+                "restore")
         for recorded in manifest["trees"]:
             if recorded["name"] not in self.trees:
                 raise RestoreError(

@@ -9,8 +9,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
 from jaxengine.memory import byte_size
-from webapp.basemodels.models import BaseModel
 from jaxengine.words import counted
+from webapp.basemodels.models import BaseModel
 from webapp.core.backup import BackupError, release_words
 from webapp.core.restore import Restore
 from webapp.datasets.models import DatasetVersion
@@ -47,8 +47,8 @@ class Command(BaseCommand):
             self.stdout.write(f"paths in the database moved from {old} to {new}")
         if restored["unapplied"]:
             self.stdout.write(f"the backup's database predates {counted(len(restored['unapplied']), 'migration')} "
-                              "of this code: run `python manage.py migrate` before starting Temper (the compose file's web "
-                              "service and scripts/up.sh do at start)")
+                              "of this code: run `python manage.py migrate` before starting Temper (the compose "
+                              "file's web service and scripts/up.sh do at start)")
 
     @staticmethod
     def _row_counts() -> str:
