@@ -51,7 +51,9 @@ DATABASE_DIRECTORY = "database"
 SQLITE_MEMBER = f"{DATABASE_DIRECTORY}/temper.sqlite3"
 POSTGRES_MEMBER = f"{DATABASE_DIRECTORY}/temper.pgdump"
 TREES_DIRECTORY = "trees"
-# Restore's work folders inside a target (``webapp.core.restore``): never backed up, never counted as its content.
+# The backup's work folder, beside the file it writes (in the data directory too, if that is where it is written),
+# and restore's inside a target (``webapp.core.restore``): never backed up, never counted as a target's content.
+WORK_PREFIX = ".temper-backup-"
 STAGING_PREFIX = ".temper-restoring-"
 ASIDE_PREFIX = ".temper-replaced-"
 # The folder orbax writes a checkpoint into before renaming it to its step (orbax's TMP_DIR_SUFFIX).
@@ -59,7 +61,8 @@ ORBAX_TEMPORARY = ".orbax-checkpoint-tmp"
 # Hidden names that Temper's writers give a file or folder until it is complete and renamed into place: dataset
 # uploads (``.<name>.<random>.part``), search indexes being built, model uploads being unpacked, exports and
 # serving copies being written (``.<name>.writing-``) or replaced (``.<name>.replaced-``), a signing key's draft.
-TRANSIENT_HIDDEN_PREFIXES = (UPLOAD_PARTIAL_PREFIX, ".search-", f".{KEY_FILE}.", STAGING_PREFIX, ASIDE_PREFIX)
+TRANSIENT_HIDDEN_PREFIXES = (UPLOAD_PARTIAL_PREFIX, ".search-", f".{KEY_FILE}.", WORK_PREFIX, STAGING_PREFIX,
+                             ASIDE_PREFIX)
 TRANSIENT_HIDDEN_MARKS = (".writing-", ".replaced-")
 SQLITE_SIDE_FILES = ("", "-wal", "-shm", "-journal")
 PROGRESS_SECONDS = 5
@@ -110,14 +113,15 @@ def _inside(path: Path, root: Path) -> bool:
     return path.resolve().is_relative_to(root.resolve())
 
 
-def installation_trees() -> list[Tree]:
-    """The directories of this installation to back up, each with what is left out of it (see the module note)."""
+def installation_trees(*, also_left_out: tuple[Path, ...] = ()) -> list[Tree]:
+    """The directories of this installation to back up, each with what is left out of it (see the module note), and
+    ``also_left_out``: a backup written into the data directory is not backed up into the next one."""
     data_root, models_root = Path(settings.DATA_ROOT), Path(settings.MODELS_ROOT)
     reproducible = [Path(settings.STATIC_ROOT)] + ([Path(settings.TEMPER_JAX_CACHE)] if settings.TEMPER_JAX_CACHE
                                                    else [])
     database = sqlite_file()
     database_files = [Path(f"{database}{suffix}") for suffix in SQLITE_SIDE_FILES] if database else []
-    left_out = frozenset(path.resolve() for path in reproducible + database_files)
+    left_out = frozenset(path.resolve() for path in reproducible + database_files + list(also_left_out))
     trees = [Tree("data", data_root, left_out)]
     if not _inside(models_root, data_root):
         trees.append(Tree("models", models_root, left_out))
@@ -275,8 +279,8 @@ def write_backup(out: Path, *, say: Callable[[str], None]) -> dict:
     """Write this installation's backup to ``out`` (replaced only once the new one is whole); returns its manifest."""
     if not out.parent.is_dir():
         raise BackupError(f"{out.parent} is not a folder: create it, or give the backup another path")
-    engine, trees = database_engine(), installation_trees()
-    work = Path(tempfile.mkdtemp(prefix=".temper-backup-", dir=out.parent))
+    engine, trees = database_engine(), installation_trees(also_left_out=(out,))
+    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=out.parent))
     partial = work / out.name
     try:
         migrations = applied_migrations()

@@ -233,7 +233,8 @@ class Restore:
     def __init__(self, path: Path, *, force: bool, say: Callable[[str], None]):
         self.path, self.force, self.say = path, force, say
         self.engine = database_engine()
-        self.trees = {tree.name: tree for tree in installation_trees()}
+        # An archive kept in the data directory stays there, not moved aside with the rest and deleted.
+        self.trees = {tree.name: tree for tree in installation_trees(also_left_out=(path,))}
         self.work: list[Path] = []  # staging folders and files, removed at the end whatever happens
 
     def run(self) -> dict:

@@ -147,6 +147,22 @@ def test_it_refuses_a_truncated_backup_naming_where_it_ends(source, tmp_path, cu
     assert sorted(os.listdir(target["TEMPER_DATA"])) == ["secret_key"]
 
 
+def test_a_backup_written_into_the_data_directory_leaves_itself_out_and_a_restore_from_there_keeps_it(source,
+                                                                                                  tmp_path):
+    shutil.copytree(source["base"] / "data", tmp_path / "data")
+    environment, data = installation(tmp_path), tmp_path / "data"
+    for _night in range(2):  # the second replaces the first, which it leaves out
+        ok(run_in(environment, "temper_backup", "--quiet", str(data / "temper.tar")))
+    with tarfile.open(data / "temper.tar") as archive:
+        names = archive.getnames()
+    assert "trees/data/datasets" in names and not [name for name in names if "temper.tar" in name or "/." in name]
+    assert not [path.name for path in data.iterdir() if path.name.startswith(".")]  # its work folder is gone
+    kept = (data / "temper.tar").read_bytes()
+    result = run_in(environment, "temper_restore", "--force", str(data / "temper.tar"))
+    assert result.returncode == 0, result.stderr
+    assert (data / "temper.tar").read_bytes() == kept
+
+
 PROBE_PAIRS = "CREATE TABLE IF NOT EXISTS backup_probe (pair INTEGER, side INTEGER, payload BLOB)"
 
 
