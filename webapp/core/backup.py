@@ -238,10 +238,10 @@ class Progress:
     def __init__(self, say: Callable[[str], None]):
         self.say, self.last = say, time.monotonic()
 
-    def tick(self, name: str, count: TreeCount) -> None:
+    def tick(self, name: str, *, files: int, size: int) -> None:
         if time.monotonic() - self.last >= PROGRESS_SECONDS:
             self.last = time.monotonic()
-            self.say(f"{name}: {counted(count.files, 'file')}, {byte_size(count.bytes)} so far")
+            self.say(f"{name}: {counted(files, 'file')}, {byte_size(size)} so far")
 
 
 def add_entry(archive: tarfile.TarFile, path: Path, arcname: str) -> int | None:
@@ -250,6 +250,8 @@ def add_entry(archive: tarfile.TarFile, path: Path, arcname: str) -> int | None:
     try:
         if path.is_symlink() or path.is_dir():
             archive.addfile(archive.gettarinfo(str(path), arcname))
+            return None
+        if not path.is_file():  # a socket or a pipe, which reading would block on: no data of Temper's
             return None
         with path.open("rb") as handle:
             info = archive.gettarinfo(arcname=arcname, fileobj=handle)
@@ -316,7 +318,7 @@ def _add_tree(archive: tarfile.TarFile, tree: Tree, progress: Progress) -> TreeC
         if size is not None:
             count.files += 1
             count.bytes += size
-            progress.tick(tree.name, count)
+            progress.tick(tree.name, files=count.files, size=count.bytes)
     return count
 
 

@@ -42,7 +42,7 @@ from jaxengine.words import counted
 from webapp.basemodels.models import BaseModel
 from webapp.core.backup import (
     ASIDE_PREFIX, DATABASE_DIRECTORY, FORMAT, MANIFEST, SQLITE_SIDE_FILES, STAGING_PREFIX, TREES_DIRECTORY,
-    BackupError, Tree, database_engine, installation_trees, libpq_connection, postgres_program, release_words,
+    BackupError, Progress, Tree, database_engine, installation_trees, libpq_connection, postgres_program, release_words,
     run_program, sqlite_file, transient,
 )
 from webapp.runs.models import Artifact, Run
@@ -236,6 +236,7 @@ class Restore:
         # An archive kept in the data directory stays there, not moved aside with the rest and deleted.
         self.trees = {tree.name: tree for tree in installation_trees(also_left_out=(path,))}
         self.work: list[Path] = []  # staging folders and files, removed at the end whatever happens
+        self.progress = Progress(say)
 
     def run(self) -> dict:
         """Restore; returns what the caller reports: the manifest, the staged trees and unapplied migrations."""
@@ -331,6 +332,7 @@ class Restore:
             self._extract_file(archive, member, target)
             staged[tree_name].files += 1
             staged[tree_name].bytes += member.size
+            self.progress.tick(f"{tree_name} (extracting)", files=staged[tree_name].files, size=staged[tree_name].bytes)
 
     def _extract_file(self, archive: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> None:
         try:
@@ -381,6 +383,11 @@ class Restore:
             if entry not in (aside, done.folder) and not _kept_in_place(entry, done.tree):
                 renames.move(entry, aside / entry.name)
         for entry in sorted(done.folder.iterdir()):
+            if (done.tree.root / entry.name).exists():
+                # What this installation leaves in place (its compiled-program cache, its collected static files)
+                # and the backup's installation kept as data: what is here is what this one makes and reads.
+                self.say(f"{entry.name}: left as it is here ({done.tree.root / entry.name}), not taken from the backup")
+                continue
             renames.move(entry, done.tree.root / entry.name)
 
     def _swap_sqlite(self, database_file: Path, renames: Moves) -> None:

@@ -73,18 +73,26 @@ def test_a_backup_restores_into_a_fresh_installation_elsewhere(source, tmp_path)
 
 
 
-def with_manifest(backup: Path, out: Path, change) -> Path:
-    """A copy of ``backup`` whose manifest ``change`` (a function of the manifest) has altered."""
+def with_member(backup: Path, out: Path, name: str, change) -> Path:
+    """A copy of ``backup`` whose member ``name`` holds ``change(its bytes)``."""
     with tarfile.open(backup) as source, tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as copy:
         for member in source:
             content = source.extractfile(member) if member.isfile() else None
-            if member.name == "manifest.json":
-                manifest = json.loads(content.read())
-                change(manifest)
-                encoded = json.dumps(manifest).encode()
-                member.size, content = len(encoded), io.BytesIO(encoded)
+            if member.name == name:
+                changed = change(content.read())
+                member.size, content = len(changed), io.BytesIO(changed)
             copy.addfile(member, content)
     return out
+
+
+def with_manifest(backup: Path, out: Path, change) -> Path:
+    """A copy of ``backup`` whose manifest ``change`` (a function of the manifest, in place) has altered."""
+    def changed(content: bytes) -> bytes:
+        manifest = json.loads(content)
+        change(manifest)
+        return json.dumps(manifest).encode()
+
+    return with_member(backup, out, "manifest.json", changed)
 
 
 def assert_refused(result: subprocess.CompletedProcess, *words: str) -> None:
@@ -161,6 +169,35 @@ def test_a_backup_written_into_the_data_directory_leaves_itself_out_and_a_restor
     result = run_in(environment, "temper_restore", "--force", str(data / "temper.tar"))
     assert result.returncode == 0, result.stderr
     assert (data / "temper.tar").read_bytes() == kept
+
+
+def test_what_the_target_makes_again_stays_when_the_backup_holds_it_too(source, tmp_path):
+    """A backup from an installation whose compiled-program cache lay elsewhere holds the data directory's
+    jax-cache folder; restored where that folder is the cache, the workers' cache there stays."""
+    shutil.copytree(source["base"] / "data", tmp_path / "source" / "data")
+    elsewhere = {**installation(tmp_path / "source"), "TEMPER_JAX_CACHE": str(tmp_path / "cache-elsewhere")}
+    ok(run_in(elsewhere, "temper_backup", "--quiet", str(tmp_path / "temper.tar")))
+    with tarfile.open(tmp_path / "temper.tar") as archive:
+        assert "trees/data/jax-cache/program.bin" in archive.getnames()
+    target = installation(tmp_path / "target")
+    cache = Path(target["TEMPER_DATA"]) / "jax-cache"
+    cache.mkdir(parents=True)
+    (cache / "compiled-here.bin").write_bytes(b"a worker's program")
+    result = run_in(target, "temper_restore", str(tmp_path / "temper.tar"))
+    assert result.returncode == 0, result.stderr
+    assert "jax-cache: left as it is here" in result.stderr
+    assert sorted(path.name for path in cache.iterdir()) == ["compiled-here.bin"]
+    assert json.loads(ok(run_in(target, "-c", DUMP)))["users"] == source["rows"]["users"]
+
+
+def test_it_refuses_a_backup_whose_database_is_damaged(source, tmp_path):
+    """A whole archive whose database copy got damaged (a disk's bad block): its pages, past the header, zeroed."""
+    damaged = with_member(source["backup"], tmp_path / "damaged.tar", "database/temper.sqlite3",
+                          lambda content: content[:4096] + bytes(len(content) - 4096))
+    target = installation(tmp_path / "target")
+    assert_refused(run_in(target, "temper_restore", str(damaged)), "its database (sqlite) is damaged",
+                   "nothing was restored")
+    assert sorted(os.listdir(target["TEMPER_DATA"])) == ["secret_key"]
 
 
 PROBE_PAIRS = "CREATE TABLE IF NOT EXISTS backup_probe (pair INTEGER, side INTEGER, payload BLOB)"
