@@ -255,6 +255,8 @@ def add_entry(archive: tarfile.TarFile, path: Path, arcname: str) -> int | None:
             return None
         with path.open("rb") as handle:
             info = archive.gettarinfo(arcname=arcname, fileobj=handle)
+            if info.islnk():  # a second name of a file already in the archive: stored whole, restore makes files only
+                info.type, info.linkname, info.size = tarfile.REGTYPE, "", os.fstat(handle.fileno()).st_size
             try:
                 archive.addfile(info, handle)
             except OSError as error:

@@ -97,18 +97,26 @@ def _where_it_ends(members: list[tarfile.TarInfo], path: Path) -> str:
     return f"the archive ends after member {last.name}: it is truncated, or is not a Temper backup"
 
 
+MANIFEST_DATABASE_KEYS = ("engine", "member", "migrations")
+MANIFEST_TREE_KEYS = ("name", "root", "resolved_root", "files", "bytes")
+
+
 def _manifest(archive: tarfile.TarFile, member: tarfile.TarInfo, path: Path) -> dict:
     try:
         manifest = json.loads(archive.extractfile(member).read())
-        if manifest["format"] != FORMAT:
-            raise RestoreError(f"{path}: {MANIFEST} is of format {manifest['format']}, this Temper reads format "
-                               f"{FORMAT}: restore it with the Temper that made it")
-        manifest["database"]["engine"], manifest["database"]["migrations"], manifest["database"]["member"]
-        for tree in manifest["trees"]:
-            tree["name"], tree["root"], tree["resolved_root"], tree["files"], tree["bytes"]
-        return manifest
+        missing = [f"database.{key}" for key in MANIFEST_DATABASE_KEYS if key not in manifest["database"]]
+        missing += [f"trees[{index}].{key}" for index, tree in enumerate(manifest["trees"])
+                    for key in MANIFEST_TREE_KEYS if key not in tree]
     except (ValueError, KeyError, TypeError, tarfile.TarError) as error:
-        raise RestoreError(f"{path}: member {MANIFEST} is not a Temper backup manifest ({error!r})") from error
+        raise RestoreError(f"{path}: member {MANIFEST} is not a Temper backup manifest ({error!r}): nothing was "
+                           "restored") from error
+    if missing:
+        raise RestoreError(f"{path}: member {MANIFEST} lacks {', '.join(missing)}: it is not a Temper backup "
+                           "manifest; nothing was restored")
+    if manifest.get("format") != FORMAT:
+        raise RestoreError(f"{path}: {MANIFEST} is of format {manifest.get('format')}, this Temper reads format "
+                           f"{FORMAT}: restore it with the Temper that made it")
+    return manifest
 
 
 def _check_member(member: tarfile.TarInfo, tree_names: set[str], path: Path) -> None:
@@ -324,6 +332,10 @@ class Restore:
         _, tree_name, *relative = PurePosixPath(member.name).parts
         target = staged[tree_name].folder.joinpath(*relative)
         target.parent.mkdir(parents=True, exist_ok=True)
+        # Through a link the archive made earlier, a member could be written anywhere: it stays in its tree.
+        if not target.parent.resolve().is_relative_to(staged[tree_name].folder.resolve()):
+            raise RestoreError(f"{self.path}: member {member.name} lies through a link out of its folder: nothing "
+                               "was restored")
         if member.isdir():
             target.mkdir(exist_ok=True)
         elif member.issym():

@@ -200,6 +200,44 @@ def test_it_refuses_a_backup_whose_database_is_damaged(source, tmp_path):
     assert sorted(os.listdir(target["TEMPER_DATA"])) == ["secret_key"]
 
 
+def test_a_file_with_two_names_is_restored_under_both(source, tmp_path):
+    """Hard links (a model's weights linked into a second folder rather than copied) come back as files."""
+    shutil.copytree(source["base"] / "data", tmp_path / "source" / "data")
+    data = tmp_path / "source" / "data"
+    weights = data / "models" / "projects" / "backed-up" / "tiny" / "model.safetensors"
+    (data / "models" / "linked").mkdir()
+    os.link(weights, data / "models" / "linked" / "model.safetensors")
+    ok(run_in(installation(tmp_path / "source"), "temper_backup", "--quiet", str(tmp_path / "temper.tar")))
+    target = installation(tmp_path / "target")
+    result = run_in(target, "temper_restore", str(tmp_path / "temper.tar"))
+    assert result.returncode == 0, result.stderr
+    restored = Path(target["TEMPER_DATA"]) / "models"
+    assert (restored / "linked" / "model.safetensors").read_bytes() == weights.read_bytes()
+    assert (restored / "projects" / "backed-up" / "tiny" / "model.safetensors").read_bytes() == weights.read_bytes()
+
+
+def test_it_refuses_a_member_written_through_a_link_out_of_its_folder(source, tmp_path):
+    """A link member (``trees/data/escape`` -> a folder outside) then a file under it: written through the link, the
+    file would land outside the data directory."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    crafted = tmp_path / "crafted.tar"
+    with tarfile.open(source["backup"]) as backup, tarfile.open(crafted, "w", format=tarfile.PAX_FORMAT) as copy:
+        for member in backup:
+            if member.name == "manifest.json":
+                link = tarfile.TarInfo("trees/data/escape")
+                link.type, link.linkname = tarfile.SYMTYPE, str(outside)
+                copy.addfile(link)
+                planted = tarfile.TarInfo("trees/data/escape/planted.txt")
+                planted.size = 7
+                copy.addfile(planted, io.BytesIO(b"planted"))
+            copy.addfile(member, backup.extractfile(member) if member.isfile() else None)
+    target = installation(tmp_path / "target")
+    assert_refused(run_in(target, "temper_restore", str(crafted)),
+                   "member trees/data/escape/planted.txt lies through a link out of its folder")
+    assert list(outside.iterdir()) == [] and sorted(os.listdir(target["TEMPER_DATA"])) == ["secret_key"]
+
+
 PROBE_PAIRS = "CREATE TABLE IF NOT EXISTS backup_probe (pair INTEGER, side INTEGER, payload BLOB)"
 
 
