@@ -12,8 +12,9 @@ team that wants it pipes the file through zstd. Its members:
   from disk into the tar a chunk at a time. Left out: what Temper makes again (``staticfiles``, which
   collectstatic writes at every start; the workers' compiled-program cache ``TEMPER_JAX_CACHE``), the SQLite
   database's own files (copied above, not as bytes a writer may be changing), and the transient files that
-  writers rename into place when done (``transient``). Files are copied after the database: a file the database
-  names was there before it was named, as writers put files in place before they commit the rows that name them.
+  writers rename into place when done (``transient``). Files are copied after the database: a file written after
+  the copy is an extra that no restored row names (a checkpoint newer than the run's copied row), and one deleted in
+  between is missing, as a deleted run's folder is.
 - ``manifest.json``, written last: a backup cut short has none, and restore refuses it before it changes anything.
   It says which Temper made it, the migrations applied, the database engine, each tree's root, files and bytes.
 
@@ -115,7 +116,7 @@ def _inside(path: Path, root: Path) -> bool:
 
 def installation_trees(*, also_left_out: tuple[Path, ...] = ()) -> list[Tree]:
     """The directories of this installation to back up, each with what is left out of it (see the module note), and
-    ``also_left_out``: a backup written into the data directory is not backed up into the next one."""
+    ``also_left_out``: the archive being written or read, when it lies in one of them."""
     data_root, models_root = Path(settings.DATA_ROOT), Path(settings.MODELS_ROOT)
     reproducible = [Path(settings.STATIC_ROOT)] + ([Path(settings.TEMPER_JAX_CACHE)] if settings.TEMPER_JAX_CACHE
                                                    else [])
