@@ -8,6 +8,15 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     TEMPER_DATA=/data
 
+# PostgreSQL's client programs for manage.py temper_backup (pg_dump) and temper_restore (pg_restore, psql), of the
+# compose file's server version: pg_dump refuses a server newer than itself, and Debian bookworm's is 15. From the
+# PostgreSQL project's apt repository, which bookworm's postgresql-common knows how to add.
+ARG POSTGRES_CLIENT_VERSION=16
+RUN apt-get update && apt-get install -y --no-install-recommends postgresql-common \
+    && /usr/share/postgresql-common/pgdg/apt.postgresql.org.sh -y \
+    && apt-get install -y --no-install-recommends "postgresql-client-$POSTGRES_CLIENT_VERSION" \
+    && rm -rf /var/lib/apt/lists/*
+
 WORKDIR /app
 COPY pyproject.toml README.md manage.py ./
 COPY webapp ./webapp

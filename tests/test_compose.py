@@ -93,6 +93,18 @@ def test_dockerfile_copies_what_exists():
         assert (ROOT / source).exists(), f"Dockerfile copies {source}, which does not exist"
 
 
+def test_the_image_has_the_postgresql_client_of_the_compose_server():
+    """temper_backup runs pg_dump in the web image, which refuses a server of a newer major version than its own:
+    Debian bookworm's client (15) against the compose file's postgres:16 would refuse every backup."""
+    import re
+
+    [server] = re.findall(r"^postgres:(\d+)", load_compose()["services"]["postgres"]["image"])
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    [client] = re.findall(r"^ARG POSTGRES_CLIENT_VERSION=(\d+)$", dockerfile, re.M)
+    assert client == server
+    assert '"postgresql-client-$POSTGRES_CLIENT_VERSION"' in dockerfile
+
+
 # ---- docker-compose.multihost.yml: a two-host pool for multi-host jobs ----------------------------
 
 

@@ -1,0 +1,285 @@
+"""``manage.py temper_backup`` and ``temper_restore`` on SQLite, each in a process of its own with the settings
+of an installation (TEMPER_DATA, DATABASE_URL), as a team runs them: an installation with a user, a project, a
+dataset version's file, a run with a checkpoint and an uploaded base model is backed up, then restored into a
+fresh data directory and database elsewhere; refusals leave the target as it was."""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import tarfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.webapp.backup.installations import (
+    DUMP,
+    SEED,
+    installation,
+    moved,
+    ok,
+    run_in,
+)
+
+
+def file_digests(root: Path) -> dict[str, str]:
+    return {str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+def snapshot(base: Path) -> dict[str, str]:
+    """Every file under ``base`` with its digest: what a refused restore must leave as it was."""
+    return file_digests(base) if base.exists() else {}
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """An installation, seeded, with its backup: (its environment, its base folder, the backup, its rows)."""
+    base = tmp_path_factory.mktemp("source")
+    environment = installation(base)
+    run_id = ok(run_in(environment, "-c", SEED)).strip().splitlines()[-1]
+    backup = base / "temper.tar"
+    result = run_in(environment, "temper_backup", str(backup))
+    assert result.returncode == 0, result.stderr
+    assert "database (sqlite): copying" in result.stderr and f"backup written to {backup}" in result.stdout
+    return {"environment": environment, "base": base, "backup": backup, "run_id": run_id,
+            "rows": json.loads(ok(run_in(environment, "-c", DUMP)))}
+
+
+def test_a_backup_restores_into_a_fresh_installation_elsewhere(source, tmp_path):
+    target = installation(tmp_path)
+    result = run_in(target, "temper_restore", str(source["backup"]))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 user, 1 project, 1 dataset version, 1 base model, 1 run" in result.stdout
+    old_data, new_data = source["environment"]["TEMPER_DATA"], target["TEMPER_DATA"]
+    assert f"paths in the database moved from {old_data} to {new_data}" in result.stdout
+    assert json.loads(ok(run_in(target, "-c", DUMP))) == moved(source["rows"], old_data, new_data)
+    # Every file but those a backup leaves out, byte for byte; the restored folders are where the rows say.
+    source_files = {name: digest for name, digest in file_digests(Path(old_data)).items()
+                    if not name.startswith(("jax-cache/", "temper.sqlite3", "staticfiles")) and ".part" not in name}
+    restored_files = {name: digest for name, digest in file_digests(Path(new_data)).items()
+                      if not name.startswith("temper.sqlite3")}
+    assert restored_files == source_files
+    assert f"runs/{source['run_id']}/checkpoints/10/state.bin" in restored_files
+    assert "secret_key" in restored_files and (Path(new_data) / "secret_key").stat().st_mode & 0o777 == 0o600
+    restored_rows = json.loads(ok(run_in(target, "-c", DUMP)))
+    assert all(Path(path).is_dir() for _run, _kind, path in restored_rows["artifacts"])
+    assert all(Path(path).is_dir() for _id, path in restored_rows["base_models"])
+
+
+
+def with_member(backup: Path, out: Path, name: str, change) -> Path:
+    """A copy of ``backup`` whose member ``name`` holds ``change(its bytes)``."""
+    with tarfile.open(backup) as source, tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as copy:
+        for member in source:
+            content = source.extractfile(member) if member.isfile() else None
+            if member.name == name:
+                changed = change(content.read())
+                member.size, content = len(changed), io.BytesIO(changed)
+            copy.addfile(member, content)
+    return out
+
+
+def with_manifest(backup: Path, out: Path, change) -> Path:
+    """A copy of ``backup`` whose manifest ``change`` (a function of the manifest, in place) has altered."""
+    def changed(content: bytes) -> bytes:
+        manifest = json.loads(content)
+        change(manifest)
+        return json.dumps(manifest).encode()
+
+    return with_member(backup, out, "manifest.json", changed)
+
+
+def assert_refused(result: subprocess.CompletedProcess, *words: str) -> None:
+    assert result.returncode != 0 and "restored" not in result.stdout, result.stdout + result.stderr
+    assert all(word in result.stderr for word in words), result.stderr
+
+
+def test_it_refuses_a_database_or_data_directory_that_holds_data_and_replaces_them_with_force(source, tmp_path):
+    target = installation(tmp_path)
+    ok(run_in(target, "temper_restore", "--quiet", str(source["backup"])))
+    data = Path(target["TEMPER_DATA"])
+    (data / "notes.txt").write_text("a team's own file")
+    before = {name: digest for name, digest in snapshot(data).items() if not name.endswith(("-wal", "-shm"))}
+    result = run_in(target, "temper_restore", str(source["backup"]))
+    assert_refused(result, "not restoring over an installation that holds data", "auth_user (1 row)",
+                   "projects_project (1 row)",
+                   f"{data}: datasets/ (1 file), models/ (1 file), notes.txt, runs/ (1 file)", "--force")
+    assert {name: digest for name, digest in snapshot(data).items() if not name.endswith(("-wal", "-shm"))} == before
+    result = run_in(target, "temper_restore", "--force", str(source["backup"]))
+    assert result.returncode == 0, result.stderr
+    assert "replacing (--force) the database: auth_user (1 row)" in result.stderr
+    assert not (data / "notes.txt").exists() and not [path for path in data.iterdir() if path.name.startswith(".")]
+    assert json.loads(ok(run_in(target, "-c", DUMP))) == moved(source["rows"], source["environment"]["TEMPER_DATA"],
+                                                              str(data))
+
+
+def test_it_refuses_a_backup_from_newer_migrations_naming_them(source, tmp_path):
+    newer = with_manifest(source["backup"], tmp_path / "newer.tar",
+                          lambda manifest: manifest["database"]["migrations"].append("runs.9999_from_the_future"))
+    target = installation(tmp_path / "target")
+    assert_refused(run_in(target, "temper_restore", str(newer)),
+                   "comes from a newer Temper", "migrations this code does not have: runs.9999_from_the_future")
+    assert sorted(os.listdir(target["TEMPER_DATA"])) == ["secret_key"]  # made by the command's own start
+
+
+def test_it_restores_a_backup_from_older_migrations_and_says_to_migrate(source, tmp_path):
+    older = with_manifest(source["backup"], tmp_path / "older.tar",
+                          lambda manifest: manifest["database"]["migrations"].remove("runs.0001_initial"))
+    result = run_in(installation(tmp_path / "target"), "temper_restore", str(older))
+    assert result.returncode == 0, result.stderr
+    assert "predates 1 migration of this code: run `python manage.py migrate`" in result.stdout
+
+
+@pytest.mark.parametrize("cut", ["inside the database", "inside a checkpoint", "before the manifest"])
+def test_it_refuses_a_truncated_backup_naming_where_it_ends(source, tmp_path, cut):
+    with tarfile.open(source["backup"]) as archive:
+        members = {member.name: member for member in archive}
+    checkpoint = members[f"trees/data/runs/{source['run_id']}/checkpoints/10/state.bin"]
+    end, words = {
+        "inside the database": (members["database/temper.sqlite3"].offset_data + 1000,
+                                "ends inside member database/temper.sqlite3 (1000 of its"),
+        "inside a checkpoint": (checkpoint.offset_data + 10, f"ends inside member {checkpoint.name} (10 of its 16000"),
+        "before the manifest": (members["manifest.json"].offset, "has no manifest.json, which a backup writes last"),
+    }[cut]
+    truncated = tmp_path / "truncated.tar"
+    with source["backup"].open("rb") as whole:
+        truncated.write_bytes(whole.read(end))
+    target = installation(tmp_path / "target")
+    assert_refused(run_in(target, "temper_restore", str(truncated)), words, "Nothing was restored")
+    assert sorted(os.listdir(target["TEMPER_DATA"])) == ["secret_key"]
+
+
+def test_a_backup_written_into_the_data_directory_leaves_itself_out_and_a_restore_from_there_keeps_it(source,
+                                                                                                  tmp_path):
+    shutil.copytree(source["base"] / "data", tmp_path / "data")
+    environment, data = installation(tmp_path), tmp_path / "data"
+    for _night in range(2):  # the second replaces the first, which it leaves out
+        ok(run_in(environment, "temper_backup", "--quiet", str(data / "temper.tar")))
+    with tarfile.open(data / "temper.tar") as archive:
+        names = archive.getnames()
+    assert "trees/data/datasets" in names and not [name for name in names if "temper.tar" in name or "/." in name]
+    assert not [path.name for path in data.iterdir() if path.name.startswith(".")]  # its work folder is gone
+    kept = (data / "temper.tar").read_bytes()
+    result = run_in(environment, "temper_restore", "--force", str(data / "temper.tar"))
+    assert result.returncode == 0, result.stderr
+    assert (data / "temper.tar").read_bytes() == kept
+
+
+def test_what_the_target_makes_again_stays_when_the_backup_holds_it_too(source, tmp_path):
+    """A backup from an installation whose compiled-program cache lay elsewhere holds the data directory's
+    jax-cache folder; restored where that folder is the cache, the workers' cache there stays."""
+    shutil.copytree(source["base"] / "data", tmp_path / "source" / "data")
+    elsewhere = {**installation(tmp_path / "source"), "TEMPER_JAX_CACHE": str(tmp_path / "cache-elsewhere")}
+    ok(run_in(elsewhere, "temper_backup", "--quiet", str(tmp_path / "temper.tar")))
+    with tarfile.open(tmp_path / "temper.tar") as archive:
+        assert "trees/data/jax-cache/program.bin" in archive.getnames()
+    target = installation(tmp_path / "target")
+    cache = Path(target["TEMPER_DATA"]) / "jax-cache"
+    cache.mkdir(parents=True)
+    (cache / "compiled-here.bin").write_bytes(b"a worker's program")
+    result = run_in(target, "temper_restore", str(tmp_path / "temper.tar"))
+    assert result.returncode == 0, result.stderr
+    assert "jax-cache: left as it is here" in result.stderr
+    assert sorted(path.name for path in cache.iterdir()) == ["compiled-here.bin"]
+    assert json.loads(ok(run_in(target, "-c", DUMP)))["users"] == source["rows"]["users"]
+
+
+def test_it_refuses_a_backup_whose_database_is_damaged(source, tmp_path):
+    """A whole archive whose database copy got damaged (a disk's bad block): its pages, past the header, zeroed."""
+    damaged = with_member(source["backup"], tmp_path / "damaged.tar", "database/temper.sqlite3",
+                          lambda content: content[:4096] + bytes(len(content) - 4096))
+    target = installation(tmp_path / "target")
+    assert_refused(run_in(target, "temper_restore", str(damaged)), "its database (sqlite) is damaged",
+                   "nothing was restored")
+    assert sorted(os.listdir(target["TEMPER_DATA"])) == ["secret_key"]
+
+
+def test_a_file_with_two_names_is_restored_under_both(source, tmp_path):
+    """Hard links (a model's weights linked into a second folder rather than copied) come back as files."""
+    shutil.copytree(source["base"] / "data", tmp_path / "source" / "data")
+    data = tmp_path / "source" / "data"
+    weights = data / "models" / "projects" / "backed-up" / "tiny" / "model.safetensors"
+    (data / "models" / "linked").mkdir()
+    os.link(weights, data / "models" / "linked" / "model.safetensors")
+    ok(run_in(installation(tmp_path / "source"), "temper_backup", "--quiet", str(tmp_path / "temper.tar")))
+    target = installation(tmp_path / "target")
+    result = run_in(target, "temper_restore", str(tmp_path / "temper.tar"))
+    assert result.returncode == 0, result.stderr
+    restored = Path(target["TEMPER_DATA"]) / "models"
+    assert (restored / "linked" / "model.safetensors").read_bytes() == weights.read_bytes()
+    assert (restored / "projects" / "backed-up" / "tiny" / "model.safetensors").read_bytes() == weights.read_bytes()
+
+
+def test_it_refuses_a_member_written_through_a_link_out_of_its_folder(source, tmp_path):
+    """A link member (``trees/data/escape`` -> a folder outside) then a file under it: written through the link, the
+    file would land outside the data directory."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    crafted = tmp_path / "crafted.tar"
+    with tarfile.open(source["backup"]) as backup, tarfile.open(crafted, "w", format=tarfile.PAX_FORMAT) as copy:
+        for member in backup:
+            if member.name == "manifest.json":
+                link = tarfile.TarInfo("trees/data/escape")
+                link.type, link.linkname = tarfile.SYMTYPE, str(outside)
+                copy.addfile(link)
+                planted = tarfile.TarInfo("trees/data/escape/planted.txt")
+                planted.size = 7
+                copy.addfile(planted, io.BytesIO(b"planted"))
+            copy.addfile(member, backup.extractfile(member) if member.isfile() else None)
+    target = installation(tmp_path / "target")
+    assert_refused(run_in(target, "temper_restore", str(crafted)),
+                   "member trees/data/escape/planted.txt lies through a link out of its folder")
+    assert list(outside.iterdir()) == [] and sorted(os.listdir(target["TEMPER_DATA"])) == ["secret_key"]
+
+
+PROBE_PAIRS = "CREATE TABLE IF NOT EXISTS backup_probe (pair INTEGER, side INTEGER, payload BLOB)"
+
+
+def test_a_backup_taken_while_another_connection_writes_is_consistent(source, tmp_path):
+    """A writer commits pairs of rows while the backup runs; its committed rows stay in the write-ahead log (no
+    checkpoint), where a copy of the database file would miss them."""
+    shutil.copytree(source["base"] / "data", tmp_path / "data")
+    environment = installation(tmp_path)
+    database = tmp_path / "data" / "temper.sqlite3"
+    writer = sqlite3.connect(database, check_same_thread=False, isolation_level=None)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute(PROBE_PAIRS)
+    stop, written = threading.Event(), []
+
+    def write_pairs():
+        while not stop.is_set():
+            writer.execute("BEGIN IMMEDIATE")
+            for side in (0, 1):
+                writer.execute("INSERT INTO backup_probe VALUES (?, ?, ?)", (len(written), side, os.urandom(4096)))
+            writer.execute("COMMIT")
+            written.append(len(written))
+
+    thread = threading.Thread(target=write_pairs)
+    thread.start()
+    try:
+        while len(written) < 200:  # rows in the log before the backup starts
+            stop.wait(0.01)
+        committed_before = len(written)
+        result = run_in(environment, "temper_backup", str(tmp_path / "live.tar"))
+    finally:
+        stop.set()
+        thread.join()
+        writer.close()
+    assert result.returncode == 0, result.stderr
+    with tarfile.open(tmp_path / "live.tar") as archive:
+        (tmp_path / "copy.sqlite3").write_bytes(archive.extractfile("database/temper.sqlite3").read())
+    copy = sqlite3.connect(tmp_path / "copy.sqlite3")
+    try:
+        assert copy.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        pairs = copy.execute("SELECT pair, COUNT(*) FROM backup_probe GROUP BY pair").fetchall()
+        assert len(pairs) >= committed_before and {count for _pair, count in pairs} == {2}
+        assert copy.execute("SELECT COUNT(*) FROM auth_user").fetchone() == (1,)
+    finally:
+        copy.close()
