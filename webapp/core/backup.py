@@ -44,6 +44,7 @@ from django.db.migrations.recorder import MigrationRecorder
 from jaxengine.memory import byte_size
 from jaxengine.words import counted
 from webapp.basemodels.inspection import UPLOAD_PARTIAL_PREFIX
+from webapp.runs.services import CHECKPOINT_TRASH_PREFIX
 from webapp.secret import KEY_FILE
 
 FORMAT = 1
@@ -61,9 +62,10 @@ ASIDE_PREFIX = ".temper-replaced-"
 ORBAX_TEMPORARY = ".orbax-checkpoint-tmp"
 # Hidden names that Temper's writers give a file or folder until it is complete and renamed into place: dataset
 # uploads (``.<name>.<random>.part``), search indexes being built, model uploads being unpacked, exports and
-# serving copies being written (``.<name>.writing-``) or replaced (``.<name>.replaced-``), a signing key's draft.
+# serving copies being written (``.<name>.writing-``) or replaced (``.<name>.replaced-``), a signing key's draft;
+# and one going: a run's checkpoint being deleted, renamed out of ``checkpoints/`` before its removal.
 TRANSIENT_HIDDEN_PREFIXES = (UPLOAD_PARTIAL_PREFIX, ".search-", f".{KEY_FILE}.", WORK_PREFIX, STAGING_PREFIX,
-                             ASIDE_PREFIX)
+                             ASIDE_PREFIX, CHECKPOINT_TRASH_PREFIX)
 TRANSIENT_HIDDEN_MARKS = (".writing-", ".replaced-")
 SQLITE_SIDE_FILES = ("", "-wal", "-shm", "-journal")
 PROGRESS_SECONDS = 5

@@ -44,6 +44,9 @@ data = Path(settings.DATA_ROOT)
 (data / "jax-cache").mkdir()
 (data / "jax-cache" / "program.bin").write_bytes(b"compiled")
 (data / "datasets" / ".upload.jsonl.abc.part").write_bytes(b"half an upload")
+# A checkpoint being deleted (webapp.runs.services.checkpoint_delete), renamed out of checkpoints/ before its removal.
+(run.output_dir / ".deleting-checkpoint-5-0a1b2c3d").mkdir()
+(run.output_dir / ".deleting-checkpoint-5-0a1b2c3d" / "state.bin").write_bytes(b"deleted")
 print(run.public_id)
 """
 

@@ -61,11 +61,13 @@ def test_a_backup_restores_into_a_fresh_installation_elsewhere(source, tmp_path)
     assert json.loads(ok(run_in(target, "-c", DUMP))) == moved(source["rows"], old_data, new_data)
     # Every file but those a backup leaves out, byte for byte; the restored folders are where the rows say.
     source_files = {name: digest for name, digest in file_digests(Path(old_data)).items()
-                    if not name.startswith(("jax-cache/", "temper.sqlite3", "staticfiles")) and ".part" not in name}
+                    if not name.startswith(("jax-cache/", "temper.sqlite3", "staticfiles")) and ".part" not in name
+                    and "/.deleting-checkpoint-" not in name}
     restored_files = {name: digest for name, digest in file_digests(Path(new_data)).items()
                       if not name.startswith("temper.sqlite3")}
     assert restored_files == source_files
     assert f"runs/{source['run_id']}/checkpoints/10/state.bin" in restored_files
+    assert not any("/.deleting-checkpoint-" in name for name in restored_files)  # a checkpoint being deleted
     assert "secret_key" in restored_files and (Path(new_data) / "secret_key").stat().st_mode & 0o777 == 0o600
     restored_rows = json.loads(ok(run_in(target, "-c", DUMP)))
     assert all(Path(path).is_dir() for _run, _kind, path in restored_rows["artifacts"])
