@@ -778,8 +778,8 @@ class Trainer:
         # saves it with the checkpoint, so a run resumed from it trains on the same data.
         extra = self.batch_source.arrays_to_checkpoint(self.step) if hasattr(
             self.batch_source, "arrays_to_checkpoint") else {}
-        local = self.loss_state if self.placement is None else self.placement.to_local(self.loss_state)
-        extra = {**extra, **{name: np.asarray(leaf) for name, leaf in _loss_state_arrays(local).items()}}
+        # Replicated, so every process reads the whole value of each array, even over several hosts.
+        extra = {**extra, **{name: np.asarray(leaf) for name, leaf in _loss_state_arrays(self.loss_state).items()}}
         checkpoints.save(self.step, self._state_leaves(), meta, extra=extra)
 
     def resume(self, checkpoints: Checkpoints) -> bool:
