@@ -106,8 +106,11 @@ def run_config(name: str, *, preset_name: str, batch: int, seq_len: int, steps: 
 
         def step(params, opt_state, rng_state, index):
             with mesh_context:
-                return step_function(params, opt_state, rng_state, trainer.frozen, batches, jnp.int32(index),
-                                     graphdef=trainer.graphdef, task=trainer.task, optim=optim, total_steps=1000)
+                # sft has no loss state: the empty one goes in and comes back.
+                params, opt_state, rng_state, _, metrics = step_function(
+                    params, opt_state, rng_state, trainer.loss_state, trainer.frozen, batches, jnp.int32(index),
+                    graphdef=trainer.graphdef, task=trainer.task, optim=optim, total_steps=1000)
+                return params, opt_state, rng_state, metrics
 
         params, opt_state, rng_state = trainer.params, trainer.opt_state, trainer.rng_state
         compile_started = time.perf_counter()

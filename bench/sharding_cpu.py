@@ -97,8 +97,9 @@ def time_layout(name: str, layout, *, batch: int, seq_len: int, steps: int) -> d
         memory = state_bytes_per_device((trainer.params, trainer.opt_state))
         with context:
             def step(index):
-                trainer.params, trainer.opt_state, trainer.rng_state, metrics = trainer._train_step(
-                    trainer.params, trainer.opt_state, trainer.rng_state, trainer.frozen, batches, jnp.int32(index),
+                trainer.params, trainer.opt_state, trainer.rng_state, trainer.loss_state, metrics = trainer._train_step(
+                    trainer.params, trainer.opt_state, trainer.rng_state, trainer.loss_state, trainer.frozen, batches,
+                    jnp.int32(index),
                     graphdef=trainer.graphdef, task=trainer.task, optim=trainer.config.optim, total_steps=1000)
                 return metrics
 

@@ -114,7 +114,7 @@ def mean_loss(model, tokenizer, rows: Sequence[dict], *, max_seq_len: int = 512,
     graphdef, state = nnx.split(model)
     total, weight_total = 0.0, 0.0
     for batch in pipeline.eval_batches(examples, batch_size=batch_size, max_seq_len=max_seq_len, pad_id=pad_id):
-        weighted, weight = eval_step(state, nnx.State({}), nnx.State({}), batch, graphdef=graphdef,
+        weighted, weight = eval_step(state, nnx.State({}), {}, nnx.State({}), batch, graphdef=graphdef,
                                      task=LanguageModelTask())
         total += float(weighted["loss"])
         weight_total += float(weight)

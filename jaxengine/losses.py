@@ -4,7 +4,9 @@ Design note: every loss takes arrays and returns ``(loss_scalar, metrics)`` wher
 the metric names users know from TRL (``rewards/chosen``, ``logps/rejected``...) to scalars. Tasks
 pick a loss by the name in the job spec (``LOSSES[name]``) and feed it inputs; nothing here knows
 about models or batches, which is what makes the hand-computed tests in
-``tests/jaxengine/test_losses.py`` possible.
+``tests/jaxengine/test_losses.py`` possible. A loss that keeps statistics from one step to the next
+(``bco_pair``'s running mean of rewards) stays pure: it takes that state as an argument and returns it
+updated, ``(loss_scalar, new_state, metrics)``; the trainer carries it (its "loss state") and checkpoints it.
 
 Token log-probabilities have two implementations with identical results: ``token_log_probs`` from
 full logits, and ``chunked_token_log_probs`` from hidden states and the output projection. When the
@@ -465,6 +467,56 @@ def aot_loss(
     delta_b = jnp.sort(policy_chosen_b - policy_rejected_b) - jnp.sort(reference_chosen_b - reference_rejected_b)
     loss = jnp.mean(_smoothed_logistic(beta * delta_b, label_smoothing))
     return loss, _reference_metrics(beta, policy_chosen_b, policy_rejected_b, reference_chosen_b, reference_rejected_b)
+
+
+# bco_pair's running mean of the implicit rewards: {"mean": float32 [], "count": float32 []}, carried across steps.
+RunningMean = dict[str, jax.Array]
+
+
+def running_mean_start() -> RunningMean:
+    """A running mean over no values yet: mean 0, count 0 (TRL's ``RunningMoments`` starts its count at 1e-24,
+    which its first update's sum drops: that update sets the mean to the first value, as this one does)."""
+    return {"mean": jnp.zeros((), jnp.float32), "count": jnp.zeros((), jnp.float32)}
+
+
+def running_mean_update(running: RunningMean, values_mean: jax.Array, values_count: float) -> RunningMean:
+    """``running`` with ``values_count`` values of mean ``values_mean`` added: the mean moves toward theirs by their
+    share of the total count (Chan et al.'s parallel update, as TRL's ``RunningMoments.update``: new mean = mean +
+    (values_mean - mean) * values_count / (count + values_count)); the count adds up. The count is float32, exact
+    up to 2**24 updates."""
+    count = running["count"] + values_count
+    mean = running["mean"] + (values_mean - running["mean"]) * (values_count / count)
+    return {"mean": mean, "count": count}
+
+
+@register_loss("bco_pair")
+def bco_pair_loss(
+    policy_chosen_b: jax.Array,
+    policy_rejected_b: jax.Array,
+    reference_chosen_b: jax.Array,
+    reference_rejected_b: jax.Array,
+    running: RunningMean,
+    *,
+    beta: float,
+) -> tuple[jax.Array, RunningMean, Metrics]:
+    """BCO on pairs (Jung et al. 2024; TRL's DPOTrainer ``bco_pair``): a binary classifier of the implicit rewards r
+    = beta * (policy - reference), -log sigmoid(r_c - delta) - log sigmoid(-(r_r - delta)), chosen above and
+    rejected below delta, the running mean of every reward seen in training.
+
+    Returns the loss, ``running`` updated, and the metrics with ``delta`` (the name TRL's BCOTrainer logs it under).
+    As TRL does, the running mean is first updated with this batch's mean reward (over its 2B chosen and rejected
+    rewards) and then read, so the batch's own rewards are in delta; the update counts that mean as one value
+    (TRL's ``running.update`` of a scalar: count 1), so delta is the plain mean of the batches' mean rewards,
+    whatever their sizes. delta carries no gradient (TRL detaches the batch mean; the state is no parameter).
+    """
+    chosen_b, rejected_b = _implicit_rewards(beta, policy_chosen_b, policy_rejected_b, reference_chosen_b,
+                                             reference_rejected_b)
+    batch_mean = jax.lax.stop_gradient(jnp.mean(jnp.concatenate([chosen_b, rejected_b])))
+    running = jax.lax.stop_gradient(running_mean_update(running, batch_mean, 1.0))
+    delta = running["mean"]
+    loss_b = -jax.nn.log_sigmoid(chosen_b - delta) - jax.nn.log_sigmoid(-(rejected_b - delta))
+    metrics = _preference_metrics(chosen_b, rejected_b, policy_chosen_b, policy_rejected_b)
+    return jnp.mean(loss_b), running, {**metrics, "delta": delta}
 
 
 @register_loss("simpo")

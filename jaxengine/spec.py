@@ -33,7 +33,7 @@ Task = Literal["pretrain", "sft", "reward", "dpo", "grpo", "ppo"]
 PeftMethod = Literal["none", "lora", "qlora"]
 Schedule = Literal["constant", "linear", "cosine"]
 DpoLoss = Literal["sigmoid", "ipo", "hinge", "simpo", "orpo", "robust", "exo_pair", "nca_pair", "sppo_hard",
-                  "apo_zero", "apo_down", "discopop", "kto_pair", "aot", "aot_pair"]
+                  "apo_zero", "apo_down", "discopop", "kto_pair", "aot", "aot_pair", "bco_pair"]
 # The dpo losses that read dpo.label_smoothing: assumed label noise (sigmoid, robust, aot, aot_pair), EXO's target
 # epsilon.
 SMOOTHED_DPO_LOSSES = ("sigmoid", "robust", "exo_pair", "aot", "aot_pair")
@@ -230,7 +230,9 @@ class DpoSpec(_Section):
         "logistic below zero margin, exponential above, blended at temperature discopop_tau | kto_pair: KTO on "
         "pairs, each log-ratio against the batch's mean log-ratio of the other side | aot: AOT for paired data, "
         "the policy's sorted margins above the reference's | aot_pair: AOT for unpaired data, the sorted chosen "
-        "log-ratios above the sorted rejected ones (kto_pair, aot, aot_pair: statistics of each micro-batch)."))
+        "log-ratios above the sorted rejected ones (kto_pair, aot, aot_pair: statistics of each micro-batch) | "
+        "bco_pair: BCO, each implicit reward classified against delta, the running mean of the rewards of every "
+        "training micro-batch so far (logged as delta; checkpointed, so a resumed run goes on with it)."))
     label_smoothing: float = Field(default=0.0, ge=0.0, lt=0.5, description=(
         "sigmoid, robust, aot, aot_pair: assumed rate of flipped labels; exo_pair: the target's epsilon (0 means "
         "0.001)."))

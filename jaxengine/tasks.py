@@ -6,6 +6,10 @@ the mean over the batch's units (loss tokens for language modelling, pairs for p
 and divides by the total weight, so gradient accumulation gives exactly the gradient of the mean
 over the whole optimizer step (a micro-batch with more loss tokens counts for more, as it would
 in one big batch). ``metrics`` are averaged with the same weights.
+
+A task whose loss keeps statistics across steps (dpo's bco_pair) also has ``initial_loss_state()`` and
+``loss_with_state(model, batch, loss_state) -> (loss, weight, metrics, loss_state)``: the trainer hands each
+micro-batch the state the one before left, in order, and keeps the last (``jaxengine.trainer``).
 """
 from __future__ import annotations
 
@@ -126,6 +130,8 @@ def preference_log_probs(model, batch: PreferenceBatch, *, chunk_size: int):
 
 
 REFERENCE_FREE = ("simpo", "orpo")
+# The loss state's key for bco_pair's running mean of rewards (also its name in checkpoints).
+BCO_RUNNING_MEAN = "bco_running_mean"
 # Losses defined on length-averaged log-probs (as in their papers and TRL); the others use sums.
 AVERAGED = ("ipo", "simpo", "orpo")
 
@@ -153,7 +159,20 @@ class PreferenceTask:
         return cls(loss_name=dpo.loss, beta=dpo.beta, label_smoothing=dpo.label_smoothing,
                    simpo_gamma=dpo.simpo_gamma, discopop_tau=dpo.discopop_tau)
 
+    def initial_loss_state(self) -> dict[str, losses.RunningMean]:
+        """What the loss carries from step to step (the trainer keeps it with the weights and checkpoints it):
+        bco_pair's running mean of the implicit rewards; nothing for the other losses."""
+        return {BCO_RUNNING_MEAN: losses.running_mean_start()} if self.loss_name == "bco_pair" else {}
+
     def loss(self, model, batch: PreferenceBatch) -> tuple[jax.Array, jax.Array, dict[str, jax.Array]]:
+        """``loss_with_state`` from the initial loss state: the batch scored on its own (bco_pair's delta is then
+        the batch's mean reward)."""
+        loss, weight, metrics, _ = self.loss_with_state(model, batch, self.initial_loss_state())
+        return loss, weight, metrics
+
+    def loss_with_state(self, model, batch: PreferenceBatch, loss_state: dict[str, losses.RunningMean]
+                        ) -> tuple[jax.Array, jax.Array, dict[str, jax.Array], dict[str, losses.RunningMean]]:
+        """(loss, weight, metrics) on ``batch``, and ``loss_state`` (``initial_loss_state``'s form) after it."""
         chosen, rejected, chosen_count, rejected_count = preference_log_probs(model, batch, chunk_size=self.chunk_size)
         reference_chosen, reference_rejected = batch.reference_chosen, batch.reference_rejected
         if self.loss_name in AVERAGED:
@@ -164,11 +183,15 @@ class PreferenceTask:
             loss, metrics = losses.simpo_loss(chosen, rejected, beta=self.beta, gamma=self.simpo_gamma)
         elif self.loss_name == "orpo":
             loss, metrics = losses.orpo_loss(chosen, rejected, beta=self.beta)
+        elif self.loss_name == "bco_pair":
+            loss, running, metrics = losses.bco_pair_loss(chosen, rejected, reference_chosen, reference_rejected,
+                                                          loss_state[BCO_RUNNING_MEAN], beta=self.beta)
+            loss_state = {**loss_state, BCO_RUNNING_MEAN: running}
         else:
             loss, metrics = losses.LOSSES[self.loss_name](chosen, rejected, reference_chosen, reference_rejected,
                                                           beta=self.beta, **self._loss_options())
         weight = jnp.asarray(batch.chosen.input_ids.shape[0], jnp.float32)
-        return loss, weight, {"loss": loss, **metrics}
+        return loss, weight, {"loss": loss, **metrics}, loss_state
 
     def _loss_options(self) -> dict[str, float]:
         """The settings a loss against a reference reads beyond beta."""

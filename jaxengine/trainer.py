@@ -17,6 +17,14 @@ checkpoints resumes from the latest one: the same arrays, the same data order, t
 computation, hence the same metrics, and a token count that goes on from the checkpoint's; metric
 and sample lines logged after that checkpoint (by a run that died) are dropped first, so the
 history never holds a step twice.
+
+Loss state. A loss that keeps statistics across steps (dpo's bco_pair: a running mean of rewards) has them in
+the trainer's ``loss_state``, a pytree beside the optimizer state (the task's ``initial_loss_state()``; empty
+for every other task): the jitted step takes it and returns it updated, each micro-batch of a step in turn seeing
+the state the one before left. It is replicated over a mesh, and checkpointed as named arrays in the checkpoint's
+``extra`` item (``loss_state/<path>``), not in the flat ``state`` list: that list, and so every checkpoint of a
+task without loss state, is what it was before loss states existed, and exports read it without knowing the loss.
+A checkpoint without the arrays (written before, or under another loss) resumes with the task's initial state.
 """
 from __future__ import annotations
 
@@ -334,23 +342,57 @@ def _device_memory_stats(device) -> dict[str, int]:
         return {}
 
 
-def _micro_loss(params, rng_state, frozen, batch, *, graphdef, task):
+def initial_loss_state(task) -> Any:
+    """The state ``task``'s loss carries across steps (see the module notes); an empty pytree for most tasks."""
+    return task.initial_loss_state() if hasattr(task, "initial_loss_state") else {}
+
+
+def _task_loss(task, model, batch, loss_state):
+    """``task``'s (loss, weight, metrics) on ``batch`` and its loss state after it (unchanged for a task without)."""
+    if hasattr(task, "loss_with_state"):
+        return task.loss_with_state(model, batch, loss_state)
+    return (*task.loss(model, batch), loss_state)
+
+
+# The names of the loss state's arrays in a checkpoint's ``extra`` item: this, then the path of each array in the
+# pytree ("loss_state/bco_running_mean/mean").
+LOSS_STATE_PREFIX = "loss_state/"
+
+
+def _loss_state_arrays(loss_state: Any) -> dict[str, Any]:
+    """Each array of ``loss_state`` by its checkpoint name (``LOSS_STATE_PREFIX`` and its path)."""
+    leaves, _ = jax.tree_util.tree_flatten_with_path(loss_state)
+    return {LOSS_STATE_PREFIX + jax.tree_util.keystr(path, simple=True, separator="/"): leaf for path, leaf in leaves}
+
+
+def _restored_loss_state(initial: Any, saved: dict[str, np.ndarray]) -> Any:
+    """``initial`` (the task's initial loss state) with each array a checkpoint saved under its name put back;
+    an array the checkpoint lacks (it was written before loss states, or under another loss) stays initial."""
+    named = _loss_state_arrays(initial)
+    restored = [saved.get(name, leaf) for name, leaf in named.items()]
+    return jax.tree.unflatten(jax.tree.structure(initial), restored)
+
+
+def _micro_loss(params, rng_state, loss_state, frozen, batch, *, graphdef, task):
     # Fresh Variable objects: the RNG state arrives from an outer trace (it is not differentiated),
     # and dropout's counter increments must happen on Variables of this trace.
     model = nnx.merge(graphdef, params, rng_state, frozen, copy=True)
-    loss, weight, metrics = task.loss(model, batch)
-    return loss * weight, (loss, weight, metrics, nnx.state(model, nnx.RngState))
+    loss, weight, metrics, loss_state = _task_loss(task, model, batch, loss_state)
+    return loss * weight, (loss, weight, metrics, nnx.state(model, nnx.RngState), loss_state)
 
 
 TRAIN_STEP_STATIC = ("graphdef", "task", "optim")
 EVAL_STEP_STATIC = ("graphdef", "task")
 
 
-def _train_step(params, opt_state, rng_state, frozen, batches, step, total_steps, *, graphdef, task,
+def _train_step(params, opt_state, rng_state, loss_state, frozen, batches, step, total_steps, *, graphdef, task,
                 optim: OptimSpec):
     """One optimizer step over ``batches`` (a batch pytree with a leading grad-accum axis [A, ...]).
 
-    Returns the new (params, opt_state, rng_state) and the step's metrics: the task's metrics
+    The loss state goes through the micro-batches in order (each one's loss sees the state the one before left,
+    as TRL's stateful losses update once per forward pass under gradient accumulation); it is no parameter, so
+    no gradient flows into it. Returns the new (params, opt_state, rng_state, loss_state) and the step's metrics:
+    the task's metrics
     weighted over micro-batches (their plain mean when every weight is 0, e.g. RL completions all
     masked as truncated: the rollout metrics still say what happened), ``grad_norm`` (before clipping),
     ``learning_rate``, ``loss_weight``.
@@ -358,19 +400,21 @@ def _train_step(params, opt_state, rng_state, frozen, batches, step, total_steps
     loss_fn = functools.partial(_micro_loss, graphdef=graphdef, task=task)
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     first = jax.tree.map(lambda x: x[0], batches)
-    _, (_, _, metric_shapes, _) = jax.eval_shape(loss_fn, params, rng_state, frozen, first)
+    _, (_, _, metric_shapes, _, _) = jax.eval_shape(loss_fn, params, rng_state, loss_state, frozen, first)
 
     def body(carry, batch):
-        grads_sum, rng_state, weighted, summed, weight_sum = carry
-        (_, (loss, weight, metrics, rng_state)), grads = grad_fn(params, rng_state, frozen, batch)
+        grads_sum, rng_state, loss_state, weighted, summed, weight_sum = carry
+        (_, (loss, weight, metrics, rng_state, loss_state)), grads = grad_fn(params, rng_state, loss_state, frozen,
+                                                                             batch)
         grads_sum = jax.tree.map(jnp.add, grads_sum, grads)
         weighted = {name: weighted[name] + value * weight for name, value in metrics.items()}
         summed = {name: summed[name] + value for name, value in metrics.items()}
-        return (grads_sum, rng_state, weighted, summed, weight_sum + weight), None
+        return (grads_sum, rng_state, loss_state, weighted, summed, weight_sum + weight), None
 
     no_metrics = {name: jnp.zeros((), jnp.float32) for name in metric_shapes}
-    zeros = (jax.tree.map(jnp.zeros_like, params), rng_state, no_metrics, no_metrics, jnp.zeros((), jnp.float32))
-    (grads_sum, rng_state, weighted, summed, weight_sum), _ = jax.lax.scan(body, zeros, batches)
+    zeros = (jax.tree.map(jnp.zeros_like, params), rng_state, loss_state, no_metrics, no_metrics,
+             jnp.zeros((), jnp.float32))
+    (grads_sum, rng_state, loss_state, weighted, summed, weight_sum), _ = jax.lax.scan(body, zeros, batches)
     micro_batches = jax.tree.leaves(batches)[0].shape[0]
     denominator = jnp.maximum(weight_sum, 1.0)
     grads = jax.tree.map(lambda g: g / denominator, grads_sum)
@@ -382,34 +426,38 @@ def _train_step(params, opt_state, rng_state, frozen, batches, step, total_steps
                for name, value in weighted.items()}
     schedule = learning_rate_schedule(optim, total_steps=total_steps)
     metrics.update(grad_norm=grad_norm, learning_rate=schedule(step), loss_weight=weight_sum)
-    return params, opt_state, rng_state, metrics
+    return params, opt_state, rng_state, loss_state, metrics
 
 
-def _eval_step(params, rng_state, frozen, batch, *, graphdef, task):
-    """The task's metrics on one batch, multiplied by its weight, and the weight."""
+def _eval_step(params, rng_state, loss_state, frozen, batch, *, graphdef, task):
+    """The task's metrics on one batch, multiplied by its weight, and the weight. A loss with state scores the
+    batch as a training micro-batch would from ``loss_state``; what it would change is dropped, so evaluating
+    never changes training (TRL's DPOTrainer does update bco_pair's running mean on eval batches)."""
     model = nnx.merge(graphdef, params, rng_state, frozen)
-    _, weight, metrics = task.loss(model, batch)
+    _, weight, metrics, _ = _task_loss(task, model, batch, loss_state)
     return {name: value * weight for name, value in metrics.items()}, weight
 
 
 # The unsharded path (no mesh): arrays stay where they are.
-train_step = jax.jit(_train_step, static_argnames=TRAIN_STEP_STATIC, donate_argnums=(0, 1, 2))
+train_step = jax.jit(_train_step, static_argnames=TRAIN_STEP_STATIC, donate_argnums=(0, 1, 2, 3))
 eval_step = jax.jit(_eval_step, static_argnames=EVAL_STEP_STATIC)
 
 
-def sharded_steps(params, opt_state, rng_state, frozen):
+def sharded_steps(params, opt_state, rng_state, loss_state, frozen):
     """``train_step`` and ``eval_step`` (same signatures) jitted with the shardings of these placed
-    arrays in and out, so the state keeps its layout from step to step; batches come in placed
-    (``MeshPlacement.put_batches``), metrics go out replicated."""
+    arrays in and out, so the state keeps its layout from step to step (the loss state replicated); batches
+    come in placed (``MeshPlacement.put_batches``), metrics go out replicated."""
     def shardings(tree):
         return jax.tree.map(lambda leaf: leaf.sharding, tree)
 
     params_s, opt_s, rng_s, frozen_s = shardings(params), shardings(opt_state), shardings(rng_state), shardings(frozen)
     replicated = NamedSharding(jax.tree.leaves(params_s)[0].mesh, PartitionSpec())
-    train = _jit_per_static(_train_step, traced=("total_steps",), donate_argnums=(0, 1, 2),
-                            in_shardings=(params_s, opt_s, rng_s, frozen_s, None, None, None),
-                            out_shardings=(params_s, opt_s, rng_s, replicated))
-    evaluate = _jit_per_static(_eval_step, in_shardings=(params_s, rng_s, frozen_s, None), out_shardings=replicated)
+    loss_s = jax.tree.map(lambda _: replicated, loss_state)
+    train = _jit_per_static(_train_step, traced=("total_steps",), donate_argnums=(0, 1, 2, 3),
+                            in_shardings=(params_s, opt_s, rng_s, loss_s, frozen_s, None, None, None),
+                            out_shardings=(params_s, opt_s, rng_s, loss_s, replicated))
+    evaluate = _jit_per_static(_eval_step, in_shardings=(params_s, rng_s, loss_s, frozen_s, None),
+                               out_shardings=replicated)
     return train, evaluate
 
 
@@ -653,10 +701,12 @@ class Trainer:
             params, rng_state, self.frozen = placement.put_state((params, rng_state, self.frozen))
         self.params, self.rng_state = params, rng_state
         self.opt_state = make_optimizer(config.optim, total_steps=config.total_steps).init(params)
+        self.loss_state = self._placed_loss_state(initial_loss_state(task))
         self._train_step, self._eval_step = train_step, eval_step
         if isinstance(placement, MeshPlacement):
             self.opt_state = placement.put_optimizer_state(self.opt_state, params)
-            self._train_step, self._eval_step = sharded_steps(params, self.opt_state, rng_state, self.frozen)
+            self._train_step, self._eval_step = sharded_steps(params, self.opt_state, rng_state, self.loss_state,
+                                                              self.frozen)
         self.step = 0
         self.data_position = pipeline.DataPosition()
         self.tokens_seen = 0
@@ -692,7 +742,7 @@ class Trainer:
             task = self._task_for_batches(batch)
             if self.placement is not None:
                 batch = self.placement.put_replicated(batch)
-            weighted, weight = self._eval_step(self.params, self.rng_state, self.frozen, batch,
+            weighted, weight = self._eval_step(self.params, self.rng_state, self.loss_state, self.frozen, batch,
                                                graphdef=self.eval_graphdef, task=task)
             for name, value in weighted.items():
                 totals[name] = totals.get(name, 0.0) + float(value)
@@ -702,6 +752,12 @@ class Trainer:
         return {f"eval/{name}": value / max(weight_total, 1.0) for name, value in totals.items()}
 
     # ---- checkpoints ------------------------------------------------------------------------
+
+    def _placed_loss_state(self, loss_state: Any) -> Any:
+        """``loss_state`` (host or device arrays) as the step takes it: replicated over the mesh, if any."""
+        if self.placement is not None:
+            return self.placement.put_replicated(loss_state)
+        return jax.tree.map(jnp.asarray, loss_state)
 
     def _state_leaves(self) -> list[jax.Array]:
         return jax.tree.leaves((self.params, self.opt_state, self.rng_state))
@@ -719,7 +775,9 @@ class Trainer:
         # A batch source that holds data across steps (RL rollouts reused for num_iterations updates)
         # saves it with the checkpoint, so a run resumed from it trains on the same data.
         extra = self.batch_source.arrays_to_checkpoint(self.step) if hasattr(
-            self.batch_source, "arrays_to_checkpoint") else None
+            self.batch_source, "arrays_to_checkpoint") else {}
+        # Replicated, so every process reads the whole value of each array, even over several hosts.
+        extra = {**extra, **{name: np.asarray(leaf) for name, leaf in _loss_state_arrays(self.loss_state).items()}}
         checkpoints.save(self.step, self._state_leaves(), meta, extra=extra)
 
     def resume(self, checkpoints: Checkpoints) -> bool:
@@ -745,8 +803,11 @@ class Trainer:
         self.resume_changes = settings_changes(meta, self.config)
         self._load_state_leaves(leaves)
         self.step = int(meta["step"])
+        extra = checkpoints.extra(steps[-1])
+        saved_loss_state = {name: extra.pop(name) for name in list(extra) if name.startswith(LOSS_STATE_PREFIX)}
+        self.loss_state = self._placed_loss_state(_restored_loss_state(initial_loss_state(self.task), saved_loss_state))
         if hasattr(self.batch_source, "restore_from_checkpoint"):
-            self.batch_source.restore_from_checkpoint(self.step, checkpoints.extra(steps[-1]))
+            self.batch_source.restore_from_checkpoint(self.step, extra)
         self.data_position = pipeline.DataPosition(epoch=int(meta["epoch"]), cursor=int(meta["cursor"]))
         if "tokens_seen" in meta:
             self.tokens_seen = int(meta["tokens_seen"])
@@ -833,8 +894,9 @@ class Trainer:
                 batches = self.batch_source(self) if stream is None else self._next_batches(stream)
                 step_started = time.perf_counter()
                 step_batches = batches if self.placement is None else self.placement.put_batches(batches)
-                self.params, self.opt_state, self.rng_state, metrics = self._train_step(
-                    self.params, self.opt_state, self.rng_state, self.frozen, step_batches, np.int32(self.step),
+                self.params, self.opt_state, self.rng_state, self.loss_state, metrics = self._train_step(
+                    self.params, self.opt_state, self.rng_state, self.loss_state, self.frozen, step_batches,
+                    np.int32(self.step),
                     graphdef=self.graphdef, task=self._task_for_batches(batches), optim=config.optim,
                     total_steps=config.total_steps)
                 metrics = {name: float(value) for name, value in metrics.items()}

@@ -130,12 +130,9 @@ def test_a_job_refuses_a_spec_whose_hosts_are_not_its_processes(tmp_path):
         run_job(spec)
 
 
-def test_two_processes_train_with_the_weights_sharded_across_them(demo_dir, tmp_path):
-    """``parallel: {fsdp: 8}`` over 2 processes × 4 devices (the README's multi-host example): each
-    process holds half of every weight. QA 2026-12-04: the job failed at its start ("Fetching value for
-    `jax.Array` that spans non-addressable devices"), since placing the weights, already read into the
-    mesh, fetched them whole into each process; a data layout (each process a whole copy) hid it. Now
-    it logs the losses of one process on 8 devices, and checkpoints, within 1e-4."""
+def train_in_two_processes(spec: dict, spec_path: Path) -> None:
+    """``jaxengine train`` of ``spec`` (with ``hosts: 2``) as two CLI processes of 4 fake devices each, on this
+    machine; each must succeed."""
     import json
     import os
     import socket
@@ -144,18 +141,7 @@ def test_two_processes_train_with_the_weights_sharded_across_them(demo_dir, tmp_
 
     import yaml
 
-    from jaxengine.job import run_job
-
-    def spec(run_dir, **extra):
-        return {"task": "sft", "model": str(demo_dir / "model"), "output_dir": str(run_dir),
-                "data": {"train": str(demo_dir / "data/sft.jsonl"), "max_seq_len": 64},
-                "optim": {"learning_rate": 1e-2, "warmup_steps": 1},
-                "train": {"max_steps": 3, "batch_size": 8, "save_every": 3},
-                "parallel": {"data": 1, "fsdp": 8, "tensor": 1}, **extra}
-
-    run_job(parse_spec(spec(tmp_path / "one")), progress_bar=False)
-    spec_path = tmp_path / "two.yaml"
-    spec_path.write_text(yaml.safe_dump(spec(tmp_path / "two", hosts=2)))
+    spec_path.write_text(yaml.safe_dump(spec))
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -169,6 +155,27 @@ def test_two_processes_train_with_the_weights_sharded_across_them(demo_dir, tmp_
     for process, (stdout, stderr) in zip(processes, outputs):
         assert process.returncode == 0, stderr[-3000:]
         assert json.loads(stdout.splitlines()[-1])["status"] == "succeeded"
+
+
+def test_two_processes_train_with_the_weights_sharded_across_them(demo_dir, tmp_path):
+    """``parallel: {fsdp: 8}`` over 2 processes × 4 devices (the README's multi-host example): each
+    process holds half of every weight. QA 2026-12-04: the job failed at its start ("Fetching value for
+    `jax.Array` that spans non-addressable devices"), since placing the weights, already read into the
+    mesh, fetched them whole into each process; a data layout (each process a whole copy) hid it. Now
+    it logs the losses of one process on 8 devices, and checkpoints, within 1e-4."""
+    import json
+
+    from jaxengine.job import run_job
+
+    def spec(run_dir, **extra):
+        return {"task": "sft", "model": str(demo_dir / "model"), "output_dir": str(run_dir),
+                "data": {"train": str(demo_dir / "data/sft.jsonl"), "max_seq_len": 64},
+                "optim": {"learning_rate": 1e-2, "warmup_steps": 1},
+                "train": {"max_steps": 3, "batch_size": 8, "save_every": 3},
+                "parallel": {"data": 1, "fsdp": 8, "tensor": 1}, **extra}
+
+    run_job(parse_spec(spec(tmp_path / "one")), progress_bar=False)
+    train_in_two_processes(spec(tmp_path / "two", hosts=2), tmp_path / "two.yaml")
     read = lambda run: [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
     one, two = read("one"), read("two")
     assert [m["step"] for m in two] == [1, 2, 3]
@@ -176,6 +183,41 @@ def test_two_processes_train_with_the_weights_sharded_across_them(demo_dir, tmp_
         for key in ("loss", "grad_norm"):
             assert abs(before[key] - after[key]) <= 1e-4, (after["step"], key, before[key], after[key])
     assert (tmp_path / "two/checkpoints/3").is_dir()
+
+
+def test_two_processes_checkpoint_bco_pairs_running_mean_as_one_does(demo_dir, tmp_path):
+    """dpo bco_pair over 2 processes x 4 devices: the running mean of rewards, replicated across both, gives the
+    deltas of one process on 8 devices, and the checkpoint keeps it as one process's does (process 0 gathers it)."""
+    import json
+
+    from jaxengine.job import run_job
+    from jaxengine.trainer import Checkpoints
+
+    def spec(run_dir, **extra):
+        return {"task": "dpo", "model": str(demo_dir / "model"), "output_dir": str(run_dir),
+                "data": {"train": str(demo_dir / "data/preference.jsonl"), "max_seq_len": 64},
+                "optim": {"learning_rate": 1e-2, "warmup_steps": 1}, "dpo": {"loss": "bco_pair", "beta": 0.1},
+                "train": {"max_steps": 3, "batch_size": 8, "save_every": 3},
+                "parallel": {"data": 1, "fsdp": 8, "tensor": 1}, **extra}
+
+    def saved_loss_state(run):
+        checkpoints = Checkpoints(tmp_path / run / "checkpoints", keep_last=1)
+        try:
+            return {name: float(value) for name, value in checkpoints.extra(3).items()}
+        finally:
+            checkpoints.close()
+
+    run_job(parse_spec(spec(tmp_path / "one")), progress_bar=False)
+    train_in_two_processes(spec(tmp_path / "two", hosts=2), tmp_path / "two.yaml")
+    read = lambda run: [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+    one, two = read("one"), read("two")
+    assert [m["step"] for m in two] == [1, 2, 3]
+    for before, after in zip(one, two):
+        for key in ("loss", "delta"):
+            assert abs(before[key] - after[key]) <= 1e-4, (after["step"], key, before[key], after[key])
+    saved_one, saved_two = saved_loss_state("one"), saved_loss_state("two")
+    assert saved_one["loss_state/bco_running_mean/count"] == saved_two["loss_state/bco_running_mean/count"] == 3.0
+    assert abs(saved_one["loss_state/bco_running_mean/mean"] - saved_two["loss_state/bco_running_mean/mean"]) <= 1e-4
 
 
 # One process of a multi-host `jaxengine train` up to its template date: as the CLI, it fixes the date by its own

@@ -273,3 +273,83 @@ def test_kto_pairs_reference_points_carry_no_gradient():
     # d/db of (1 - σ(z_c - b)) / 4, z_c held: σ'(z_c - b) / 4
     own = sigmoid(chosen_point - rejected) * (1 - sigmoid(chosen_point - rejected)) / 4
     np.testing.assert_allclose(np.asarray(grad_rejected), own, rtol=1e-5)
+
+
+# bco_pair against its formula in float64: three batches in a row (3 pairs, 1, 2), each loss reading the running mean
+# of the implicit rewards after that batch's own update (TRL's order), each batch's mean counting once.
+BCO_BATCHES = [SMALL, [array[2:] for array in LARGE], [array[1:] for array in SMALL]]
+
+
+def hand_batch_mean_reward(pc, pr, rc, rr, *, beta):
+    return np.mean(np.concatenate([beta * (pc - rc), beta * (pr - rr)]))
+
+
+def hand_bco_pair(pc, pr, rc, rr, *, beta, delta):
+    chosen, rejected = beta * (pc - rc), beta * (pr - rr)
+    return np.mean(-log_sigmoid(chosen - delta) - log_sigmoid(-(rejected - delta)))
+
+
+def test_bco_pairs_running_mean_and_loss_over_batches_are_the_formula():
+    running = losses.running_mean_start()
+    assert float(running["mean"]) == 0.0 and float(running["count"]) == 0.0
+    batch_means = []
+    for count, batch in enumerate(BCO_BATCHES, start=1):
+        loss, running, metrics = LOSSES["bco_pair"](*(jnp.asarray(a, jnp.float32) for a in batch), running, beta=0.5)
+        batch_means.append(hand_batch_mean_reward(*batch, beta=0.5))
+        delta = np.mean(batch_means)  # every batch's mean counts once, its own included
+        assert float(running["count"]) == count
+        np.testing.assert_allclose(float(running["mean"]), delta, rtol=1e-6, atol=1e-6)
+        assert float(metrics["delta"]) == float(running["mean"])
+        np.testing.assert_allclose(float(loss), hand_bco_pair(*batch, beta=0.5, delta=delta), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(float(metrics["rewards/margins"]),
+                                   np.mean(0.5 * (batch[0] - batch[2]) - 0.5 * (batch[1] - batch[3])), atol=1e-5)
+    # The batch means by hand: 0.5 * mean(0.5, -0.25, -0.5, -1, 1, -0.5) = -1/16, then 0.5 * mean(0, -250) = -62.5,
+    # then 0.5 * mean(-0.25, -0.5, 1, -0.5) = -1/32.
+    np.testing.assert_allclose(batch_means, [-1 / 16, -62.5, -1 / 32], rtol=1e-12)
+
+
+def test_the_running_mean_update_weights_each_batch_by_its_count():
+    """Chan et al.'s update as TRL's RunningMoments: mean + (batch mean - mean) * n / (count + n); counts by hand."""
+    running = losses.running_mean_start()
+    for values_mean, values_count, mean, count in ((2.0, 3.0, 2.0, 3.0),  # the first batch sets the mean
+                                                   (-1.0, 1.0, 1.25, 4.0),  # (2 * 3 - 1) / 4
+                                                   (0.5, 4.0, 0.875, 8.0)):  # (1.25 * 4 + 0.5 * 4) / 8
+        running = losses.running_mean_update(running, jnp.float32(values_mean), values_count)
+        assert (float(running["mean"]), float(running["count"])) == (mean, count)
+
+
+def test_bco_pairs_gradient_holds_delta_fixed():
+    """jax's gradient is the finite-difference gradient of the float64 formula with delta held at its value: raising
+    a log-prob moves the batch mean, and so delta, but no gradient flows through it (TRL detaches the mean), nor
+    into the running state."""
+    inputs = [np.asarray(array, np.float64) for array in SMALL]
+    start = {"mean": jnp.float32(0.25), "count": jnp.float32(3.0)}
+
+    def jax_loss(chosen, rejected, running):
+        return LOSSES["bco_pair"](chosen, rejected, *(jnp.asarray(a, jnp.float32) for a in inputs[2:]), running,
+                                  beta=0.5)[0]
+
+    grad_chosen, grad_rejected, grad_running = jax.grad(jax_loss, argnums=(0, 1, 2))(
+        *(jnp.asarray(a, jnp.float32) for a in inputs[:2]), start)
+    assert float(grad_running["mean"]) == 0.0 and float(grad_running["count"]) == 0.0
+
+    def delta_of(pc, pr):
+        return (0.25 * 3 + hand_batch_mean_reward(pc, pr, *inputs[2:], beta=0.5)) / 4
+
+    held = delta_of(*inputs[:2])
+
+    def finite_differences(which, moving):
+        grads, step = [], 1e-6
+        for row in range(3):
+            up, down = [list(inputs[:2]) for _ in range(2)]
+            up[which], down[which] = inputs[which].copy(), inputs[which].copy()
+            up[which][row] += step
+            down[which][row] -= step
+            values = [hand_bco_pair(*side, *inputs[2:], beta=0.5, delta=delta_of(*side) if moving else held)
+                      for side in (up, down)]
+            grads.append((values[0] - values[1]) / (2 * step))
+        return np.array(grads)
+
+    for which, grad in ((0, grad_chosen), (1, grad_rejected)):
+        np.testing.assert_allclose(np.asarray(grad), finite_differences(which, moving=False), atol=1e-6)
+        assert np.abs(np.asarray(grad) - finite_differences(which, moving=True)).max() > 1e-3

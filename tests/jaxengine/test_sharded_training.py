@@ -168,6 +168,31 @@ def test_dpo_with_lora_logs_the_losses_of_one_device(layout, tmp_path):
     assert expected[-1]["loss"] < expected[0]["loss"]  # it trained: equal losses are not equal constants
 
 
+def test_bco_pairs_running_mean_is_replicated_and_logs_the_deltas_of_one_device(tmp_path):
+    """bco_pair's running mean (the trainer's loss state) lives whole on every device of the mesh, is updated from
+    the batch's global mean reward (the same deltas as one device) and resumes from a checkpoint under the mesh."""
+    mesh = make_mesh(**LAYOUTS["d2f2t2"])
+
+    def trainer(run_dir, mesh, total_steps=STEPS):
+        model = build_model(preset("tiny-llama"), rngs=nnx.Rngs(0))
+        train = with_reference_log_probs(model, pairs(), batch_size=8, max_seq_len=16, pad_id=0)
+        config = TrainConfig(total_steps=total_steps, batch_size=8, max_seq_len=16, save_every=5,
+                             optim=OptimSpec(learning_rate=2e-3, schedule="constant"))
+        return Trainer(model=model, task=PreferenceTask(loss_name="bco_pair", beta=0.5), config=config,
+                       train_examples=train, pad_id=0, run_dir=run_dir, mesh=mesh)
+
+    trainer(tmp_path / "one", None).fit(progress_bar=False)
+    expected = read_metrics(tmp_path / "one/metrics.jsonl")
+    sharded = trainer(tmp_path / "mesh", mesh, total_steps=5)
+    sharded.fit(progress_bar=False)
+    for leaf in jax.tree.leaves(sharded.loss_state):
+        assert leaf.sharding.is_fully_replicated and len(leaf.sharding.device_set) == 8
+    resumed = trainer(tmp_path / "mesh", mesh)
+    assert resumed.fit(progress_bar=False)["resumed_from_step"] == 5
+    assert_same_losses(expected, read_metrics(tmp_path / "mesh/metrics.jsonl"), keys=(*COMPARED, "delta"))
+    assert float(resumed.loss_state["bco_running_mean"]["count"]) == STEPS
+
+
 def test_a_checkpoint_saved_under_fsdp_resumes_under_data_and_tensor(one_device_sft, tmp_path):
     steps_before_cancel = []
     first = sft_trainer(tmp_path, mesh=make_mesh(fsdp=8), save_every=5)

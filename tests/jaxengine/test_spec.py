@@ -222,7 +222,7 @@ def test_it_rejects_cross_field_mistakes_naming_the_field():
 
 def test_trls_dpo_variants_parse_and_their_settings_are_checked():
     for loss in ("robust", "exo_pair", "nca_pair", "sppo_hard", "apo_zero", "apo_down", "discopop", "kto_pair", "aot",
-                 "aot_pair"):
+                 "aot_pair", "bco_pair"):
         assert parse_spec(minimal(task="dpo", dpo={"loss": loss})).dpo.loss == loss
     for loss in ("robust", "exo_pair", "aot", "aot_pair"):  # label noise and EXO's epsilon: read label_smoothing
         assert parse_spec(minimal(task="dpo", dpo={"loss": loss, "label_smoothing": 0.1})).dpo.label_smoothing == 0.1
@@ -234,7 +234,12 @@ def test_trls_dpo_variants_parse_and_their_settings_are_checked():
     for tau in (0, -0.1, 1.5, "warm"):
         [problem] = problems_of(minimal(task="dpo", dpo={"loss": "discopop", "discopop_tau": tau}))
         assert problem.startswith("dpo.discopop_tau: "), problem
-    assert problems_of(minimal(task="dpo", dpo={"loss": "bco_pair"}))[0].startswith("dpo.loss: 'bco_pair' is not one of")
+    # bco_pair reads beta alone: its running mean is no setting.
+    assert problems_of(minimal(task="dpo", dpo={"loss": "bco_pair", "label_smoothing": 0.1})) == [
+        "dpo.label_smoothing: only used with loss sigmoid, robust, exo_pair, aot, aot_pair (loss is 'bco_pair')"
+    ]
+    assert problems_of(minimal(task="dpo", dpo={"loss": "bco_paired"}))[0].startswith(
+        "dpo.loss: 'bco_paired' is not one of")
 
 
 def test_it_rejects_a_section_for_another_task():

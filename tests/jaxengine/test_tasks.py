@@ -11,7 +11,7 @@ from jaxengine.models import build_model, preset
 from jaxengine.peft.lora import LoraParam, apply_lora
 from jaxengine.spec import OptimSpec
 from jaxengine.tasks import PreferenceTask, RewardModel, RewardTask, load_reward_model, save_reward_head, with_reference_log_probs
-from jaxengine.trainer import Trainer, TrainConfig
+from jaxengine.trainer import Checkpoints, Trainer, TrainConfig
 
 
 def pairs(count=16, seed=0):
@@ -64,6 +64,7 @@ AT_ZERO_MARGIN = {
     "kto_pair": 0.5,  # both reference points max(0, 0): 1 - σ(0) for every term
     "aot": math.log(2),  # every sorted margin 0: DPO at zero margin
     "aot_pair": math.log(2),
+    "bco_pair": 2 * math.log(2),  # every reward 0, so their running mean delta too: -log σ(0) - log σ(0)
 }
 
 
@@ -93,6 +94,103 @@ def test_each_trl_variant_trains_a_few_steps(tmp_path, referenced_pairs, loss_na
     for key in ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected", "logps/chosen"):
         assert math.isfinite(last[key]) and math.isfinite(last[f"eval/{key}"]), key
     assert 0.0 <= last["rewards/accuracies"] <= 1.0
+
+
+def bco_trainer(run_dir, pairs_, *, total_steps, save_every=None, grad_accum=1, loss_name="bco_pair"):
+    model = build_model(preset("tiny-llama"), rngs=nnx.Rngs(0))  # the weights the references were computed with
+    config = TrainConfig(total_steps=total_steps, batch_size=8 // grad_accum, grad_accum=grad_accum, max_seq_len=16,
+                         save_every=save_every, optim=OptimSpec(learning_rate=2e-3, schedule="constant"))
+    return Trainer(model=model, task=PreferenceTask(loss_name=loss_name, beta=0.5), config=config,
+                   train_examples=pairs_, pad_id=0, run_dir=run_dir)
+
+
+def read_records(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+class Crash(Exception):
+    pass
+
+
+def test_bco_pair_resumed_from_a_checkpoint_goes_on_with_its_running_mean(tmp_path, referenced_pairs):
+    """A run stopped at step 12 and resumed from its step-10 checkpoint logs the uninterrupted run's losses and
+    deltas for steps 11-20: the running mean of rewards comes back from the checkpoint (a fresh one would make
+    step 11's delta that step's batch mean alone)."""
+    bco_trainer(tmp_path / "straight", referenced_pairs, total_steps=20, save_every=5).fit(progress_bar=False)
+    straight = read_records(tmp_path / "straight")
+
+    def crash_at_12(progress):
+        if progress.step == 12:
+            raise Crash
+
+    with pytest.raises(Crash):
+        bco_trainer(tmp_path / "crashed", referenced_pairs, total_steps=20, save_every=5).fit(
+            on_progress=crash_at_12, progress_bar=False)
+    resumed_trainer = bco_trainer(tmp_path / "crashed", referenced_pairs, total_steps=20, save_every=5)
+    summary = resumed_trainer.fit(progress_bar=False)
+    resumed = read_records(tmp_path / "crashed")
+    assert summary["resumed_from_step"] == 10 and [m["step"] for m in resumed] == list(range(1, 21))
+    for before, after in zip(straight[10:], resumed[10:], strict=True):
+        for key in ("delta", "loss", "grad_norm", "rewards/margins"):
+            assert abs(before[key] - after[key]) <= 1e-5, (after["step"], key, before[key], after[key])
+    # Each step's delta moved: the mean is running, not the last batch's; 20 updates were counted.
+    assert len({round(m["delta"], 7) for m in straight}) == 20
+    assert float(resumed_trainer.loss_state["bco_running_mean"]["count"]) == 20.0
+
+
+def test_bco_pair_counts_one_update_per_micro_batch_and_checkpoints_it(tmp_path, referenced_pairs):
+    """Under grad_accum 2 every micro-batch updates the running mean (as TRL's per forward pass): 3 steps, 6
+    updates, saved with the checkpoint as named arrays beside the weights."""
+    trainer = bco_trainer(tmp_path, referenced_pairs, total_steps=3, save_every=3, grad_accum=2)
+    trainer.fit(progress_bar=False)
+    running = trainer.loss_state["bco_running_mean"]
+    assert float(running["count"]) == 6.0
+    checkpoints = Checkpoints(tmp_path / "checkpoints", keep_last=1)
+    try:
+        saved = checkpoints.extra(3)
+    finally:
+        checkpoints.close()
+    assert saved == {"loss_state/bco_running_mean/count": 6.0,
+                     "loss_state/bco_running_mean/mean": float(running["mean"])}
+
+
+def test_bco_pair_evaluates_from_the_running_mean_without_changing_it(tmp_path, referenced_pairs):
+    """An eval batch is scored as a training micro-batch would be (the mean updated with its mean reward, counting
+    once) and the update dropped: a run evaluating every step trains as one that never evaluates."""
+    def run(run_dir, eval_every):
+        model = build_model(preset("tiny-llama"), rngs=nnx.Rngs(0))
+        config = TrainConfig(total_steps=3, batch_size=8, max_seq_len=16, eval_every=eval_every,
+                             optim=OptimSpec(learning_rate=2e-3, schedule="constant"))
+        trainer = Trainer(model=model, task=PreferenceTask(loss_name="bco_pair", beta=0.5), config=config,
+                          train_examples=referenced_pairs, eval_examples=referenced_pairs, pad_id=0, run_dir=run_dir)
+        trainer.fit(progress_bar=False)
+        return read_records(run_dir)
+
+    evaluated, plain = run(tmp_path / "evaluated", 1), run(tmp_path / "plain", None)
+    for with_eval, without in zip(evaluated, plain, strict=True):
+        assert with_eval["loss"] == without["loss"] and with_eval["delta"] == without["delta"]
+    for step, record in enumerate(evaluated, start=1):  # one eval batch of all 8 pairs: its mean reward counts once
+        eval_mean_reward = (record["eval/rewards/chosen"] + record["eval/rewards/rejected"]) / 2
+        assert record["eval/delta"] == pytest.approx((step * record["delta"] + eval_mean_reward) / (step + 1),
+                                                     abs=1e-6)
+
+
+def test_checkpoints_of_losses_without_state_keep_their_format_and_bco_pair_resumes_over_one(
+        tmp_path, referenced_pairs):
+    """A sigmoid run's checkpoint holds no loss state, as every checkpoint written before loss states did; a
+    bco_pair run resumed over such a checkpoint (dpo.loss changed) starts its running mean afresh."""
+    bco_trainer(tmp_path, referenced_pairs, total_steps=2, save_every=2, loss_name="sigmoid").fit(progress_bar=False)
+    checkpoints = Checkpoints(tmp_path / "checkpoints", keep_last=1)
+    try:
+        assert "extra" not in checkpoints.meta(2) and checkpoints.extra(2) == {}
+    finally:
+        checkpoints.close()
+    trainer = bco_trainer(tmp_path, referenced_pairs, total_steps=4)
+    summary = trainer.fit(progress_bar=False)
+    assert summary["resumed_from_step"] == 2 and summary["status"] == "succeeded"
+    assert float(trainer.loss_state["bco_running_mean"]["count"]) == 2.0
+    step_3 = read_records(tmp_path)[2]
+    assert step_3["step"] == 3 and math.isfinite(step_3["loss"]) and math.isfinite(step_3["delta"])
 
 
 def test_the_task_of_a_dpo_section_reads_each_of_its_settings():

@@ -48,8 +48,8 @@ def batch_of(trainer):
 def loss_and_grads(trainer):
     loss_fn = functools.partial(_micro_loss, graphdef=trainer.graphdef, task=trainer.task)
     grad_fn = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
-    (_, (loss, _, _, _)), grads = grad_fn(trainer.params, trainer.rng_state, trainer.frozen,
-                                                  batch_of(trainer))
+    (_, (loss, _, _, _, _)), grads = grad_fn(trainer.params, trainer.rng_state, trainer.loss_state, trainer.frozen,
+                                             batch_of(trainer))
     return loss, grads
 
 
@@ -73,8 +73,8 @@ def test_remat_gives_the_same_loss_gradients_and_step(tmp_path, method, request)
         batches = jax.tree.map(lambda x: x[None], batch_of(trainer))
         params, opt_state, rng_state = trainer.params, trainer.opt_state, trainer.rng_state
         for step in range(2):
-            params, opt_state, rng_state, metrics = train_step(
-                params, opt_state, rng_state, trainer.frozen, batches, jnp.int32(step), graphdef=trainer.graphdef,
+            params, opt_state, rng_state, _, metrics = train_step(
+                params, opt_state, rng_state, {}, trainer.frozen, batches, jnp.int32(step), graphdef=trainer.graphdef,
                 task=trainer.task, optim=OPTIM, total_steps=4)
         results.append((params, metrics))
     (plain_params, plain_metrics), (remat_params, remat_metrics) = results

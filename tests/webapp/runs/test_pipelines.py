@@ -57,7 +57,7 @@ def test_every_stage_is_checked_before_anything_starts(team, catalog, sent_tasks
         pipelines.pipeline_create(project=team.project, document=bad, user=team.teammate)
     errors = caught.value.message_dict
     assert ("is not one of sigmoid, ipo, hinge, simpo, orpo, robust, exo_pair, nca_pair, sppo_hard, apo_zero, "
-            "apo_down, discopop, kto_pair, aot, aot_pair") in errors["stages.1.spec.dpo.loss"][0]
+            "apo_down, discopop, kto_pair, aot, aot_pair, bco_pair") in errors["stages.1.spec.dpo.loss"][0]
     assert "leave model out" in errors["stages.1.spec.model"][0]
     assert "no previous stage" in errors["stages.0.guard"][0]
     assert not Pipeline.objects.exists() and not Run.objects.exists()

@@ -61,7 +61,7 @@ def test_launching_from_the_form_queues_a_run(team, catalog, client_for, sent_ta
 
 
 TRL_DPO_VARIANTS = ("robust", "exo_pair", "nca_pair", "sppo_hard", "apo_zero", "apo_down", "discopop", "kto_pair",
-                    "aot", "aot_pair")
+                    "aot", "aot_pair", "bco_pair")
 
 
 def test_the_dpo_form_offers_and_launches_trls_loss_variants(team, catalog, client_for, sent_tasks):
