@@ -1296,10 +1296,15 @@ _INPUT_NAMES = {"model": "its starting model", "train": "its training data", "ev
 _INPUT_KEYS = {"model": "model", "train": "data.train", "eval": "data.eval"}  # the spec key naming each
 
 
+def duplicate_address(run: Run) -> str:
+    """Where a refusal's words for the run page say Duplicate (a button the REST API has not), the API's words:
+    its ``duplicate/`` of ``run``, which launches a copy of its spec (``run_duplicate``)."""
+    return f"POST runs/{run.public_id}/duplicate/"
+
+
 def duplicate_way(run: Run, *, keys: list[str]) -> str:
-    """How the REST API makes a new run of ``run``'s spec with the spec ``keys`` chosen anew: where a refusal's
-    words for the run page say Duplicate (a button the API has not), its ``duplicate/`` address."""
-    return f"POST runs/{run.public_id}/duplicate/ with a new {' and '.join(dict.fromkeys(keys))} in its spec"
+    """``duplicate_address`` with the spec ``keys`` to give anew in its body."""
+    return f"{duplicate_address(run)} with a new {' and '.join(dict.fromkeys(keys))} in its spec"
 
 
 def gone_inputs_refusal(run: Run, *, keep_base_model: bool = False, for_api: bool = False) -> str:
@@ -1377,7 +1382,7 @@ def lost_checkpoints_refusal(run: Run, *, for_api: bool = False) -> str:
     (``recorded_saving_checkpoints``) and trained a step, as one that never saved any starts from step 0 as it always did. Its
     newest step folder incomplete (``checkpoint_folder_incomplete``): the engine restores the newest and failed on it
     in the train worker; the refusal names the newest whole one, which it resumes from once those are moved out.
-    ``for_api``: the REST API's words for a new run of its spec (``duplicate_way``)."""
+    ``for_api``: the REST API's words for a new run of its spec (``duplicate_address``)."""
     saved_some = run.current_step > 0 and recorded_saving_checkpoints(run)
     if not run.output_dir.is_dir():
         return (_trains_from_step_0_refusal(run, "its run folder, with the checkpoints it saved, was deleted from disk "
@@ -1414,7 +1419,7 @@ def _move_out_refusal(run: Run, directory: Path, incomplete: list[int], *, then:
 
 def _trains_from_step_0_refusal(run: Run, lost: str, *, then: str = "it would train again from step 0",
                                 for_api: bool = False) -> str:
-    way = f"POST runs/{run.public_id}/duplicate/" if for_api else "Duplicate it"
+    way = duplicate_address(run) if for_api else "Duplicate it"
     return (f"run {run.public_id} cannot be resumed: {lost}, so {then} while its step history goes on from step "
             f"{run.current_step}. {way} to train its spec again as a new run")
 
