@@ -343,6 +343,8 @@ ROUTES: dict[str, Route] = {
     "api:run": Route(auth=Auth.API_TOKEN, kwargs=_run, methods={"GET": VIEWER, "PATCH": MEMBER, "DELETE": MEMBER}),
     "api:run_cancel": Route(auth=Auth.API_TOKEN, kwargs=_run, methods={"POST": MEMBER}),
     "api:run_resume": Route(auth=Auth.API_TOKEN, kwargs=_run, methods={"POST": MEMBER}),
+    "api:run_retry": Route(auth=Auth.API_TOKEN, kwargs=_run, methods={"POST": MEMBER}),
+    "api:run_duplicate": Route(auth=Auth.API_TOKEN, kwargs=_run, methods={"POST": MEMBER}),
     "api:run_finish": Route(auth=Auth.API_TOKEN, kwargs=_run, methods={"POST": MEMBER}),
     "api:run_metrics": Route(auth=Auth.API_TOKEN, kwargs=_run, methods=READ_MEMBER_WRITE),
     "api:run_samples": Route(auth=Auth.API_TOKEN, kwargs=_run, methods=READ_MEMBER_WRITE),

@@ -77,10 +77,14 @@ ANSWERS = (schemas.ProjectList, schemas.BaseModelList, schemas.BaseModelOut, sch
            schemas.FieldErrors, schemas.Detail)
 
 
+# The views read no body as {}; these take {} (resume/ with no body trains a stopped run to its own total, retry/
+# has no field, duplicate/ with none launches the run's spec as it is): every other body says what to make or
+# change, and {} is refused.
+OPTIONAL_BODIES = (schemas.RunResume, schemas.RunRetry, schemas.RunDuplicate)
+
+
 def _body(model: type[BaseModel]) -> dict[str, Any]:
-    # The views read no body as {}; only RunResume takes {} (resume/ with no body trains a stopped run to its own
-    # total): every other body says what to make or change, and {} is refused.
-    return {"required": model is not schemas.RunResume,
+    return {"required": model not in OPTIONAL_BODIES,
             "content": {"application/json": {"schema": {"$ref": REF.format(model=model.__name__)}}}}
 
 
@@ -124,7 +128,7 @@ def _sort_query() -> dict[str, Any]:
 @cache
 def build_document() -> dict[str, Any]:
     components: dict[str, Any] = {}
-    for model in (schemas.RunCreate, schemas.RunResume, schemas.MetricsLog, schemas.SamplesLog, schemas.RunFinish,
+    for model in (schemas.RunCreate, schemas.RunResume, schemas.RunRetry, schemas.RunDuplicate, schemas.MetricsLog, schemas.SamplesLog, schemas.RunFinish,
                   schemas.ChatTokenCreate, JobSpec, PipelineDocument, *ANSWERS):
         schema = model.model_json_schema(ref_template=REF)
         components.update(schema.pop("$defs", {}))
@@ -271,8 +275,19 @@ def build_document() -> dict[str, Any]:
             "has stopped)", [SLUG, RUN], answer=schemas.RunOut)},
         f"{base}/runs/{{run_id}}/resume/": {"post": _operation(
             "Resume a finished run from its last checkpoint (a 400 says why not: among others, its run folder with "
-            "the checkpoints it saved was deleted since; duplicate it as a new run then)",
+            "the checkpoints it saved was deleted since; duplicate/ it as a new run then)",
             [SLUG, RUN], body=schemas.RunResume, answer=schemas.RunOut)},
+        f"{base}/runs/{{run_id}}/retry/": {"post": _operation(
+            "Retry a run, as its page's Retry: its spec started over as a new run named '<name> (retry)', with its "
+            "tags (a member or owner; a 400 says why not: an external run, or what it trains on deleted since, "
+            "when the 400 names the duplicate/ to send instead)", [SLUG, RUN, IDEMPOTENCY_KEY],
+            body=schemas.RunRetry, status="201", response="the new run", answer=schemas.RunDetail)},
+        f"{base}/runs/{{run_id}}/duplicate/": {"post": _operation(
+            "Duplicate a run and launch the copy: its spec as its page's Duplicate fills the launch form with, the "
+            "body's spec merged onto it, launched and checked as POST runs/ launches a spec (a 400 names the spec "
+            "key, e.g. data.train for a dataset version deleted since); the page's Duplicate only fills the form",
+            [SLUG, RUN, IDEMPOTENCY_KEY], body=schemas.RunDuplicate, status="201", response="the new run",
+            answer=schemas.RunDetail)},
         f"{base}/runs/{{run_id}}/finish/": {"post": _operation("Close an external run", [SLUG, RUN],
                                                                body=schemas.RunFinish, answer=schemas.RunOut)},
         f"{base}/runs/{{run_id}}/metrics/": {

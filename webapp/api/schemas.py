@@ -80,6 +80,25 @@ class RunResume(_Body):
     max_steps: int | None = Field(default=None, ge=1, description="Train on to this many steps in all.")
 
 
+class RunRetry(_Body):
+    """No field: a retry starts the run's own spec over (to change it, duplicate the run)."""
+
+
+class RunDuplicate(_Body):
+    """A copy of a run, launched: its spec as the run page's Duplicate fills the launch form with, these changes
+    merged onto it."""
+
+    spec: dict[str, Any] = Field(default_factory=dict, description=(
+        "Spec keys to change, as a partial spec merged onto the run's section by section: "
+        '{"data": {"train": "dv_…"}} changes data.train and keeps the rest of data; a key given replaces the '
+        "whole value of a key that is not a section (a list such as grpo.rewards too); one of a pair of which the "
+        "spec takes one (train.max_steps, train.epochs) drops the other. Left out: the run's spec as it is (a date "
+        "Temper fixed in data.chat_template_kwargs is fixed anew)."))
+    name: str | None = Field(default=None, description=f"At most {RUN_NAME_MAX} characters; left out: the run's name "
+                                                        "with ' (copy)'.")
+    tags: list[str] | None = Field(default=None, description="Left out: the run's tags, without its sweep's.")
+
+
 class MetricsPoint(_Body):
     step: int = Field(ge=0, le=MAX_STORED_INT)
     metrics: dict[str, float] = Field(min_length=1, description="{name: value} logged at this step.")

@@ -640,8 +640,7 @@ def runs(request: HttpRequest, slug: str) -> JsonResponse:
         return _created({"sweep": sent.result, "runs": [_run_detail_json(request, run) for run in
                                                         run_selectors.sweep_runs(project=project, tag=sent.result)]},
                         sent)
-    run, = run_selectors.runs_by_ids(project=project, public_ids=[sent.result])
-    return _created(_run_detail_json(request, run), sent)
+    return _created(_launched_run_json(request, project, sent.result), sent)
 
 
 @api_view(("GET", "PATCH", "DELETE"))
@@ -681,7 +680,35 @@ def run_cancel(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
 def run_resume(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     _project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
     body = _body(request, schemas.RunResume)
-    return JsonResponse(_run_json(run_services.run_resume(run=run, user=request.user, max_steps=body.max_steps)))
+    return JsonResponse(_run_json(run_services.run_resume(run=run, user=request.user, max_steps=body.max_steps,
+                                                          for_api=True)))
+
+
+@api_view(("POST",))
+def run_retry(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
+    """The run page's Retry: the run's spec started over as a new run (``services.run_retry``, its refusals too);
+    201 with the new run."""
+    project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
+    _body(request, schemas.RunRetry)  # no field: one sent (max_steps is resume's) is refused, not ignored
+    sent = request_send_once(request, create=lambda: run_services.run_retry(run=run, user=request.user,
+                                                                            for_api=True).public_id)
+    return _created(_launched_run_json(request, project, sent.result), sent)
+
+
+@api_view(("POST",))
+def run_duplicate(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
+    """The run page's Duplicate, launched: the run's spec as that launch form is filled with, ``spec`` (a partial
+    spec) merged onto it, launched as ``POST runs/`` launches (``services.run_duplicate``); 201 with the new run."""
+    project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
+    body = _body(request, schemas.RunDuplicate)
+    sent = request_send_once(request, create=lambda: run_services.run_duplicate(
+        run=run, user=request.user, spec_changes=body.spec, name=body.name, tags=body.tags).public_id)
+    return _created(_launched_run_json(request, project, sent.result), sent)
+
+
+def _launched_run_json(request: HttpRequest, project: Project, public_id: str) -> dict[str, Any]:
+    run, = run_selectors.runs_by_ids(project=project, public_ids=[public_id])
+    return _run_detail_json(request, run)
 
 
 @api_view(("POST",))

@@ -62,7 +62,7 @@ from webapp.runs import channels, sweeps
 from webapp.runs.models import (ACTIVE_STATUSES, Artifact, ArtifactKind, CheckpointExport, CheckpointExportStatus, LogLevel,
                                 ProjectMetricName, Run, RunLogLine, RunStatus, RunTag, ServingCopy, ServingCopyStatus,
                                 fold_tag, new_run_id)
-from webapp.runs.specform import SET_BY_TEMPER, tasks
+from webapp.runs.specform import SET_BY_TEMPER, merge_spec, spec_initial, tasks, without_rivals
 from webapp.workers.deliveries import KOMBU_PRIORITY_SEP, KOMBU_UNACKED_KEY, LostWorker, abandoned_tags
 from webapp.workers.models import Worker
 from webapp.workers.selectors import pool_offers
@@ -1293,47 +1293,71 @@ def _refuse_external(run: Run, done: str) -> None:
 
 
 _INPUT_NAMES = {"model": "its starting model", "train": "its training data", "eval": "its evaluation data"}
+_INPUT_KEYS = {"model": "model", "train": "data.train", "eval": "data.eval"}  # the spec key naming each
 
 
-def gone_inputs_refusal(run: Run, *, keep_base_model: bool = False) -> str:
+def duplicate_address(run: Run) -> str:
+    """Where a refusal's words for the run page say Duplicate (a button the REST API has not), the API's words:
+    its ``duplicate/`` of ``run``, which launches a copy of its spec (``run_duplicate``)."""
+    return f"POST runs/{run.public_id}/duplicate/"
+
+
+def duplicate_way(run: Run, *, keys: list[str]) -> str:
+    """``duplicate_address`` with the spec ``keys`` to give anew in its body."""
+    return f"{duplicate_address(run)} with a new {' and '.join(dict.fromkeys(keys))} in its spec"
+
+
+def gone_inputs_refusal(run: Run, *, keep_base_model: bool = False, for_api: bool = False) -> str:
     """Why ``run`` is not trained again when what it trains on was deleted since (its starting run's export, a
     dataset version's file, a reward run or its exported model's folder: queued, it failed on the missing file, in
     words that named the wrong model), or "". ``keep_base_model``: an unregistered base model is no refusal while its directory is still
     the one the run trained from (a resume reads it; ``_base_model_files_kept``). The run page greys Resume and
-    Retry with these words (``rerun_refusals``), which their services refuse in."""
-    gone = [f"{_INPUT_NAMES[use]} {reference}" for use, reference in run.deleted_references()
+    Retry with these words (``rerun_refusals``), which their services refuse in; ``for_api``: the REST API's
+    words for the way out, which name its ``duplicate/`` and the spec keys to give anew (``duplicate_way``)."""
+    gone = [(f"{_INPUT_NAMES[use]} {reference}", _INPUT_KEYS[use]) for use, reference in run.deleted_references()
             if not (keep_base_model and reference.startswith("bm_") and _base_model_files_kept(run))]
-    gone += [f"its reward model {reference}" for reference in dict.fromkeys(
+    reward_keys: dict[str, str] = {}  # each reward run once, by the first key naming it
+    for key, reference in reward_references(run.spec):
+        reward_keys.setdefault(reference, key)
+    gone += [(f"its reward model {reference}", reward_keys[reference]) for reference in dict.fromkeys(
         reference for _key, reference in deleted_reward_models(run))]
-    gone += [f"the exported model of its reward run {reference}, whose folder is gone from disk"
-             for reference in gone_reward_exports(run)]
+    gone += [(f"the exported model of its reward run {reference}, whose folder is gone from disk",
+              reward_keys[reference]) for reference in gone_reward_exports(run)]
     if not gone:
         return ""
-    return f"what run {run.public_id} trains on was deleted since ({', '.join(gone)}): duplicate it to choose another"
+    way = (duplicate_way(run, keys=[key for _words, key in gone]) if for_api
+           else "duplicate it to choose another")
+    return f"what run {run.public_id} trains on was deleted since ({', '.join(words for words, _key in gone)}): {way}"
 
 
-def _refuse_gone_inputs(run: Run, *, keep_base_model: bool = False) -> None:
-    if refusal := gone_inputs_refusal(run, keep_base_model=keep_base_model):
+def _refuse_gone_inputs(run: Run, *, keep_base_model: bool = False, for_api: bool = False) -> None:
+    if refusal := gone_inputs_refusal(run, keep_base_model=keep_base_model, for_api=for_api):
         raise ValidationError({"__all__": refusal})
 
 
-def model_dir_refusal(run: Run, *, doing: str, listing: bool = False) -> str:
+def model_dir_refusal(run: Run, *, doing: str, listing: bool = False, for_api: bool = False) -> str:
     """Why ``run`` cannot be ``doing`` ("resumed", "retried") because the directory it starts from (its spec's
     resolved ``model``, which a resume trains on again and a retry launches from) may no longer be read by its
     project: registered before it lay in another project's folder, or linked into one since; or deleted from disk since
     (``starting_model_gone``), named as the project names it; or "". The train worker
     refuses it too (``worker.tasks.train.check_model_dir``), but only once the run is queued again, and it failed
     there; here it is told in the same words with nothing queued. ``listing``: for the run page, which asks again as
-    it follows the run (``load_refusal``'s kept answer)."""
+    it follows the run (``load_refusal``'s kept answer). ``for_api``: the REST API's words for the way out
+    (``duplicate_way``)."""
     model_path = run.resolved_spec.get("model")
     if not isinstance(model_path, str) or not model_path:
         return ""
     if refusal := load_refusal(path=model_path, project_slug=run.project.slug, listing=listing):
+        choose = duplicate_way(run, keys=["model"]) if for_api else "duplicate the run and choose it"
         return (f"{refusal}. Run {run.public_id} trains on that directory, so it cannot be {doing}: once the model is "
-                "registered again from its new folder, duplicate the run and choose it")
+                f"registered again from its new folder, {choose}")
     if gone := starting_model_gone(run):
-        remedy = ("duplicate the run and choose another starting model" if run.source_run is not None
-                  else f"{REGISTER_AGAIN} and duplicate the run to choose it")
+        if for_api:
+            choose = duplicate_way(run, keys=["model"])
+            remedy = choose if run.source_run is not None else f"{REGISTER_AGAIN}, or {choose}"
+        else:
+            remedy = ("duplicate the run and choose another starting model" if run.source_run is not None
+                      else f"{REGISTER_AGAIN} and duplicate the run to choose it")
         return f"{gone}. Run {run.public_id} starts from it, so it cannot be {doing}: {remedy}"
     return ""
 
@@ -1349,7 +1373,7 @@ def recorded_saving_checkpoints(run: Run) -> bool:
             or run.lost_after_checkpoint is not None or run.artifacts.exists())
 
 
-def lost_checkpoints_refusal(run: Run) -> str:
+def lost_checkpoints_refusal(run: Run, *, for_api: bool = False) -> str:
     """Why ``run`` is not resumed (nor trained further) because the checkpoint its engine would restore, the newest
     in its run folder, is not there whole, or "". The checkpoints it saved deleted since (its whole run folder, judged
     as ``model_dir_gone`` judges a folder, only under the data root where Temper keeps run folders; or, the folder
@@ -1357,11 +1381,12 @@ def lost_checkpoints_refusal(run: Run) -> str:
     step 0 while its step history went on from where it stopped; refused for a run that saved checkpoints
     (``recorded_saving_checkpoints``) and trained a step, as one that never saved any starts from step 0 as it always did. Its
     newest step folder incomplete (``checkpoint_folder_incomplete``): the engine restores the newest and failed on it
-    in the train worker; the refusal names the newest whole one, which it resumes from once those are moved out."""
+    in the train worker; the refusal names the newest whole one, which it resumes from once those are moved out.
+    ``for_api``: the REST API's words for a new run of its spec (``duplicate_address``)."""
     saved_some = run.current_step > 0 and recorded_saving_checkpoints(run)
     if not run.output_dir.is_dir():
         return (_trains_from_step_0_refusal(run, "its run folder, with the checkpoints it saved, was deleted from disk "
-                                                 "since")
+                                                 "since", for_api=for_api)
                 if saved_some and model_dir_gone(str(run.output_dir)) else "")
     directory = run.output_dir / "checkpoints"
     steps = checkpoint_steps(run)
@@ -1375,7 +1400,8 @@ def lost_checkpoints_refusal(run: Run) -> str:
         return _trains_from_step_0_refusal(
             run, f"{_incomplete_words(directory, incomplete)}, and it has no whole one" if incomplete
             else f"the checkpoints it saved were deleted from {directory} since",
-            then="it could only start over from step 0" if incomplete else "it would train again from step 0")
+            then="it could only start over from step 0" if incomplete else "it would train again from step 0",
+            for_api=for_api)
     return (_move_out_refusal(run, directory, incomplete, then="start it over from step 0, as it saved no whole "
                                                               "checkpoint") if incomplete else "")
 
@@ -1391,13 +1417,15 @@ def _move_out_refusal(run: Run, directory: Path, incomplete: list[int], *, then:
             f"{'it' if len(incomplete) == 1 else 'them'} out of checkpoints/ to {then}")
 
 
-def _trains_from_step_0_refusal(run: Run, lost: str, *, then: str = "it would train again from step 0") -> str:
+def _trains_from_step_0_refusal(run: Run, lost: str, *, then: str = "it would train again from step 0",
+                                for_api: bool = False) -> str:
+    way = duplicate_address(run) if for_api else "Duplicate it"
     return (f"run {run.public_id} cannot be resumed: {lost}, so {then} while its step history goes on from step "
-            f"{run.current_step}. Duplicate it to train its spec again as a new run")
+            f"{run.current_step}. {way} to train its spec again as a new run")
 
 
-def _refuse_a_model_no_longer_loadable(run: Run, *, doing: str) -> None:
-    if refusal := model_dir_refusal(run, doing=doing):
+def _refuse_a_model_no_longer_loadable(run: Run, *, doing: str, for_api: bool = False) -> None:
+    if refusal := model_dir_refusal(run, doing=doing, for_api=for_api):
         raise ValidationError({"model": refusal})
 
 
@@ -1493,7 +1521,7 @@ def saved_max_seq_len_problem(run: Run) -> str | None:
                                read_position_limit(run.resolved_spec.get("model", "")))
 
 
-def _refuse_resuming_past_the_models_positions(run: Run) -> None:
+def _refuse_resuming_past_the_models_positions(run: Run, *, for_api: bool = False) -> None:
     """The launch's ``_check_model_positions`` for a resume: such a run would be queued and fail only once the
     engine started (``check_model_positions``). A resume keeps the saved ``data.max_seq_len`` (the engine refuses
     a changed one) and no spec is edited before a resume, so the refusal walks through the way out: a new run
@@ -1506,11 +1534,13 @@ def _refuse_resuming_past_the_models_positions(run: Run) -> None:
         from_checkpoint = (f"; to go on from what this run trained, first export its checkpoint {saved[-1]} "
                            f"(Checkpoints: Export as a starting model) and give the new run model "
                            f"{run.public_id}@{saved[-1]}") if saved else ""
+        new_run = (f"{duplicate_way(run, keys=['data.max_seq_len'])}, at most {limit.positions}, or a model with a "
+                   "longer context" if for_api else
+                   "start a new run with Duplicate, whose launch form holds this run's spec and marks data.max_seq_len, "
+                   f"and give it at most {limit.positions}, or choose a model with a longer context")
         raise ValidationError({"data.max_seq_len": (
             f"data.max_seq_len: {past}. A resume keeps the run's data.max_seq_len (its checkpoints' place in the data "
-            "counts in rows of that length, so a changed one is refused): start a new run with Duplicate, whose "
-            "launch form holds this run's spec and marks data.max_seq_len, and give it at most "
-            f"{limit.positions}, or choose a model with a longer context{from_checkpoint}")})
+            f"counts in rows of that length, so a changed one is refused): {new_run}{from_checkpoint}")})
 
 
 def _used_model_refusal(run: Run) -> str:
@@ -1539,22 +1569,23 @@ def replaced_model_refusal(run: Run) -> str:
 
 
 @transaction.atomic
-def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None = None) -> Run:
+def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None = None, for_api: bool = False) -> Run:
     """Queue a cancelled, failed (or, with more ``max_steps``, succeeded) run again on its own run
-    directory: the engine continues from its last checkpoint and the metric history continues."""
+    directory: the engine continues from its last checkpoint and the metric history continues. ``for_api``: a
+    refusal's way out in the REST API's words (its ``duplicate/``), not the run page's (its Duplicate)."""
     project_lock(project=run.project, doing="as the run was being resumed")
     run = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
     _refuse_external(run, "resumed")
-    _refuse_gone_inputs(run, keep_base_model=True)
-    _refuse_a_model_no_longer_loadable(run, doing="resumed")
+    _refuse_gone_inputs(run, keep_base_model=True, for_api=for_api)
+    _refuse_a_model_no_longer_loadable(run, doing="resumed", for_api=for_api)
     if run.status not in (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.SUCCEEDED):
         raise ValidationError({"__all__": f"run {run.public_id} {run.status_phrase}; only a finished run can be resumed"})
-    if refusal := lost_checkpoints_refusal(run):
+    if refusal := lost_checkpoints_refusal(run, for_api=for_api):
         raise ValidationError({"__all__": refusal})
     _refuse_while_files_written(run)
     if refusal := replaced_model_refusal(run):
         raise ValidationError({"__all__": refusal})
-    _refuse_resuming_past_the_models_positions(run)
+    _refuse_resuming_past_the_models_positions(run, for_api=for_api)
     if max_steps is not None:
         if max_steps <= run.current_step:
             raise ValidationError({"max_steps": f"give more than the {counted(run.current_step, 'step')} already done"})
@@ -1822,18 +1853,38 @@ def _remove_folders(paths: list[Path]) -> None:
 
 
 @transaction.atomic
-def run_retry(*, run: Run, user: AbstractBaseUser | None) -> Run:
+def run_retry(*, run: Run, user: AbstractBaseUser | None, for_api: bool = False) -> Run:
     """Start ``run``'s spec over as a new run with its own fresh run directory, named after it
     (``retry_name``). The same run again: it keeps the template date its launch fixed, which stays marked as
-    Temper's (``Run.stamped_template_date``), so a copy of the retry fixes its own day as a copy of ``run`` does."""
+    Temper's (``Run.stamped_template_date``), so a copy of the retry fixes its own day as a copy of ``run`` does.
+    ``for_api``: a refusal's way out in the REST API's words, as ``run_resume``'s."""
     _refuse_external(run, "retried")
-    _refuse_gone_inputs(run)
-    _refuse_a_model_no_longer_loadable(run, doing="retried")
+    _refuse_gone_inputs(run, for_api=for_api)
+    _refuse_a_model_no_longer_loadable(run, doing="retried", for_api=for_api)
     retry = run_create(project=run.project, spec=run.spec, user=user, name=retry_name(run), tags=run.tags)
     if run.stamped_template_date and template_date(retry.spec) == run.stamped_template_date:
         retry.stamped_template_date = run.stamped_template_date
         retry.save(update_fields=["stamped_template_date"])
     return retry
+
+
+def run_duplicate(*, run: Run, user: AbstractBaseUser | None, spec_changes: dict[str, Any],
+                  name: str | None = None, tags: list[str] | None = None) -> Run:
+    """Launch a copy of ``run`` (the REST API's ``duplicate/``): its spec as the launch page's Duplicate fills the
+    form with (``spec_of_a_copy``), with ``spec_changes`` merged onto it section by section as edits of that form
+    (a key given drops its one-of rival, as the form clears it), named and tagged as that page offers unless
+    ``name`` or ``tags`` is given, and launched by ``run_create``, which checks it as any launch."""
+    _refuse_external(run, "duplicated")
+    spec, _left_out_date = spec_of_a_copy(run)
+    spec = merge_spec(without_rivals(spec, spec_initial(spec_changes)), spec_changes)
+    return run_create(project=run.project, spec=spec, user=user, name=copy_name(run) if name is None else name,
+                      tags=sweeps.tags_of_a_copy(run.tags) if tags is None else tags)
+
+
+def copy_name(run: Run) -> str:
+    """The name a copy of ``run`` is offered: ``x (copy)``, the name before the suffix cut to fit."""
+    suffix = " (copy)"
+    return run.name[:RUN_NAME_MAX - len(suffix)].rstrip() + suffix
 
 
 def template_date(spec: dict[str, Any]) -> Any:

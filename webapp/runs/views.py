@@ -223,7 +223,7 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
             if original.task not in tasks():
                 raise Http404("only runs trained by Temper can be duplicated")
             spec, left_out_date = services.spec_of_a_copy(original)
-            task, name, preset_name = original.task, f"{original.name} (copy)", None
+            task, name, preset_name = original.task, services.copy_name(original), None
             if left_out_date is not None:
                 today = services.template_date_today(original)
                 copy_notes.append(

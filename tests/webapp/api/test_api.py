@@ -1384,6 +1384,11 @@ def test_every_answer_is_what_the_openapi_document_says(world):
     check("GET", f"runs/{run['id']}/", 200, template="runs/{run_id}/")
     check("GET", f"runs/{run['id']}/logs/?tail=5", 200, template="runs/{run_id}/logs/")
     check("POST", f"runs/{run['id']}/cancel/", 200, template="runs/{run_id}/cancel/")
+    check("POST", f"runs/{run['id']}/retry/", 201, template="runs/{run_id}/retry/")
+    check("POST", f"runs/{run['id']}/duplicate/", 201, {"spec": {"train": {"max_steps": 6}}},
+          template="runs/{run_id}/duplicate/")
+    check("POST", f"runs/{run['id']}/duplicate/", 400, {"spec": {"train": {"max_steps": "six"}}},
+          template="runs/{run_id}/duplicate/")
     external = check("POST", "runs/", 201, {"external": True, "name": "laptop", "config": {"lr": 0.1}})
     runs = "runs/{run_id}/"
     check("POST", f"runs/{external['id']}/metrics/", 201, {"points": [{"step": 1, "metrics": {"loss": 2.0}}]},
@@ -1933,3 +1938,154 @@ def test_a_rest_token_makes_lists_and_revokes_the_users_v1_tokens_of_a_project(w
     second = apis["teammate"].call("POST", base, again, headers={"Idempotency-Key": "k1"})
     assert first[0] == second[0] == 201 and first[1]["token"].startswith("tpk_") and second[1]["token"] is None
     assert second[1]["id"] == first[1]["id"] and ProjectToken.objects.filter(name="retry").count() == 1
+
+
+def _stopped_run(team, apis, *, tags=("api",)) -> tuple[dict, dict]:
+    """A run launched by the teammate through the API and cancelled while queued, and the spec it was launched with."""
+    model, data = make_base_model(team.project), make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id,
+            "data": {"train": data.public_id, "max_seq_len": 256}, "train": {"max_steps": 5},
+            "optim": {"learning_rate": 0.0003}}
+    status, created = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/",
+                                            {"spec": spec, "name": "api run", "tags": list(tags)})
+    assert status == 201, created
+    assert apis["teammate"].call("POST", f"/api/v1/projects/alpha/runs/{created['id']}/cancel/")[0] == 200
+    return created, spec
+
+
+def test_retry_starts_the_runs_spec_over_as_a_new_run(world):
+    """The run page's Retry had no REST address: a script could resume a stopped run, but not start it over."""
+    team, apis, sent = world
+    run, _spec = _stopped_run(team, apis)
+    path = f"/api/v1/projects/alpha/runs/{run['id']}/retry/"
+    queued = len(sent)
+    status, retry = apis["teammate"].call("POST", path)
+    assert status == 201, retry
+    assert retry["id"] != run["id"] and (retry["name"], retry["status"], retry["tags"]) == (
+        "api run (retry)", "queued", ["api"])
+    assert retry["spec"] == run["spec"] and len(sent) == queued + 1
+    assert apis["teammate"].call("GET", f"/api/v1/projects/alpha/runs/{retry['id']}/")[1] == retry  # as GET run
+    status, again = apis["owner"].call("POST", path, {})
+    assert status == 201 and again["name"] == "api run (retry 2)"
+    # A body's field is refused by name: max_steps is resume's, not a retry's.
+    status, body = apis["teammate"].call("POST", path, {"max_steps": 9})
+    assert status == 400 and list(body["errors"]) == ["max_steps"], body
+    assert Run.objects.count() == 3
+
+
+def test_retry_and_duplicate_require_a_member(world):
+    team, apis, sent = world
+    run, _spec = _stopped_run(team, apis)
+    for action in ("retry", "duplicate"):
+        path = f"/api/v1/projects/alpha/runs/{run['id']}/{action}/"
+        assert apis["viewer"].call("POST", path)[0] == 403
+        assert apis["outsider"].call("POST", path)[0] == 404
+        assert apis["anonymous"].call("POST", path)[0] == 401
+        assert apis["teammate"].call("GET", path)[0] == 405
+    assert Run.objects.count() == 1
+
+
+def test_retry_and_duplicate_sent_again_with_their_idempotency_key_make_one_run(world):
+    """As the other POSTs that make something: a retry of the request (a timeout, a lost answer) gets the run the
+    first made, and nothing more is queued."""
+    team, apis, sent = world
+    run, _spec = _stopped_run(team, apis)
+    for action, first_body, other_body in (("retry", None, {}), ("duplicate", {}, {"name": "other"})):
+        path = f"/api/v1/projects/alpha/runs/{run['id']}/{action}/"
+        headers = {"Idempotency-Key": f"{action}-once"}
+        first = apis["teammate"].call("POST", path, first_body, headers=headers)
+        queued = len(sent)
+        assert first[0] == 201 and apis["teammate"].call("POST", path, first_body, headers=headers) == first
+        assert len(sent) == queued
+        status, body = apis["teammate"].call("POST", path, other_body, headers=headers)
+        assert status == 422 and "Idempotency-Key" in body["errors"], body
+    assert sorted(Run.objects.values_list("name", flat=True)) == ["api run", "api run (copy)", "api run (retry)"]
+
+
+def test_retry_and_resume_of_a_run_whose_data_was_deleted_name_the_duplicate_address(world):
+    """Their refusal told an API user to "duplicate it", a button of the run page the API had no address for: it
+    names POST …/duplicate/ and the spec key to give anew; the run page keeps its words (its Duplicate button)."""
+    from webapp.datasets import services as dataset_services
+    from webapp.runs import services as run_services
+
+    team, apis, sent = world
+    run, _spec = _stopped_run(team, apis)
+    version = team.project.datasets.get().versions.get()
+    dataset_services.dataset_version_delete(version=version)
+    gone = f"what run {run['id']} trains on was deleted since (its training data {version.public_id}): "
+    for action in ("retry", "resume"):
+        status, body = apis["teammate"].call("POST", f"/api/v1/projects/alpha/runs/{run['id']}/{action}/")
+        assert (status, body) == (400, {"errors": {"__all__": [
+            gone + f"POST runs/{run['id']}/duplicate/ with a new data.train in its spec"]}}), (action, body)
+    stored = Run.objects.get(public_id=run["id"])
+    assert run_services.retry_refusal(stored) == gone + "duplicate it to choose another"
+    # The way named works: the copy launched with another version.
+    other = make_ready_version(team.project, name="other")
+    path = f"/api/v1/projects/alpha/runs/{run['id']}/duplicate/"
+    status, body = apis["teammate"].call("POST", path)
+    assert status == 400 and list(body["errors"]) == ["data.train"], body
+    status, copy = apis["teammate"].call("POST", path, {"spec": {"data": {"train": other.public_id}}})
+    assert status == 201 and copy["spec"]["data"]["train"] == other.public_id, copy
+    assert Run.objects.count() == 2
+
+
+def test_an_external_run_is_not_duplicated(world):
+    _team, apis, _sent = world
+    _status, run = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "laptop"})
+    status, body = apis["teammate"].call("POST", f"/api/v1/projects/alpha/runs/{run['id']}/duplicate/")
+    assert status == 400 and "cannot be duplicated here" in body["errors"]["__all__"][0], body
+    assert Run.objects.count() == 1
+
+
+def test_duplicate_launches_the_runs_spec_with_the_changes_merged_on(world):
+    """The run page's Duplicate fills the launch form with the run's spec, which the API had no way to: duplicate/
+    launches it, the body's partial spec merged onto it key by key."""
+    team, apis, sent = world
+    run, spec = _stopped_run(team, apis, tags=("api", "sweep-0123abcd"))
+    path = f"/api/v1/projects/alpha/runs/{run['id']}/duplicate/"
+    status, copy = apis["teammate"].call("POST", path)
+    assert status == 201, copy
+    assert (copy["name"], copy["status"], copy["tags"]) == ("api run (copy)", "queued", ["api"])  # no sweep's tag
+    assert copy["spec"] == run["spec"] and copy["id"] != run["id"]
+    other = make_ready_version(team.project, name="other")
+    status, changed = apis["teammate"].call("POST", path, {
+        "spec": {"data": {"train": other.public_id}, "train": {"epochs": 2}}, "name": "more data", "tags": []})
+    assert status == 201, changed
+    assert (changed["name"], changed["tags"]) == ("more data", [])
+    # Nested keys merged: data.max_seq_len and optim kept; epochs given, its rival max_steps dropped as the form does.
+    assert changed["spec"]["data"] == {**run["spec"]["data"], "train": other.public_id}
+    assert changed["spec"]["optim"] == run["spec"]["optim"] and changed["spec"]["data"]["max_seq_len"] == 256
+    assert changed["spec"]["train"]["epochs"] == 2 and changed["spec"]["train"].get("max_steps") is None
+    assert apis["teammate"].call("GET", f"/api/v1/projects/alpha/runs/{changed['id']}/")[1] == changed
+    assert Run.objects.get(public_id=run["id"]).spec == run["spec"]  # the original unchanged
+
+
+def test_duplicate_refuses_bad_changes_by_field_and_makes_nothing(world):
+    team, apis, sent = world
+    run, _spec = _stopped_run(team, apis)
+    path = f"/api/v1/projects/alpha/runs/{run['id']}/duplicate/"
+    queued = len(sent)
+    for body, field in (({"spec": {"optim": {"schedule": "cosin"}}}, "optim.schedule"),
+                        ({"spec": {"optim": {"warmup": 3}}}, "optim.warmup"),
+                        ({"spec": {"train": {"max_steps": "ten"}}}, "train.max_steps"),
+                        ({"spec": "x"}, "spec"),
+                        ({"spec": {}, "nmae": "typo"}, "nmae"),
+                        ({"tags": "api"}, "tags")):
+        status, answer = apis["teammate"].call("POST", path, body)
+        assert status == 400 and field in answer["errors"], (body, answer)
+    # In the words POST runs/ refuses the merged spec in: one check of a spec.
+    merged = {**run["spec"], "optim": {**run["spec"]["optim"], "schedule": "cosin"}}
+    assert (apis["teammate"].call("POST", path, {"spec": {"optim": {"schedule": "cosin"}}})
+            == apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"spec": merged}))
+    assert Run.objects.count() == 1 and len(sent) == queued
+
+
+def test_a_copy_of_a_run_with_a_long_name_is_named_within_the_limit(world):
+    """' (copy)' after a name of the longest length made one the launch refuses, for a name the client never sent;
+    the name before the suffix is cut to fit, as a retry's is (the launch page's Duplicate offers the same)."""
+    team, apis, _sent = world
+    run, _spec = _stopped_run(team, apis)
+    long_name = "n" * 120
+    assert apis["teammate"].call("PATCH", f"/api/v1/projects/alpha/runs/{run['id']}/", {"name": long_name})[0] == 200
+    status, copy = apis["teammate"].call("POST", f"/api/v1/projects/alpha/runs/{run['id']}/duplicate/")
+    assert status == 201 and copy["name"] == "n" * 113 + " (copy)", copy

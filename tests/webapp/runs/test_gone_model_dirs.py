@@ -70,6 +70,10 @@ def page_of(client, run: Run) -> str:
 
 def test_retry_and_resume_of_a_run_whose_base_models_folder_is_gone_are_refused_and_greyed(
         team, catalog, mine, client_for, sent_tasks):
+    from django.test import Client
+
+    from webapp.api.services import token_create
+
     run = launched(team, catalog, mine.public_id)
     queued = len(sent_tasks.calls)
     shutil.rmtree(mine.path)
@@ -88,6 +92,18 @@ def test_retry_and_resume_of_a_run_whose_base_models_folder_is_gone_are_refused_
     assert html.escape(f"base model {isolated('mine')} ({mine.public_id}) is gone from disk") in page
     response = client.post(f"/p/alpha/runs/{run.public_id}/retry/")
     assert Run.objects.count() == 1 and len(sent_tasks.calls) == queued and response.status_code in (302, 400)
+    # The page's words say Duplicate (its button); the REST API's name its duplicate/ address and the key to give.
+    assert message.endswith("register it again and duplicate the run to choose it")
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=team.teammate, name='t')[1]}")
+    for action in ("retry", "resume"):
+        response = api.post(f"/api/v1/projects/alpha/runs/{run.public_id}/{action}/", "{}",
+                            content_type="application/json")
+        [answer] = response.json()["errors"]["model"]
+        page_words = message.replace("cannot be resumed", f"cannot be {({'retry': 'retried', 'resume': 'resumed'})[action]}")
+        assert response.status_code == 400 and answer == page_words.replace(
+            " and duplicate the run to choose it",
+            f", or POST runs/{run.public_id}/duplicate/ with a new model in its spec"), (action, answer)
+    assert Run.objects.count() == 1 and len(sent_tasks.calls) == queued
 
 
 def test_train_further_of_a_run_whose_base_models_folder_is_gone_is_refused(team, catalog, mine, client_for,
@@ -357,7 +373,9 @@ def test_train_further_of_a_run_whose_run_folder_is_gone_is_refused_on_the_page_
     api = Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=team.teammate, name='t')[1]}")
     response = api.post(f"/api/v1/projects/alpha/runs/{run.public_id}/resume/", json.dumps({"max_steps": 20}),
                         content_type="application/json")
-    assert response.status_code == 400 and response.json()["errors"]["__all__"] == [refusal]
+    # The API has no Duplicate button: its answer names the address that does what the button does.
+    api_refusal = refusal.replace("Duplicate it", f"POST runs/{run.public_id}/duplicate/")
+    assert response.status_code == 400 and response.json()["errors"]["__all__"] == [api_refusal]
     run.refresh_from_db()
     assert (run.status, run.attempt, run.total_steps, run.resolved_spec["train"]["max_steps"]) == (
         RunStatus.SUCCEEDED, 1, 10, 10)
@@ -372,9 +390,9 @@ def cancelled_at_step_6(team, catalog, mine) -> Run:
     return reporting.run_finish(run=run, summary={"status": "cancelled", "step": 6})
 
 
-def resume_refused_everywhere(run: Run, client_for, team, refusal: str) -> None:
-    """Resume greyed on the run page with ``refusal``, refused in the REST API and by the service in those words,
-    and nothing queued."""
+def resume_refused_everywhere(run: Run, client_for, team, refusal: str, *, api_refusal: str | None = None) -> None:
+    """Resume greyed on the run page with ``refusal``, refused by the service in those words and in the REST API in
+    ``api_refusal`` (the same words where none is given), and nothing queued."""
     from django.test import Client
 
     from webapp.api.services import token_create
@@ -384,7 +402,7 @@ def resume_refused_everywhere(run: Run, client_for, team, refusal: str) -> None:
     assert f'<p class="card run-message" id="resume-refusal">Resume: {html.escape(refusal)}</p>' in page
     api = Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=team.teammate, name='t')[1]}")
     response = api.post(f"/api/v1/projects/alpha/runs/{run.public_id}/resume/", "{}", content_type="application/json")
-    assert response.status_code == 400 and response.json()["errors"]["__all__"] == [refusal]
+    assert response.status_code == 400 and response.json()["errors"]["__all__"] == [api_refusal or refusal]
     with pytest.raises(ValidationError) as refused:
         services.run_resume(run=run, user=team.owner)
     assert refused.value.message_dict == {"__all__": [refusal]}
@@ -406,10 +424,11 @@ def test_resume_of_a_run_whose_checkpoints_were_removed_from_its_folder_is_refus
         for step in ("4", "6"):
             shutil.rmtree(directory / step)
     queued = len(sent_tasks.calls)
-    resume_refused_everywhere(run, client_for, team, (
-        f"run {run.public_id} cannot be resumed: the checkpoints it saved were deleted from {directory} since, so it "
-        "would train again from step 0 while its step history goes on from step 6. Duplicate it to train its spec "
-        "again as a new run"))
+    lost = (f"run {run.public_id} cannot be resumed: the checkpoints it saved were deleted from {directory} since, so "
+            "it would train again from step 0 while its step history goes on from step 6. ")
+    resume_refused_everywhere(run, client_for, team, lost + "Duplicate it to train its spec again as a new run",
+                              api_refusal=lost + f"POST runs/{run.public_id}/duplicate/ to train its spec again as a "
+                                                 "new run")
     assert len(sent_tasks.calls) == queued
 
 
@@ -427,10 +446,12 @@ def test_resume_of_a_run_whose_newest_checkpoint_is_incomplete_names_the_one_it_
         "stopped part way), and the engine restores the newest checkpoint, so it would fail in the train worker. Move "
         "it out of checkpoints/ to resume from checkpoint 4, the newest whole one"))
     (directory / "4" / "state").unlink()
-    resume_refused_everywhere(run, client_for, team, (
-        f"run {run.public_id} cannot be resumed: checkpoints 4, 6 are incomplete in {directory} (a save or a copy "
-        "that stopped part way), and it has no whole one, so it could only start over from step 0 while its step "
-        "history goes on from step 6. Duplicate it to train its spec again as a new run"))
+    none_whole = (f"run {run.public_id} cannot be resumed: checkpoints 4, 6 are incomplete in {directory} (a save or a "
+                  "copy that stopped part way), and it has no whole one, so it could only start over from step 0 "
+                  "while its step history goes on from step 6. ")
+    resume_refused_everywhere(run, client_for, team, none_whole + "Duplicate it to train its spec again as a new run",
+                              api_refusal=none_whole + f"POST runs/{run.public_id}/duplicate/ to train its spec "
+                                                       "again as a new run")
     with_checkpoint(run, 4)
     (directory / "6").rename(run.output_dir / "checkpoint-6-incomplete")
     resumed = services.run_resume(run=run, user=team.owner)

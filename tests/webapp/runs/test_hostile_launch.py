@@ -350,7 +350,10 @@ def test_resuming_a_run_whose_saved_max_seq_len_is_past_the_models_positions_is_
                            content_type="application/json", headers={"Authorization": f"Bearer {secret}"})
     assert answer.status_code == 400
     [message] = answer.json()["errors"]["data.max_seq_len"]
-    assert message.startswith("data.max_seq_len: 300 is past the model's 256 positions") and "with Duplicate" in message
+    assert message.startswith("data.max_seq_len: 300 is past the model's 256 positions")
+    # The API's way out is its address, not the page's button it has not.
+    assert (f"changed one is refused): POST runs/{run.public_id}/duplicate/ with a new data.max_seq_len in its spec, "
+            "at most 256, or a model with a longer context; to go on") in message and "Duplicate" not in message
     run.refresh_from_db()
     assert (run.status, run.attempt, len(sent_tasks.calls)) == (RunStatus.FAILED, 1, sent_before)
 
