@@ -73,7 +73,7 @@ ANSWERS = (schemas.ProjectList, schemas.BaseModelList, schemas.BaseModelOut, sch
            schemas.DatasetComparison, schemas.DatasetVersionOut, schemas.UploadOut, schemas.RunPage, schemas.RunDetail, schemas.RunOut,
            schemas.SweepOut, schemas.MetricSeries, schemas.MetricsLogged, schemas.SampleList, schemas.SamplesStored, schemas.RunLog,
            schemas.PipelineList, schemas.PipelineOut, schemas.ChatTokenList, schemas.ChatTokenCreated,
-           schemas.ProjectStorage,
+           schemas.ProjectStorage, schemas.CheckpointsPruned,
            schemas.FieldErrors, schemas.Detail)
 
 
@@ -124,7 +124,7 @@ def _sort_query() -> dict[str, Any]:
 @cache
 def build_document() -> dict[str, Any]:
     components: dict[str, Any] = {}
-    for model in (schemas.RunCreate, schemas.RunResume, schemas.MetricsLog, schemas.SamplesLog, schemas.RunFinish,
+    for model in (schemas.RunCreate, schemas.RunResume, schemas.CheckpointsPrune, schemas.MetricsLog, schemas.SamplesLog, schemas.RunFinish,
                   schemas.ChatTokenCreate, JobSpec, PipelineDocument, *ANSWERS):
         schema = model.model_json_schema(ref_template=REF)
         components.update(schema.pop("$defs", {}))
@@ -135,6 +135,13 @@ def build_document() -> dict[str, Any]:
         "the run's folder holds no checkpoint of)", [SLUG, RUN, CHECKPOINT_STEP], status="204",
         response="Nothing: deleted")
     checkpoint_delete["responses"].update(CHECKPOINT_REFUSED)
+    checkpoints_prune = _operation(
+        "Delete every training checkpoint of a run that has ended but the newest (what Resume / Train further "
+        "restores), the best by the run's ranking metric and the steps of keep, each as DELETE checkpoints/<step>/ "
+        "does; exports stay. The answer lists what was deleted and kept, with why; 400 naming a pinned step the "
+        "folder holds no checkpoint of (an owner, or the member who launched the run)", [SLUG, RUN],
+        body=schemas.CheckpointsPrune, answer=schemas.CheckpointsPruned)
+    checkpoints_prune["responses"].update(CHECKPOINT_REFUSED)
     upload = {"required": True, "content": {"multipart/form-data": {"schema": {
         "type": "object", "required": ["file"], "additionalProperties": False,
         "properties": {"file": {"type": "string", "format": "binary"},
@@ -355,6 +362,7 @@ def build_document() -> dict[str, Any]:
         f"{base}/runs/{{run_id}}/checkpoints/{{step}}/": {
             "delete": checkpoint_delete,
         },
+        f"{base}/runs/{{run_id}}/checkpoints/prune/": {"post": checkpoints_prune},
         f"{base}/runs/{{run_id}}/artifacts/{{kind}}/": {
             "get": {**_operation("Download an artifact (model, adapter, or checkpoint with ?step=N: the url each of "
                                  "the run's artifacts gives) as a tar archive; 404 saying why for one the run has not",

@@ -36,6 +36,7 @@ from webapp.datasets.models import Dataset
 from webapp.datasets.services import dataset_folder
 from webapp.projects.models import Project
 from webapp.runs.models import Run
+from webapp.runs.selectors import CheckpointPrunePlan, checkpoint_prune_plan
 from webapp.runs.serving_copies import base_model_copy_dir
 from webapp.runs.services import CHECKPOINTS_DIRECTORY, EXTERNAL_TASK, checkpoint_steps_in, run_output_dir
 
@@ -53,10 +54,18 @@ class RunStorage:
     export_bytes: int  # exported models and checkpoints, with their serving copies
     other_bytes: int  # logs, metrics, samples, spec: the rest of the run directory
     folder: str = ""  # "", GONE or NONE_YET
+    # What pruning its checkpoints would delete and free now (runs.selectors.checkpoint_prune_plan); 0 while active.
+    prunable_checkpoints: int = 0
+    prunable_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
         return self.checkpoint_bytes + self.export_bytes + self.other_bytes
+
+    @property
+    def prune_skipped(self) -> bool:
+        """Active with checkpoints that pruning would otherwise weigh: the project-wide prune leaves it."""
+        return self.run.is_active and self.checkpoints > 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,13 +129,31 @@ class ProjectStorage:
     def total_bytes(self) -> int:
         return self.run_bytes + self.dataset_bytes + self.base_model_bytes
 
+    @property
+    def prunable_runs(self) -> list[RunStorage]:
+        return [run for run in self.runs if run.prunable_checkpoints]
+
+    @property
+    def prunable_checkpoints(self) -> int:
+        return sum(run.prunable_checkpoints for run in self.runs)
+
+    @property
+    def prunable_bytes(self) -> int:
+        return sum(run.prunable_bytes for run in self.runs)
+
+    @property
+    def prune_skipped_runs(self) -> list[RunStorage]:
+        return [run for run in self.runs if run.prune_skipped]
+
 
 def project_storage(*, project: Project) -> ProjectStorage:
     """Every run, dataset and base model of ``project`` with the disk its folders take now, largest first."""
     seen: set[tuple[int, int]] = set()
     runs = sorted((_run_storage(run, seen) for run in
+                   # spec and resolved_spec: a prune plan reads the run's ranking metric.
                    Run.objects.filter(project=project).only("public_id", "name", "status", "task", "archived",
-                                                            "started_at", "cancel_requested", "project_id")
+                                                            "started_at", "cancel_requested", "project_id", "spec",
+                                                            "resolved_spec")
                    .order_by("created_at", "pk")),
                   key=lambda row: (-row.total_bytes, row.run.name, row.run.public_id))
     datasets = sorted((_dataset_storage(dataset, seen) for dataset in
@@ -176,9 +203,19 @@ def _run_storage(run: Run, seen: set[tuple[int, int]]) -> RunStorage:
     checkpoints, exports, other = run_parts(usage.children)
     own_entry = usage.bytes - sum(usage.children.values())  # the directory's own blocks
     never_written = run.task == EXTERNAL_TASK or run.started_at is None
-    return RunStorage(run=run, checkpoints=len(checkpoint_steps_in(directory)), checkpoint_bytes=checkpoints,
+    steps = checkpoint_steps_in(directory)
+    prune = _prune_plan(run, directory) if len(steps) > 1 and not run.is_active else None
+    return RunStorage(run=run, checkpoints=len(steps), checkpoint_bytes=checkpoints,
                       export_bytes=exports, other_bytes=other + own_entry,
-                      folder=_folder_word(usage, never_written=never_written))
+                      folder=_folder_word(usage, never_written=never_written),
+                      prunable_checkpoints=len(prune.deleted) if prune else 0,
+                      prunable_bytes=prune.bytes_freed if prune else 0)
+
+
+def _prune_plan(run: Run, directory: Path) -> CheckpointPrunePlan:
+    # The step folders' sums were just kept under their stamps by the run's walk: read again, not walked again.
+    steps = folder_usage(directory / CHECKPOINTS_DIRECTORY, sealed=written_whole(str(directory))).children
+    return checkpoint_prune_plan(run=run, sizes={int(name): size for name, size in steps.items() if name.isdigit()})
 
 
 def _dataset_storage(dataset: Dataset, seen: set[tuple[int, int]]) -> DatasetStorage:

@@ -5,11 +5,13 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.template.defaultfilters import filesizeformat
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
+from jaxengine.words import counted
 from webapp.basemodels import selectors as basemodel_selectors
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
@@ -19,6 +21,7 @@ from webapp.projects.storage import project_storage
 from webapp.projects.access import get_project_for_user
 from webapp.projects.forms import MemberAddForm, MemberRemoveForm, MemberRoleForm, ProjectCreateForm
 from webapp.projects.models import Membership, Project, Role
+from webapp.runs import services as run_services
 
 
 @login_required
@@ -195,4 +198,27 @@ def storage(request: HttpRequest, slug: str) -> HttpResponse:
     """What the project's runs, datasets and base models take on disk, measured now; every member may read it."""
     project, membership = get_project_for_user(request.user, slug)
     return render(request, "projects/storage.html", {
-        "project": project, "membership": membership, "storage": project_storage(project=project)})
+        "project": project, "membership": membership, "storage": project_storage(project=project),
+        "can_prune": membership.can(Role.OWNER)})
+
+
+@login_required
+@require_POST
+def storage_prune(request: HttpRequest, slug: str) -> HttpResponse:
+    """Prune the checkpoints of every run of the project that has ended (owners): each keeps its newest and its best
+    (``run_services.project_checkpoints_prune``); back to the Storage page saying what was freed and which active
+    runs were skipped."""
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
+    page = reverse("projects:storage", args=[project.slug])
+
+    def prune() -> str:
+        result = run_services.project_checkpoints_prune(project=project, user=request.user)
+        messages.success(request, f"Deleted {counted(result.checkpoints, 'checkpoint')} of "
+                                  f"{counted(len(result.pruned), 'run')}: {filesizeformat(result.bytes_freed)} freed. "
+                                  "Each kept its newest and its best.")
+        if result.skipped:
+            names = ", ".join(f"{isolated(run.name)} ({run.public_id})" for run, _why in result.skipped)
+            messages.info(request, f"Skipped, still active: {names}. Prune them once they have ended.")
+        return page
+
+    return redirect(form_send_once(request, create=prune))

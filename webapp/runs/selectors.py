@@ -1094,6 +1094,67 @@ def checkpoint_delete_notes(*, run: Run, checkpoint: dict[str, Any], saved: list
     return notes
 
 
+@dataclass(frozen=True)
+class CheckpointPrunePlan:
+    """What pruning a run's training checkpoints (``services.checkpoints_prune``) would do: the steps that go, oldest
+    first, each with the disk it frees (0 where not measured), and the steps kept with why (``{step: [reasons]}``)."""
+
+    deleted: dict[int, int]
+    kept: dict[int, list[str]]
+
+    @property
+    def bytes_freed(self) -> int:
+        return sum(self.deleted.values())
+
+
+def checkpoint_prune_plan(*, run: Run, keep: Iterable[int] = (), measure: bool = True,
+                          sizes: dict[int, int] | None = None) -> CheckpointPrunePlan:
+    """Which training checkpoints of ``run`` pruning deletes and which it keeps, and why: the newest (what Resume and
+    Train further restore), the best by the run's ranking metric (``checkpoint_scores``), the pinned steps of ``keep``,
+    and those ``checkpoint_delete_refusal`` refuses now (being exported, a serving copy being written). Each step that
+    goes is measured as its deletion counts it (``folder_bytes``) unless ``sizes`` has it or ``measure`` is False.
+    ``ValidationError`` (``keep``) naming a pinned step the run's folder holds no checkpoint of."""
+    saved = checkpoint_steps(run)
+    pinned = sorted(set(keep))
+    if missing := [step for step in pinned if step not in saved]:
+        raise ValidationError({"keep": f"run {run.public_id} has no checkpoint {', '.join(map(str, missing))} in its "
+                                       f"folder to keep; it has {', '.join(map(str, saved)) or 'none'}. Pin steps "
+                                       "among those"})
+    scores = checkpoint_scores(run=run, steps=saved)
+    kept = checkpoint_keep_reasons(run=run, saved=saved, scores=scores, pinned=pinned)
+    for step in saved:
+        if step not in kept and (refusal := checkpoint_delete_refusal(run, step)):
+            kept[step] = [refusal]
+    going = {step: _checkpoint_bytes(run, step, sizes or {}, measure) for step in saved if step not in kept}
+    return CheckpointPrunePlan(deleted=going, kept=dict(sorted(kept.items())))
+
+
+def kept_in_words(kept: dict[int, list[str]]) -> str:
+    """``{step: [reasons]}`` of a prune as one clause: "step 200 (pinned), step 300 (the newest: …)"."""
+    return ", ".join(f"step {step} ({'; '.join(reasons)})" for step, reasons in kept.items())
+
+
+def _checkpoint_bytes(run: Run, step: int, sizes: dict[int, int], measure: bool) -> int:
+    if step in sizes:
+        return sizes[step]
+    return folder_bytes(run.output_dir / "checkpoints" / str(step)) if measure else 0
+
+
+def checkpoint_keep_reasons(*, run: Run, saved: list[int], scores: dict[int, dict[str, Any]],
+                            pinned: list[int]) -> dict[int, list[str]]:
+    """The steps of ``saved`` (oldest first) that pruning keeps whatever else happens, each with why."""
+    kept: dict[int, list[str]] = {}
+    if saved:
+        action = "Train further" if run.status == RunStatus.SUCCEEDED else "Resume"
+        kept[saved[-1]] = ["the newest" if run.task == EXTERNAL_TASK else f"the newest: {action} goes on from it"]
+    for step, score in scores.items():
+        if score["best"]:
+            kept.setdefault(step, []).append(f"the best by {score['metric']} ({score['shown']})")
+    for step in pinned:
+        kept.setdefault(step, []).append("pinned")
+    return kept
+
+
 def _newest_checkpoint_note(run: Run, action: str, earlier: int | None) -> str:
     if earlier is not None:
         return (f"It is the run's newest checkpoint: {action} would go on from checkpoint {earlier} instead, training "
