@@ -5,19 +5,17 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.template.defaultfilters import filesizeformat
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from jaxengine.words import counted
 from webapp.basemodels import selectors as basemodel_selectors
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.submissions import deleted_once_or_refused, form_send_once
 from webapp.projects import selectors, services
-from webapp.projects.storage import project_storage
+from webapp.projects.storage import project_storage, prune_skipped_runs
 from webapp.projects.access import get_project_for_user
 from webapp.projects.forms import MemberAddForm, MemberRemoveForm, MemberRoleForm, ProjectCreateForm
 from webapp.projects.models import Membership, Project, Role
@@ -205,19 +203,18 @@ def storage(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_POST
 def storage_prune(request: HttpRequest, slug: str) -> HttpResponse:
-    """Prune the checkpoints of every run of the project that has ended (owners): each keeps its newest and its best
-    (``run_services.project_checkpoints_prune``); back to the Storage page saying what was freed and which active
-    runs were skipped."""
+    """Queue the pruning of the checkpoints of every run of the project that has ended (owners): each keeps its
+    newest and its best (``run_services.project_checkpoints_prune``, a task: hundreds of runs take seconds); back to
+    the Storage page saying so and which active runs it skips."""
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
     page = reverse("projects:storage", args=[project.slug])
 
     def prune() -> str:
-        result = run_services.project_checkpoints_prune(project=project, user=request.user)
-        messages.success(request, f"Deleted {counted(result.checkpoints, 'checkpoint')} of "
-                                  f"{counted(len(result.pruned), 'run')}: {filesizeformat(result.bytes_freed)} freed. "
-                                  "Each kept its newest and its best.")
-        if result.skipped:
-            names = ", ".join(f"{isolated(run.name)} ({run.public_id})" for run, _why in result.skipped)
+        run_services.project_checkpoints_prune_request(project=project, user=request.user)
+        messages.success(request, "Pruning the checkpoints of this project's ended runs in the background: each "
+                                  "keeps its newest and its best. Load this page again to see the disk freed.")
+        if skipped := prune_skipped_runs(project=project):
+            names = ", ".join(f"{isolated(run.name)} ({run.public_id})" for run in skipped)
             messages.info(request, f"Skipped, still active: {names}. Prune them once they have ended.")
         return page
 

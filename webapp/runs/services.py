@@ -1870,11 +1870,24 @@ class ProjectCheckpointsPruned:
         return sum(result.bytes_freed for _run, result in self.pruned)
 
 
+# The Storage page's project-wide prune runs here, on the default queue: over 300 runs of 5 checkpoints it took 3-4 s
+# on the 2-core bench host, most of it removing the renamed folders on commit, which grows with the files a checkpoint
+# holds (bench/checkpoint_prune.py, bench/RESULTS.md): too long for a request.
+PRUNE_PROJECT_TASK = "worker.tasks.storage.prune_project_checkpoints"
+
+
+def project_checkpoints_prune_request(*, project: Project, user: AbstractBaseUser) -> None:
+    """Queue ``project_checkpoints_prune`` of ``project`` for ``user`` once the current transaction commits."""
+    project_pk, user_pk = project.pk, user.pk
+    transaction.on_commit(lambda: celery_app.send_task(PRUNE_PROJECT_TASK, args=[project_pk, user_pk],
+                                                       queue="default"))
+
+
 def project_checkpoints_prune(*, project: Project, user: AbstractBaseUser | None) -> ProjectCheckpointsPruned:
     """``checkpoints_prune`` every run of ``project`` with more than one training checkpoint, each in its own
-    transaction: a run pruned stays pruned when a later one is refused. A run still active (or started again since
-    the page showed it) is skipped with ``active_run_checkpoints_refusal``'s words. Renames only: the folders are
-    removed as each run's transaction commits (bench/RESULTS.md times it over hundreds of runs)."""
+    transaction: a run pruned stays pruned, its folders removed as it commits, when a later one is refused. A run
+    still active (or started again since the page showed it) is skipped with ``active_run_checkpoints_refusal``'s
+    words."""
     pruned, skipped = [], []
     for run in Run.objects.filter(project=project).order_by("created_at", "pk"):
         if len(checkpoint_steps(run)) < 2:  # the newest is always kept: nothing would go
