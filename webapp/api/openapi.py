@@ -78,9 +78,10 @@ ANSWERS = (schemas.ProjectList, schemas.BaseModelList, schemas.BaseModelOut, sch
 
 
 def _body(model: type[BaseModel]) -> dict[str, Any]:
-    # The views read no body as {}; only RunResume takes {} (resume/ with no body trains a stopped run to its own
-    # total): every other body says what to make or change, and {} is refused.
-    return {"required": model is not schemas.RunResume,
+    # The views read no body as {}; only RunResume (resume/ with no body trains a stopped run to its own total) and
+    # CheckpointsPrune (prune/ with no body pins nothing) take {}: every other body says what to make or change, and
+    # {} is refused.
+    return {"required": model not in (schemas.RunResume, schemas.CheckpointsPrune),
             "content": {"application/json": {"schema": {"$ref": REF.format(model=model.__name__)}}}}
 
 

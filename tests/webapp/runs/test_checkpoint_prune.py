@@ -12,6 +12,7 @@ from django.test import Client
 
 from tests.webapp.factories import du_bytes, form_token
 from tests.webapp.runs.test_checkpoint_deletion import NAME, ended_run, trash_folders, url
+from webapp.api.openapi import build_document
 from webapp.api.services import token_create
 from webapp.core.bidi import isolated
 from webapp.runs import services
@@ -168,6 +169,8 @@ def test_the_rest_api_prunes_and_answers_what_went_and_what_stayed(team, catalog
     Run.objects.filter(pk=run.pk).update(status=RunStatus.QUEUED)
     status, body = call(team.teammate)
     assert status == 409 and body["detail"].startswith(f"run {run.public_id} is queued: its engine restores")
+    described = build_document()["paths"]["/api/v1/projects/{slug}/runs/{run_id}/checkpoints/prune/"]["post"]
+    assert described["requestBody"]["required"] is False and {"200", "400", "409"} <= set(described["responses"])
 
 
 def test_a_resume_after_pruning_goes_on_from_the_newest_kept(team, catalog, sent_tasks,
