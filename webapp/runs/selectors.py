@@ -1112,11 +1112,11 @@ def checkpoint_prune_plan(*, run: Run, keep: Iterable[int] = (), measure: bool =
                           evaluations: list[tuple[int, float]] | None = None) -> CheckpointPrunePlan:
     """Which training checkpoints of ``run`` pruning deletes and which it keeps, and why: the newest (what Resume and
     Train further restore), the best by the run's ranking metric (``checkpoint_scores``), the pinned steps of ``keep``,
-    and those ``checkpoint_delete_refusal`` refuses now (being exported, a serving copy being written: ``in_use``,
-    read for this run unless given, as ``checkpoints_in_use`` reads it for many at once; ``evaluations`` likewise,
-    ``checkpoint_scores``'s). Each step that goes is
-    measured as its deletion counts it (``folder_bytes``) unless ``sizes`` has it or ``measure`` is False.
-    ``ValidationError`` (``keep``) naming a pinned step the run's folder holds no checkpoint of."""
+    and those ``checkpoint_delete_refusal`` refuses now (being exported, a serving copy being written). ``in_use``
+    (``checkpoints_in_use``) and ``evaluations`` (``ranking_evaluations``) are read for this run unless the caller
+    read them for many runs at once. Each step that goes is measured as its deletion counts it (``folder_bytes``)
+    unless ``sizes`` has it or ``measure`` is False. ``ValidationError`` (``keep``) naming a pinned step the run's
+    folder holds no checkpoint of."""
     saved = checkpoint_steps(run)
     pinned = sorted(set(keep))
     if missing := [step for step in pinned if step not in saved]:
