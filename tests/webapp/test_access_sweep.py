@@ -237,6 +237,7 @@ ROUTES: dict[str, Route] = {
     "projects:member_remove": Route(kwargs=_project, methods={"POST": OWNER}),
     "projects:delete": Route(kwargs=_project, methods={"POST": OWNER}),  # refused: no slug typed, runs queued
     "projects:storage": Route(kwargs=_project, methods=READ),
+    "projects:storage_prune": Route(kwargs=_project, methods={"POST": OWNER}),
 
     "basemodels:list": Route(kwargs=_project, methods=READ),
     "basemodels:register": Route(kwargs=_project, methods={"GET": MEMBER, "POST": MEMBER}),
@@ -283,6 +284,7 @@ ROUTES: dict[str, Route] = {
     "runs:export_checkpoint": Route(kwargs=_run, methods={"POST": MEMBER}),
     "runs:checkpoint_serving_copy": Route(kwargs=_run, methods={"POST": MEMBER}),
     "runs:checkpoint_delete": Route(kwargs=_run, methods={"POST": MEMBER}),  # who may delete the (teammate's) run
+    "runs:checkpoints_prune": Route(kwargs=_run, methods={"POST": MEMBER}),  # who may delete the (teammate's) run
 
     "review:list": Route(kwargs=_project, methods=READ),
     "review:create": Route(kwargs=_project, methods={"GET": OWNER, "POST": OWNER}),
@@ -351,6 +353,7 @@ ROUTES: dict[str, Route] = {
     "api:run_logs": Route(auth=Auth.API_TOKEN, kwargs=_run, methods=READ),
     "api:run_artifact": Route(auth=Auth.API_TOKEN, kwargs=_api_artifact, methods=READ),
     "api:run_checkpoint": Route(auth=Auth.API_TOKEN, kwargs=_api_checkpoint, methods={"DELETE": MEMBER}),
+    "api:run_checkpoints_prune": Route(auth=Auth.API_TOKEN, kwargs=_run, methods={"POST": MEMBER}),
     "api:pipelines": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ_MEMBER_WRITE),
     "api:pipeline": Route(auth=Auth.API_TOKEN, kwargs=_pipeline, methods=READ),
     "api:pipeline_cancel": Route(auth=Auth.API_TOKEN, kwargs=_pipeline, methods={"POST": MEMBER}),

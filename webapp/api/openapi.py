@@ -73,14 +73,14 @@ ANSWERS = (schemas.ProjectList, schemas.BaseModelList, schemas.BaseModelOut, sch
            schemas.DatasetComparison, schemas.DatasetVersionOut, schemas.UploadOut, schemas.RunPage, schemas.RunDetail, schemas.RunOut,
            schemas.SweepOut, schemas.MetricSeries, schemas.MetricsLogged, schemas.SampleList, schemas.SamplesStored, schemas.RunLog,
            schemas.PipelineList, schemas.PipelineOut, schemas.ChatTokenList, schemas.ChatTokenCreated,
-           schemas.ProjectStorage,
+           schemas.ProjectStorage, schemas.CheckpointsPruned,
            schemas.FieldErrors, schemas.Detail)
 
 
 # The views read no body as {}; these take {} (resume/ with no body trains a stopped run to its own total, retry/
-# has no field, duplicate/ with none launches the run's spec as it is): every other body says what to make or
-# change, and {} is refused.
-OPTIONAL_BODIES = (schemas.RunResume, schemas.RunRetry, schemas.RunDuplicate)
+# has no field, duplicate/ with none launches the run's spec as it is, checkpoints/prune/ with none pins nothing):
+# every other body says what to make or change, and {} is refused.
+OPTIONAL_BODIES = (schemas.RunResume, schemas.RunRetry, schemas.RunDuplicate, schemas.CheckpointsPrune)
 
 
 def _body(model: type[BaseModel]) -> dict[str, Any]:
@@ -128,7 +128,8 @@ def _sort_query() -> dict[str, Any]:
 @cache
 def build_document() -> dict[str, Any]:
     components: dict[str, Any] = {}
-    for model in (schemas.RunCreate, schemas.RunResume, schemas.RunRetry, schemas.RunDuplicate, schemas.MetricsLog, schemas.SamplesLog, schemas.RunFinish,
+    for model in (schemas.RunCreate, schemas.RunResume, schemas.RunRetry, schemas.RunDuplicate, schemas.CheckpointsPrune,
+                  schemas.MetricsLog, schemas.SamplesLog, schemas.RunFinish,
                   schemas.ChatTokenCreate, JobSpec, PipelineDocument, *ANSWERS):
         schema = model.model_json_schema(ref_template=REF)
         components.update(schema.pop("$defs", {}))
@@ -139,6 +140,13 @@ def build_document() -> dict[str, Any]:
         "the run's folder holds no checkpoint of)", [SLUG, RUN, CHECKPOINT_STEP], status="204",
         response="Nothing: deleted")
     checkpoint_delete["responses"].update(CHECKPOINT_REFUSED)
+    checkpoints_prune = _operation(
+        "Delete every training checkpoint of a run that has ended but the newest (what Resume / Train further "
+        "restores), the best by the run's ranking metric and the steps of keep, each as DELETE checkpoints/<step>/ "
+        "does; exports stay. The answer lists what was deleted and kept, with why; 400 naming a pinned step the "
+        "folder holds no checkpoint of (an owner, or the member who launched the run)", [SLUG, RUN],
+        body=schemas.CheckpointsPrune, answer=schemas.CheckpointsPruned)
+    checkpoints_prune["responses"].update(CHECKPOINT_REFUSED)
     upload = {"required": True, "content": {"multipart/form-data": {"schema": {
         "type": "object", "required": ["file"], "additionalProperties": False,
         "properties": {"file": {"type": "string", "format": "binary"},
@@ -370,6 +378,7 @@ def build_document() -> dict[str, Any]:
         f"{base}/runs/{{run_id}}/checkpoints/{{step}}/": {
             "delete": checkpoint_delete,
         },
+        f"{base}/runs/{{run_id}}/checkpoints/prune/": {"post": checkpoints_prune},
         f"{base}/runs/{{run_id}}/artifacts/{{kind}}/": {
             "get": {**_operation("Download an artifact (model, adapter, or checkpoint with ?step=N: the url each of "
                                  "the run's artifacts gives) as a tar archive; 404 saying why for one the run has not",

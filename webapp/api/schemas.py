@@ -99,6 +99,12 @@ class RunDuplicate(_Body):
     tags: list[str] | None = Field(default=None, description="Left out: the run's tags, without its sweep's.")
 
 
+class CheckpointsPrune(_Body):
+    keep: list[int] = Field(default_factory=list, max_length=10_000,
+                            description="Steps to keep besides the newest and the best (pinned); each must be a "
+                                        "checkpoint in the run's folder.")
+
+
 class MetricsPoint(_Body):
     step: int = Field(ge=0, le=MAX_STORED_INT)
     metrics: dict[str, float] = Field(min_length=1, description="{name: value} logged at this step.")
@@ -470,6 +476,8 @@ class RunStorageOut(_Answer):
     other_bytes: int
     total_bytes: int
     folder_gone: bool = Field(description="The run wrote a folder that is no longer on disk: every size is 0.")
+    prunable_bytes: int = Field(description="What pruning its checkpoints (POST runs/<id>/checkpoints/prune/) would "
+                                            "free now: all but the newest and the best; 0 while the run is active.")
 
 
 class DatasetStorageOut(_Answer):
@@ -500,6 +508,25 @@ class ProjectStorage(_Answer):
     runs: list[RunStorageOut] = Field(description="Every run of the project, largest first.")
     datasets: list[DatasetStorageOut] = Field(description="Every dataset, largest first.")
     base_models: list[BaseModelStorageOut] = Field(description="Every base model, largest counted first.")
+
+
+class CheckpointPrunedOut(_Answer):
+    step: int
+    bytes: int = Field(description="The disk its folder took, as du counts it: freed.")
+
+
+class CheckpointKeptOut(_Answer):
+    step: int
+    reasons: list[str] = Field(description="Why it stays: the newest (Resume / Train further restores it), the best "
+                                           "by the run's ranking metric, pinned, or why deleting it is refused now "
+                                           "(being exported, a serving copy being written).")
+
+
+class CheckpointsPruned(_Answer):
+    deleted: list[CheckpointPrunedOut] = Field(description="The training checkpoints deleted, oldest first (their "
+                                                           "exports, if any, stay).")
+    kept: list[CheckpointKeptOut] = Field(description="The training checkpoints left, oldest first.")
+    bytes_freed: int
 
 
 class FieldErrors(_Answer):

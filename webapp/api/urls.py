@@ -31,6 +31,7 @@ urlpatterns = [
     path(f"{base}/runs/<str:run_id>/logs/", views.run_logs, name="run_logs"),
     path(f"{base}/runs/<str:run_id>/artifacts/<str:kind>/", views.run_artifact, name="run_artifact"),
     path(f"{base}/runs/<str:run_id>/checkpoints/<int:step>/", views.run_checkpoint, name="run_checkpoint"),
+    path(f"{base}/runs/<str:run_id>/checkpoints/prune/", views.run_checkpoints_prune, name="run_checkpoints_prune"),
     path(f"{base}/pipelines/", views.pipelines, name="pipelines"),
     path(f"{base}/pipelines/<str:pipeline_id>/", views.pipeline_detail, name="pipeline"),
     path(f"{base}/pipelines/<str:pipeline_id>/cancel/", views.pipeline_cancel, name="pipeline_cancel"),

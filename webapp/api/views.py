@@ -329,7 +329,8 @@ def _storage_json(storage: ProjectStorage) -> dict[str, Any]:
         "runs": [{"id": row.run.public_id, "name": row.run.name, "status": row.run.status,
                   "archived": row.run.archived, "checkpoints": row.checkpoints,
                   "checkpoint_bytes": row.checkpoint_bytes, "export_bytes": row.export_bytes,
-                  "other_bytes": row.other_bytes, "total_bytes": row.total_bytes, "folder_gone": row.folder == GONE}
+                  "other_bytes": row.other_bytes, "total_bytes": row.total_bytes, "folder_gone": row.folder == GONE,
+                  "prunable_bytes": row.prunable_bytes}
                  for row in storage.runs],
         "datasets": [{"id": row.dataset.public_id, "name": row.dataset.name, "versions": row.versions,
                       "bytes": row.bytes, "folder_gone": row.folder == GONE} for row in storage.datasets],
@@ -838,6 +839,26 @@ def run_checkpoint(request: HttpRequest, slug: str, run_id: str, step: int) -> H
     except ValidationError as error:
         return _error(409, detail="; ".join(error.messages))
     return HttpResponse(status=204)
+
+
+@api_view(("POST",))
+def run_checkpoints_prune(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
+    """POST ``{"keep": [steps]}`` (optional): delete every training checkpoint of a run that has ended but the
+    newest, the best and the pinned steps, as the run page's *Delete the others…* does (who may delete the run):
+    what was deleted and kept; 409 saying why not, nothing changed; 400 naming a pinned step not in the folder."""
+    _project, membership, run = get_run_for_user(request.user, slug, run_id, write=True)
+    run_selectors.ensure_may_delete_run(membership=membership, run=run)
+    body = _body(request, schemas.CheckpointsPrune)
+    try:
+        pruned = run_services.checkpoints_prune(run=run, user=request.user, keep=body.keep)
+    except ValidationError as error:
+        if "run" in error.message_dict:
+            return _error(409, detail="; ".join(error.messages))
+        raise
+    return JsonResponse({
+        "deleted": [{"step": deleted.step, "bytes": deleted.bytes_freed} for deleted in pruned.deleted],
+        "kept": [{"step": step, "reasons": reasons} for step, reasons in pruned.kept.items()],
+        "bytes_freed": pruned.bytes_freed})
 
 
 def _pipeline_json(pipeline) -> dict[str, Any]:

@@ -35,7 +35,9 @@ from webapp.core.disk_usage import FolderUsage, folder_usage
 from webapp.datasets.models import Dataset
 from webapp.datasets.services import dataset_folder
 from webapp.projects.models import Project
-from webapp.runs.models import Run
+from webapp.runs.models import ACTIVE_STATUSES, Run
+from webapp.runs.selectors import (CheckpointPrunePlan, checkpoint_prune_plan, checkpoints_in_use,
+                                   ranking_evaluations)
 from webapp.runs.serving_copies import base_model_copy_dir
 from webapp.runs.services import CHECKPOINTS_DIRECTORY, EXTERNAL_TASK, checkpoint_steps_in, run_output_dir
 
@@ -53,10 +55,18 @@ class RunStorage:
     export_bytes: int  # exported models and checkpoints, with their serving copies
     other_bytes: int  # logs, metrics, samples, spec: the rest of the run directory
     folder: str = ""  # "", GONE or NONE_YET
+    # What pruning its checkpoints would delete and free now (runs.selectors.checkpoint_prune_plan); 0 while active.
+    prunable_checkpoints: int = 0
+    prunable_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
         return self.checkpoint_bytes + self.export_bytes + self.other_bytes
+
+    @property
+    def prune_skipped(self) -> bool:
+        """Active with checkpoints that pruning would otherwise weigh: the project-wide prune leaves it."""
+        return self.run.is_active and self.checkpoints > 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,14 +130,35 @@ class ProjectStorage:
     def total_bytes(self) -> int:
         return self.run_bytes + self.dataset_bytes + self.base_model_bytes
 
+    @property
+    def prunable_runs(self) -> list[RunStorage]:
+        return [run for run in self.runs if run.prunable_checkpoints]
+
+    @property
+    def prunable_checkpoints(self) -> int:
+        return sum(run.prunable_checkpoints for run in self.runs)
+
+    @property
+    def prunable_bytes(self) -> int:
+        return sum(run.prunable_bytes for run in self.runs)
+
+    @property
+    def prune_skipped_runs(self) -> list[RunStorage]:
+        return [run for run in self.runs if run.prune_skipped]
+
 
 def project_storage(*, project: Project) -> ProjectStorage:
     """Every run, dataset and base model of ``project`` with the disk its folders take now, largest first."""
     seen: set[tuple[int, int]] = set()
-    runs = sorted((_run_storage(run, seen) for run in
-                   Run.objects.filter(project=project).only("public_id", "name", "status", "task", "archived",
-                                                            "started_at", "cancel_requested", "project_id")
-                   .order_by("created_at", "pk")),
+    # spec and resolved_spec: a prune plan reads the run's ranking metric.
+    project_runs = list(Run.objects.filter(project=project).only(
+        "public_id", "name", "status", "task", "archived", "started_at", "cancel_requested", "project_id", "spec",
+        "resolved_spec").order_by("created_at", "pk"))
+    # What a prune plan reads of each run, read for them all at once: hundreds of runs made the page 10x slower.
+    prunable = [run for run in project_runs if not run.is_active]
+    in_use, evaluations = checkpoints_in_use(runs=prunable), ranking_evaluations(runs=prunable)
+    runs = sorted((_run_storage(run, seen, in_use.get(run.pk, set()), evaluations.get(run.pk, []))
+                   for run in project_runs),
                   key=lambda row: (-row.total_bytes, row.run.name, row.run.public_id))
     datasets = sorted((_dataset_storage(dataset, seen) for dataset in
                        Dataset.objects.filter(project=project).annotate(version_count=Count("versions"))),
@@ -135,6 +166,13 @@ def project_storage(*, project: Project) -> ProjectStorage:
     base_models = sorted(_base_model_storage_list(BaseModel.objects.filter(project=project).order_by("created_at", "pk"), seen),
                          key=lambda row: (-row.counted_bytes, -row.bytes, row.base_model.name))
     return ProjectStorage(runs=runs, datasets=datasets, base_models=base_models, measured_at=timezone.now())
+
+
+def prune_skipped_runs(*, project: Project) -> list[Run]:
+    """The runs of ``project`` a project-wide prune skips: active, with checkpoints it would otherwise weigh
+    (``RunStorage.prune_skipped``), oldest first."""
+    active = Run.objects.filter(project=project, status__in=ACTIVE_STATUSES).order_by("created_at", "pk")
+    return [run for run in active if len(checkpoint_steps_in(run_output_dir(run.public_id))) > 1]
 
 
 def run_parts(children: dict[str, int]) -> tuple[int, int, int]:
@@ -170,15 +208,28 @@ def written_whole(run_directory: str) -> Callable[[str], bool]:
     return sealed
 
 
-def _run_storage(run: Run, seen: set[tuple[int, int]]) -> RunStorage:
+def _run_storage(run: Run, seen: set[tuple[int, int]], in_use: set[int],
+                 evaluations: list[tuple[int, float]]) -> RunStorage:
     directory = run_output_dir(run.public_id)
     usage = folder_usage(directory, seen=seen, sealed=written_whole(str(directory)))
     checkpoints, exports, other = run_parts(usage.children)
     own_entry = usage.bytes - sum(usage.children.values())  # the directory's own blocks
     never_written = run.task == EXTERNAL_TASK or run.started_at is None
-    return RunStorage(run=run, checkpoints=len(checkpoint_steps_in(directory)), checkpoint_bytes=checkpoints,
+    steps = checkpoint_steps_in(directory)
+    prune = _prune_plan(run, directory, in_use, evaluations) if len(steps) > 1 and not run.is_active else None
+    return RunStorage(run=run, checkpoints=len(steps), checkpoint_bytes=checkpoints,
                       export_bytes=exports, other_bytes=other + own_entry,
-                      folder=_folder_word(usage, never_written=never_written))
+                      folder=_folder_word(usage, never_written=never_written),
+                      prunable_checkpoints=len(prune.deleted) if prune else 0,
+                      prunable_bytes=prune.bytes_freed if prune else 0)
+
+
+def _prune_plan(run: Run, directory: Path, in_use: set[int],
+                evaluations: list[tuple[int, float]]) -> CheckpointPrunePlan:
+    # The step folders' sums were just kept under their stamps by the run's walk: read again, not walked again.
+    steps = folder_usage(directory / CHECKPOINTS_DIRECTORY, sealed=written_whole(str(directory))).children
+    return checkpoint_prune_plan(run=run, sizes={int(name): size for name, size in steps.items() if name.isdigit()},
+                                 in_use=in_use, evaluations=evaluations)
 
 
 def _dataset_storage(dataset: Dataset, seen: set[tuple[int, int]]) -> DatasetStorage:

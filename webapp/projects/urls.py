@@ -11,6 +11,7 @@ urlpatterns = [
     path("p/<slug:slug>/delete/", views.project_delete, name="delete"),
     path("p/<slug:slug>/members/", views.members, name="members"),
     path("p/<slug:slug>/storage/", views.storage, name="storage"),
+    path("p/<slug:slug>/storage/prune/", views.storage_prune, name="storage_prune"),
     path("p/<slug:slug>/members/role/", views.member_set_role, name="member_role"),
     path("p/<slug:slug>/members/remove/", views.member_remove, name="member_remove"),
 ]

@@ -15,10 +15,11 @@ from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.submissions import deleted_once_or_refused, form_send_once
 from webapp.projects import selectors, services
-from webapp.projects.storage import project_storage
+from webapp.projects.storage import project_storage, prune_skipped_runs
 from webapp.projects.access import get_project_for_user
 from webapp.projects.forms import MemberAddForm, MemberRemoveForm, MemberRoleForm, ProjectCreateForm
 from webapp.projects.models import Membership, Project, Role
+from webapp.runs import services as run_services
 
 
 @login_required
@@ -195,4 +196,26 @@ def storage(request: HttpRequest, slug: str) -> HttpResponse:
     """What the project's runs, datasets and base models take on disk, measured now; every member may read it."""
     project, membership = get_project_for_user(request.user, slug)
     return render(request, "projects/storage.html", {
-        "project": project, "membership": membership, "storage": project_storage(project=project)})
+        "project": project, "membership": membership, "storage": project_storage(project=project),
+        "can_prune": membership.can(Role.OWNER)})
+
+
+@login_required
+@require_POST
+def storage_prune(request: HttpRequest, slug: str) -> HttpResponse:
+    """Queue the pruning of the checkpoints of every run of the project that has ended (owners): each keeps its
+    newest and its best (``run_services.project_checkpoints_prune``, a task: hundreds of runs take seconds); back to
+    the Storage page saying so and which active runs it skips."""
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
+    page = reverse("projects:storage", args=[project.slug])
+
+    def prune() -> str:
+        run_services.project_checkpoints_prune_request(project=project, user=request.user)
+        messages.success(request, "Pruning the checkpoints of this project's ended runs in the background: each "
+                                  "keeps its newest and its best. Load this page again to see the disk freed.")
+        if skipped := prune_skipped_runs(project=project):
+            names = ", ".join(f"{isolated(run.name)} ({run.public_id})" for run in skipped)
+            messages.info(request, f"Skipped, still active: {names}. Prune them once they have ended.")
+        return page
+
+    return redirect(form_send_once(request, create=prune))

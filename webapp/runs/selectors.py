@@ -42,9 +42,9 @@ from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Membership, Project, Role
 from webapp.runs import channels
 from webapp.runs.downsampling import SeriesBuckets, bucket_width
-from webapp.runs.models import (ACTIVE_STATUSES, Artifact, ArtifactKind, CheckpointExportStatus, LogLevel, MetricPoint,
-                                Pipeline, PipelineStatus, ProjectMetricName, Run, RunLogLine, RunStatus, RunTag, Sample,
-                                ServingCopyStatus, fold_tag)
+from webapp.runs.models import (ACTIVE_STATUSES, Artifact, ArtifactKind, CheckpointExport, CheckpointExportStatus,
+                                LogLevel, MetricPoint, Pipeline, PipelineStatus, ProjectMetricName, Run, RunLogLine,
+                                RunStatus, RunTag, Sample, ServingCopy, ServingCopyStatus, fold_tag)
 from webapp.runs.placement import DEFAULT_POOL, pool_queue, run_pool
 from webapp.runs.services import (EXTERNAL_TASK, checkpoint_delete_refusal, checkpoint_steps, final_model_step,
                                   recorded_saving_checkpoints, retry_refusal, reward_run_ids, run_output_dir)
@@ -1094,6 +1094,85 @@ def checkpoint_delete_notes(*, run: Run, checkpoint: dict[str, Any], saved: list
     return notes
 
 
+@dataclass(frozen=True)
+class CheckpointPrunePlan:
+    """What pruning a run's training checkpoints (``services.checkpoints_prune``) would do: the steps that go, oldest
+    first, each with the disk it frees (0 where not measured), and the steps kept with why (``{step: [reasons]}``)."""
+
+    deleted: dict[int, int]
+    kept: dict[int, list[str]]
+
+    @property
+    def bytes_freed(self) -> int:
+        return sum(self.deleted.values())
+
+
+def checkpoint_prune_plan(*, run: Run, keep: Iterable[int] = (), measure: bool = True,
+                          sizes: dict[int, int] | None = None, in_use: set[int] | None = None,
+                          evaluations: list[tuple[int, float]] | None = None) -> CheckpointPrunePlan:
+    """Which training checkpoints of ``run`` pruning deletes and which it keeps, and why: the newest (what Resume and
+    Train further restore), the best by the run's ranking metric (``checkpoint_scores``), the pinned steps of ``keep``,
+    and those ``checkpoint_delete_refusal`` refuses now (being exported, a serving copy being written). ``in_use``
+    (``checkpoints_in_use``) and ``evaluations`` (``ranking_evaluations``) are read for this run unless the caller
+    read them for many runs at once. Each step that goes is measured as its deletion counts it (``folder_bytes``)
+    unless ``sizes`` has it or ``measure`` is False. ``ValidationError`` (``keep``) naming a pinned step the run's
+    folder holds no checkpoint of."""
+    saved = checkpoint_steps(run)
+    pinned = sorted(set(keep))
+    if missing := [step for step in pinned if step not in saved]:
+        raise ValidationError({"keep": f"run {run.public_id} has no checkpoint {', '.join(map(str, missing))} in its "
+                                       f"folder to keep; it has {', '.join(map(str, saved)) or 'none'}. Pin steps "
+                                       "among those"})
+    scores = checkpoint_scores(run=run, steps=saved, evaluations=evaluations)
+    kept = checkpoint_keep_reasons(run=run, saved=saved, scores=scores, pinned=pinned)
+    in_use = checkpoints_in_use(runs=[run]).get(run.pk, set()) if in_use is None else in_use
+    for step in saved:
+        # Its words from checkpoint_delete_refusal, which the deletion itself checks again.
+        if step not in kept and step in in_use and (refusal := checkpoint_delete_refusal(run, step)):
+            kept[step] = [refusal]
+    going = {step: _checkpoint_bytes(run, step, sizes or {}, measure) for step in saved if step not in kept}
+    return CheckpointPrunePlan(deleted=going, kept=dict(sorted(kept.items())))
+
+
+def checkpoints_in_use(*, runs: Iterable[Run]) -> dict[int, set[int]]:
+    """``{run pk: steps}`` of the checkpoints of ``runs`` that ``checkpoint_delete_refusal`` refuses to delete while
+    their run has ended: being exported, or a serving copy of them being written. Two queries for any number of runs
+    (the Storage page weighs every run's prune)."""
+    ids = [run.pk for run in runs]
+    in_use: dict[int, set[int]] = {}
+    exporting = CheckpointExport.objects.filter(run__in=ids, status=CheckpointExportStatus.EXPORTING)
+    writing = ServingCopy.objects.filter(run__in=ids, status=ServingCopyStatus.WRITING, step__isnull=False)
+    for run_id, step in [*exporting.values_list("run_id", "step"), *writing.values_list("run_id", "step")]:
+        in_use.setdefault(run_id, set()).add(step)
+    return in_use
+
+
+def kept_in_words(kept: dict[int, list[str]]) -> str:
+    """``{step: [reasons]}`` of a prune as one clause: "step 200 (pinned), step 300 (the newest: …)"."""
+    return ", ".join(f"step {step} ({'; '.join(reasons)})" for step, reasons in kept.items())
+
+
+def _checkpoint_bytes(run: Run, step: int, sizes: dict[int, int], measure: bool) -> int:
+    if step in sizes:
+        return sizes[step]
+    return folder_bytes(run.output_dir / "checkpoints" / str(step)) if measure else 0
+
+
+def checkpoint_keep_reasons(*, run: Run, saved: list[int], scores: dict[int, dict[str, Any]],
+                            pinned: list[int]) -> dict[int, list[str]]:
+    """The steps of ``saved`` (oldest first) that pruning keeps whatever else happens, each with why."""
+    kept: dict[int, list[str]] = {}
+    if saved:
+        action = "Train further" if run.status == RunStatus.SUCCEEDED else "Resume"
+        kept[saved[-1]] = ["the newest" if run.task == EXTERNAL_TASK else f"the newest: {action} goes on from it"]
+    for step, score in scores.items():
+        if score["best"]:
+            kept.setdefault(step, []).append(f"the best by {score['metric']} ({score['shown']})")
+    for step in pinned:
+        kept.setdefault(step, []).append("pinned")
+    return kept
+
+
 def _newest_checkpoint_note(run: Run, action: str, earlier: int | None) -> str:
     if earlier is not None:
         return (f"It is the run's newest checkpoint: {action} would go on from checkpoint {earlier} instead, training "
@@ -1121,21 +1200,43 @@ def _directory_facts(directory: str | os.PathLike) -> tuple[int, datetime | None
     return total, (datetime.fromtimestamp(newest, tz=dt_timezone.utc) if newest is not None else None)
 
 
-def checkpoint_scores(*, run: Run, steps: list[int]) -> dict[int, dict[str, Any]]:
+def ranking_metric(run: Run) -> tuple[str, bool] | None:
+    """The metric ``run``'s checkpoints are ranked by and whether higher is better (``best_metric_for``); None for a
+    run with none (external runs, or a spec this engine no longer reads)."""
+    try:
+        return best_metric_for(parse_spec(run.resolved_spec or run.spec))
+    except (SpecError, IndexError):  # unreadable spec; an RL spec naming no reward
+        return None
+
+
+def ranking_evaluations(*, runs: Iterable[Run]) -> dict[int, list[tuple[int, float]]]:
+    """``{run pk: [(step, value)]}``, oldest first, of each run's ranking metric (``ranking_metric``): one query for
+    any number of runs, for ``checkpoint_scores``'s ``evaluations``."""
+    metrics = {run.pk: ranking[0] for run in runs if (ranking := ranking_metric(run)) is not None}
+    evaluations: dict[int, list[tuple[int, float]]] = {run_id: [] for run_id in metrics}
+    points = (MetricPoint.objects.filter(run__in=list(metrics), name__in=set(metrics.values()))
+              .order_by("run_id", "step").values_list("run_id", "name", "step", "value"))
+    for run_id, name, step, value in points:
+        if metrics[run_id] == name:
+            evaluations[run_id].append((step, value))
+    return evaluations
+
+
+def checkpoint_scores(*, run: Run, steps: list[int],
+                      evaluations: list[tuple[int, float]] | None = None) -> dict[int, dict[str, Any]]:
     """What ranks each checkpoint, to choose one by: ``{step: {"metric", "value", "shown", "at", "best"}}``, the run's
     ranking metric (``jaxengine.spec.best_metric_for``: eval loss, or RL's first eval metric) as last evaluated
     at or before the step (``at``; evaluations and saves need not fall on the same steps), ``best`` on the one the
     trainer keeps as best (the lowest loss, the highest score, of those evaluated at their own step). Steps
     evaluated before none are left out, as are runs with no ranking metric (external runs, or a spec this engine
-    no longer reads)."""
-    if not steps:
+    no longer reads). ``evaluations``: the run's ``(step, value)`` of its ranking metric, oldest first, where the
+    caller read them for many runs at once (``ranking_evaluations``)."""
+    if not steps or (ranking := ranking_metric(run)) is None:
         return {}
-    try:
-        metric, higher_is_better = best_metric_for(parse_spec(run.resolved_spec or run.spec))
-    except (SpecError, IndexError):  # unreadable spec; an RL spec naming no reward
-        return {}
-    evaluations = list(MetricPoint.objects.filter(run=run, name=metric, step__lte=steps[-1])
-                       .order_by("step").values_list("step", "value"))
+    metric, higher_is_better = ranking
+    if evaluations is None:
+        evaluations = list(MetricPoint.objects.filter(run=run, name=metric, step__lte=steps[-1])
+                           .order_by("step").values_list("step", "value"))
     evaluated_steps = [at for at, _value in evaluations]
     scores: dict[int, dict[str, Any]] = {}
     for step in steps:

@@ -26,6 +26,7 @@ urlpatterns = [
     path("p/<slug:slug>/runs/<str:run_id>/export/", views.run_export_checkpoint, name="export_checkpoint"),
     path("p/<slug:slug>/runs/<str:run_id>/checkpoints/", views.run_checkpoints, name="checkpoints"),
     path("p/<slug:slug>/runs/<str:run_id>/checkpoints/delete/", views.run_checkpoint_delete, name="checkpoint_delete"),
+    path("p/<slug:slug>/runs/<str:run_id>/checkpoints/prune/", views.run_checkpoints_prune, name="checkpoints_prune"),
     path("p/<slug:slug>/runs/<str:run_id>/checkpoints/serving-copy/", views.run_checkpoint_serving_copy,
          name="checkpoint_serving_copy"),
     path("p/<slug:slug>/runs/<str:run_id>/serving-copy/", views.run_serving_copy, name="serving_copy"),

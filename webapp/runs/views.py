@@ -41,7 +41,7 @@ from webapp.projects.models import Role
 from webapp.runs import artifacts, presets, reporting, selectors, services, serving_copies, sweeps
 from webapp.runs.access import get_run_for_user
 from webapp.runs.markup import render_markdown
-from webapp.runs.models import RunStatus
+from webapp.runs.models import Run, RunStatus
 from webapp.runs.placement import DEFAULT_POOL
 from webapp.runs.specform import (CONTEXT_KEY, ONE_OF_KEYS, carry_to_task, changed_from_presets, form_sections,
                                   keys_the_form_cannot_show, merge_spec, one_of_errors, read_form, scale_out_section,
@@ -548,7 +548,7 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         "unserved_pool_note": selectors.unserved_pool_note(run=run),
         "across_steps": (selectors.generations_across_steps(run=run)
                          if len(selectors.sample_steps(run=run, kind="eval")) > 1 else None),
-        "checkpoints": selectors.checkpoint_list(run=run, deletions=can_delete),
+        **_checkpoints_context(run, can_delete),
         "serving_copy": selectors.serving_copy(run=run),
         # The chat offers a succeeded run's final model to members, archived runs' aside (chat_selectors.model_choices).
         # Nor one whose folder was deleted since (ModelChoice.gone): the chat would refuse it.
@@ -573,8 +573,19 @@ def run_checkpoints(request: HttpRequest, slug: str, run_id: str) -> HttpRespons
     can_delete = selectors.may_delete_run(membership=membership, run=run)
     return render(request, "runs/_checkpoints.html", {
         "project": project, "run": run, "can_act": membership.can(Role.MEMBER), "can_delete": can_delete,
-        "checkpoints": selectors.checkpoint_list(run=run, deletions=can_delete),
-        "launch_task": selectors.launch_task(run=run)})
+        **_checkpoints_context(run, can_delete), "launch_task": selectors.launch_task(run=run)})
+
+
+def _checkpoints_context(run: Run, can_delete: bool) -> dict[str, Any]:
+    """The checkpoints list and, for who may delete the run once it has ended, its *Delete the others…* plan (None
+    when nothing would go), measured as the list measured each checkpoint."""
+    checkpoints = selectors.checkpoint_list(run=run, deletions=can_delete)
+    prune = None
+    if can_delete and not run.is_active:
+        sizes = {checkpoint["step"]: checkpoint["size_bytes"] for checkpoint in checkpoints
+                 if checkpoint["size_bytes"] is not None}
+        prune = selectors.checkpoint_prune_plan(run=run, sizes=sizes)
+    return {"checkpoints": checkpoints, "checkpoint_prune": prune if prune and prune.deleted else None}
 
 
 @login_required
@@ -819,6 +830,30 @@ def run_checkpoint_delete(request: HttpRequest, slug: str, run_id: str) -> HttpR
 
     return redirect(deleted_once_or_refused(request, delete=delete, back=f"{page}#checkpoints",
                                             gone=f"{page}#checkpoints"))
+
+
+@login_required
+@require_POST
+def run_checkpoints_prune(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    """Delete every training checkpoint of the run but the newest and the best (``services.checkpoints_prune``; who
+    may delete the run); back to its checkpoints saying what went, what was freed and what stayed, or why nothing
+    was deleted."""
+    project, membership, run = get_run_for_user(request.user, slug, run_id, write=True)
+    selectors.ensure_may_delete_run(membership=membership, run=run)
+    page = reverse("runs:detail", args=[project.slug, run.public_id]) + "#checkpoints"
+
+    def prune() -> str:
+        pruned = services.checkpoints_prune(run=run, user=request.user)
+        if not pruned.deleted:
+            messages.info(request, "No checkpoint was deleted: every one left is kept.")
+            return page
+        steps = ", ".join(str(deleted.step) for deleted in pruned.deleted)
+        messages.success(request, f"Deleted {counted(len(pruned.deleted), 'checkpoint')} of {isolated(run.name)} "
+                                  f"(steps {steps}): {filesizeformat(pruned.bytes_freed)} freed. Kept: "
+                                  f"{selectors.kept_in_words(pruned.kept)}.")
+        return page
+
+    return redirect(deleted_once_or_refused(request, delete=prune, back=page))
 
 
 @login_required

@@ -79,7 +79,9 @@ def test_the_api_gives_what_du_counts_for_each_folder(stored, team, client, data
         "checkpoint_bytes": du_bytes(big / "checkpoints"),
         "export_bytes": du_bytes(big / "export", big / "export-step-10"),
         "other_bytes": du_bytes(big) - du_bytes(big / "checkpoints", big / "export", big / "export-step-10"),
-        "total_bytes": du_bytes(big), "folder_gone": False}
+        "total_bytes": du_bytes(big), "folder_gone": False,
+        # Pruning keeps the newest (20) and frees 10's folder (its export stays); the spec ranks nothing.
+        "prunable_bytes": du_bytes(big / "checkpoints" / "10")}
     # The hard-linked weights were counted with big's checkpoint: the failed run's folder takes its log only.
     assert runs["<script>alert(1)</script>"]["total_bytes"] == du_bytes(big, hostile) - du_bytes(big)
     assert runs["deleted from disk"]["folder_gone"] and runs["deleted from disk"]["total_bytes"] == 0
@@ -107,8 +109,8 @@ def test_the_page_shows_the_same_figures_human_sized_with_exact_bytes(stored, te
     row = re.search(rf'<tr data-run="{stored["big"].public_id}">(.*?)</tr>', page, re.S).group(1)
     assert f'href="/p/alpha/runs/{stored["big"].public_id}/"' in row and ">big</a>" in row
     cells = re.findall(r'data-bytes="(\d+)"', row)
-    assert list(map(int, cells)) == [du_bytes(big / "checkpoints"), du_bytes(big / "export", big / "export-step-10"),
-                                     du_bytes(big)]
+    assert list(map(int, cells)) == [du_bytes(big / "checkpoints"), du_bytes(big / "checkpoints" / "10"),
+                                     du_bytes(big / "export", big / "export-step-10"), du_bytes(big)]
     assert re.search(r'<td class="num">2</td>', row)  # its checkpoints
     assert re.findall(r'<tr data-run="(run_\w+)"', page)[0] == stored["big"].public_id  # largest first
     gone = re.search(rf'<tr data-run="{stored["gone"].public_id}">(.*?)</tr>', page, re.S).group(1)
