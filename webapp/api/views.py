@@ -322,6 +322,9 @@ def storage(request: HttpRequest, slug: str) -> JsonResponse:
 def _storage_json(storage: ProjectStorage) -> dict[str, Any]:
     return {
         "total_bytes": storage.total_bytes, "measured_at": storage.measured_at.isoformat(),
+        "free_bytes": storage.filesystems[0].free_bytes, "filesystem_bytes": storage.filesystems[0].filesystem_bytes,
+        "filesystems": [{"setting": disk.setting, "free_bytes": disk.free_bytes,
+                         "filesystem_bytes": disk.filesystem_bytes, "low": disk.low} for disk in storage.filesystems],
         "by_kind": {"checkpoint_bytes": storage.checkpoint_bytes, "export_bytes": storage.export_bytes,
                     "run_other_bytes": storage.run_other_bytes, "run_bytes": storage.run_bytes,
                     "dataset_bytes": storage.dataset_bytes, "base_model_bytes": storage.base_model_bytes,
