@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -115,18 +116,38 @@ def disk_full_message(path: str | os.PathLike) -> str:
             "space (a project's Storage page shows what its runs, datasets and models take), then send it again")
 
 
-def upload_room_refusal(content_length: str | int | None, *, destination: str | os.PathLike) -> str | None:
-    """Why a request body of ``content_length`` bytes cannot be written under ``destination``: more than its disk's
-    free space less ``UPLOAD_MARGIN_BYTES``; None when it fits, or its length is not given."""
+def upload_room_refusal(content_length: str | int | None, *, destination: str | os.PathLike,
+                        unpacked: bool = False) -> str | None:
+    """Why an upload whose request body is ``content_length`` bytes cannot be taken, before a byte of it is written;
+    None when it fits, or its length is not given. Its bytes land three times at most: Django's ASGI handler spools
+    the body to a temporary file, the multipart parser writes the file in it to another (``FILE_UPLOAD_TEMP_DIR``),
+    and that one is renamed under ``destination`` (copied there when on another filesystem) or, an archive, unpacked
+    there (``unpacked``). Each filesystem's share is held to its free space less ``UPLOAD_MARGIN_BYTES``."""
     try:
         length = int(content_length or 0)
     except (TypeError, ValueError):
         return None
-    free, _total = free_and_total(destination)
-    room = max(free - UPLOAD_MARGIN_BYTES, 0)
-    if length <= room:
+    if length <= 0:
         return None
-    return (f"the upload ({filesizeformat(length)}) is larger than the room left on the server's disk "
-            f"({filesizeformat(free)} free, of which {filesizeformat(UPLOAD_MARGIN_BYTES)} is kept for the runs and "
-            "the database); nothing was saved: ask an administrator to free space (a project's Storage page shows "
-            "what its runs, datasets and models take), then send it again")
+    spool = Path(tempfile.gettempdir())
+    parsed = Path(settings.FILE_UPLOAD_TEMP_DIR or spool)
+    writes = [(spool, length), (parsed, length)]
+    if unpacked or _device(Path(destination)) != _device(parsed):  # else renamed into place: no more bytes
+        writes.append((Path(destination), length))
+    needs: dict[int, tuple[Path, int]] = {}  # by filesystem: a path on it, and the bytes written there
+    for path, size in writes:
+        measured, held = needs.get(_device(path), (path, 0))
+        needs[_device(path)] = (measured, held + size)
+    for path, need in needs.values():
+        free, _total = free_and_total(path)
+        if need > free - UPLOAD_MARGIN_BYTES:
+            return (f"the upload ({filesizeformat(length)}) needs about {filesizeformat(need)} on the server's disk "
+                    f"as it is received and stored, more than the room left there ({filesizeformat(free)} free, of "
+                    f"which {filesizeformat(UPLOAD_MARGIN_BYTES)} is kept for the runs and the database); nothing was "
+                    "saved: ask an administrator to free space (a project's Storage page shows what its runs, datasets "
+                    "and models take), then send it again")
+    return None
+
+
+def _device(path: Path) -> int:
+    return os.stat(_existing(path)).st_dev
