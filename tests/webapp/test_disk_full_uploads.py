@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import os
 import pathlib
 import shutil
@@ -193,3 +194,37 @@ def test_a_disk_that_fills_as_a_model_unpacks_leaves_no_folder_and_says_so(team,
     assert message.startswith("tiny.zip: the member ") and " could not be written: the server's disk is full (" in message
     assert left_in(models_root) in ([], ["projects", "projects/alpha"]) and not BaseModel.objects.exists()
     assert shutil.disk_usage(models_root)  # the real disk, untouched
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_disk_that_fills_as_the_server_spools_a_body_answers_507_not_a_500(monkeypatch):
+    """Django's ASGI handler spools every body to a temporary file before any view runs: a full disk there raised out
+    of the handler (a 500 with a traceback). The file has no name on disk; the answer says the disk is full."""
+    import django.core.handlers.asgi as django_asgi
+
+    from webapp.core.asgi_requests import MeasuredBodyASGIHandler
+
+    class FillingSpool(django_asgi.tempfile.SpooledTemporaryFile):
+        def write(self, data):
+            if self.tell():
+                raise full()
+            return super().write(data)
+
+    monkeypatch.setattr(django_asgi.tempfile, "SpooledTemporaryFile", FillingSpool)
+    chunks = [{"type": "http.request", "body": b"x" * 1000, "more_body": True},
+              {"type": "http.request", "body": b"x" * 1000, "more_body": False}]
+    sent = []
+
+    async def receive():
+        return chunks.pop(0)
+
+    async def send(message):
+        sent.append(message)
+
+    guard = RequestBodyLimit(MeasuredBodyASGIHandler(), max_upload_bytes=10**9, max_other_bytes=10**6)
+    scope = {"type": "http", "method": "POST", "path": "/api/v1/projects/alpha/datasets/", "query_string": b"",
+             "headers": [(b"content-length", b"2000")]}
+    asyncio.run(guard(scope, receive, send))
+    assert sent[0]["status"] == 507
+    detail = json.loads(sent[1]["body"])["detail"]
+    assert detail.startswith("the server's disk is full (") and " free); nothing was saved" in detail

@@ -31,6 +31,7 @@ from django.http.cookie import parse_cookie
 
 from jaxengine.data.formats import TOO_LARGE_REMEDY
 from webapp.api.services import token_authenticate
+from webapp.core.asgi_requests import BodyNotSpooled
 from webapp.core.disk_free import disk_full_message, is_disk_full, upload_room_refusal
 from webapp.core.middleware import security_headers
 from webapp.core.views import json_api_at
@@ -234,9 +235,16 @@ class RequestBodyLimit:
                         else settings.DATA_ROOT, unpacked=reason == "model")):
                     await self._refuse(scope, send, reason, message=no_room, status=507)
                     return
-            await self.app(scope, receive, send)
+            await self._spooled(scope, receive, send)
             return
         await self._counted(scope, receive, send, headers)
+
+    async def _spooled(self, scope, receive, send):
+        """The app, answering 507 where the disk filled as it spooled the body (before it answered anything)."""
+        try:
+            await self.app(scope, receive, send)
+        except BodyNotSpooled as error:
+            await self._refuse(scope, send, "", message=str(error), status=507)
 
     async def _counted(self, scope, receive, send, headers: dict[bytes, bytes]):
         """A body without a length (``Transfer-Encoding: chunked``), counted as it arrives: past the limit the
@@ -266,7 +274,7 @@ class RequestBodyLimit:
             started = started or message["type"] == "http.response.start"
             await send(message)
 
-        await self.app(scope, counted_receive, tracked_send)
+        await self._spooled(scope, counted_receive, tracked_send)
         if over and not started:
             await self._refuse(scope, send, reason)
 
