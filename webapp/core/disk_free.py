@@ -31,14 +31,15 @@ WARN_FRACTION = 0.05  # of the filesystem's size: the banner's threshold when le
 # Room an upload leaves on the disk it is refused for taking: the database, logs and the runs' next writes go on.
 UPLOAD_MARGIN_BYTES = 256 * 1024**2
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+FREE_SPACE_REMEDY = ("nothing was saved: ask an administrator to free space (a project's Storage page shows what its "
+                     "runs, datasets and models take), then send it again")
 
 
 @dataclass(frozen=True, kw_only=True)
 class DiskSpace:
-    """The filesystem holding ``path`` (a setting's folder, named by ``setting``): its free and total bytes."""
+    """The filesystem holding the folder of ``setting`` (TEMPER_DATA, TEMPER_MODELS_ROOT): its free and total bytes."""
 
     setting: str
-    path: str
     free_bytes: int
     filesystem_bytes: int
 
@@ -88,12 +89,12 @@ def data_filesystems() -> list[DiskSpace]:
     places = [("TEMPER_DATA", Path(settings.DATA_ROOT)), ("TEMPER_MODELS_ROOT", Path(settings.MODELS_ROOT))]
     spaces, devices = [], set()
     for setting, path in places:
-        device = os.stat(_existing(path)).st_dev
+        device = _device(path)
         if device in devices:
             continue
         devices.add(device)
         free, total = free_and_total(path)
-        spaces.append(DiskSpace(setting=setting, path=str(path), free_bytes=free, filesystem_bytes=total))
+        spaces.append(DiskSpace(setting=setting, free_bytes=free, filesystem_bytes=total))
     return spaces
 
 
@@ -112,8 +113,7 @@ def disk_full_message(path: str | os.PathLike) -> str:
     """What a write that failed for want of room says, with the free space now (measured afresh: the kept answer is
     from before the write filled the disk)."""
     free = disk_usage(_existing(Path(path))).free
-    return (f"the server's disk is full ({filesizeformat(free)} free); nothing was saved: ask an administrator to free "
-            "space (a project's Storage page shows what its runs, datasets and models take), then send it again")
+    return f"the server's disk is full ({filesizeformat(free)} free); {FREE_SPACE_REMEDY}"
 
 
 def upload_room_refusal(content_length: str | int | None, *, destination: str | os.PathLike,
@@ -143,9 +143,8 @@ def upload_room_refusal(content_length: str | int | None, *, destination: str | 
         if need > free - UPLOAD_MARGIN_BYTES:
             return (f"the upload ({filesizeformat(length)}) needs about {filesizeformat(need)} on the server's disk "
                     f"as it is received and stored, more than the room left there ({filesizeformat(free)} free, of "
-                    f"which {filesizeformat(UPLOAD_MARGIN_BYTES)} is kept for the runs and the database); nothing was "
-                    "saved: ask an administrator to free space (a project's Storage page shows what its runs, datasets "
-                    "and models take), then send it again")
+                    f"which {filesizeformat(UPLOAD_MARGIN_BYTES)} is kept for the runs and the database); "
+                    f"{FREE_SPACE_REMEDY}")
     return None
 
 

@@ -6,6 +6,7 @@ import html
 import re
 import shutil
 import time
+from pathlib import Path
 
 from django.test import Client
 
@@ -98,3 +99,19 @@ def test_statvfs_is_asked_once_in_its_kept_seconds_per_path(monkeypatch, tmp_pat
         assert len(calls) == 3
     finally:
         disk_free.forget_kept()
+
+
+def test_a_models_root_on_another_filesystem_is_measured_and_said_too(team, client_for, settings, fake_disk,
+                                                                      monkeypatch, tmp_path):
+    """No second filesystem can be mounted for a test: the models root is told apart by its device number."""
+    settings.MODELS_ROOT = tmp_path / "shared-models"
+    real_device = disk_free._device
+    monkeypatch.setattr(disk_free, "_device", lambda path: -1 if Path(path) == settings.MODELS_ROOT
+                        else real_device(path))
+    fake_disk.free = GIB
+    _row, secret = token_create(user=team.viewer, name="read")
+    answer = Client().get("/api/v1/projects/alpha/storage/", HTTP_AUTHORIZATION=f"Bearer {secret}").json()
+    assert [disk["setting"] for disk in answer["filesystems"]] == ["TEMPER_DATA", "TEMPER_MODELS_ROOT"]
+    assert all(disk["low"] for disk in answer["filesystems"])
+    shown = banner(client_for(team.viewer).get("/p/alpha/").content.decode())
+    assert "on the filesystem of <code>TEMPER_MODELS_ROOT</code>" in shown
