@@ -108,6 +108,55 @@ def byte_size(value: int) -> str:
     return f"{value} B"
 
 
+def trained_bytes(*, facts: ModelFacts, spec: JobSpec) -> int:
+    """The bytes of the parameters ``spec`` trains, unsharded: every parameter in ``train.param_dtype`` under full
+    fine-tuning, the float32 LoRA adapters of ``peft.targets`` otherwise."""
+    if spec.peft.method == "none":
+        return facts.parameter_count * _DTYPE_BYTES.get(spec.train.param_dtype, 4)
+    shapes = facts.projection_shapes()
+    return facts.layers * sum(spec.peft.rank * sum(shapes[name]) for name in spec.peft.targets) * 4
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiskEstimate:
+    """The disk a run's output directory needs at its fullest, by part (see ``estimate_disk``)."""
+
+    checkpoint: int  # one checkpoint
+    checkpoints: int  # how many are on disk at once, at most
+    export: int  # the final model
+
+    @property
+    def total(self) -> int:
+        return self.checkpoint * self.checkpoints + self.export
+
+    def summary(self) -> str:
+        """``≈ 12.1 GiB: 4 checkpoints of 2.33 GiB and the exported model 2.79 GiB``."""
+        return (f"≈ {byte_size(self.total)}: {self.checkpoints} checkpoints of {byte_size(self.checkpoint)} and "
+                f"the exported model {byte_size(self.export)}")
+
+
+def estimate_disk(*, facts: ModelFacts, spec: JobSpec, stored_bytes_per_parameter: int | None = None) -> DiskEstimate:
+    """The disk training ``spec`` on a model of ``facts`` writes at its fullest.
+
+    A checkpoint (``jaxengine.trainer.Checkpoints``) holds the trained parameters and AdamW's two moments, each as
+    large as they (``trained_bytes``; PPO's value head is a rounding error). ``train.keep_last`` are kept, plus the best
+    by eval when older (a run with ``data.eval``), plus the one being written before the oldest is pruned. The export
+    (``jaxengine.job.export_trained``) is the whole merged model in the base's stored dtype when that is a 16-bit one
+    (``stored_bytes_per_parameter``, from its config.json: 2), else ``train.param_dtype``; under LoRA and QLoRA plus
+    the float32 adapter."""
+    trained = trained_bytes(facts=facts, spec=spec)
+    kept = spec.train.keep_last + 1 + (1 if spec.data.eval is not None else 0)
+    per_parameter = stored_bytes_per_parameter or _DTYPE_BYTES.get(spec.train.param_dtype, 4)
+    adapter = trained if spec.peft.method != "none" else 0
+    return DiskEstimate(checkpoint=3 * trained, checkpoints=kept, export=facts.parameter_count * per_parameter + adapter)
+
+
+def stored_bytes_per_parameter(config: dict) -> int | None:
+    """2 when a config.json says its weights are stored in a 16-bit dtype (``jaxengine.checkpoint.hf
+    .stored_half_dtype``'s reading, without jax), else None."""
+    return 2 if (config.get("dtype") or config.get("torch_dtype")) in ("bfloat16", "float16") else None
+
+
 def estimate_memory(*, facts: ModelFacts, spec: JobSpec, devices: int = 1,
                     reward_model: ModelFacts | None = None) -> MemoryEstimate:
     """The memory a device holds training ``spec`` on a model of ``facts`` (see the module notes); a spec
@@ -118,18 +167,15 @@ def estimate_memory(*, facts: ModelFacts, spec: JobSpec, devices: int = 1,
     param_bytes = _DTYPE_BYTES.get(train.param_dtype, 4)
     compute_bytes = 4 if train.compute_dtype == "float32" else 2
     shapes = facts.projection_shapes()
+    trained = trained_bytes(facts=facts, spec=spec)
     if peft.method == "none":
         weights = facts.parameter_count * param_bytes
-        trained = facts.parameter_count * param_bytes
+    elif peft.method == "qlora":
+        projections = facts.layers * sum(inputs * outputs for inputs, outputs in shapes.values())
+        quantized = projections * peft.quant_bits // 8 + projections // peft.group_size * 4
+        weights = (facts.parameter_count - projections) * param_bytes + quantized + trained
     else:
-        adapters = facts.layers * sum(peft.rank * sum(shapes[name]) for name in peft.targets)
-        trained = adapters * 4
-        if peft.method == "qlora":
-            projections = facts.layers * sum(inputs * outputs for inputs, outputs in shapes.values())
-            quantized = projections * peft.quant_bits // 8 + projections // peft.group_size * 4
-            weights = (facts.parameter_count - projections) * param_bytes + quantized + trained
-        else:
-            weights = facts.parameter_count * param_bytes + trained
+        weights = facts.parameter_count * param_bytes + trained
     model_shards = parallel.fsdp * parallel.tensor
     rows = train.batch_size * {"dpo": 2, "reward": 2}.get(spec.task, 1)
     if spec.task == "grpo":

@@ -83,6 +83,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "webapp.core.context_processors.low_disk",
             ],
         },
     },
@@ -165,6 +166,9 @@ TEMPER_MAX_UPLOAD_BYTES = env_int("TEMPER_MAX_UPLOAD_BYTES", 2 * 1024**3)
 TEMPER_MODEL_UPLOAD_MAX_BYTES = env_int("TEMPER_MODEL_UPLOAD_MAX_BYTES", 20 * 1000**3)
 # ... and the most files and folders it may hold: millions of empty ones would use up the disk's inodes.
 TEMPER_MODEL_UPLOAD_MAX_MEMBERS = env_int("TEMPER_MODEL_UPLOAD_MAX_MEMBERS", 10_000)
+# Signed-in pages show a banner when the data directory's disk (or the models root's) has less free space than this
+# or 5 % of its size, whichever is smaller (webapp.core.disk_free); 0 turns the banner off.
+TEMPER_DISK_WARN_FREE_BYTES = env_int("TEMPER_DISK_WARN_FREE_BYTES", 5 * 1024**3, minimum=0, unit="bytes")
 TEMPER_METRICS_TOKEN = env_str("TEMPER_METRICS_TOKEN", "")
 # Addresses that may read /metrics without the token; none by default, not even 127.0.0.1: behind a reverse
 # proxy on the same host every request comes from there.

@@ -4,7 +4,8 @@ import types
 
 import pytest
 
-from jaxengine.memory import MemoryEstimate, ModelFacts, byte_size, estimate_memory
+from jaxengine.memory import (DiskEstimate, MemoryEstimate, ModelFacts, byte_size, estimate_disk, estimate_memory,
+                             stored_bytes_per_parameter)
 from jaxengine.spec import parse_spec
 from tests import factories
 
@@ -161,3 +162,53 @@ def test_the_kl_reference_estimate_is_the_bytes_the_trainer_holds(tmp_path_facto
     facts = ModelFacts.from_config(parameter_count=safetensors_summary(model_dir)["parameters"],
                                    config=json.loads((model_dir / "config.json").read_text()))
     assert held > 0 and estimate_memory(facts=facts, spec=job).reference == held
+
+
+# The disk a run writes (estimate_disk): checkpoints of the trained parameters and AdamW's two moments, and the export.
+def test_disk_full_fine_tuning_keeps_keep_last_and_the_one_being_written():
+    # 10,000 float32 parameters = 40,000 bytes, × 3 with the moments = 120,000 a checkpoint; keep_last 3 + 1 being
+    # written = 4; the export in float32: 40,000.
+    estimate = estimate_disk(facts=FACTS, spec=spec())
+    assert estimate == DiskEstimate(checkpoint=120_000, checkpoints=4, export=40_000)
+    assert estimate.total == 520_000
+    assert estimate.summary() == "≈ 508 KiB: 4 checkpoints of 117 KiB and the exported model 39.1 KiB"
+
+
+def test_disk_counts_the_best_checkpoint_of_a_run_that_evaluates_and_a_16_bit_export():
+    estimate = estimate_disk(facts=FACTS, spec=spec(data={"eval": "e.jsonl"}, train={"keep_last": 1}),
+                             stored_bytes_per_parameter=stored_bytes_per_parameter({"torch_dtype": "bfloat16"}))
+    assert estimate == DiskEstimate(checkpoint=120_000, checkpoints=3, export=20_000)
+    assert stored_bytes_per_parameter({"dtype": "float32"}) is None
+
+
+def test_disk_lora_checkpoints_hold_the_adapters_and_the_export_adds_them_to_the_merged_model():
+    # 896 bytes of float32 adapters (test_lora_trains_only_its_adapters), × 3; the export: 40,000 + 896.
+    estimate = estimate_disk(facts=FACTS, spec=spec(peft={"method": "lora", "rank": 2, "targets": ["q_proj", "v_proj"]}))
+    assert estimate == DiskEstimate(checkpoint=2_688, checkpoints=4, export=40_896)
+
+
+@pytest.mark.parametrize("peft, param_dtype", [("none", "float32"), ("none", "bfloat16"), ("lora", "float32")])
+def test_a_checkpoints_estimate_is_the_bytes_of_the_state_the_trainer_saves(tmp_path_factory, tmp_path, peft,
+                                                                            param_dtype):
+    """A checkpoint holds the trained parameters and the optimizer's state (``Trainer._state_leaves``, less the
+    few-byte RNG and step counts): the estimate is their bytes."""
+    import jax
+    from flax import nnx
+
+    from jaxengine.cli.model_dir import safetensors_summary
+    from jaxengine.job import build_job_model
+    from jaxengine.trainer import make_optimizer
+
+    model_dir = factories.build_tiny_model_dir(tmp_path_factory.mktemp("tiny"))
+    job = parse_spec({"task": "sft", "model": str(model_dir), "output_dir": str(tmp_path / "run"),
+                      "data": {"train": "t.jsonl", "max_seq_len": 8},
+                      "train": {"max_steps": 1, "batch_size": 2, "param_dtype": param_dtype},
+                      "peft": {"method": peft, "rank": 2, "targets": ["q_proj", "v_proj"]} if peft != "none" else {}})
+    job_model = build_job_model(job)
+    params = nnx.state(job_model.model, job_model.trainable)  # as the Trainer splits them
+    state = (params, make_optimizer(job.optim, total_steps=1).init(params))
+    saved = sum(leaf.nbytes for leaf in jax.tree.leaves(state))
+    facts = ModelFacts.from_config(parameter_count=safetensors_summary(model_dir)["parameters"],
+                                   config=json.loads((model_dir / "config.json").read_text()))
+    estimated = estimate_disk(facts=facts, spec=job).checkpoint
+    assert estimated <= saved <= estimated + 16  # the optimizer's step counts: a few int32 scalars

@@ -2,6 +2,8 @@
 ``client_for(user)`` that returns a logged-in Django test client."""
 from __future__ import annotations
 
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -94,3 +96,29 @@ def served(caplog):
         finally:
             server.should_exit = True
             thread.join(timeout=10)
+
+
+@dataclass
+class FakeDisk:
+    """What ``fake_disk``'s ``shutil.disk_usage`` answers for every path: change ``free`` as a test goes on."""
+    free: int
+    total: int = 100 * 1024**3
+
+
+@pytest.fixture
+def fake_disk(monkeypatch) -> FakeDisk:
+    """A disk of ``total`` bytes with ``free`` left, as ``webapp.core.disk_free`` reads every data filesystem (its
+    ``disk_usage``, stubbed there alone: a full disk cannot be made for a test). Its kept answers are forgotten before
+    and after, and as ``free`` changes."""
+    from webapp.core import disk_free
+
+    disk = FakeDisk(free=100 * 1024**3)
+
+    def usage(_path):
+        return shutil._ntuple_diskusage(disk.total, disk.total - disk.free, disk.free)
+
+    monkeypatch.setattr(disk_free, "disk_usage", usage)
+    monkeypatch.setattr(disk_free, "KEPT_SECONDS", 0.0)
+    disk_free.forget_kept()
+    yield disk
+    disk_free.forget_kept()

@@ -60,6 +60,9 @@ ERRORS = {
 # Refused before the body is read (webapp.asgi): over TEMPER_MAX_UPLOAD_BYTES for a dataset upload,
 # TEMPER_MODEL_UPLOAD_MAX_BYTES for a model archive, else DATA_UPLOAD_MAX_MEMORY_SIZE, each with 1 MB for framing.
 TOO_LARGE = {"413": _json("The body is over the size this address takes: `{\"detail\": message}`.", schemas.Detail)}
+NO_ROOM = {"507": _json("The server's disk has no room for the upload: its declared length is more than the free "
+                        "space less a margin (refused before the body is written), or the disk filled as it was "
+                        "written (nothing kept): `{\"detail\": message}` naming the free space.", schemas.Detail)}
 KEY_REUSED = {"422": _json("The Idempotency-Key was sent before with another body: "
                            "`{\"errors\": {\"Idempotency-Key\": [message]}}`; nothing was made.", schemas.FieldErrors)}
 IN_PROGRESS = {"409": _json("The first request sent with this Idempotency-Key is still being processed (a retry "
@@ -160,7 +163,7 @@ def build_document() -> dict[str, Any]:
                                                                    "answer's mapping_inherited_from); {} for none."}}}}}}
     upload_operation = _operation("Upload a dataset (or a new version of one)", [SLUG, IDEMPOTENCY_KEY],
                                   status="201", answer=schemas.UploadOut)
-    upload_operation["responses"].update(TOO_LARGE)  # its body is the multipart form below, not a schema's
+    upload_operation["responses"].update(TOO_LARGE | NO_ROOM)  # its body is the multipart form below, not a schema's
     model_upload = {"required": True, "content": {"multipart/form-data": {"schema": {
         "type": "object", "required": ["name", "archive"], "additionalProperties": False,
         "properties": {"name": {"type": "string", "maxLength": 100,
@@ -177,7 +180,7 @@ def build_document() -> dict[str, Any]:
         "Upload a model archive (an owner): unpacked into the project's own folder, checked as a registration is, "
         "and registered (400 naming the field, or the archive's member, and what to do; nothing is kept)",
         [SLUG, IDEMPOTENCY_KEY], status="201", response="the registered base model", answer=schemas.BaseModelOut)
-    model_upload_operation["responses"].update(TOO_LARGE)
+    model_upload_operation["responses"].update(TOO_LARGE | NO_ROOM)
     base = "/api/v1/projects/{slug}"
     paths = {
         "/api/v1/projects/": {"get": _operation(

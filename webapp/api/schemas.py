@@ -500,10 +500,23 @@ class BaseModelStorageOut(_Answer):
     folder_gone: bool
 
 
+class FilesystemSpace(_Answer):
+    setting: str = Field(description="TEMPER_DATA, or TEMPER_MODELS_ROOT where the models root is on another "
+                                     "filesystem.")
+    free_bytes: int = Field(description="Free space an unprivileged writer may use (statvfs, kept up to 5 s).")
+    filesystem_bytes: int = Field(description="The filesystem's size.")
+    low: bool = Field(description="Free space under TEMPER_DISK_WARN_FREE_BYTES or 5 % of the filesystem, whichever "
+                                  "is smaller: the pages show a warning banner.")
+
+
 class ProjectStorage(_Answer):
     total_bytes: int = Field(description="Everything below but outside_bytes, on disk as du counts it (blocks, a "
                                          "hard-linked file once, links not followed).")
     measured_at: datetime = Field(description="When the folders were walked: now, on every request.")
+    free_bytes: int = Field(description="Free space of the filesystem holding the data directory (TEMPER_DATA).")
+    filesystem_bytes: int = Field(description="That filesystem's size.")
+    filesystems: list[FilesystemSpace] = Field(description="The data directory's filesystem, then the models root's "
+                                                           "where it is another one.")
     by_kind: StorageByKind
     runs: list[RunStorageOut] = Field(description="Every run of the project, largest first.")
     datasets: list[DatasetStorageOut] = Field(description="Every dataset, largest first.")

@@ -47,6 +47,7 @@ from webapp.core.submissions import (IDEMPOTENCY_HEADER, IdempotencyKeyReused, S
 from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
+from webapp.core.disk_free import upload_room_refusal
 from webapp.datasets.uploads import (LimitedUploadHandler, body_too_large, file_too_large_message,
                                      name_as_uploaded, one_file_per_upload_message, upload_cut_short_message)
 from webapp.projects.access import get_project_for_user
@@ -322,6 +323,9 @@ def storage(request: HttpRequest, slug: str) -> JsonResponse:
 def _storage_json(storage: ProjectStorage) -> dict[str, Any]:
     return {
         "total_bytes": storage.total_bytes, "measured_at": storage.measured_at.isoformat(),
+        "free_bytes": storage.filesystems[0].free_bytes, "filesystem_bytes": storage.filesystems[0].filesystem_bytes,
+        "filesystems": [{"setting": disk.setting, "free_bytes": disk.free_bytes,
+                         "filesystem_bytes": disk.filesystem_bytes, "low": disk.low} for disk in storage.filesystems],
         "by_kind": {"checkpoint_bytes": storage.checkpoint_bytes, "export_bytes": storage.export_bytes,
                     "run_other_bytes": storage.run_other_bytes, "run_bytes": storage.run_bytes,
                     "dataset_bytes": storage.dataset_bytes, "base_model_bytes": storage.base_model_bytes,
@@ -360,11 +364,16 @@ def _base_model_upload(request: HttpRequest, slug: str) -> JsonResponse:
     limit = settings.TEMPER_MODEL_UPLOAD_MAX_BYTES
     if body_too_large(request.META.get("CONTENT_LENGTH"), max_upload_bytes=limit):
         return _error(413, detail=basemodel_uploads.archive_too_large_message(limit))
+    if refusal := upload_room_refusal(request.META.get("CONTENT_LENGTH"), destination=settings.MODELS_ROOT,
+                                      unpacked=True):
+        return _error(507, detail=refusal)
     handler = LimitedUploadHandler(request, max_bytes=limit)
     request.upload_handlers = [handler]
     files = request.FILES  # parsed here: the archive streams to a temporary file, dropped once past the limit
     if handler.exceeded:
         return _error(413, detail=basemodel_uploads.archive_too_large_message(limit))
+    if handler.disk_full:
+        return _error(507, detail=handler.disk_full)
     if handler.cut_short is not None:
         raise ValidationError({"archive": upload_cut_short_message(handler.cut_short)})
     _multipart_checked(request, text_fields=("name",), file_field="archive",
@@ -438,12 +447,16 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
         return JsonResponse({"datasets": [_dataset_json(dataset) for dataset in page.rows],
                              "next": paging.next_link(request, sort="datasets", after=page.next_after)})
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    if refusal := upload_room_refusal(request.META.get("CONTENT_LENGTH"), destination=settings.DATA_ROOT):
+        return _error(507, detail=refusal)
     # Bounded as the Upload page's (the guard in front has held the body to the limit): a file cut short is named.
     handler = LimitedUploadHandler(request, max_bytes=settings.TEMPER_MAX_UPLOAD_BYTES)
     request.upload_handlers = [handler]
     files = request.FILES  # parsed here, with the handler
     if handler.exceeded:
         return _error(413, detail=file_too_large_message(handler.max_bytes))
+    if handler.disk_full:
+        return _error(507, detail=handler.disk_full)
     if handler.cut_short is not None:
         raise ValidationError({"file": upload_cut_short_message(handler.cut_short)})
     _multipart_checked(request, text_fields=UPLOAD_TEXT_FIELDS, file_field="file",

@@ -54,6 +54,7 @@ from webapp.basemodels.models import BaseModel
 from webapp.basemodels.selectors import basemodel_named
 from webapp.basemodels.services import BASE_MODEL_NAME_MAX, basemodel_register, name_taken_message
 from webapp.basemodels.zip_end import TAIL_BYTES, zip_end
+from webapp.core.disk_free import disk_full_message, is_disk_full
 from webapp.core.text import checked_name
 from webapp.projects.models import Project
 
@@ -233,6 +234,8 @@ def _partial_folder(folder: Path) -> Path:
         _remove_abandoned(folder)
         return Path(tempfile.mkdtemp(prefix=UPLOAD_PARTIAL_PREFIX, dir=folder))
     except OSError as error:
+        if is_disk_full(error):
+            raise ValidationError({"archive": disk_full_message(folder)}) from None
         raise ValidationError({"archive": (
             f"cannot write to {folder} ({error.strerror or error}): the models root is read-only for Temper. Ask an "
             "administrator to make that folder writable by the user the web server runs as, or to copy the model "
@@ -472,6 +475,9 @@ def _make_folder(folder: Path, member_name: str, archive_name: str) -> None:
 
 
 def _unwritable(archive_name: str, member_name: str, error: OSError) -> ArchiveError:
+    if is_disk_full(error):  # the hidden folder it was unpacking into is removed (model_archive_unpack)
+        return ArchiveError(f"{archive_name}: the member {member_name!r} could not be written: "
+                            f"{disk_full_message(settings.MODELS_ROOT)}")
     return ArchiveError(f"{archive_name}: the member {member_name!r} could not be written ({error.strerror or error}); "
                         "if the archive is sound (names of at most 255 bytes), ask an administrator whether the "
                         "models root's disk has room")

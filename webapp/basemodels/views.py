@@ -22,6 +22,7 @@ from webapp.core.forms import add_service_errors
 from webapp.core.numbers import whole_number
 from webapp.core.submissions import deleted_once_or_refused, form_send_once, sent_once_or_refused
 from webapp.datasets.models import DatasetVersion
+from webapp.core.disk_free import upload_room_refusal
 from webapp.datasets.uploads import LimitedUploadHandler, body_too_large, name_as_uploaded, upload_cut_short_message
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
@@ -99,6 +100,9 @@ def basemodel_upload(request: HttpRequest, slug: str) -> HttpResponse:
         if body_too_large(request.META.get("CONTENT_LENGTH"), max_upload_bytes=limit):
             return _render_upload(request, project, membership, BaseModelUploadForm(),
                                   error=uploads.archive_too_large_message(limit), status=413)  # the form stays unbound
+        if refusal := upload_room_refusal(request.META.get("CONTENT_LENGTH"), destination=settings.MODELS_ROOT,
+                                          unpacked=True):
+            return _render_upload(request, project, membership, BaseModelUploadForm(), error=refusal, status=507)
         handler = LimitedUploadHandler(request, max_bytes=limit)
         request.upload_handlers = [handler]
     return _upload_checked(request, project, membership, handler)
@@ -113,6 +117,11 @@ def _upload_checked(request, project, membership, handler: LimitedUploadHandler 
         form.is_valid()  # cleans the other fields, so that add_error may add to them
         form.add_error("archive", uploads.archive_too_large_message(handler.max_bytes))
         return _render_upload(request, project, membership, form, status=413)
+    if handler is not None and handler.disk_full:
+        form.is_valid()
+        form.errors.pop("archive", None)  # "This field is required.": it was sent, and dropped
+        form.add_error("archive", handler.disk_full)
+        return _render_upload(request, project, membership, form, status=507)
     if handler is not None and handler.cut_short is not None:
         form.is_valid()
         form.errors.pop("archive", None)  # "This field is required.": it was sent, and cut short

@@ -17,8 +17,17 @@ sent): the upload views say so (``datasets.uploads.LimitedUploadHandler.cut_shor
 from __future__ import annotations
 
 import os
+import tempfile
 
 from django.core.handlers.asgi import ASGIHandler, ASGIRequest
+
+from webapp.core.disk_free import disk_full_message, is_disk_full
+
+
+class BodyNotSpooled(Exception):
+    """The disk filled as a request's body was spooled to its temporary file (``MeasuredBodyASGIHandler.read_body``),
+    before any view ran: the message says so, for the guard in front (``datasets.uploads.RequestBodyLimit``) to answer
+    507. The file has no name on disk (a ``TemporaryFile``): nothing half-written is left."""
 
 
 class MeasuredBodyRequest(ASGIRequest):
@@ -38,3 +47,11 @@ class MeasuredBodyASGIHandler(ASGIHandler):
     """The ASGI handler uvicorn runs (``webapp.asgi``): Django's, with ``MeasuredBodyRequest``."""
 
     request_class = MeasuredBodyRequest
+
+    async def read_body(self, receive):
+        try:
+            return await super().read_body(receive)
+        except OSError as error:
+            if not is_disk_full(error):
+                raise
+            raise BodyNotSpooled(disk_full_message(tempfile.gettempdir())) from None

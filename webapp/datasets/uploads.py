@@ -22,6 +22,7 @@ from types import SimpleNamespace
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user
+from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import StopUpload, TemporaryFileUploadHandler
 from django.db import connections
@@ -30,6 +31,8 @@ from django.http.cookie import parse_cookie
 
 from jaxengine.data.formats import TOO_LARGE_REMEDY
 from webapp.api.services import token_authenticate
+from webapp.core.asgi_requests import BodyNotSpooled
+from webapp.core.disk_free import disk_full_message, is_disk_full, upload_room_refusal
 from webapp.core.middleware import security_headers
 from webapp.core.views import json_api_at
 from webapp.projects.models import Membership, Role, role_at_least
@@ -91,14 +94,16 @@ def upload_cut_short_message(cut: CutShort) -> str:
 class LimitedUploadHandler(TemporaryFileUploadHandler):
     """Streams each file to a temporary file and stops the upload once a file passes ``max_bytes``.
 
-    After parsing, ``exceeded`` tells the view that a file was dropped for its size, and ``cut_short`` that the body
-    ended inside a file (Django's parser drops that file and deletes its temporary file, without a word).
+    After parsing, ``exceeded`` tells the view that a file was dropped for its size, ``cut_short`` that the body
+    ended inside a file (Django's parser drops that file and deletes its temporary file, without a word), and
+    ``disk_full`` (its message) that the disk filled as the file was written: the file is dropped the same way.
     """
 
     def __init__(self, request=None, *, max_bytes: int):
         super().__init__(request)
         self.max_bytes = max_bytes
         self.exceeded = False
+        self.disk_full = ""
         self.cut_short: CutShort | None = None
         self._received = 0
         self._announced: int | None = None
@@ -124,17 +129,28 @@ class LimitedUploadHandler(TemporaryFileUploadHandler):
             self.exceeded = True
             # Drain the (small) rest of the body so the client gets our answer, not a reset.
             raise StopUpload(connection_reset=False)
-        return super().receive_data_chunk(raw_data, start)
+        try:
+            return super().receive_data_chunk(raw_data, start)
+        except OSError as error:
+            if not is_disk_full(error):
+                raise
+            # The parser closes the temporary file on StopUpload, which deletes it: nothing half-written is left.
+            self.disk_full = disk_full_message(Path(self.file.temporary_file_path()).parent)
+            raise StopUpload(connection_reset=False) from None
 
 
 def store_upload(upload: UploadedFile, destination: Path) -> int:
     """Move or copy ``upload`` to ``destination`` atomically; returns its size in bytes.
 
     The bytes land in a temporary file in the destination directory first and are renamed into
-    place, so a reader never sees a half-written file.
+    place, so a reader never sees a half-written file. A disk that fills as they are copied (from a temporary file
+    on another filesystem) leaves no part behind and is a ``ValidationError`` on ``file`` saying so.
     """
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    handle, partial = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.", suffix=".part")
+    try:
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        handle, partial = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.", suffix=".part")
+    except OSError as error:
+        raise _disk_full_refusal(error, destination) from None
     os.close(handle)
     try:
         temporary_path = getattr(upload, "temporary_file_path", None)
@@ -145,10 +161,19 @@ def store_upload(upload: UploadedFile, destination: Path) -> int:
                 for chunk in upload.chunks():
                     out.write(chunk)
         os.replace(partial, destination)
-    except BaseException:
+    except BaseException as error:
         Path(partial).unlink(missing_ok=True)
+        if isinstance(error, OSError):
+            raise _disk_full_refusal(error, destination) from None
         raise
     return destination.stat().st_size
+
+
+def _disk_full_refusal(error: OSError, destination: Path) -> Exception:
+    """``error`` as a person reads it when the disk is full; ``error`` itself otherwise."""
+    if not is_disk_full(error):
+        return error
+    return ValidationError({"file": disk_full_message(destination.parent)})
 
 
 class RequestBodyLimit:
@@ -204,9 +229,22 @@ class RequestBodyLimit:
                 if body_too_large(length.decode("latin-1"), max_upload_bytes=limit):
                     await self._refuse(scope, send, reason)
                     return
-            await self.app(scope, receive, send)
+                # Said to a sender who may upload here only: the server's free space is none of anyone else's.
+                if reason in ("upload", "model") and (no_room := upload_room_refusal(
+                        length.decode("latin-1"), destination=settings.MODELS_ROOT if reason == "model"
+                        else settings.DATA_ROOT, unpacked=reason == "model")):
+                    await self._refuse(scope, send, reason, message=no_room, status=507)
+                    return
+            await self._spooled(scope, receive, send)
             return
         await self._counted(scope, receive, send, headers)
+
+    async def _spooled(self, scope, receive, send):
+        """The app, answering 507 where the disk filled as it spooled the body (before it answered anything)."""
+        try:
+            await self.app(scope, receive, send)
+        except BodyNotSpooled as error:
+            await self._refuse(scope, send, "", message=str(error), status=507)
 
     async def _counted(self, scope, receive, send, headers: dict[bytes, bytes]):
         """A body without a length (``Transfer-Encoding: chunked``), counted as it arrives: past the limit the
@@ -236,21 +274,36 @@ class RequestBodyLimit:
             started = started or message["type"] == "http.response.start"
             await send(message)
 
-        await self.app(scope, counted_receive, tracked_send)
+        await self._spooled(scope, counted_receive, tracked_send)
         if over and not started:
             await self._refuse(scope, send, reason)
 
-    async def _refuse(self, scope, send, reason: str) -> None:
-        content_type, body = self._refusal(scope.get("path", ""), reason)
-        await send({"type": "http.response.start", "status": 413,
+    async def _refuse(self, scope, send, reason: str, *, message: str = "", status: int = 413) -> None:
+        content_type, body = self._refusal(scope.get("path", ""), reason, message=message)
+        await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", content_type),
                                 (b"content-length", str(len(body)).encode()),
                                 (b"connection", b"close"), *security_headers(scope)]})
         await send({"type": "http.response.body", "body": body})
 
-    def _refusal(self, path: str, reason: str) -> tuple[bytes, bytes]:
-        """The 413's content type and body in the shape of the place asked: the REST API's and the
-        OpenAI-compatible API's JSON errors (``webapp.core.views.bad_request``), else a small page."""
+    def _refusal(self, path: str, reason: str, *, message: str = "") -> tuple[bytes, bytes]:
+        """The refusal's content type and body in the shape of the place asked: the REST API's and the
+        OpenAI-compatible API's JSON errors (``webapp.core.views.bad_request``), else a small page. ``message``: one
+        other than the size limit's (the disk's room)."""
+        message = message or self._limit_message(reason)
+        api = json_api_at(path)
+        if api == "rest":
+            return b"application/json", json.dumps({"detail": message}).encode()
+        if api == "openai":
+            return b"application/json", json.dumps({"error": {
+                "message": message, "type": "invalid_request_error", "param": None, "code": "request_too_large"}}).encode()
+        page = (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Too large</title></head>"
+                f"<body><h1>The upload is too large</h1><p>{html.escape(message[0].upper() + message[1:])}.</p>"
+                "<p>Go back to the form.</p></body></html>")
+        return b"text/html; charset=utf-8", page.encode()
+
+    def _limit_message(self, reason: str) -> str:
+        """Why a body past the limit of ``reason`` (``_limit``'s) is refused."""
         if reason == "upload":
             message = (f"the request body is over the upload limit of {self.upload_bytes} bytes "
                        f"(TEMPER_MAX_UPLOAD_BYTES); {TOO_LARGE_REMEDY}")
@@ -269,16 +322,7 @@ class RequestBodyLimit:
         else:
             message = (f"the request body is over the {self.other_bytes} bytes this address takes "
                        "(files are uploaded on a project's Datasets pages or POST /api/v1/projects/<slug>/datasets/)")
-        api = json_api_at(path)
-        if api == "rest":
-            return b"application/json", json.dumps({"detail": message}).encode()
-        if api == "openai":
-            return b"application/json", json.dumps({"error": {
-                "message": message, "type": "invalid_request_error", "param": None, "code": "request_too_large"}}).encode()
-        page = (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Too large</title></head>"
-                f"<body><h1>The upload is too large</h1><p>{html.escape(message[0].upper() + message[1:])}.</p>"
-                "<p>Go back to the form.</p></body></html>")
-        return b"text/html; charset=utf-8", page.encode()
+        return message
 
 
 def may_upload(headers: dict[bytes, bytes], *, slug: str, api: bool, role: str = Role.MEMBER) -> bool:

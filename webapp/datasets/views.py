@@ -30,6 +30,7 @@ from webapp.core.submissions import deleted_once_or_refused, form_send_once, sen
 from webapp.datasets import selectors, services
 from webapp.datasets.forms import TokenStatisticsForm, UploadForm, mapping_field_name
 from webapp.datasets.models import Dataset, VersionStatus
+from webapp.core.disk_free import upload_room_refusal
 from webapp.datasets.uploads import (LimitedUploadHandler, body_too_large, file_too_large_message,
                                      upload_cut_short_message)
 from webapp.projects.access import get_project_for_user
@@ -83,6 +84,9 @@ def _upload(request: HttpRequest, project: Project, membership: Membership, *, d
         if body_too_large(request.META.get("CONTENT_LENGTH"), max_upload_bytes=limit):
             return _render_upload(request, project, membership, UploadForm(dataset=dataset), dataset,
                                   error=file_too_large_message(limit), status=413)
+        if refusal := upload_room_refusal(request.META.get("CONTENT_LENGTH"), destination=settings.DATA_ROOT):
+            return _render_upload(request, project, membership, UploadForm(dataset=dataset), dataset,
+                                  error=refusal, status=507)
         handler = LimitedUploadHandler(request, max_bytes=limit)
         request.upload_handlers = [handler]
     return _upload_checked(request, project, membership, dataset, handler)
@@ -101,6 +105,11 @@ def _upload_checked(request, project, membership, dataset, handler: LimitedUploa
         form.is_valid()  # cleans the other fields, so that add_error may add to them
         form.add_error("file", file_too_large_message(handler.max_bytes))
         return _render_upload(request, project, membership, form, dataset, status=413)
+    if handler is not None and handler.disk_full:
+        form.is_valid()
+        form.errors.pop("file", None)  # "This field is required.": it was sent, and dropped
+        form.add_error("file", handler.disk_full)
+        return _render_upload(request, project, membership, form, dataset, status=507)
     if handler is not None and handler.cut_short is not None:
         form.is_valid()
         form.errors.pop("file", None)  # "This field is required.": it was sent, and cut short

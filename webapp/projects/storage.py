@@ -31,6 +31,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from webapp.basemodels.models import BaseModel
+from webapp.core.disk_free import DiskSpace, data_filesystems
 from webapp.core.disk_usage import FolderUsage, folder_usage
 from webapp.datasets.models import Dataset
 from webapp.datasets.services import dataset_folder
@@ -96,6 +97,8 @@ class ProjectStorage:
     datasets: list[DatasetStorage]
     base_models: list[BaseModelStorage]
     measured_at: datetime
+    # The free and total space of the data directory's filesystem, then the models root's where it is another one.
+    filesystems: list[DiskSpace]
 
     @property
     def checkpoint_bytes(self) -> int:
@@ -165,7 +168,8 @@ def project_storage(*, project: Project) -> ProjectStorage:
                       key=lambda row: (-row.bytes, row.dataset.name))
     base_models = sorted(_base_model_storage_list(BaseModel.objects.filter(project=project).order_by("created_at", "pk"), seen),
                          key=lambda row: (-row.counted_bytes, -row.bytes, row.base_model.name))
-    return ProjectStorage(runs=runs, datasets=datasets, base_models=base_models, measured_at=timezone.now())
+    return ProjectStorage(runs=runs, datasets=datasets, base_models=base_models, measured_at=timezone.now(),
+                          filesystems=data_filesystems())
 
 
 def prune_skipped_runs(*, project: Project) -> list[Run]:

@@ -28,13 +28,14 @@ from django.utils.text import capfirst
 from django.db.models.functions import Cast
 
 from jaxengine.evaluate import answers_match
-from jaxengine.memory import ModelFacts, byte_size, estimate_memory
+from jaxengine.memory import ModelFacts, byte_size, estimate_disk, estimate_memory, stored_bytes_per_parameter
 from jaxengine.rewards import REWARDS
 from jaxengine.spec import TASK_ONLY_KEYS, TASK_SECTIONS, SpecError, best_metric_for, parse_spec
 from jaxengine.words import counted
 from webapp.basemodels.models import BaseModel
 from webapp.basemodels.selectors import FOLDER_GONE, demo_model, gone_model_words, model_dir_gone, named_model
 from webapp.core.bidi import isolated
+from webapp.core.disk_free import free_and_total
 from webapp.core.disk_usage import folder_usage
 from webapp.core.keyset import KeysetPage, keyset_page
 from webapp.core.model_refs import spec_ref
@@ -1757,6 +1758,27 @@ def memory_check(*, job: Any, base_model: BaseModel | None, pool: str,
         f"memory: the run needs {summary}, more than the {device}; lower train.batch_size (and raise "
         "train.grad_accum to keep the batch), set train.remat, lower data.max_seq_len, or use peft.method lora "
         "or qlora"))
+
+
+def disk_warning(*, job: Any, base_model: BaseModel | None, output_dir: str) -> str | None:
+    """The plan warning of a run whose checkpoints and export (``jaxengine.memory.estimate_disk``, from the facts
+    ``base_model``'s registration read) need more than the free space of the disk holding its ``output_dir`` now;
+    None when they fit or the model's config lacks a fact. A warning, not a refusal: space may be freed before the run
+    writes its first checkpoint, and other runs may fill it meanwhile."""
+    if base_model is None:
+        return None
+    facts = ModelFacts.from_config(parameter_count=base_model.parameter_count, config=base_model.config or {})
+    if facts is None:
+        return None
+    estimate = estimate_disk(facts=facts, spec=job,
+                             stored_bytes_per_parameter=stored_bytes_per_parameter(base_model.config or {}))
+    free, _total = free_and_total(output_dir)
+    if estimate.total <= free:
+        return None
+    return (f"disk: the run writes {estimate.summary()} at its fullest, more than the {byte_size(free)} free on the "
+            "server's disk now: it would fail mid-checkpoint once the disk fills. Free space (the project's Storage "
+            "page shows what its runs take), lower train.keep_last, or use peft.method lora or qlora (its checkpoints "
+            "hold the adapters only)")
 
 
 def run_memory_check(*, run: Run) -> MemoryCheck | None:

@@ -951,8 +951,9 @@ _NOT_CHECKED = object()  # plan_warnings' memory when its caller has not checked
 
 def plan_warnings(plan: RunPlan, *, memory: Any = _NOT_CHECKED) -> list[str]:
     """``jaxengine.spec.spec_warnings`` of a planned run, told the row count of its ``data.train``, then what
-    its data versions' validation found that the run should know (``dataset_selectors.launch_warnings``), and
-    the memory it would need past its pool's devices (``memory``: its ``plan_memory``, made here unless given)."""
+    its data versions' validation found that the run should know (``dataset_selectors.launch_warnings``), the disk
+    its checkpoints and export need past the free space (``plan_disk_warning``), and the memory it would need past its
+    pool's devices (``memory``: its ``plan_memory``, made here unless given)."""
     data = plan.spec["data"]
     versions = {version.public_id: version for version in plan.dataset_versions}
     train, evaluation = versions.get(data.get("train")), versions.get(data.get("eval"))
@@ -960,6 +961,8 @@ def plan_warnings(plan: RunPlan, *, memory: Any = _NOT_CHECKED) -> list[str]:
                                chat_template=_model_chat_template(plan)),
                 *dataset_selectors.launch_warnings(task=plan.task, train=train, evaluation=evaluation),
                 *_turn_split_warnings(plan, [("data.train", train), ("data.eval", evaluation)])]
+    if disk := plan_disk_warning(plan):
+        warnings.append(disk)
     if memory is _NOT_CHECKED:
         memory = plan_memory(plan)
     return warnings + [memory.warning] if memory is not None and memory.warning else warnings
@@ -1029,6 +1032,13 @@ def _model_chat_template(plan: RunPlan) -> str | None:
     if not plan.job.data.chat_template_kwargs or plan.tokenizer is None:
         return None
     return plan.tokenizer.chat_template or chat_template.DEFAULT_CHAT_TEMPLATE
+
+
+def plan_disk_warning(plan: RunPlan) -> str | None:
+    """``selectors.disk_warning`` of a planned run."""
+    from webapp.runs.selectors import disk_warning  # selectors build on this module
+
+    return disk_warning(job=plan.job, base_model=plan.base_model, output_dir=plan.resolved["output_dir"])
 
 
 def plan_memory(plan: RunPlan):

@@ -8,6 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 
+from webapp.core.disk_free import data_filesystems
 from webapp.workers import selectors
 from webapp.workers.models import stale_after
 
@@ -18,5 +19,6 @@ def worker_list(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "workers/list.html",
-        {"workers": selectors.worker_list(viewer=request.user), "stale_after_seconds": int(stale_after().total_seconds())},
+        {"workers": selectors.worker_list(viewer=request.user), "stale_after_seconds": int(stale_after().total_seconds()),
+         "filesystems": data_filesystems()},
     )
