@@ -558,7 +558,8 @@ def same_answer(real: Answer, missing: Answer, renamed: dict[str, str]) -> bool:
     if real.body.startswith("{") and missing.body.startswith("{"):
         body = real.body
         for name, missing_name in renamed.items():
-            body = body.replace(name, missing_name)
+            # Whole names only: a short id (a token's 6) is also a digit of /api/v1/ or of a year in the message.
+            body = re.sub(rf"(?<!\w){re.escape(name)}(?!\w)", lambda _: missing_name, body)
         return json.loads(body) == json.loads(missing.body)
     return True
 
@@ -873,3 +874,14 @@ def test_an_outsider_cannot_name_the_projects_objects_in_a_query_or_a_body(world
         if answer.status != (200 if reference.method == "GET" else 201 if reference.auth is Auth.API_TOKEN else 302):
             problems.append(f"{where} with the outsider's own objects: {answer.status} {answer.body[:160]!r}")
     assert not problems, report(problems)
+
+
+def test_an_answer_naming_the_missing_object_in_place_of_a_short_id_is_the_same_answer():
+    """The sweep swaps the names asked for in an error message: a short id (a project token's 6) is swapped where it
+    stands as a name, not where it is a digit of ``/api/v1/`` or of a year (a full run, whose ids had grown, failed
+    ``DELETE api:chat_token`` on the message's address)."""
+    real = Answer(403, "", '{"detail": "token 6 of 2026: see /api/v1/projects/x/chat-tokens/"}')
+    missing = Answer(403, "", '{"detail": "token 999999 of 2026: see /api/v1/projects/x/chat-tokens/"}')
+    assert same_answer(real, missing, {"6": "999999"})
+    assert same_answer(Answer(403, "", '{"detail": "v1"}'), Answer(403, "", '{"detail": "v1"}'), {"1": "999999"})
+    assert not same_answer(real, Answer(403, "", '{"detail": "token 6 of 2026"}'), {"6": "999999"})

@@ -53,6 +53,7 @@ class DiskSpace:
 
 
 _kept: dict[str, tuple[float, int, int]] = {}
+_kept_spaces: dict[str, tuple[float, tuple[DiskSpace, ...]]] = {}
 _kept_lock = threading.Lock()
 
 
@@ -75,6 +76,7 @@ def forget_kept() -> None:
     """Drop every kept answer (a test that changes the disk under a path, or the settings)."""
     with _kept_lock:
         _kept.clear()
+        _kept_spaces.clear()
 
 
 def _existing(path: Path) -> Path:
@@ -85,7 +87,22 @@ def _existing(path: Path) -> Path:
 
 def data_filesystems() -> list[DiskSpace]:
     """The filesystem of ``TEMPER_DATA``, and ``TEMPER_MODELS_ROOT``'s when that is another one (a shared models
-    mount): its own free space, as uploads of base models unpack there."""
+    mount): its own free space, as uploads of base models unpack there. Kept ``KEPT_SECONDS`` whole, the devices'
+    ``stat`` calls with the free space: the banner asks on every page, which otherwise stats nothing on disk for a
+    page whose files' stamps are fresh (``webapp.core.file_stamps``)."""
+    key = f"filesystems:{settings.DATA_ROOT}:{settings.MODELS_ROOT}"
+    now = time.monotonic()
+    with _kept_lock:
+        kept = _kept_spaces.get(key)
+    if kept is not None and now - kept[0] < KEPT_SECONDS:
+        return list(kept[1])
+    spaces = _measured_filesystems()
+    with _kept_lock:
+        _kept_spaces[key] = (now, tuple(spaces))
+    return spaces
+
+
+def _measured_filesystems() -> list[DiskSpace]:
     places = [("TEMPER_DATA", Path(settings.DATA_ROOT)), ("TEMPER_MODELS_ROOT", Path(settings.MODELS_ROOT))]
     spaces, devices = [], set()
     for setting, path in places:
