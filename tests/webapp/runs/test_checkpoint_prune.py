@@ -116,7 +116,7 @@ def test_the_run_page_says_what_goes_and_what_stays_and_deletes_the_others(
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(url(run, "checkpoints/prune/"), {
             "submission_token": form_token(page, after='id="checkpoints-prune"')})
-    assert response.status_code == 302 and response["Location"] == url(run) + "#checkpoints"
+    assert response.status_code == 302 and response["Location"] == url(run)  # no fragment: the message takes the focus
     page = html.unescape(client.get(response["Location"]).content.decode())
     assert (f"Deleted 3 checkpoints of {isolated(NAME)} (steps 100, 300, 400): {freed} freed. Kept: step 200 (the best by "
             "eval/loss (1)), step 500 (the newest: Resume goes on from it).") in page
