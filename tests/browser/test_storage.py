@@ -210,3 +210,39 @@ def test_no_low_disk_banner_above_the_threshold(page, live_server, settings):
     page.goto(f"{live_server.url}/p/alpha/runs/")
     expect(page.locator("#disk-low")).to_have_count(0)
     expect(page.locator("#disk-low-said")).to_have_count(0)
+
+
+def test_the_storage_pages_prune_is_sent_from_the_keyboard_and_run_by_the_worker(page, live_server, default_worker):
+    """Prune checkpoints of ended runs… from the keyboard alone, run by a real default worker over Redis: the
+    messages (queued; the active run skipped) take the focus, and the page loaded again shows the disk freed."""
+    from tests.live import wait_for
+    from webapp.runs.services import checkpoint_steps
+
+    team = make_team()
+    ended = run_with_checkpoints(team, "ended", steps=(3, 6, 9))
+    running = run_with_checkpoints(team, "running", steps=(3, 6), status=RunStatus.RUNNING)
+    errors = console_errors(page)
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/storage/")
+    tab_to(page, page.locator("#storage-prune summary"))
+    page.keyboard.press("Enter")
+    expect(page.locator("#storage-prune .prune-skipped")).to_have_text(
+        f"Skipped, still active: running ({running.public_id}).")
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("button", name="Delete 2 checkpoints")).to_be_focused()
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
+    messages = page.locator("#messages")
+    expect(messages).to_contain_text("Pruning the checkpoints of this project's ended runs in the background")
+    expect(messages).to_contain_text(f"Skipped, still active: \u2068running\u2069 ({running.public_id}).")
+    expect(messages).to_be_focused()
+    wait_for(lambda: checkpoint_steps(ended) == [9], timeout=30, workers=default_worker,
+             what="the worker to prune the ended run")
+    assert checkpoint_steps(running) == [3, 6]
+    page.reload()
+    row = page.locator(f"#storage-run-table tr[data-run='{ended.public_id}'] td")
+    expect(row.nth(2)).to_have_text("1")
+    expect(row.nth(3).locator(".size")).to_have_attribute("data-bytes", str(du_bytes(ended.output_dir / "checkpoints")))
+    expect(row.nth(4)).to_have_text("—")
+    expect(page.locator("#storage-prune")).to_have_count(0)
+    assert errors == []
