@@ -246,3 +246,18 @@ def test_the_storage_pages_prune_is_sent_from_the_keyboard_and_run_by_the_worker
     expect(row.nth(4)).to_have_text("—")
     expect(page.locator("#storage-prune")).to_have_count(0)
     assert errors == []
+
+
+def test_a_skipped_runs_bidi_controls_reorder_nothing_in_the_prune_confirmation(page, live_server):
+    """The Storage page's prune names the active runs it skips, each run's name beside its id in one sentence: a
+    name's right-to-left override, not isolated, wrote its id and the rest of the sentence backwards."""
+    from tests.browser.test_bidi import LEAKS, hostile
+
+    team = make_team()
+    run_with_checkpoints(team, "ended", steps=(3, 6))
+    run_with_checkpoints(team, hostile("running"), steps=(3, 6), status=RunStatus.RUNNING)
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/storage/")
+    page.locator("#storage-prune summary").click()
+    expect(page.locator("#storage-prune .prune-skipped")).to_be_visible()
+    assert page.evaluate(LEAKS) == []

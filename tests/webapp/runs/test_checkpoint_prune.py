@@ -225,7 +225,7 @@ def test_the_storage_page_prunes_every_ended_run_and_skips_the_active_ones(
     form = page.split('id="storage-prune"')[1].split("</details>")[0]
     assert "Deletes 3 training checkpoints of 1 run from the server for good, freeing " in form
     assert f'data-bytes="{going}"' in form
-    assert f"Skipped, still active: {NAME} ({running.public_id})." in form
+    assert f"Skipped, still active: <bdi>{NAME}</bdi> ({running.public_id})." in form
     # Owners only: a member sees no form and is refused; an outsider finds no project.
     member = client_for(team.teammate)
     assert 'id="storage-prune"' not in member.get("/p/alpha/storage/").content.decode()
