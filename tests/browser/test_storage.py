@@ -199,6 +199,9 @@ def test_the_low_disk_banner_says_the_free_space_links_the_storage_page_and_is_a
     banner.get_by_role("link", name="This project's Storage page").click()
     page.wait_for_url("**/p/alpha/storage/")
     expect(page.get_by_role("region", name="Low disk space")).to_be_visible()
+    page.set_viewport_size({"width": 400, "height": 800})
+    facts = page.evaluate(PAGE_FACTS)
+    assert facts["width"] <= facts["viewport"], f"with the banner the page is {facts['width']} px wide at 400 px"
     assert errors == []
 
 
