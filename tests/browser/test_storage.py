@@ -4,7 +4,6 @@ alone, and the low-disk banner."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import pytest
 from django.template.defaultfilters import filesizeformat
@@ -13,7 +12,7 @@ from playwright.sync_api import expect
 
 from tests.browser.test_hostile_text import MARKUP, PAGE_FACTS
 from tests.browser.test_projects import log_in
-from tests.webapp.factories import make_team, write_bytes
+from tests.webapp.factories import du_bytes, make_team, write_bytes
 from webapp.core import disk_free
 from webapp.runs.models import Run, RunStatus
 from webapp.runs.services import run_output_dir
@@ -34,11 +33,6 @@ def run_with_checkpoints(team, name: str, *, steps=(3, 6, 9), status=RunStatus.F
         write_bytes(run.output_dir / "checkpoints" / str(step) / "state" / "shard", CHECKPOINT_BYTES)
     write_bytes(run.output_dir / "train.log", 1000)
     return run
-
-
-def du_bytes(path) -> int:
-    """What ``du`` itself says ``path`` takes: the measure the pages promise, not Temper's own sum of it."""
-    return int(subprocess.run(["du", "-sB1", str(path)], check=True, capture_output=True, text=True).stdout.split()[0])
 
 
 def console_errors(page) -> list[str]:
@@ -77,11 +71,11 @@ def test_the_storage_page_shows_what_the_files_take_links_each_run_and_is_its_ta
             expect(size).to_have_text(filesizeformat(du_bytes(path)))
         expect(cells.nth(2)).to_have_text(str(len(list((run.output_dir / "checkpoints").iterdir()))))
     # Pruning the big run keeps its newest: steps 3 and 6 go, as its run page's Delete the others… says.
-    freed = du_bytes(big.output_dir / "checkpoints" / "3") + du_bytes(big.output_dir / "checkpoints" / "6")
+    freed = du_bytes(big.output_dir / "checkpoints" / "3", big.output_dir / "checkpoints" / "6")
     prunable = page.locator(f"tr[data-run='{big.public_id}'] .prunable .size")
     expect(prunable).to_have_attribute("data-bytes", str(freed))
     expect(page.locator("#storage-summary h2 .size")).to_have_attribute(
-        "data-bytes", str(du_bytes(big.output_dir) + du_bytes(hostile.output_dir)))
+        "data-bytes", str(du_bytes(big.output_dir, hostile.output_dir)))
 
     facts = page.evaluate(PAGE_FACTS)
     assert facts["injected"] == 0 and facts["javascriptLinks"] == 0
