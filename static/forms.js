@@ -92,6 +92,31 @@
   });
 })();
 
+/* The low-disk banner (base.html) is on the page as it loads, where a screen reader announces neither a live
+   region's content nor text away from the focus, and taking the focus for it would take it from the page's own
+   (a message, a refused field). So its words are said in #disk-low-said, a live region empty at load, once the
+   page has loaded; once a browsing session for the same disks, not on every page visited while they stay low
+   (it stays on each page, the first thing in it, for whoever reads the page through). */
+(function () {
+  "use strict";
+  var banner = document.getElementById("disk-low");
+  var said = document.getElementById("disk-low-said");
+  if (!banner || !said) return;
+  var ANNOUNCE_AFTER_MS = 250;  // as the messages': the time a screen reader takes to find the live region
+  var KEY = "disk-low-said";
+  var disks = Array.prototype.map.call(banner.querySelectorAll("code"), function (code) {
+    return code.textContent;
+  }).join(" ");
+  try {
+    if (sessionStorage.getItem(KEY) === disks) return;
+    sessionStorage.setItem(KEY, disks);
+  } catch (error) { /* storage disabled: said on every page */ }
+  document.addEventListener("DOMContentLoaded", function () {
+    window.setTimeout(function () { said.textContent = banner.textContent.replace(/\s+/g, " ").trim(); },
+      ANNOUNCE_AFTER_MS);
+  });
+})();
+
 /* The new conversation's Thinking switch (webapp/chat/forms.py ConversationForm) is there only for the models
    whose chat template reads enable_thinking, as the server found and lists in data-thinking-defaults (each with
    its default): shown and set to that default as the model select changes, hidden for the other models. */

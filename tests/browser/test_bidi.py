@@ -86,7 +86,7 @@ def test_bidi_controls_in_names_and_texts_reorder_nothing_around_them(page, live
                  f"/p/alpha/chat/{conversation.public_id}/", "/p/alpha/review/", f"/p/alpha/review/{campaign.public_id}/",
                  f"/p/alpha/review/{campaign.public_id}/next/", f"/p/alpha/review/{campaign.public_id}/items/",
                  f"/p/alpha/runs/compare/?runs={run.public_id}", "/p/alpha/runs/new/", "/p/alpha/members/",
-                 "/p/alpha/arena/", "/p/alpha/arena/leaderboard/"):
+                 "/p/alpha/arena/", "/p/alpha/arena/leaderboard/", "/p/alpha/storage/"):
         response = page.goto(live_server.url + path)
         assert response.status == 200, path
         if found := page.evaluate(LEAKS):

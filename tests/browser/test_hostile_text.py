@@ -68,7 +68,7 @@ def test_hostile_names_and_texts_neither_run_nor_widen_the_page(page, live_serve
                  "datasets/", dataset, f"{dataset}v/1/", f"{dataset}v/1/?q=%3Cscript%3E", "models/",
                  f"models/{hostile_model.public_id}/", f"runs/{external.public_id}/",
                  f"runs/{external.public_id}/samples/?step=1", f"review/{campaign.public_id}/items/",
-                 f"runs/compare/?runs={run.public_id}&runs={external.public_id}"):
+                 f"runs/compare/?runs={run.public_id}&runs={external.public_id}", "storage/"):
         page.goto(f"{live_server.url}/p/alpha/{path}")
         facts = page.evaluate(PAGE_FACTS)
         assert facts["width"] <= facts["viewport"], f"{path}: the page is {facts['width']} px wide"
@@ -191,7 +191,7 @@ def test_every_page_fits_a_phone_wide_window(page, live_server):
     for path in ("", "p/alpha/", "p/alpha/members/", "accounts/tokens/", "p/alpha/datasets/", "p/alpha/runs/new/",
                  f"p/alpha/runs/{run.public_id}/", f"p/alpha/pipelines/{pipeline.public_id}/",
                  f"p/alpha/review/{campaign.public_id}/", "p/alpha/arena/", "p/alpha/arena/leaderboard/",
-                 "p/alpha/review/", "p/alpha/runs/"):
+                 "p/alpha/review/", "p/alpha/runs/", "p/alpha/storage/"):
         page.goto(f"{live_server.url}/{path}")
         facts = page.evaluate(PAGE_FACTS)
         assert facts["width"] <= facts["viewport"], f"/{path}: the page is {facts['width']} px wide"

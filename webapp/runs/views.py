@@ -817,6 +817,8 @@ def run_checkpoint_delete(request: HttpRequest, slug: str, run_id: str) -> HttpR
     project, membership, run = get_run_for_user(request.user, slug, run_id, write=True)
     selectors.ensure_may_delete_run(membership=membership, run=run)
     raw = request.POST.get("step", "")
+    # No #checkpoints fragment: a page sent to one keeps the focus where the browser scrolled, so the message
+    # saying what was freed would not take it (static/forms.js), and a keyboard user would not hear it.
     page = reverse("runs:detail", args=[project.slug, run.public_id])
 
     def delete() -> str:
@@ -826,10 +828,9 @@ def run_checkpoint_delete(request: HttpRequest, slug: str, run_id: str) -> HttpR
         deleted = services.checkpoint_delete(run=run, step=step, user=request.user)
         messages.success(request, f"Deleted checkpoint {deleted.step} of {isolated(run.name)}: "
                                   f"{filesizeformat(deleted.bytes_freed)} freed.")
-        return f"{page}#checkpoints"
+        return page
 
-    return redirect(deleted_once_or_refused(request, delete=delete, back=f"{page}#checkpoints",
-                                            gone=f"{page}#checkpoints"))
+    return redirect(deleted_once_or_refused(request, delete=delete, back=page, gone=page))
 
 
 @login_required
@@ -840,7 +841,7 @@ def run_checkpoints_prune(request: HttpRequest, slug: str, run_id: str) -> HttpR
     was deleted."""
     project, membership, run = get_run_for_user(request.user, slug, run_id, write=True)
     selectors.ensure_may_delete_run(membership=membership, run=run)
-    page = reverse("runs:detail", args=[project.slug, run.public_id]) + "#checkpoints"
+    page = reverse("runs:detail", args=[project.slug, run.public_id])  # no fragment: as run_checkpoint_delete
 
     def prune() -> str:
         pruned = services.checkpoints_prune(run=run, user=request.user)

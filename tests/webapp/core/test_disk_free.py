@@ -17,10 +17,10 @@ GIB = 1024**3
 
 
 def banner(page: str) -> str | None:
-    start = page.find('<div class="disk-banner" id="disk-low"')
+    start = page.find('<section class="disk-banner" id="disk-low"')
     if start < 0:
         return None
-    return re.sub(r'<span class="size"[^>]*>([^<]*)</span>', r"\1", html.unescape(page[start:page.index("</div>", start)])).replace("\xa0", " ")
+    return re.sub(r'<span class="size"[^>]*>([^<]*)</span>', r"\1", html.unescape(page[start:page.index("</section>", start)])).replace("\xa0", " ")
 
 
 def test_a_low_disk_puts_a_banner_on_signed_in_pages_naming_the_free_space_and_linking_to_storage(team, client_for,

@@ -116,7 +116,7 @@ def test_the_run_page_says_what_goes_and_what_stays_and_deletes_the_others(
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(url(run, "checkpoints/prune/"), {
             "submission_token": form_token(page, after='id="checkpoints-prune"')})
-    assert response.status_code == 302 and response["Location"] == url(run) + "#checkpoints"
+    assert response.status_code == 302 and response["Location"] == url(run)  # no fragment: the message takes the focus
     page = html.unescape(client.get(response["Location"]).content.decode())
     assert (f"Deleted 3 checkpoints of {isolated(NAME)} (steps 100, 300, 400): {freed} freed. Kept: step 200 (the best by "
             "eval/loss (1)), step 500 (the newest: Resume goes on from it).") in page
@@ -225,7 +225,7 @@ def test_the_storage_page_prunes_every_ended_run_and_skips_the_active_ones(
     form = page.split('id="storage-prune"')[1].split("</details>")[0]
     assert "Deletes 3 training checkpoints of 1 run from the server for good, freeing " in form
     assert f'data-bytes="{going}"' in form
-    assert f"Skipped, still active: {NAME} ({running.public_id})." in form
+    assert f"Skipped, still active: <bdi>{NAME}</bdi> ({running.public_id})." in form
     # Owners only: a member sees no form and is refused; an outsider finds no project.
     member = client_for(team.teammate)
     assert 'id="storage-prune"' not in member.get("/p/alpha/storage/").content.decode()
