@@ -14,7 +14,7 @@ def env_str(name: str, default: str) -> str:
     return os.environ.get(name, default)
 
 
-def env_int(name: str, default: int, *, minimum: int | None = None, unit: str = "") -> int:
+def env_int(name: str, default: int | None, *, minimum: int | None = None, unit: str = "") -> int | None:
     """``name`` as an integer (``default`` when unset or empty); with ``minimum``, a smaller value is refused,
     the message naming the variable, the value, what it counts (``unit``: "seconds") and the least allowed."""
     raw = os.environ.get(name)

@@ -168,7 +168,8 @@ TEMPER_MODEL_UPLOAD_MAX_BYTES = env_int("TEMPER_MODEL_UPLOAD_MAX_BYTES", 20 * 10
 TEMPER_MODEL_UPLOAD_MAX_MEMBERS = env_int("TEMPER_MODEL_UPLOAD_MAX_MEMBERS", 10_000)
 # Signed-in pages show a banner when the data directory's disk (or the models root's) has less free space than this
 # or 5 % of its size, whichever is smaller (webapp.core.disk_free); 0 turns the banner off.
-TEMPER_DISK_WARN_FREE_BYTES = env_int("TEMPER_DISK_WARN_FREE_BYTES", 5 * 1024**3, minimum=0, unit="bytes")
+# Unset: the smaller of 5 GiB and 5 % of the disk (webapp.core.disk_free); set: that many bytes as is; 0: no banner.
+TEMPER_DISK_WARN_FREE_BYTES = env_int("TEMPER_DISK_WARN_FREE_BYTES", None, minimum=0, unit="bytes")
 TEMPER_METRICS_TOKEN = env_str("TEMPER_METRICS_TOKEN", "")
 # Addresses that may read /metrics without the token; none by default, not even 127.0.0.1: behind a reverse
 # proxy on the same host every request comes from there.

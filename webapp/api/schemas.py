@@ -505,8 +505,8 @@ class FilesystemSpace(_Answer):
                                      "filesystem.")
     free_bytes: int = Field(description="Free space an unprivileged writer may use (statvfs, kept up to 5 s).")
     filesystem_bytes: int = Field(description="The filesystem's size.")
-    low: bool = Field(description="Free space under TEMPER_DISK_WARN_FREE_BYTES or 5 % of the filesystem, whichever "
-                                  "is smaller: the pages show a warning banner.")
+    low: bool = Field(description="Free space under TEMPER_DISK_WARN_FREE_BYTES (unset: 5 GiB or 5 % of the filesystem, "
+                                  "whichever is smaller): the pages show a warning banner.")
 
 
 class ProjectStorage(_Answer):

@@ -8,9 +8,10 @@ larger than the room left is refused before its body is written (``upload_room_r
 the banner asks on every page: each path's answer is kept ``KEPT_SECONDS`` per process, short enough that a disk
 freed or filled shows within moments.
 
-The banner's threshold is ``TEMPER_DISK_WARN_FREE_BYTES`` (5 GiB: a checkpoint or an export of a few-billion-parameter
-model, the next write likely to fail) or 5 % of the filesystem, whichever is smaller: on a small disk 5 GiB is most of
-it, and a banner that never goes away is one nobody reads (ext4 keeps 5 % for root for the same reason).
+The banner's threshold, unless ``TEMPER_DISK_WARN_FREE_BYTES`` sets one, is 5 GiB (a checkpoint or an export of a
+few-billion-parameter model, the next write likely to fail) or 5 % of the filesystem, whichever is smaller: on a small
+disk 5 GiB is most of it, and a banner that never goes away is one nobody reads (ext4 keeps 5 % for root for the same
+reason). A threshold an administrator sets is taken as it is, above 5 % too.
 """
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ from django.conf import settings
 from django.template.defaultfilters import filesizeformat
 
 KEPT_SECONDS = 5.0
-WARN_FRACTION = 0.05  # of the filesystem's size: the banner's threshold when less than TEMPER_DISK_WARN_FREE_BYTES
+# The banner's threshold when TEMPER_DISK_WARN_FREE_BYTES is unset: the smaller of these.
+DEFAULT_WARN_FREE_BYTES = 5 * 1024**3
+WARN_FRACTION = 0.05  # of the filesystem's size
 # Room an upload leaves on the disk it is refused for taking: the database, logs and the runs' next writes go on.
 UPLOAD_MARGIN_BYTES = 256 * 1024**2
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
@@ -45,7 +48,10 @@ class DiskSpace:
 
     @property
     def warn_below_bytes(self) -> int:
-        return min(settings.TEMPER_DISK_WARN_FREE_BYTES, int(self.filesystem_bytes * WARN_FRACTION))
+        configured = settings.TEMPER_DISK_WARN_FREE_BYTES
+        if configured is not None:
+            return configured
+        return min(DEFAULT_WARN_FREE_BYTES, int(self.filesystem_bytes * WARN_FRACTION))
 
     @property
     def low(self) -> bool:
@@ -117,7 +123,7 @@ def _measured_filesystems() -> list[DiskSpace]:
 
 def low_filesystems() -> list[DiskSpace]:
     """The data filesystems with less free space than their warning threshold (the banner's)."""
-    if settings.TEMPER_DISK_WARN_FREE_BYTES <= 0:
+    if settings.TEMPER_DISK_WARN_FREE_BYTES == 0:
         return []
     return [space for space in data_filesystems() if space.low]
 

@@ -53,6 +53,16 @@ def test_a_small_disk_is_low_under_5_percent_not_5_gib(team, client_for, fake_di
     assert banner(client.get("/p/alpha/").content.decode()) is None
 
 
+def test_a_threshold_an_administrator_sets_is_taken_as_it_is_above_5_percent_too(team, client_for, fake_disk, settings):
+    """Unset, the bar is the smaller of 5 GiB and 5 % of the disk; set, it is the bytes set: 10 GiB on a 100 GiB disk
+    with 8 GiB free shows the banner, where the automatic bar (5 GiB) does not."""
+    fake_disk.total, fake_disk.free = 100 * GIB, 8 * GIB
+    client = client_for(team.viewer)
+    assert banner(client.get("/p/alpha/").content.decode()) is None
+    settings.TEMPER_DISK_WARN_FREE_BYTES = 10 * GIB
+    assert banner(client.get("/p/alpha/").content.decode()) is not None
+
+
 def test_the_storage_page_api_and_workers_page_say_the_real_free_and_total_space(team, client_for, settings):
     disk_free.forget_kept()
     real = shutil.disk_usage(settings.DATA_ROOT)
