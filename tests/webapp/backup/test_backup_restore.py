@@ -106,6 +106,25 @@ def test_paths_the_engine_wrote_into_a_run_folder_move_with_the_data_directory(s
     assert restored_meta["settings"] == {"data": {"train": f"{new_data}/datasets/rows.jsonl"}}
 
 
+def test_a_checkpoint_deleted_while_the_backup_copies_it_is_left_out(tmp_path):
+    """The trainer deletes its older checkpoints as it saves newer ones (``keep_last``), file by file: a backup
+    walking one meanwhile stored what was left of it (here its bare folders, as orbax's deleter leaves them last),
+    and the restored run's resume failed on it ("checkpoint 20 cannot be read")."""
+    environment = installation(tmp_path / "source")
+    run_id = ok(run_in(environment, "-c", SEED)).strip().splitlines()[-1]
+    checkpoints = Path(environment["TEMPER_DATA"]) / "runs" / run_id / "checkpoints"
+    (checkpoints / "20" / "state" / "d").mkdir(parents=True)
+    backup = tmp_path / "temper.tar"
+    result = run_in(environment, "temper_backup", str(backup))
+    assert result.returncode == 0, result.stderr
+    with tarfile.open(backup) as archive:
+        names = archive.getnames()
+    prefix = f"trees/data/runs/{run_id}/checkpoints/"
+    assert f"{prefix}10/state.bin" in names
+    assert not [name for name in names if name.startswith(f"{prefix}20")]
+    assert f"runs/{run_id}/checkpoints/20: left out, incomplete (being deleted or cut short)" in result.stderr
+
+
 def with_added_files(backup: Path, out: Path, files: dict[str, bytes]) -> Path:
     """A copy of ``backup`` that holds ``files`` (member name: bytes) too, its manifest counting them."""
     with tarfile.open(backup) as source, tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as copy:
