@@ -234,6 +234,15 @@ def test_a_backup_taken_while_a_run_trains_restores_into_a_fresh_temper(first_st
         assert [project["slug"] for project in projects["projects"]] == ["alpha"], projects
         downloaded = api.get(f"projects/alpha/datasets/{data.dataset.public_id}/versions/1/file/")
         assert downloaded == ROWS
+        # Uploaded as the backup ran: absent when it committed after the database copy, else a version whose file,
+        # once it reads ready, is the one uploaded (a check under way waits to be queued again: README).
+        listed = {dataset["name"]: dataset for dataset in api.json("projects/alpha/datasets/")["datasets"]}
+        if "during" in listed:
+            version = api.json(f"projects/alpha/datasets/{during.dataset.public_id}/versions/1/")
+            assert version["status"] in ("uploaded", "validating", "ready"), version
+            if version["status"] == "ready":
+                assert api.get(f"projects/alpha/datasets/{during.dataset.public_id}/versions/1/file/") == \
+                    during.absolute_path.read_bytes()
 
         def restored_run():
             return api.json(f"projects/alpha/runs/{run.public_id}/")
