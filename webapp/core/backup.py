@@ -323,7 +323,8 @@ def write_backup(out: Path, *, say: Callable[[str], None]) -> dict:
         os.replace(partial, out)
         return manifest
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def _add_tree(archive: tarfile.TarFile, tree: Tree, progress: Progress) -> TreeCount:
@@ -334,6 +335,7 @@ def _add_tree(archive: tarfile.TarFile, tree: Tree, progress: Progress) -> TreeC
             if not add_checkpoint(archive, path, arcname, count):
                 progress.say(f"{path.relative_to(tree.root).as_posix()}: left out, incomplete (being deleted or cut "
                              "short)")
+            progress.tick(tree.name, files=count.files, size=count.bytes)
             continue
         size = add_entry(archive, path, arcname)
         if size is not None:
@@ -350,14 +352,14 @@ def add_checkpoint(archive: tarfile.TarFile, step_folder: Path, arcname: str, co
     files once it has renamed the folder into place), and only a snapshot that lost no file while it was made and
     is whole by ``checkpoint_folder_incomplete`` is added. Where the file system makes no hard links, the folder's
     files are added as they are read, as any other folder's."""
-    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=step_folder.parent.parent))
-    snapshot = work
+    work = None
     try:
         try:
-            linked = _link_files(step_folder, snapshot)
-        except FileNotFoundError:
+            work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=step_folder.parent.parent))
+            snapshot, linked = work, _link_files(step_folder, work)
+        except FileNotFoundError:  # a file, the folder or its run went away meanwhile
             return False
-        except OSError:
+        except OSError:  # no hard links on this file system, or no folder made beside: as read, as other folders
             snapshot, linked = step_folder, _files_under(step_folder)
         if linked != _files_under(step_folder) or checkpoint_folder_incomplete(snapshot):
             return False
@@ -374,7 +376,8 @@ def add_checkpoint(archive: tarfile.TarFile, step_folder: Path, arcname: str, co
                     count.bytes += size
         return True
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def _files_under(folder: Path) -> set[str]:
