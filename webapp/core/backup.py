@@ -41,10 +41,11 @@ from django.conf import settings
 from django.db import connection
 from django.db.migrations.recorder import MigrationRecorder
 
+from jaxengine.checkpoint.step_folders import checkpoint_folder_incomplete
 from jaxengine.memory import byte_size
 from jaxengine.words import counted
 from webapp.basemodels.inspection import UPLOAD_PARTIAL_PREFIX
-from webapp.runs.services import CHECKPOINT_TRASH_PREFIX
+from webapp.runs.services import CHECKPOINT_TRASH_PREFIX, CHECKPOINTS_DIRECTORY, RUNS_DIRECTORY
 from webapp.secret import KEY_FILE
 
 FORMAT = 1
@@ -131,15 +132,24 @@ def installation_trees(*, also_left_out: tuple[Path, ...] = ()) -> list[Tree]:
     return trees
 
 
+def checkpoint_folder(path: Path) -> bool:
+    """Whether ``path`` is a run's training checkpoint (``runs/<id>/checkpoints/<step>``), copied whole or not at
+    all (``add_checkpoint``)."""
+    return (path.name.isdigit() and path.parent.name == CHECKPOINTS_DIRECTORY
+            and path.parent.parent.parent.name == RUNS_DIRECTORY)
+
+
 def tree_entries(tree: Tree) -> Iterator[Path]:
     """Every folder, file and link under ``tree.root`` that is backed up, parents before children, by name.
-    A link is kept as a link: a folder it points to is not walked."""
+    A link is kept as a link: a folder it points to is not walked; nor is a checkpoint folder
+    (``checkpoint_folder``), which its caller copies whole."""
     if not tree.root.is_dir():
         return
     for folder, folder_names, file_names in os.walk(tree.root):
         folder_path = Path(folder)
         kept = sorted(name for name in folder_names if not _left_out(folder_path / name, tree))
-        folder_names[:] = [name for name in kept if not (folder_path / name).is_symlink()]
+        folder_names[:] = [name for name in kept if not (folder_path / name).is_symlink()
+                           and not checkpoint_folder(folder_path / name)]
         for name in kept:
             yield folder_path / name
         for name in sorted(file_names):
@@ -313,18 +323,82 @@ def write_backup(out: Path, *, say: Callable[[str], None]) -> dict:
         os.replace(partial, out)
         return manifest
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def _add_tree(archive: tarfile.TarFile, tree: Tree, progress: Progress) -> TreeCount:
     count = TreeCount()
     for path in tree_entries(tree):
-        size = add_entry(archive, path, f"{tree.member_prefix}/{path.relative_to(tree.root).as_posix()}")
+        arcname = f"{tree.member_prefix}/{path.relative_to(tree.root).as_posix()}"
+        if checkpoint_folder(path) and not path.is_symlink():
+            if not add_checkpoint(archive, path, arcname, count):
+                progress.say(f"{path.relative_to(tree.root).as_posix()}: left out, incomplete (being deleted or cut "
+                             "short)")
+            progress.tick(tree.name, files=count.files, size=count.bytes)
+            continue
+        size = add_entry(archive, path, arcname)
         if size is not None:
             count.files += 1
             count.bytes += size
             progress.tick(tree.name, files=count.files, size=count.bytes)
     return count
+
+
+def add_checkpoint(archive: tarfile.TarFile, step_folder: Path, arcname: str, count: TreeCount) -> bool:
+    """Add the checkpoint folder ``step_folder`` whole, or nothing of it (False). The trainer deletes its older
+    checkpoints file by file as it saves newer ones (``keep_last``), while a backup may be copying them: the files
+    are hard-linked into a hidden folder beside (which a deletion leaves whole; orbax never changes a checkpoint's
+    files once it has renamed the folder into place), and only a snapshot that lost no file while it was made and
+    is whole by ``checkpoint_folder_incomplete`` is added. Where the file system makes no hard links, the folder's
+    files are added as they are read, as any other folder's."""
+    work = None
+    try:
+        try:
+            work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=step_folder.parent.parent))
+            snapshot, linked = work, _link_files(step_folder, work)
+        except FileNotFoundError:  # a file, the folder or its run went away meanwhile
+            return False
+        except OSError:  # no hard links on this file system, or no folder made beside: as read, as other folders
+            snapshot, linked = step_folder, _files_under(step_folder)
+        if linked != _files_under(step_folder) or checkpoint_folder_incomplete(snapshot):
+            return False
+        add_entry(archive, step_folder, arcname)
+        for parent, folder_names, file_names in os.walk(snapshot):
+            folder_names.sort()
+            relative = Path(parent).relative_to(snapshot)
+            for name in folder_names:  # the folder itself, with its mode and time, not the snapshot's
+                add_entry(archive, step_folder / relative / name, f"{arcname}/{(relative / name).as_posix()}")
+            for name in sorted(file_names):
+                size = add_entry(archive, Path(parent) / name, f"{arcname}/{(relative / name).as_posix()}")
+                if size is not None:
+                    count.files += 1
+                    count.bytes += size
+        return True
+    finally:
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _files_under(folder: Path) -> set[str]:
+    return {(Path(parent) / name).relative_to(folder).as_posix()
+            for parent, _folders, names in os.walk(folder) for name in names}
+
+
+def _link_files(source: Path, destination: Path) -> set[str]:
+    """Hard-link every file under ``source`` to the same place under ``destination``; the files linked. A
+    FileNotFoundError when one went away meanwhile."""
+    linked = set()
+    for parent, folder_names, file_names in os.walk(source):
+        relative = Path(parent).relative_to(source)
+        for name in folder_names:
+            (destination / relative / name).mkdir()
+        for name in file_names:
+            os.link(Path(parent) / name, destination / relative / name)
+            linked.add((relative / name).as_posix())
+    if not source.is_dir():
+        raise FileNotFoundError(source)
+    return linked
 
 
 def _add_bytes(archive: tarfile.TarFile, name: str, content: bytes) -> None:

@@ -16,7 +16,9 @@ was there. In order:
    and bytes are checked against the manifest.
 4. The database holds absolute paths into the data directory (a run's output folder in its resolved spec, its
    artifacts' folders, an uploaded base model's folder): when the directories are elsewhere now, those are
-   rewritten (``path_rewrites``), in the staged SQLite file or in PostgreSQL's restoring transaction.
+   rewritten (``path_rewrites``), in the staged SQLite file or in PostgreSQL's restoring transaction; and so are
+   those the engine wrote into the staged run folders, which a resume compares with the run's spec
+   (``run_folder_rewrites``).
 5. What the targets held is moved aside, the staged trees moved in, then the database: SQLite's file renamed into
    place, or on PostgreSQL one ``psql --single-transaction`` that drops the tables and loads the dump. Only then
    is what was moved aside deleted.
@@ -30,9 +32,11 @@ import sqlite3
 import tarfile
 import tempfile
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+import yaml
 from django.conf import settings
 from django.db import connection
 from django.db.migrations.loader import MigrationLoader
@@ -46,6 +50,7 @@ from webapp.core.backup import (
     run_program, sqlite_file, transient,
 )
 from webapp.runs.models import Artifact, Run
+from webapp.runs.services import CHECKPOINTS_DIRECTORY, RUNS_DIRECTORY
 from webapp.secret import KEY_FILE
 
 CHUNK_BYTES = 1 << 20
@@ -211,6 +216,67 @@ def path_rewrite_statements(moves: list[tuple[str, str]], *, vendor: str) -> lis
     return statements
 
 
+def moved_path(text: str, moves: list[tuple[str, str]]) -> str:
+    """``text`` under the new root of the first move whose old root it is or lies under, else as it is."""
+    for old, new in moves:
+        if text == old or text.startswith(old + "/"):
+            return new + text[len(old):]
+    return text
+
+
+def moved_paths(value: Any, moves: list[tuple[str, str]]) -> Any:
+    """``value`` (a JSON or YAML document) with each string that is a moved path moved (``moved_path``)."""
+    if isinstance(value, str):
+        return moved_path(value, moves)
+    if isinstance(value, list):
+        return [moved_paths(item, moves) for item in value]
+    if isinstance(value, dict):
+        return {key: moved_paths(item, moves) for key, item in value.items()}
+    return value
+
+
+def run_folder_rewrites(data_root: Path, moves: list[tuple[str, str]]) -> int:
+    """Move the paths that the engine recorded in the run folders under ``data_root`` (staged) as
+    ``path_rewrite_statements`` moves the database's; returns how many files changed. A run resumes only where its
+    folder's ``spec.yaml`` and its checkpoints' metadata name the job it is resuming (``jaxengine.job.job_identity``:
+    the model's resolved path) and the data it read: left naming the old data directory, every restored run that
+    trained, re-queued or resumed, failed on "holds the checkpoints of another job"."""
+    changed = 0
+    for spec_file in sorted(data_root.glob(f"{RUNS_DIRECTORY}/*/spec.yaml")):
+        changed += _rewrite(spec_file, moves, read=yaml.safe_load,
+                            write=lambda document: yaml.safe_dump(document, sort_keys=False))
+    for meta_file in sorted(data_root.glob(f"{RUNS_DIRECTORY}/*/{CHECKPOINTS_DIRECTORY}/*/meta/metadata")):
+        changed += _rewrite(meta_file, moves, read=json.loads, write=json.dumps, moved=_moved_checkpoint_meta)
+    return changed
+
+
+def _moved_checkpoint_meta(meta: Any, moves: list[tuple[str, str]]) -> Any:
+    meta = moved_paths(meta, moves)
+    # The job's identity is a JSON document in a string, compared as the engine writes it (sort_keys).
+    if isinstance(meta, dict) and isinstance(meta.get("identity"), str):
+        try:
+            identity = json.loads(meta["identity"])
+        except ValueError:
+            return meta
+        meta["identity"] = json.dumps(moved_paths(identity, moves), sort_keys=True)
+    return meta
+
+
+def _rewrite(path: Path, moves: list[tuple[str, str]], *, read: Callable[[str], Any], write: Callable[[Any], str],
+             moved: Callable[[Any, list[tuple[str, str]]], Any] = moved_paths) -> int:
+    """1 when ``path``'s document named a moved path and was written again with it moved, else 0 (a file this
+    code cannot read is left as it is: the engine says what is wrong with it when it reads it)."""
+    try:
+        document = read(path.read_text())
+    except (OSError, ValueError, yaml.YAMLError):
+        return 0
+    rewritten = moved(document, moves)
+    if rewritten == document:
+        return 0
+    path.write_text(write(rewritten))
+    return 1
+
+
 @dataclass
 class Moves:
     """Renames done so far, undone newest first when a later step fails."""
@@ -255,8 +321,10 @@ class Restore:
                 unapplied = self._check(manifest)
                 staged, database_file = self._extract(archive, contents)
             moves = path_rewrites(manifest, self.trees)
+            run_files = run_folder_rewrites(staged["data"].folder, moves) if moves else 0
             self._apply(staged, database_file, moves)
-            return {"manifest": manifest, "staged": staged, "unapplied": unapplied, "moves": moves}
+            return {"manifest": manifest, "staged": staged, "unapplied": unapplied, "moves": moves,
+                    "run_files_moved": run_files}
         except (OSError, tarfile.TarError) as error:
             raise RestoreError(f"restoring {self.path} failed: {error}; nothing was changed") from error
         finally:

@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.webapp.backup.installations import (
     DUMP,
@@ -73,6 +74,84 @@ def test_a_backup_restores_into_a_fresh_installation_elsewhere(source, tmp_path)
     assert all(Path(path).is_dir() for _run, _kind, path in restored_rows["artifacts"])
     assert all(Path(path).is_dir() for _id, path in restored_rows["base_models"])
 
+
+
+def test_paths_the_engine_wrote_into_a_run_folder_move_with_the_data_directory(source, tmp_path):
+    """A run resumes only where its folder's spec.yaml and its checkpoints' metadata name its model as its spec does
+    (``jaxengine.job.job_identity``): restored elsewhere, they named the old data directory and every resume of a
+    restored run failed, "holds the checkpoints of another job"."""
+    old_data = source["environment"]["TEMPER_DATA"]
+    model, output_dir = f"{old_data}/models/projects/backed-up/tiny", f"{old_data}/runs/{source['run_id']}"
+    data_file, elsewhere = f"{old_data}/datasets/rows.jsonl", "/models/kept-outside/tiny"
+    identity = json.dumps({"model": model, "peft": {"method": "none"}, "task": "sft"}, sort_keys=True)
+    spec = yaml.safe_dump({"task": "sft", "model": model, "output_dir": output_dir,
+                           "data": {"train": data_file, "eval": elsewhere}}, sort_keys=False)
+    meta = json.dumps({"step": 10, "identity": identity, "settings": {"data": {"train": data_file}}})
+    run_folder = f"trees/data/runs/{source['run_id']}"
+    backup = with_added_files(source["backup"], tmp_path / "with-run-files.tar", {
+        f"{run_folder}/spec.yaml": spec.encode(), f"{run_folder}/checkpoints/10/meta/metadata": meta.encode()})
+    target = installation(tmp_path)
+    result = run_in(target, "temper_restore", str(backup))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "paths in runs' spec.yaml and checkpoint metadata moved: 2 files" in result.stdout
+    new_data = target["TEMPER_DATA"]
+    restored_run = Path(new_data) / "runs" / source["run_id"]
+    assert yaml.safe_load((restored_run / "spec.yaml").read_text()) == {
+        "task": "sft", "model": f"{new_data}/models/projects/backed-up/tiny", "output_dir": str(restored_run),
+        "data": {"train": f"{new_data}/datasets/rows.jsonl", "eval": elsewhere}}
+    restored_meta = json.loads((restored_run / "checkpoints" / "10" / "meta" / "metadata").read_text())
+    assert restored_meta["identity"] == json.dumps(
+        {"model": f"{new_data}/models/projects/backed-up/tiny", "peft": {"method": "none"}, "task": "sft"},
+        sort_keys=True)
+    assert restored_meta["settings"] == {"data": {"train": f"{new_data}/datasets/rows.jsonl"}}
+
+
+def test_a_checkpoint_deleted_while_the_backup_copies_it_is_left_out(tmp_path):
+    """The trainer deletes its older checkpoints as it saves newer ones (``keep_last``), file by file: a backup
+    walking one meanwhile stored what was left of it (here its bare folders, as orbax's deleter leaves them last),
+    and the restored run's resume failed on it ("checkpoint 20 cannot be read")."""
+    environment = installation(tmp_path / "source")
+    run_id = ok(run_in(environment, "-c", SEED)).strip().splitlines()[-1]
+    checkpoints = Path(environment["TEMPER_DATA"]) / "runs" / run_id / "checkpoints"
+    (checkpoints / "20" / "state" / "d").mkdir(parents=True)
+    backup = tmp_path / "temper.tar"
+    result = run_in(environment, "temper_backup", str(backup))
+    assert result.returncode == 0, result.stderr
+    with tarfile.open(backup) as archive:
+        names = archive.getnames()
+    prefix = f"trees/data/runs/{run_id}/checkpoints/"
+    assert f"{prefix}10/state.bin" in names
+    assert not [name for name in names if name.startswith(f"{prefix}20")]
+    assert f"runs/{run_id}/checkpoints/20: left out, incomplete (being deleted or cut short)" in result.stderr
+
+
+def with_added_files(backup: Path, out: Path, files: dict[str, bytes]) -> Path:
+    """A copy of ``backup`` that holds ``files`` (member name: bytes) too, its manifest counting them."""
+    with tarfile.open(backup) as source, tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as copy:
+        for member in source:
+            if member.name == "manifest.json":
+                manifest = json.loads(source.extractfile(member).read())
+                continue
+            copy.addfile(member, source.extractfile(member) if member.isfile() else None)
+        [data_tree] = [tree for tree in manifest["trees"] if tree["name"] == "data"]
+        for name, content in files.items():
+            folder = name.rsplit("/", 1)[0]
+            for depth in range(2, folder.count("/") + 1):  # below trees/data/, which is no member
+                parent = "/".join(folder.split("/")[:depth + 1])
+                if parent not in copy.getnames():
+                    info = tarfile.TarInfo(parent)
+                    info.type, info.mode = tarfile.DIRTYPE, 0o755
+                    copy.addfile(info)
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(content), 0o644
+            copy.addfile(info, io.BytesIO(content))
+            data_tree["files"] += 1
+            data_tree["bytes"] += len(content)
+        encoded = json.dumps(manifest).encode()
+        info = tarfile.TarInfo("manifest.json")
+        info.size, info.mode = len(encoded), 0o644
+        copy.addfile(info, io.BytesIO(encoded))
+    return out
 
 
 def with_member(backup: Path, out: Path, name: str, change) -> Path:

@@ -45,6 +45,9 @@ class Command(BaseCommand):
                               f"into {staged.tree.root}")
         for old, new in restored["moves"]:
             self.stdout.write(f"paths in the database moved from {old} to {new}")
+        if restored["run_files_moved"]:
+            self.stdout.write(f"paths in runs' spec.yaml and checkpoint metadata moved: "
+                              f"{counted(restored['run_files_moved'], 'file')}")
         if restored["unapplied"]:
             self.stdout.write(f"the backup's database predates {counted(len(restored['unapplied']), 'migration')} "
                               "of this code: run `python manage.py migrate` before starting Temper (the compose "
