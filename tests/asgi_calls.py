@@ -30,3 +30,27 @@ def asgi_call(app, path: str, *, method: str = "GET", headers: list[tuple[bytes,
 
     asyncio.run(app(scope, receive, send))
     return started["status"], {name.lower(): value for name, value in started["headers"]}, bytes(body)
+
+
+def guard_call(path: str, *, content_length: int, headers: list[tuple[bytes, bytes]] = (),
+               **limits) -> tuple[list[str], list[dict]]:
+    """``path`` asked through the ASGI body guard alone (``RequestBodyLimit`` with ``limits``, in front of an
+    application that only notes the call) with a body of ``content_length`` bytes declared, which the guard must not
+    read: the paths the application was called with, and the messages the guard sent itself."""
+    from webapp.datasets.uploads import RequestBodyLimit
+
+    calls, sent = [], []
+
+    async def app(scope, receive, send):
+        calls.append(scope["path"])
+
+    async def receive():
+        raise AssertionError("the body must not be read")
+
+    async def send(message):
+        sent.append(message)
+
+    guard = RequestBodyLimit(app, **limits)
+    length = (b"content-length", str(content_length).encode())
+    asyncio.run(guard({"type": "http", "path": path, "headers": [length, *headers]}, receive, send))
+    return calls, sent

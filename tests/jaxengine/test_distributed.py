@@ -157,15 +157,25 @@ def train_in_two_processes(spec: dict, spec_path: Path) -> None:
         assert json.loads(stdout.splitlines()[-1])["status"] == "succeeded"
 
 
+def one_and_two_process_metrics(spec, tmp_path) -> tuple[list[dict], list[dict]]:
+    """The metrics lines of ``spec(run_dir, **extra)`` run by one process on 8 devices (``one``) and by 2 processes
+    x 4 devices (``two``), each in its own folder under ``tmp_path``."""
+    import json
+
+    from jaxengine.job import run_job
+
+    run_job(parse_spec(spec(tmp_path / "one")), progress_bar=False)
+    train_in_two_processes(spec(tmp_path / "two", hosts=2), tmp_path / "two.yaml")
+    return tuple([json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+                 for run in ("one", "two"))
+
+
 def test_two_processes_train_with_the_weights_sharded_across_them(demo_dir, tmp_path):
     """``parallel: {fsdp: 8}`` over 2 processes × 4 devices (the README's multi-host example): each
     process holds half of every weight. QA 2026-12-04: the job failed at its start ("Fetching value for
     `jax.Array` that spans non-addressable devices"), since placing the weights, already read into the
     mesh, fetched them whole into each process; a data layout (each process a whole copy) hid it. Now
     it logs the losses of one process on 8 devices, and checkpoints, within 1e-4."""
-    import json
-
-    from jaxengine.job import run_job
 
     def spec(run_dir, **extra):
         return {"task": "sft", "model": str(demo_dir / "model"), "output_dir": str(run_dir),
@@ -174,10 +184,7 @@ def test_two_processes_train_with_the_weights_sharded_across_them(demo_dir, tmp_
                 "train": {"max_steps": 3, "batch_size": 8, "save_every": 3},
                 "parallel": {"data": 1, "fsdp": 8, "tensor": 1}, **extra}
 
-    run_job(parse_spec(spec(tmp_path / "one")), progress_bar=False)
-    train_in_two_processes(spec(tmp_path / "two", hosts=2), tmp_path / "two.yaml")
-    read = lambda run: [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
-    one, two = read("one"), read("two")
+    one, two = one_and_two_process_metrics(spec, tmp_path)
     assert [m["step"] for m in two] == [1, 2, 3]
     for before, after in zip(one, two):
         for key in ("loss", "grad_norm"):
@@ -187,10 +194,8 @@ def test_two_processes_train_with_the_weights_sharded_across_them(demo_dir, tmp_
 
 def test_two_processes_checkpoint_bco_pairs_running_mean_as_one_does(demo_dir, tmp_path):
     """dpo bco_pair over 2 processes x 4 devices: the running mean of rewards, replicated across both, gives the
-    deltas of one process on 8 devices, and the checkpoint keeps it as one process's does (process 0 gathers it)."""
-    import json
-
-    from jaxengine.job import run_job
+    deltas of one process on 8 devices, and the checkpoint keeps it as one process's does (replicated, each process
+    holds it whole: nothing is gathered)."""
     from jaxengine.trainer import Checkpoints
 
     def spec(run_dir, **extra):
@@ -207,10 +212,7 @@ def test_two_processes_checkpoint_bco_pairs_running_mean_as_one_does(demo_dir, t
         finally:
             checkpoints.close()
 
-    run_job(parse_spec(spec(tmp_path / "one")), progress_bar=False)
-    train_in_two_processes(spec(tmp_path / "two", hosts=2), tmp_path / "two.yaml")
-    read = lambda run: [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
-    one, two = read("one"), read("two")
+    one, two = one_and_two_process_metrics(spec, tmp_path)
     assert [m["step"] for m in two] == [1, 2, 3]
     for before, after in zip(one, two):
         for key in ("loss", "delta"):

@@ -17,6 +17,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile, TemporaryUploadedFile
 from django.test import Client
 
+from tests.asgi_calls import guard_call
 from tests.webapp.basemodels.test_uploads import left_in
 from tests.webapp.factories import make_team
 from webapp.api.services import token_create
@@ -92,22 +93,8 @@ def test_the_asgi_guard_refuses_a_body_larger_than_the_room_left_to_a_member_onl
     fake_disk.free = 2 * 500 * MB + UPLOAD_MARGIN_BYTES - 1
 
     def guarded(cookie) -> tuple[list[str], list[dict]]:
-        calls, sent = [], []
-
-        async def app(scope, receive, send):
-            calls.append(scope["path"])
-
-        async def receive():
-            raise AssertionError("the body must not be read")
-
-        async def send(message):
-            sent.append(message)
-
-        guard = RequestBodyLimit(app, max_upload_bytes=10**9, max_other_bytes=10)
-        scope = {"type": "http", "path": "/p/alpha/datasets/new/",
-                 "headers": [(b"content-length", str(500 * MB).encode()), cookie]}
-        asyncio.run(guard(scope, receive, send))
-        return calls, sent
+        return guard_call("/p/alpha/datasets/new/", content_length=500 * MB, headers=[cookie],
+                          max_upload_bytes=10**9, max_other_bytes=10)
 
     calls, sent = guarded(cookies["teammate"])
     assert calls == [] and sent[0]["status"] == 507

@@ -1,7 +1,6 @@
 """The base models' upload page: an owner's archive unpacked into the project's folder and registered; members,
 viewers and outsiders refused before anything is written; the ASGI guard takes a model-sized body from an owner
 only."""
-import asyncio
 import html
 import io
 import tarfile
@@ -15,11 +14,12 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection
 from django.test import Client
 
+from tests.asgi_calls import guard_call
 from tests.webapp.basemodels.test_uploads import left_in, zip_of
 from tests.webapp.factories import form_token, make_team, write_model_dir
 from webapp.basemodels.models import BaseModel
 from webapp.core.submissions import ALREADY_SENT, STILL_BEING_PROCESSED, TOKEN_FIELD
-from webapp.datasets.uploads import MULTIPART_OVERHEAD_BYTES, RequestBodyLimit
+from webapp.datasets.uploads import MULTIPART_OVERHEAD_BYTES
 
 URL = "/p/alpha/models/upload/"
 
@@ -111,21 +111,8 @@ def test_it_rejects_an_archive_over_the_limit_as_it_arrives(team, models_root, c
 def run_the_guard(path: str, headers: list[tuple[bytes, bytes]]) -> tuple[list[str], list[dict]]:
     """``path`` asked through the ASGI guard (1 GB for datasets, 2 GB for models, 10 bytes elsewhere) with a
     1.5 GB Content-Length: the paths the application was called with, and what the guard sent itself."""
-    calls, sent = [], []
-
-    async def app(scope, receive, send):
-        calls.append(scope["path"])
-
-    async def receive():
-        raise AssertionError("the body must not be read")
-
-    async def send(message):
-        sent.append(message)
-
-    guard = RequestBodyLimit(app, max_upload_bytes=10**9, max_other_bytes=10, max_model_upload_bytes=2 * 10**9)
-    length = (b"content-length", str(15 * 10**8).encode())
-    asyncio.run(guard({"type": "http", "path": path, "headers": [length, *headers]}, receive, send))
-    return calls, sent
+    return guard_call(path, content_length=15 * 10**8, headers=headers, max_upload_bytes=10**9, max_other_bytes=10,
+                      max_model_upload_bytes=2 * 10**9)
 
 
 @pytest.mark.django_db(transaction=True)  # the guard reads the session in a thread of its own

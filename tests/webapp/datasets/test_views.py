@@ -7,6 +7,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
+from tests.asgi_calls import guard_call
 from tests.webapp.factories import form_token, form_tokens, make_team
 from webapp.api.services import token_create
 from webapp.core.models import Submission
@@ -629,21 +630,8 @@ def test_the_asgi_guard_stops_a_chunked_body_past_the_limit():
 def run_the_guard(path: str, headers: list[tuple[bytes, bytes]]) -> tuple[list[str], list[dict]]:
     """``path`` asked through the ASGI guard (an upload limit of 1 GB, 10 bytes elsewhere) with a 5 MB body:
     the paths the application was called with, and what the guard sent itself."""
-    calls, sent = [], []
-
-    async def app(scope, receive, send):
-        calls.append(scope["path"])
-
-    async def receive():
-        raise AssertionError("the body must not be read")
-
-    async def send(message):
-        sent.append(message)
-
-    guard = RequestBodyLimit(app, max_upload_bytes=10**9, max_other_bytes=10)
-    five_megabytes = (b"content-length", str(5 * 1024 * 1024).encode())
-    asyncio.run(guard({"type": "http", "path": path, "headers": [five_megabytes, *headers]}, receive, send))
-    return calls, sent
+    return guard_call(path, content_length=5 * 1024 * 1024, headers=headers, max_upload_bytes=10**9,
+                      max_other_bytes=10)
 
 
 def test_the_asgi_guard_takes_upload_sized_bodies_only_where_files_are_uploaded():
