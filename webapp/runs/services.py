@@ -1312,6 +1312,12 @@ def duplicate_address(run: Run) -> str:
     return f"POST runs/{run.public_id}/duplicate/"
 
 
+def checkpoint_export_address(run: Run, step: int) -> str:
+    """Where a refusal's words for the run page say *Export as a starting model* under Checkpoints, the API's words:
+    its ``checkpoints/<step>/export/`` of ``run`` (``checkpoint_export_request``)."""
+    return f"POST runs/{run.public_id}/checkpoints/{step}/export/"
+
+
 def duplicate_way(run: Run, *, keys: list[str]) -> str:
     """``duplicate_address`` with the spec ``keys`` to give anew in its body."""
     return f"{duplicate_address(run)} with a new {' and '.join(dict.fromkeys(keys))} in its spec"
@@ -1541,9 +1547,10 @@ def _refuse_resuming_past_the_models_positions(run: Run, *, for_api: bool = Fals
     limit = read_position_limit(run.resolved_spec.get("model", ""))
     if past := max_seq_len_past_positions(run.resolved_spec.get("data", {}).get("max_seq_len", 0), limit):
         saved = checkpoint_steps(run)
+        export_way = (checkpoint_export_address(run, saved[-1]) if for_api
+                      else "Checkpoints: Export as a starting model") if saved else ""
         from_checkpoint = (f"; to go on from what this run trained, first export its checkpoint {saved[-1]} "
-                           f"(Checkpoints: Export as a starting model) and give the new run model "
-                           f"{run.public_id}@{saved[-1]}") if saved else ""
+                           f"({export_way}) and give the new run model {run.public_id}@{saved[-1]}") if saved else ""
         new_run = (f"{duplicate_way(run, keys=['data.max_seq_len'])}, at most {limit.positions}, or a model with a "
                    "longer context" if for_api else
                    "start a new run with Duplicate, whose launch form holds this run's spec and marks data.max_seq_len, "

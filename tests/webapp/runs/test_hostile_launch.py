@@ -354,6 +354,9 @@ def test_resuming_a_run_whose_saved_max_seq_len_is_past_the_models_positions_is_
     # The API's way out is its address, not the page's button it has not.
     assert (f"changed one is refused): POST runs/{run.public_id}/duplicate/ with a new data.max_seq_len in its spec, "
             "at most 256, or a model with a longer context; to go on") in message and "Duplicate" not in message
+    # And its export is the API's address too, which the run's checkpoints/<step>/export/ answers.
+    assert message.endswith(f"first export its checkpoint 3 (POST runs/{run.public_id}/checkpoints/3/export/) and "
+                            f"give the new run model {run.public_id}@3") and "Checkpoints:" not in message
     run.refresh_from_db()
     assert (run.status, run.attempt, len(sent_tasks.calls)) == (RunStatus.FAILED, 1, sent_before)
 
