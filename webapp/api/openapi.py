@@ -76,14 +76,16 @@ ANSWERS = (schemas.ProjectList, schemas.BaseModelList, schemas.BaseModelOut, sch
            schemas.DatasetComparison, schemas.DatasetVersionOut, schemas.UploadOut, schemas.RunPage, schemas.RunDetail, schemas.RunOut,
            schemas.SweepOut, schemas.MetricSeries, schemas.MetricsLogged, schemas.SampleList, schemas.SamplesStored, schemas.RunLog,
            schemas.PipelineList, schemas.PipelineOut, schemas.ChatTokenList, schemas.ChatTokenCreated,
-           schemas.ProjectStorage, schemas.CheckpointsPruned,
+           schemas.ProjectStorage, schemas.CheckpointsPruned, schemas.CheckpointList, schemas.CheckpointExportQueued,
            schemas.FieldErrors, schemas.Detail)
 
 
 # The views read no body as {}; these take {} (resume/ with no body trains a stopped run to its own total, retry/
-# has no field, duplicate/ with none launches the run's spec as it is, checkpoints/prune/ with none pins nothing):
+# and checkpoints/<step>/export/ have no field, duplicate/ with none launches the run's spec as it is,
+# checkpoints/prune/ with none pins nothing):
 # every other body says what to make or change, and {} is refused.
-OPTIONAL_BODIES = (schemas.RunResume, schemas.RunRetry, schemas.RunDuplicate, schemas.CheckpointsPrune)
+OPTIONAL_BODIES = (schemas.RunResume, schemas.RunRetry, schemas.RunDuplicate, schemas.CheckpointsPrune,
+                   schemas.CheckpointExport)
 
 
 def _body(model: type[BaseModel]) -> dict[str, Any]:
@@ -132,6 +134,7 @@ def _sort_query() -> dict[str, Any]:
 def build_document() -> dict[str, Any]:
     components: dict[str, Any] = {}
     for model in (schemas.RunCreate, schemas.RunResume, schemas.RunRetry, schemas.RunDuplicate, schemas.CheckpointsPrune,
+                  schemas.CheckpointExport,
                   schemas.MetricsLog, schemas.SamplesLog, schemas.RunFinish,
                   schemas.ChatTokenCreate, JobSpec, PipelineDocument, *ANSWERS):
         schema = model.model_json_schema(ref_template=REF)
@@ -150,6 +153,17 @@ def build_document() -> dict[str, Any]:
         "folder holds no checkpoint of (an owner, or the member who launched the run)", [SLUG, RUN],
         body=schemas.CheckpointsPrune, answer=schemas.CheckpointsPruned)
     checkpoints_prune["responses"].update(CHECKPOINT_REFUSED)
+    checkpoint_export = _operation(
+        "Export a checkpoint as a starting model, as the run page's Export as a starting model under Checkpoints (a "
+        "member or owner): the train queue writes it, and runs then name run_…@<step> as their model (GET "
+        "checkpoints/ shows the export's status); a failed export may be asked for again. 404 for a step the run's "
+        "folder holds no checkpoint of", [SLUG, RUN, CHECKPOINT_STEP, IDEMPOTENCY_KEY], body=schemas.CheckpointExport,
+        status="202", response="the export queued", answer=schemas.CheckpointExportQueued)
+    checkpoint_export["responses"]["409"] = _json(
+        "Refused, nothing queued: `{\"detail\": message}` says why (the run has not finished, or is external; the "
+        "checkpoint is exported already, being exported, or the run's final model, started from as run_…); or the "
+        "first request sent with this Idempotency-Key is still being processed: try again in a minute.",
+        schemas.Detail)
     upload = {"required": True, "content": {"multipart/form-data": {"schema": {
         "type": "object", "required": ["file"], "additionalProperties": False,
         "properties": {"file": {"type": "string", "format": "binary"},
@@ -378,9 +392,17 @@ def build_document() -> dict[str, Any]:
                                  "an id that is not one of yours here, revoked already or someone else's)",
                                  [SLUG, CHAT_TOKEN], status="204", response="Nothing: revoked"),
         },
+        f"{base}/runs/{{run_id}}/checkpoints/": {
+            "get": _operation("The run's checkpoints as its page's Checkpoints lists them, oldest first (every member, "
+                              "viewers too): each training checkpoint's disk and when it was saved, its export and "
+                              "the model a run names to start from it, its score, its serving copy and, for who may "
+                              "delete the run once it has ended, whether DELETE checkpoints/<step>/ is refused or "
+                              "what it changes", [SLUG, RUN], answer=schemas.CheckpointList),
+        },
         f"{base}/runs/{{run_id}}/checkpoints/{{step}}/": {
             "delete": checkpoint_delete,
         },
+        f"{base}/runs/{{run_id}}/checkpoints/{{step}}/export/": {"post": checkpoint_export},
         f"{base}/runs/{{run_id}}/checkpoints/prune/": {"post": checkpoints_prune},
         f"{base}/runs/{{run_id}}/artifacts/{{kind}}/": {
             "get": {**_operation("Download an artifact (model, adapter, or checkpoint with ?step=N: the url each of "

@@ -84,6 +84,10 @@ class RunRetry(_Body):
     """No field: a retry starts the run's own spec over (to change it, duplicate the run)."""
 
 
+class CheckpointExport(_Body):
+    """No field: the step is the address's."""
+
+
 class RunDuplicate(_Body):
     """A copy of a run, launched: its spec as the run page's Duplicate fills the launch form with, these changes
     merged onto it."""
@@ -540,6 +544,72 @@ class CheckpointsPruned(_Answer):
                                                            "exports, if any, stay).")
     kept: list[CheckpointKeptOut] = Field(description="The training checkpoints left, oldest first.")
     bytes_freed: int
+
+
+class CheckpointScoreOut(_Answer):
+    metric: str = Field(description="The run's ranking metric (eval loss, or RL's first eval metric).")
+    value: float = Field(description="Its value as last evaluated at or before the checkpoint's step.")
+    at: int = Field(description="The step that evaluation was at.")
+    best: bool = Field(description="The checkpoint the trainer keeps as best (of those evaluated at their own step).")
+
+
+class CheckpointExportOut(_Answer):
+    status: Literal["exporting", "exported", "failed"]
+    error_message: str = Field(description="Why it failed; \"\" otherwise (export it again).")
+    notice: str = Field(description="While exporting: its worker was lost once and it was queued again; \"\" "
+                                    "otherwise.")
+
+
+class ServingCopyStateOut(_Answer):
+    state: Literal["none", "writing", "ready", "failed"]
+    scheme: str = Field(description="The copy's scheme (int8, int4) being written, failed or ready; \"\" for none.")
+    served: str = Field(description="The scheme of the whole copy that serves now (\"\": none): a copy made again "
+                                    "serves the old one until the new one is whole.")
+    message: str = Field(description="Why it failed, or while writing, that its worker was lost once; \"\" "
+                                     "otherwise.")
+
+
+class CheckpointDeletionOut(_Answer):
+    refusal: str = Field(description="Why DELETE checkpoints/<step>/ is refused now; \"\" when it is not.")
+    notes: list[str] = Field(description="What deleting it changes (its weights gone where no export keeps them, "
+                                         "what Resume then goes on from, that it is the best), as the run page's "
+                                         "confirmation says; empty when refused.")
+
+
+class CheckpointOut(_Answer):
+    step: int
+    saved_at: str | None = Field(description="When its training checkpoint's newest file was written (ISO 8601); "
+                                             "null when that folder is gone and only its export is left.")
+    size_bytes: int | None = Field(description="The disk its training checkpoint (checkpoints/<step>) takes, as du "
+                                               "counts it; null when that folder is gone.")
+    model: str | None = Field(description="What a run starts from to use its weights (the spec's model): run_…@<step> "
+                                          "once exported, the run's id for its final model; null otherwise (POST "
+                                          "checkpoints/<step>/export/ makes it).")
+    download_url: str | None = Field(description="Its export as a tar archive (GET artifacts/checkpoint/?step=N); "
+                                                 "null until exported.")
+    export: CheckpointExportOut | None = Field(description="The last export asked for; null for none (a final "
+                                                           "model is exported when its run succeeded).")
+    final: bool = Field(description="The run's final model (the last step of a succeeded run), not exported again.")
+    score: CheckpointScoreOut | None = Field(description="What ranks it; null before any evaluation, or for a run "
+                                                         "with no ranking metric.")
+    serving_copy: ServingCopyStateOut | None = Field(description="Its export's quantized copy the chat serves; null "
+                                                                 "until exported, or for a model that writes no text.")
+    deletion: CheckpointDeletionOut | None = Field(description="For who may delete the run, once it has ended, of a "
+                                                               "training checkpoint still in its folder: whether "
+                                                               "DELETE checkpoints/<step>/ is refused, else what it "
+                                                               "changes; null otherwise.")
+
+
+class CheckpointList(_Answer):
+    checkpoints: list[CheckpointOut] = Field(description="Oldest first: the run folder's training checkpoints and "
+                                                         "those exported, as the run page's Checkpoints lists them.")
+
+
+class CheckpointExportQueued(_Answer):
+    step: int
+    model: str = Field(description="The run_…@<step> a run's spec names as its model once the export is done.")
+    export: CheckpointExportOut = Field(description="As GET checkpoints/ lists it: exporting until the train "
+                                                    "queue's worker has written it.")
 
 
 class FieldErrors(_Answer):

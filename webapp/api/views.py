@@ -76,10 +76,10 @@ def _method_not_allowed(request: HttpRequest, methods: tuple[str, ...]) -> JsonR
     return response
 
 
-def _created(body: dict[str, Any], sent: Sent) -> JsonResponse:
-    """201 with what a POST made; a repeat of a request with an ``Idempotency-Key`` (see
-    ``webapp.core.submissions``) gets what the first made, marked ``Idempotent-Replayed: true``."""
-    response = JsonResponse(body, status=201)
+def _created(body: dict[str, Any], sent: Sent, *, status: int = 201) -> JsonResponse:
+    """201 with what a POST made (``status`` 202: what it queued); a repeat of a request with an ``Idempotency-Key``
+    (see ``webapp.core.submissions``) gets what the first made, marked ``Idempotent-Replayed: true``."""
+    response = JsonResponse(body, status=status)
     if not sent.created:
         response["Idempotent-Replayed"] = "true"
     return response
@@ -852,6 +852,84 @@ def run_checkpoint(request: HttpRequest, slug: str, run_id: str, step: int) -> H
     except ValidationError as error:
         return _error(409, detail="; ".join(error.messages))
     return HttpResponse(status=204)
+
+
+@api_view(("GET",))
+def run_checkpoints(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
+    """GET: the run's checkpoints as its page's Checkpoints lists them (``selectors.checkpoint_list``, every member):
+    each with its disk, export, score, serving copy and, for who may delete the run, its ``deletion``."""
+    _project, membership, run = get_run_for_user(request.user, slug, run_id)
+    may_delete = run_selectors.may_delete_run(membership=membership, run=run)
+    listed = run_selectors.checkpoint_list(run=run, deletions=may_delete)
+    return JsonResponse({"checkpoints": [_checkpoint_json(request, run, checkpoint) for checkpoint in listed]})
+
+
+def _checkpoint_model(run: Run, checkpoint: dict[str, Any]) -> str | None:
+    """The model a spec names to start from the checkpoint's weights: its export, or the run's final model (named by
+    the run: ``services.final_model_step``); None while neither is there."""
+    if checkpoint["artifact"] is not None:
+        return f"{run.public_id}@{checkpoint['step']}"
+    return run.public_id if checkpoint["final"] else None
+
+
+def _checkpoint_json(request: HttpRequest, run: Run, checkpoint: dict[str, Any]) -> dict[str, Any]:
+    artifact, export, score = checkpoint["artifact"], checkpoint["export"], checkpoint["score"]
+    return {"step": checkpoint["step"],
+            "saved_at": checkpoint["saved_at"].isoformat() if checkpoint["saved_at"] else None,
+            "size_bytes": checkpoint["size_bytes"], "model": _checkpoint_model(run, checkpoint),
+            "download_url": _artifact_url(request, run, artifact) if artifact is not None else None,
+            "export": _checkpoint_export_json(export, exported=artifact is not None),
+            "final": checkpoint["final"],
+            "score": {key: score[key] for key in ("metric", "value", "at", "best")} if score else None,
+            "serving_copy": _serving_copy_json(checkpoint["serving_copy"]),
+            "deletion": checkpoint.get("deletion")}
+
+
+def _checkpoint_export_json(export, *, exported: bool) -> dict[str, Any] | None:
+    """The last export asked for, as ``selectors.checkpoint_states`` judges it: exported once its artifact is
+    recorded, whatever the row says (an export recorded without one: a run's, or one from before the rows)."""
+    if export is None and not exported:
+        return None
+    return {"status": "exported" if exported else export.status,
+            "error_message": "" if exported or export is None else export.error_message,
+            "notice": "" if exported or export is None else export.notice}
+
+
+def _serving_copy_json(copy: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``serving_copies.copy_state`` without its row and figures: what its state line on the run page says."""
+    if copy is None:
+        return None
+    return {"state": copy["state"], "scheme": str(copy.get("scheme", "")), "served": copy["served"],
+            "message": copy.get("message") or copy.get("note") or ""}
+
+
+@api_view(("POST",))
+def run_checkpoint_export(request: HttpRequest, slug: str, run_id: str, step: int) -> JsonResponse:
+    """POST: export checkpoint ``step`` as a starting model, as the run page's *Export as a starting model* does (a
+    member or owner; ``services.checkpoint_export_request``): 202 with the export, which the train queue writes,
+    other runs then naming ``run_…@<step>`` as their model; 409 saying why not (the run has not finished, it is
+    exported, being exported, or the final model); 404 for a step the run's folder holds no checkpoint of. With an
+    ``Idempotency-Key``, a repeat queues nothing again."""
+    _project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
+    _body(request, schemas.CheckpointExport)  # no field: one sent is refused, not ignored
+
+    def export() -> str:
+        run_services.checkpoint_export_request(run=run, step=step, user=request.user)
+        return str(step)
+
+    try:
+        sent = request_send_once(request, create=export)
+    except SendingInProgress:  # a ValidationError too, answered 409 by api_view with its own words
+        raise
+    except ValidationError as error:
+        if step not in run_services.checkpoint_steps(run):  # the service's words, which list the steps there are
+            raise Http404("; ".join(error.messages)) from None
+        return _error(409, detail="; ".join(error.messages))
+    # Read now: a repeat with the first's key answers the export as it stands (exported since, perhaps).
+    exported = run.artifacts.filter(kind=ArtifactKind.CHECKPOINT, step=step).exists()
+    export_row = run.checkpoint_exports.filter(step=step).first()
+    return _created({"step": step, "model": f"{run.public_id}@{step}",
+                     "export": _checkpoint_export_json(export_row, exported=exported)}, sent, status=202)
 
 
 @api_view(("POST",))

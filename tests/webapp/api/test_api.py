@@ -1391,6 +1391,8 @@ def test_every_answer_is_what_the_openapi_document_says(world):
           template="runs/{run_id}/duplicate/")
     external = check("POST", "runs/", 201, {"external": True, "name": "laptop", "config": {"lr": 0.1}})
     runs = "runs/{run_id}/"
+    check("GET", f"runs/{run['id']}/checkpoints/", 200, template=runs + "checkpoints/")
+    check("POST", f"runs/{run['id']}/checkpoints/1/export/", 404, template=runs + "checkpoints/{step}/export/")
     check("POST", f"runs/{external['id']}/metrics/", 201, {"points": [{"step": 1, "metrics": {"loss": 2.0}}]},
           template=runs + "metrics/")
     check("POST", f"runs/{external['id']}/samples/", 201,
