@@ -355,6 +355,7 @@ ROUTES: dict[str, Route] = {
     "api:run_checkpoints": Route(auth=Auth.API_TOKEN, kwargs=_run, methods=READ),
     "api:run_checkpoint": Route(auth=Auth.API_TOKEN, kwargs=_api_checkpoint, methods={"DELETE": MEMBER}),
     "api:run_checkpoint_export": Route(auth=Auth.API_TOKEN, kwargs=_api_checkpoint, methods={"POST": MEMBER}),
+    "api:run_checkpoint_serving_copy": Route(auth=Auth.API_TOKEN, kwargs=_api_checkpoint, methods={"POST": MEMBER}),
     "api:run_checkpoints_prune": Route(auth=Auth.API_TOKEN, kwargs=_run, methods={"POST": MEMBER}),
     "api:pipelines": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ_MEMBER_WRITE),
     "api:pipeline": Route(auth=Auth.API_TOKEN, kwargs=_pipeline, methods=READ),

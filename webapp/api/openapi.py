@@ -77,15 +77,16 @@ ANSWERS = (schemas.ProjectList, schemas.BaseModelList, schemas.BaseModelOut, sch
            schemas.SweepOut, schemas.MetricSeries, schemas.MetricsLogged, schemas.SampleList, schemas.SamplesStored, schemas.RunLog,
            schemas.PipelineList, schemas.PipelineOut, schemas.ChatTokenList, schemas.ChatTokenCreated,
            schemas.ProjectStorage, schemas.CheckpointsPruned, schemas.CheckpointList, schemas.CheckpointExportQueued,
+           schemas.CheckpointServingCopyQueued,
            schemas.FieldErrors, schemas.Detail)
 
 
 # The views read no body as {}; these take {} (resume/ with no body trains a stopped run to its own total, retry/
 # and checkpoints/<step>/export/ have no field, duplicate/ with none launches the run's spec as it is,
-# checkpoints/prune/ with none pins nothing):
+# checkpoints/prune/ with none pins nothing, checkpoints/<step>/serving-copy/ with none makes an int8 copy):
 # every other body says what to make or change, and {} is refused.
 OPTIONAL_BODIES = (schemas.RunResume, schemas.RunRetry, schemas.RunDuplicate, schemas.CheckpointsPrune,
-                   schemas.CheckpointExport)
+                   schemas.CheckpointExport, schemas.CheckpointServingCopy)
 
 
 def _body(model: type[BaseModel]) -> dict[str, Any]:
@@ -134,7 +135,7 @@ def _sort_query() -> dict[str, Any]:
 def build_document() -> dict[str, Any]:
     components: dict[str, Any] = {}
     for model in (schemas.RunCreate, schemas.RunResume, schemas.RunRetry, schemas.RunDuplicate, schemas.CheckpointsPrune,
-                  schemas.CheckpointExport,
+                  schemas.CheckpointExport, schemas.CheckpointServingCopy,
                   schemas.MetricsLog, schemas.SamplesLog, schemas.RunFinish,
                   schemas.ChatTokenCreate, JobSpec, PipelineDocument, *ANSWERS):
         schema = model.model_json_schema(ref_template=REF)
@@ -162,6 +163,18 @@ def build_document() -> dict[str, Any]:
     checkpoint_export["responses"]["409"] = _json(
         "Refused, nothing queued: `{\"detail\": message}` says why (the run has not finished, or is external; the "
         "checkpoint is exported already, being exported, or the run's final model, started from as run_…); or the "
+        "first request sent with this Idempotency-Key is still being processed: try again in a minute.",
+        schemas.Detail)
+    checkpoint_serving_copy = _operation(
+        "Make the quantized serving copy of an exported checkpoint, which the chat and /v1/ then serve for "
+        "run_…@<step>, as the run page's button beside it (a member or owner): a serve worker writes it, GET "
+        "checkpoints/ shows its state; asked again while it is written, nothing more is queued (queued: false); a "
+        "ready or failed one is made again, the old copy serving until the new one is whole. 404 for a step the run "
+        "has no checkpoint of", [SLUG, RUN, CHECKPOINT_STEP, IDEMPOTENCY_KEY], body=schemas.CheckpointServingCopy,
+        status="202", response="the copy's state", answer=schemas.CheckpointServingCopyQueued)
+    checkpoint_serving_copy["responses"]["409"] = _json(
+        "Refused, nothing queued: `{\"detail\": message}` says why (the checkpoint is not exported yet: POST "
+        "checkpoints/<step>/export/ first; a reward model, which writes no text; its export's folder gone); or the "
         "first request sent with this Idempotency-Key is still being processed: try again in a minute.",
         schemas.Detail)
     upload = {"required": True, "content": {"multipart/form-data": {"schema": {
@@ -403,6 +416,7 @@ def build_document() -> dict[str, Any]:
             "delete": checkpoint_delete,
         },
         f"{base}/runs/{{run_id}}/checkpoints/{{step}}/export/": {"post": checkpoint_export},
+        f"{base}/runs/{{run_id}}/checkpoints/{{step}}/serving-copy/": {"post": checkpoint_serving_copy},
         f"{base}/runs/{{run_id}}/checkpoints/prune/": {"post": checkpoints_prune},
         f"{base}/runs/{{run_id}}/artifacts/{{kind}}/": {
             "get": {**_operation("Download an artifact (model, adapter, or checkpoint with ?step=N: the url each of "

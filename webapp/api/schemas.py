@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationInfo, 
 from webapp.chat.tokens import DEFAULT_TOKEN_NAME, TOKEN_NAME_MAX
 from webapp.core.auth_header import DEFAULT_TOKEN_LIFETIME, TOKEN_LIFETIMES
 from webapp.core.numbers import MAX_STORED_INT
+from webapp.runs.models import SERVING_COPY_SCHEMES
 from webapp.runs.services import RUN_NAME_MAX
 
 # Steps are stored as PositiveIntegerFields, token counts as 64-bit integers: past these an INSERT failed
@@ -86,6 +87,10 @@ class RunRetry(_Body):
 
 class CheckpointExport(_Body):
     """No field: the step is the address's."""
+
+
+class CheckpointServingCopy(_Body):
+    scheme: Literal[SERVING_COPY_SCHEMES] = Field(default="int8", description="How the copy's weights are quantized.")
 
 
 class RunDuplicate(_Body):
@@ -610,6 +615,15 @@ class CheckpointExportQueued(_Answer):
     model: str = Field(description="The run_…@<step> a run's spec names as its model once the export is done.")
     export: CheckpointExportOut = Field(description="As GET checkpoints/ lists it: exporting until the train "
                                                     "queue's worker has written it.")
+
+
+class CheckpointServingCopyQueued(_Answer):
+    step: int
+    queued: bool = Field(description="Whether the request queued the copy (a repeat with the first's Idempotency-Key: "
+                                     "whether the first did): false while one asked for before is still being "
+                                     "written.")
+    serving_copy: ServingCopyStateOut = Field(description="As GET checkpoints/ lists it: writing until a serve "
+                                                          "worker has written it.")
 
 
 class FieldErrors(_Answer):

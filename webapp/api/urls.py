@@ -34,6 +34,8 @@ urlpatterns = [
     path(f"{base}/runs/<str:run_id>/checkpoints/<int:step>/", views.run_checkpoint, name="run_checkpoint"),
     path(f"{base}/runs/<str:run_id>/checkpoints/<int:step>/export/", views.run_checkpoint_export,
          name="run_checkpoint_export"),
+    path(f"{base}/runs/<str:run_id>/checkpoints/<int:step>/serving-copy/", views.run_checkpoint_serving_copy,
+         name="run_checkpoint_serving_copy"),
     path(f"{base}/runs/<str:run_id>/checkpoints/prune/", views.run_checkpoints_prune, name="run_checkpoints_prune"),
     path(f"{base}/pipelines/", views.pipelines, name="pipelines"),
     path(f"{base}/pipelines/<str:pipeline_id>/", views.pipeline_detail, name="pipeline"),

@@ -59,7 +59,7 @@ from webapp.review.models import Campaign
 from webapp.runs import artifacts, reporting
 from webapp.runs import selectors as run_selectors
 from webapp.runs import services as run_services
-from webapp.runs import sweeps
+from webapp.runs import serving_copies, sweeps
 from webapp.runs.access import get_run_for_user
 from webapp.runs.models import Artifact, ArtifactKind, Run
 
@@ -930,6 +930,39 @@ def run_checkpoint_export(request: HttpRequest, slug: str, run_id: str, step: in
     export_row = run.checkpoint_exports.filter(step=step).first()
     return _created({"step": step, "model": f"{run.public_id}@{step}",
                      "export": _checkpoint_export_json(export_row, exported=exported)}, sent, status=202)
+
+
+@api_view(("POST",))
+def run_checkpoint_serving_copy(request: HttpRequest, slug: str, run_id: str, step: int) -> JsonResponse:
+    """POST ``{"scheme": "int8"}`` (or ``int4``; optional): make the quantized serving copy of exported checkpoint
+    ``step``, which the chat and ``/v1/`` then serve for ``run_…@<step>``, as the run page's button beside an exported
+    checkpoint does (a member or owner; ``serving_copies.serving_copy_request``): 202 with the copy's state and whether
+    this request queued it (asked again while it is written, nothing more is queued; a ready or failed one is made
+    again); 409 saying why not (not exported yet, a reward model, its export's folder gone); 404 for a step the run
+    has no checkpoint of. With an ``Idempotency-Key``, a repeat queues nothing again."""
+    _project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
+    body = _body(request, schemas.CheckpointServingCopy)
+
+    def make() -> str:
+        _copy, queued = serving_copies.serving_copy_request(project=run.project, user=request.user, run=run,
+                                                            step=step, scheme=body.scheme)
+        return "queued" if queued else ""
+
+    try:
+        sent = request_send_once(request, create=make)
+    except SendingInProgress:  # a ValidationError too, answered 409 by api_view with its own words
+        raise
+    except ValidationError as error:
+        listed = sorted({*run_services.checkpoint_steps(run), *run.artifacts.filter(
+            kind=ArtifactKind.CHECKPOINT).values_list("step", flat=True)})
+        if step not in listed:
+            raise Http404(f"run {run.public_id} has no checkpoint {step}; it has "
+                          f"{', '.join(map(str, listed)) or 'none'}") from None
+        return _error(409, detail="; ".join(error.messages))
+    artifact = run.artifacts.get(kind=ArtifactKind.CHECKPOINT, step=step)
+    copy = serving_copies.checkpoint_serving_copies(run=run, artifacts={step: artifact})[step]
+    return _created({"step": step, "queued": sent.result == "queued",
+                     "serving_copy": _serving_copy_json(copy)}, sent, status=202)
 
 
 @api_view(("POST",))

@@ -1,7 +1,8 @@
 """The REST API's checkpoints of a run: ``GET runs/<id>/checkpoints/`` lists them as the run page's Checkpoints does
 (on real folders: disk as du counts it, export, score, serving copy, what a deletion would change), and ``POST
 runs/<id>/checkpoints/<step>/export/`` exports one as a starting model as the page's *Export as a starting model*
-does: queued on the train queue, its refusals, its Idempotency-Key, who may."""
+does: queued on the train queue, its refusals, its Idempotency-Key, who may; and ``POST
+runs/<id>/checkpoints/<step>/serving-copy/`` makes an exported one's serving copy as the page's button beside it."""
 import json
 
 from django.test import Client
@@ -13,8 +14,9 @@ from tests.webapp.runs.test_checkpoint_prune import scored_run
 from webapp.api import schemas
 from webapp.api.openapi import build_document
 from webapp.api.services import token_create
-from webapp.runs import selectors, services
-from webapp.runs.models import Artifact, ArtifactKind, CheckpointExport, Run, RunStatus
+from webapp.runs import selectors, serving_copies, services
+from webapp.runs.models import (Artifact, ArtifactKind, CheckpointExport, Run, RunStatus, ServingCopy,
+                                ServingCopyStatus)
 
 PATHS = "/api/v1/projects/{slug}/runs/{run_id}/"
 
@@ -179,3 +181,46 @@ def test_who_may_export_through_the_api(team, catalog, sent_tasks, django_captur
     assert sent_tasks.calls == [] and not CheckpointExport.objects.exists()
     assert api_call(team.teammate, "POST", path, capture=django_capture_on_commit_callbacks)[0] == 202
     assert len(sent_tasks.calls) == 1
+
+
+def test_the_api_makes_an_exported_checkpoints_serving_copy_once(team, catalog, sent_tasks,
+                                                                django_capture_on_commit_callbacks):
+    run = scored_run(team, catalog)
+    exported(run, 300)
+    path = f"runs/{run.public_id}/checkpoints/300/serving-copy/"
+    key = {"Idempotency-Key": "copy-300"}
+    assert api_call(team.viewer, "POST", path, capture=django_capture_on_commit_callbacks)[0] == 403
+    assert api_call(team.outsider, "POST", path, capture=django_capture_on_commit_callbacks)[0] == 404
+    status, refused, _replayed = api_call(team.teammate, "POST", path, {"scheme": "int3"})
+    assert status == 400 and list(refused["errors"]) == ["scheme"] and "int8" in refused["errors"]["scheme"][0]
+    assert sent_tasks.calls == [] and not ServingCopy.objects.exists()
+    status, answer, replayed = api_call(team.teammate, "POST", path, {"scheme": "int4"}, headers=key,
+                                        capture=django_capture_on_commit_callbacks)
+    assert (status, replayed) == (202, None)
+    assert as_documented("checkpoints/{step}/serving-copy/", "post", 202, answer) == {
+        "step": 300, "queued": True, "serving_copy": {"state": "writing", "scheme": "int4", "served": "", "message": ""}}
+    copy = ServingCopy.objects.get(run=run, step=300)
+    assert (copy.status, copy.scheme, copy.requested_by) == (ServingCopyStatus.WRITING, "int4", team.teammate)
+    assert sent_tasks.calls == [(serving_copies.MAKE_COPY_TASK, [copy.pk], serving_copies.MAKE_COPY_QUEUE)]
+    # A repeat with its key, and a second asking while it is written: nothing more queued.
+    assert api_call(team.teammate, "POST", path, {"scheme": "int4"}, headers=key,
+                    capture=django_capture_on_commit_callbacks) == (202, answer, "true")
+    status, again, _replayed = api_call(team.teammate, "POST", path, capture=django_capture_on_commit_callbacks)
+    assert (status, again["queued"], again["serving_copy"]["state"]) == (202, False, "writing")
+    assert len(sent_tasks.calls) == 1
+    listed = api_call(team.viewer, "GET", f"runs/{run.public_id}/checkpoints/")[1]["checkpoints"][2]
+    assert listed["serving_copy"] == answer["serving_copy"]
+
+
+def test_a_serving_copy_the_checkpoint_cannot_have_is_refused_saying_why(team, catalog, sent_tasks,
+                                                                        django_capture_on_commit_callbacks):
+    run = scored_run(team, catalog)
+    status, refused, _replayed = api_call(team.teammate, "POST", f"runs/{run.public_id}/checkpoints/300/serving-copy/",
+                                          capture=django_capture_on_commit_callbacks)
+    assert (status, refused) == (409, {"detail": f"checkpoint 300 of {run.public_id} is not exported; export it as a "
+                                                 "starting model first, then make its serving copy"})
+    as_documented("checkpoints/{step}/serving-copy/", "post", 409, refused)
+    status, unknown, _replayed = api_call(team.teammate, "POST", f"runs/{run.public_id}/checkpoints/250/serving-copy/")
+    assert (status, unknown) == (404, {"detail": f"run {run.public_id} has no checkpoint 250; it has 100, 200, 300, "
+                                                 "400, 500"})
+    assert sent_tasks.calls == [] and not ServingCopy.objects.exists()
