@@ -903,6 +903,31 @@ def _serving_copy_json(copy: dict[str, Any] | None) -> dict[str, Any] | None:
             "message": copy.get("message") or copy.get("note") or ""}
 
 
+def _sent_once_or_refused(request: HttpRequest, *, create: Callable[[], str],
+                          missing: Callable[[str], str]) -> Sent | JsonResponse:
+    """``request_send_once`` of a checkpoint's action, whose service refuses with a ``ValidationError``: a 409 saying
+    why, or a 404 where ``missing(refusal)`` says the step is not there ("" when it is)."""
+    try:
+        return request_send_once(request, create=create)
+    except SendingInProgress:  # a ValidationError too, answered 409 by api_view with its own words
+        raise
+    except ValidationError as error:
+        refusal = "; ".join(error.messages)
+        if why_missing := missing(refusal):
+            raise Http404(why_missing) from None
+        return _error(409, detail=refusal)
+
+
+def _unlisted_checkpoint(run: Run, step: int) -> str:
+    """Why ``step`` names no checkpoint of ``run`` (neither in its folder nor exported, as ``checkpoint_list`` lists
+    them), naming those there are; "" for one listed."""
+    listed = sorted({*run_services.checkpoint_steps(run),
+                     *run.artifacts.filter(kind=ArtifactKind.CHECKPOINT).values_list("step", flat=True)})
+    if step in listed:
+        return ""
+    return f"run {run.public_id} has no checkpoint {step}; it has {', '.join(map(str, listed)) or 'none'}"
+
+
 @api_view(("POST",))
 def run_checkpoint_export(request: HttpRequest, slug: str, run_id: str, step: int) -> JsonResponse:
     """POST: export checkpoint ``step`` as a starting model, as the run page's *Export as a starting model* does (a
@@ -917,14 +942,10 @@ def run_checkpoint_export(request: HttpRequest, slug: str, run_id: str, step: in
         run_services.checkpoint_export_request(run=run, step=step, user=request.user)
         return str(step)
 
-    try:
-        sent = request_send_once(request, create=export)
-    except SendingInProgress:  # a ValidationError too, answered 409 by api_view with its own words
-        raise
-    except ValidationError as error:
-        if step not in run_services.checkpoint_steps(run):  # the service's words, which list the steps there are
-            raise Http404("; ".join(error.messages)) from None
-        return _error(409, detail="; ".join(error.messages))
+    sent = _sent_once_or_refused(request, create=export, missing=lambda refusal: (
+        refusal if step not in run_services.checkpoint_steps(run) else ""))  # its words list the steps there are
+    if isinstance(sent, JsonResponse):
+        return sent
     # Read now: a repeat with the first's key answers the export as it stands (exported since, perhaps).
     exported = run.artifacts.filter(kind=ArtifactKind.CHECKPOINT, step=step).exists()
     export_row = run.checkpoint_exports.filter(step=step).first()
@@ -948,17 +969,9 @@ def run_checkpoint_serving_copy(request: HttpRequest, slug: str, run_id: str, st
                                                             step=step, scheme=body.scheme)
         return "queued" if queued else ""
 
-    try:
-        sent = request_send_once(request, create=make)
-    except SendingInProgress:  # a ValidationError too, answered 409 by api_view with its own words
-        raise
-    except ValidationError as error:
-        listed = sorted({*run_services.checkpoint_steps(run), *run.artifacts.filter(
-            kind=ArtifactKind.CHECKPOINT).values_list("step", flat=True)})
-        if step not in listed:
-            raise Http404(f"run {run.public_id} has no checkpoint {step}; it has "
-                          f"{', '.join(map(str, listed)) or 'none'}") from None
-        return _error(409, detail="; ".join(error.messages))
+    sent = _sent_once_or_refused(request, create=make, missing=lambda _refusal: _unlisted_checkpoint(run, step))
+    if isinstance(sent, JsonResponse):
+        return sent
     artifact = run.artifacts.get(kind=ArtifactKind.CHECKPOINT, step=step)
     copy = serving_copies.checkpoint_serving_copies(run=run, artifacts={step: artifact})[step]
     return _created({"step": step, "queued": sent.result == "queued",
