@@ -18,7 +18,12 @@ was there. In order:
    artifacts' folders, an uploaded base model's folder): when the directories are elsewhere now, those are
    rewritten (``path_rewrites``), in the staged SQLite file or in PostgreSQL's restoring transaction; and so are
    those the engine wrote into the staged files that are read back as paths (``run_folder_rewrites``; which files,
-   and which are left as written and why: ``engine_documents``).
+   and why each: ``engine_documents``). Left as written, since nothing reads them back as paths: the run log's lines
+   and a run's error message (what happened, then, for people), ``metrics.jsonl`` and ``samples.jsonl`` (numbers and
+   text), a dataset's side files (its search index records the file's size and mapping, not its path), and the rows
+   that keep no path: a serving copy's folder is found from its run or base model, a conversation's model and a
+   pipeline's stages by their ``bm_``/``run_``/``dv_`` ids, a review campaign's export by its dataset version, a
+   dataset version's file relative to the data directory.
 5. What the targets held is moved aside, the staged trees moved in, then the database: SQLite's file renamed into
    place, or on PostgreSQL one ``psql --single-transaction`` that drops the tables and loads the dump. Only then
    is what was moved aside deleted.
@@ -49,8 +54,8 @@ from webapp.core.backup import (
     BackupError, Progress, Tree, database_engine, installation_trees, libpq_connection, postgres_program, release_words,
     run_program, sqlite_file, transient,
 )
-from webapp.runs.models import Artifact, Run
 from webapp.projects.storage import EXPORT_DIRECTORY, EXPORT_STEP_PREFIX
+from webapp.runs.models import Artifact, Run
 from webapp.runs.serving_copies import BASE_MODEL_COPIES, QUANTIZATION_FILE, QUANTIZED_SUBDIR
 from webapp.runs.services import CHECKPOINTS_DIRECTORY, RUNS_DIRECTORY
 from webapp.secret import KEY_FILE
@@ -258,16 +263,14 @@ def engine_documents() -> list[tuple[str, Callable[[str], Any], Callable[[Any], 
       (``jaxengine.job.job_identity``: the model's resolved path) and the data it read; left naming the old data
       directory, every restored run that trained, re-queued or resumed, failed on "holds the checkpoints of another
       job";
-    - a run's ``summary.json``: a run run again once done returns it, and the web registers the exports its
+    - a run's ``summary.json``: a run started again once done returns it, and the web registers the exports its
       ``export`` names (``runs.reporting.run_finish``, only folders that are there);
     - a LoRA export's ``adapter/adapter_config.json`` (``export/``, ``export-step-N/``): its
       ``base_model_name_or_path``, the folder PEFT loads the adapter onto;
     - a serving copy's ``quantization.json`` (a run's or a checkpoint's ``quantized/``, a base model's under
       ``serving-copies/``): its ``source``, the model it was made from (``jaxengine.job.quantized_copy_source``).
 
-    Left as written, since nothing reads them back as paths: the run log's lines (what happened, then), and the
-    database's rows that keep no path (a serving copy's folder is found from its run or base model, a conversation's
-    model by its ``bm_``/``run_`` reference, a dataset version's file relative to the data directory)."""
+    What is left as written, and why, the module note says."""
     yaml_document = (yaml.safe_load, lambda document: yaml.safe_dump(document, sort_keys=False))
     json_document = (json.loads, lambda document: json.dumps(document, indent=2) + "\n")
     runs, exports = f"{RUNS_DIRECTORY}/*", (EXPORT_DIRECTORY, f"{EXPORT_STEP_PREFIX}*")
