@@ -17,8 +17,13 @@ was there. In order:
 4. The database holds absolute paths into the data directory (a run's output folder in its resolved spec, its
    artifacts' folders, an uploaded base model's folder): when the directories are elsewhere now, those are
    rewritten (``path_rewrites``), in the staged SQLite file or in PostgreSQL's restoring transaction; and so are
-   those the engine wrote into the staged run folders, which a resume compares with the run's spec
-   (``run_folder_rewrites``).
+   those the engine wrote into the staged files that are read back as paths (``run_folder_rewrites``; which files,
+   and why each: ``engine_documents``). Left as written, since nothing reads them back as paths: the run log's lines
+   and a run's error message (what happened, then, for people), ``metrics.jsonl`` and ``samples.jsonl`` (numbers and
+   text), a dataset's side files (its search index records the file's size and mapping, not its path), and the rows
+   that keep no path: a serving copy's folder is found from its run or base model, a conversation's model and a
+   pipeline's stages by their ``bm_``/``run_``/``dv_`` ids, a review campaign's export by its dataset version, a
+   dataset version's file relative to the data directory.
 5. What the targets held is moved aside, the staged trees moved in, then the database: SQLite's file renamed into
    place, or on PostgreSQL one ``psql --single-transaction`` that drops the tables and loads the dump. Only then
    is what was moved aside deleted.
@@ -49,7 +54,9 @@ from webapp.core.backup import (
     BackupError, Progress, Tree, database_engine, installation_trees, libpq_connection, postgres_program, release_words,
     run_program, sqlite_file, transient,
 )
+from webapp.projects.storage import EXPORT_DIRECTORY, EXPORT_STEP_PREFIX
 from webapp.runs.models import Artifact, Run
+from webapp.runs.serving_copies import BASE_MODEL_COPIES, QUANTIZATION_FILE, QUANTIZED_SUBDIR
 from webapp.runs.services import CHECKPOINTS_DIRECTORY, RUNS_DIRECTORY
 from webapp.secret import KEY_FILE
 
@@ -196,9 +203,11 @@ def sql_literal(text: str) -> str:
 def path_rewrite_statements(moves: list[tuple[str, str]], *, vendor: str) -> list[str]:
     """SQL (the same for SQLite and PostgreSQL but for JSON's casts) that moves the paths the database holds from
     each old root to its new one: path columns equal to the root or under it, and in the JSON of a run's resolved
-    spec each string that is the root or starts with it (matched as JSON writes it, with its opening quote)."""
+    spec and its engine summary each string that is the root or starts with it (matched as JSON writes it, with its
+    opening quote)."""
     path_columns = [(model._meta.db_table, model._meta.get_field("path").column) for model in (BaseModel, Artifact)]
-    spec_table, spec_column = Run._meta.db_table, Run._meta.get_field("resolved_spec").column
+    # The engine's summary kept as the run's names its model and its exports as the run folder's summary.json does.
+    json_columns = [(Run._meta.db_table, Run._meta.get_field(name).column) for name in ("resolved_spec", "summary")]
     statements = []
     for old, new in moves:
         for table, column in path_columns:
@@ -208,11 +217,12 @@ def path_rewrite_statements(moves: list[tuple[str, str]], *, vendor: str) -> lis
                 f"OR substr({column}, 1, {len(old) + 1}) = {sql_literal(old + '/')}")
         # Django writes JSON on SQLite with non-ASCII escaped; PostgreSQL's jsonb reads back as UTF-8.
         old_json, new_json = (json.dumps(path, ensure_ascii=vendor == "sqlite")[:-1] for path in (old, new))
-        text = f"{spec_column}::text" if vendor == "postgresql" else spec_column
-        for end in ("/", '"'):
-            text = f"replace({text}, {sql_literal(old_json + end)}, {sql_literal(new_json + end)})"
-        cast = "::jsonb" if vendor == "postgresql" else ""
-        statements.append(f"UPDATE {spec_table} SET {spec_column} = {text}{cast}")
+        for table, column in json_columns:
+            text = f"{column}::text" if vendor == "postgresql" else column
+            for end in ("/", '"'):
+                text = f"replace({text}, {sql_literal(old_json + end)}, {sql_literal(new_json + end)})"
+            cast = "::jsonb" if vendor == "postgresql" else ""
+            statements.append(f"UPDATE {table} SET {column} = {text}{cast}")
     return statements
 
 
@@ -236,18 +246,43 @@ def moved_paths(value: Any, moves: list[tuple[str, str]]) -> Any:
 
 
 def run_folder_rewrites(data_root: Path, moves: list[tuple[str, str]]) -> int:
-    """Move the paths that the engine recorded in the run folders under ``data_root`` (staged) as
-    ``path_rewrite_statements`` moves the database's; returns how many files changed. A run resumes only where its
-    folder's ``spec.yaml`` and its checkpoints' metadata name the job it is resuming (``jaxengine.job.job_identity``:
-    the model's resolved path) and the data it read: left naming the old data directory, every restored run that
-    trained, re-queued or resumed, failed on "holds the checkpoints of another job"."""
+    """Move the paths that the engine recorded in the files it wrote under ``data_root`` (staged) as
+    ``path_rewrite_statements`` moves the database's (``engine_documents``); returns how many files changed."""
     changed = 0
-    for spec_file in sorted(data_root.glob(f"{RUNS_DIRECTORY}/*/spec.yaml")):
-        changed += _rewrite(spec_file, moves, read=yaml.safe_load,
-                            write=lambda document: yaml.safe_dump(document, sort_keys=False))
-    for meta_file in sorted(data_root.glob(f"{RUNS_DIRECTORY}/*/{CHECKPOINTS_DIRECTORY}/*/meta/metadata")):
-        changed += _rewrite(meta_file, moves, read=json.loads, write=json.dumps, moved=_moved_checkpoint_meta)
+    for pattern, read, write, moved in engine_documents():
+        for path in sorted(data_root.glob(pattern)):
+            changed += _rewrite(path, moves, read=read, write=write, moved=moved)
     return changed
+
+
+def engine_documents() -> list[tuple[str, Callable[[str], Any], Callable[[Any], str], Callable]]:
+    """(glob under the data directory, read, write, move) of each file the engine writes with absolute paths in it
+    that something reads back as a path:
+
+    - a run's ``spec.yaml`` and its checkpoints' metadata: a run resumes only where they name the job it is resuming
+      (``jaxengine.job.job_identity``: the model's resolved path) and the data it read; left naming the old data
+      directory, every restored run that trained, re-queued or resumed, failed on "holds the checkpoints of another
+      job";
+    - a run's ``summary.json``: a run started again once done returns it, and the web registers the exports its
+      ``export`` names (``runs.reporting.run_finish``, only folders that are there);
+    - a LoRA export's ``adapter/adapter_config.json`` (``export/``, ``export-step-N/``): its
+      ``base_model_name_or_path``, the folder PEFT loads the adapter onto;
+    - a serving copy's ``quantization.json`` (a run's or a checkpoint's ``quantized/``, a base model's under
+      ``serving-copies/``): its ``source``, the model it was made from (``jaxengine.job.quantized_copy_source``).
+
+    What is left as written, and why, the module note says."""
+    yaml_document = (yaml.safe_load, lambda document: yaml.safe_dump(document, sort_keys=False))
+    json_document = (json.loads, lambda document: json.dumps(document, indent=2) + "\n")
+    runs, exports = f"{RUNS_DIRECTORY}/*", (EXPORT_DIRECTORY, f"{EXPORT_STEP_PREFIX}*")
+    return [
+        (f"{runs}/spec.yaml", *yaml_document, moved_paths),
+        (f"{runs}/{CHECKPOINTS_DIRECTORY}/*/meta/metadata", json.loads, json.dumps, _moved_checkpoint_meta),
+        (f"{runs}/summary.json", *json_document, moved_paths),
+        *((f"{runs}/{export}/adapter/adapter_config.json", *json_document, moved_paths) for export in exports),
+        *((f"{runs}/{export}/{QUANTIZED_SUBDIR}/{QUANTIZATION_FILE}", *json_document, moved_paths)
+          for export in exports),
+        (f"{BASE_MODEL_COPIES}/*/{QUANTIZATION_FILE}", *json_document, moved_paths),
+    ]
 
 
 def _moved_checkpoint_meta(meta: Any, moves: list[tuple[str, str]]) -> Any:

@@ -40,6 +40,9 @@ checkpoint = run.output_dir / "checkpoints" / "10"
 checkpoint.mkdir(parents=True)
 (checkpoint / "state.bin").write_bytes(b"checkpoint-bytes" * 1000)
 Artifact.objects.create(run=run, kind="checkpoint", path=str(checkpoint), step=10)
+# The engine's summary, recorded as the run's (runs.reporting.run_finish): it names the run's folders.
+type(run).objects.filter(pk=run.pk).update(summary={"model": base_model.path,
+                                                     "export": {"model": str(run.output_dir / "export")}})
 data = Path(settings.DATA_ROOT)
 (data / "jax-cache").mkdir()
 (data / "jax-cache" / "program.bin").write_bytes(b"compiled")
@@ -64,7 +67,8 @@ print(json.dumps({
     "projects": sorted(Project.objects.values_list("id", "slug", "name")),
     "memberships": sorted(Membership.objects.values_list("project__slug", "user__username", "role")),
     "versions": sorted(DatasetVersion.objects.values_list("public_id", "file_path", "size_bytes")),
-    "runs": sorted((run.public_id, run.status, run.resolved_spec["output_dir"]) for run in Run.objects.all()),
+    "runs": sorted((run.public_id, run.status, run.resolved_spec["output_dir"], json.dumps(run.summary, sort_keys=True))
+                   for run in Run.objects.all()),
     "artifacts": sorted(Artifact.objects.values_list("run__public_id", "kind", "path")),
     "base_models": sorted(BaseModel.objects.values_list("public_id", "path")),
 }))

@@ -93,7 +93,7 @@ def test_paths_the_engine_wrote_into_a_run_folder_move_with_the_data_directory(s
     target = installation(tmp_path)
     result = run_in(target, "temper_restore", str(backup))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "paths in runs' spec.yaml and checkpoint metadata moved: 2 files" in result.stdout
+    assert "paths in the files the engine wrote moved: 2 files" in result.stdout
     new_data = target["TEMPER_DATA"]
     restored_run = Path(new_data) / "runs" / source["run_id"]
     assert yaml.safe_load((restored_run / "spec.yaml").read_text()) == {
@@ -104,6 +104,67 @@ def test_paths_the_engine_wrote_into_a_run_folder_move_with_the_data_directory(s
         {"model": f"{new_data}/models/projects/backed-up/tiny", "peft": {"method": "none"}, "task": "sft"},
         sort_keys=True)
     assert restored_meta["settings"] == {"data": {"train": f"{new_data}/datasets/rows.jsonl"}}
+
+
+def test_paths_in_a_runs_summary_exports_and_serving_copies_move_with_the_data_directory(source, tmp_path):
+    """The other files the engine writes with absolute paths in them: the run's summary.json (a run run again once
+    done returns it, and its ``export`` paths are where the web registers the run's exports, ``run_finish``: left
+    naming the old data directory, the restored run lost them), a LoRA export's ``adapter_config.json`` (its base
+    model, which PEFT loads the adapter onto) and a serving copy's ``quantization.json`` (the model it was made
+    from); and the engine's summary the database keeps as the run's."""
+    old_data, run_id = source["environment"]["TEMPER_DATA"], source["run_id"]
+    model, output_dir = f"{old_data}/models/projects/backed-up/tiny", f"{old_data}/runs/{run_id}"
+    summary = {"status": "succeeded", "step": 10, "model": model,
+               "export": {"model": f"{output_dir}/export", "adapter": f"{output_dir}/export/adapter"}}
+    adapter = {"peft_type": "LORA", "base_model_name_or_path": model, "r": 8}
+    quantization = {"scheme": "int8", "source": f"{output_dir}/export"}
+    run_folder, copies = f"trees/data/runs/{run_id}", "trees/data/serving-copies/bm_tiny"
+    documents = {
+        f"{run_folder}/summary.json": summary,
+        f"{run_folder}/export/adapter/adapter_config.json": adapter,
+        f"{run_folder}/export-step-10/adapter/adapter_config.json": adapter,
+        f"{run_folder}/export/quantized/quantization.json": quantization,
+        f"{run_folder}/export-step-10/quantized/quantization.json": {**quantization,
+                                                                     "source": f"{output_dir}/export-step-10"},
+        f"{copies}/quantization.json": {**quantization, "source": model},
+    }
+    backup = with_added_files(source["backup"], tmp_path / "with-engine-files.tar",
+                              {name: (json.dumps(document, indent=2) + "\n").encode()
+                               for name, document in documents.items()})
+    environment = installation(tmp_path / "source")
+    shutil.copytree(source["base"] / "data", tmp_path / "source" / "data")
+    ok(run_in(environment, "-c", RECORD_SUMMARY.format(run_id=run_id, summary=json.dumps(summary))))
+    target = installation(tmp_path / "target")
+    result = run_in(target, "temper_restore", str(with_database_of(backup, environment, tmp_path / "both.tar")))
+    assert result.returncode == 0, result.stdout + result.stderr
+    new_data = target["TEMPER_DATA"]
+    for name, document in documents.items():
+        restored = Path(new_data, *Path(name).parts[2:])
+        assert json.loads(restored.read_text()) == moved(document, old_data, new_data), name
+    restored_summary = json.loads(ok(run_in(target, "-c", READ_SUMMARY.format(run_id=run_id))))
+    assert restored_summary == moved(summary, old_data, new_data)
+    assert "paths in the files the engine wrote moved: 6 files" in result.stdout
+
+
+# The engine's summary recorded as the run's, as ``runs.reporting.run_finish`` records it.
+RECORD_SUMMARY = """
+import django, json
+django.setup()
+from webapp.runs.models import Run
+Run.objects.filter(public_id={run_id!r}).update(summary=json.loads({summary!r}))
+"""
+READ_SUMMARY = """
+import django, json
+django.setup()
+from webapp.runs.models import Run
+print(json.dumps(Run.objects.get(public_id={run_id!r}).summary))
+"""
+
+
+def with_database_of(backup: Path, environment: dict[str, str], out: Path) -> Path:
+    """A copy of ``backup`` whose database is the one ``environment``'s installation holds now."""
+    database = Path(environment["TEMPER_DATA"]) / "temper.sqlite3"
+    return with_member(backup, out, "database/temper.sqlite3", lambda _content: database.read_bytes())
 
 
 def test_a_checkpoint_deleted_while_the_backup_copies_it_is_left_out(tmp_path):

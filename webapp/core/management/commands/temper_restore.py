@@ -46,7 +46,7 @@ class Command(BaseCommand):
         for old, new in restored["moves"]:
             self.stdout.write(f"paths in the database moved from {old} to {new}")
         if restored["run_files_moved"]:
-            self.stdout.write(f"paths in runs' spec.yaml and checkpoint metadata moved: "
+            self.stdout.write(f"paths in the files the engine wrote moved: "
                               f"{counted(restored['run_files_moved'], 'file')}")
         if restored["unapplied"]:
             self.stdout.write(f"the backup's database predates {counted(len(restored['unapplied']), 'migration')} "
