@@ -47,6 +47,13 @@ def _json(description: str, model: type[BaseModel] | tuple[type[BaseModel], ...]
         "schema": references[0] if len(references) == 1 else {"oneOf": references}}}}
 
 
+def _refused_nothing_queued(why: str) -> dict[str, Any]:
+    """The 409 of a POST that queues work under an Idempotency-Key: refused (``why``), or its first request still
+    being processed."""
+    return _json(f"Refused, nothing queued: `{{\"detail\": message}}` says why ({why}); or the first request sent "
+                 "with this Idempotency-Key is still being processed: try again in a minute.", schemas.Detail)
+
+
 ERRORS = {
     "400": _json("Bad input: `{\"errors\": {field: [messages]}}`.", schemas.FieldErrors),
     "401": _json("No valid bearer token: `{\"detail\": message}`.", schemas.Detail),
@@ -160,11 +167,9 @@ def build_document() -> dict[str, Any]:
         "checkpoints/ shows the export's status); a failed export may be asked for again. 404 for a step the run's "
         "folder holds no checkpoint of", [SLUG, RUN, CHECKPOINT_STEP, IDEMPOTENCY_KEY], body=schemas.CheckpointExport,
         status="202", response="the export queued", answer=schemas.CheckpointExportQueued)
-    checkpoint_export["responses"]["409"] = _json(
-        "Refused, nothing queued: `{\"detail\": message}` says why (the run has not finished, or is external; the "
-        "checkpoint is exported already, being exported, or the run's final model, started from as run_…); or the "
-        "first request sent with this Idempotency-Key is still being processed: try again in a minute.",
-        schemas.Detail)
+    checkpoint_export["responses"]["409"] = _refused_nothing_queued(
+        "the run has not finished, or is external; the checkpoint is exported already, being exported, or the run's "
+        "final model, started from as run_…")
     checkpoint_serving_copy = _operation(
         "Make the quantized serving copy of an exported checkpoint, which the chat and /v1/ then serve for "
         "run_…@<step>, as the run page's button beside it (a member or owner): a serve worker writes it, GET "
@@ -172,11 +177,9 @@ def build_document() -> dict[str, Any]:
         "ready or failed one is made again, the old copy serving until the new one is whole. 404 for a step the run "
         "has no checkpoint of", [SLUG, RUN, CHECKPOINT_STEP, IDEMPOTENCY_KEY], body=schemas.CheckpointServingCopy,
         status="202", response="the copy's state", answer=schemas.CheckpointServingCopyQueued)
-    checkpoint_serving_copy["responses"]["409"] = _json(
-        "Refused, nothing queued: `{\"detail\": message}` says why (the checkpoint is not exported yet: POST "
-        "checkpoints/<step>/export/ first; a reward model, which writes no text; its export's folder gone); or the "
-        "first request sent with this Idempotency-Key is still being processed: try again in a minute.",
-        schemas.Detail)
+    checkpoint_serving_copy["responses"]["409"] = _refused_nothing_queued(
+        "the checkpoint is not exported yet: POST checkpoints/<step>/export/ first; a reward model, which writes no "
+        "text; its export's folder gone")
     upload = {"required": True, "content": {"multipart/form-data": {"schema": {
         "type": "object", "required": ["file"], "additionalProperties": False,
         "properties": {"file": {"type": "string", "format": "binary"},

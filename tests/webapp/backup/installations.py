@@ -13,8 +13,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 # Seeds an installation: what a team's holds, a file of each kind Temper keeps in its data directory, and the
 # files a backup leaves out (compiled programs, collected static files, a dataset upload still being written).
-SEED = """
-import django
+# What every seed starts with: a migrated database whose tasks go nowhere (no worker here), and its owner's project.
+SEED_START = """
+import django, json, shutil
 django.setup()
 from pathlib import Path
 from django.conf import settings
@@ -25,10 +26,14 @@ app.send_task = lambda *args, **kwargs: None
 from tests.webapp.factories import make_base_model, make_ready_version, make_user
 from webapp.projects.services import project_create
 from webapp.runs import services
-from webapp.runs.models import Artifact
 
 owner = make_user("owner")
 project = project_create(name="Backed up", slug="backed-up", owner=owner)
+"""
+
+SEED = SEED_START + """
+from webapp.runs.models import Artifact
+
 model_dir = Path(settings.MODELS_ROOT) / "projects" / "backed-up" / "tiny"
 model_dir.mkdir(parents=True)
 (model_dir / "model.safetensors").write_bytes(bytes(range(256)) * 64)

@@ -11,28 +11,15 @@ from pathlib import Path
 import pytest
 
 from tests.factories import build_tiny_model_dir
-from tests.webapp.backup.installations import installation, ok, run_in
+from tests.webapp.backup.installations import SEED_START, installation, ok, run_in
 
 
 # A succeeded LoRA SFT run from a base model kept in the data directory, its folders as the engine leaves them: the
 # export (the base model's files, as a merged export is a whole model) with its adapter naming its base, checkpoint 5
 # exported likewise, and summary.json, also recorded as the run's as ``runs.reporting.run_finish`` records it.
 SEED = """
-import django, json, shutil
-django.setup()
-from pathlib import Path
-from django.conf import settings
-from django.core.management import call_command
-call_command("migrate", "--noinput", verbosity=0)
-from webapp.celery import app
-app.send_task = lambda *args, **kwargs: None
-from tests.webapp.factories import make_base_model, make_ready_version, make_user
-from webapp.projects.services import project_create
-from webapp.runs import services
 from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus, ServingCopy, ServingCopyStatus
 
-owner = make_user("owner")
-project = project_create(name="Backed up", slug="backed-up", owner=owner)
 model_dir = Path(settings.MODELS_ROOT) / "projects" / "backed-up" / "demo"
 shutil.copytree({demo!r}, model_dir)
 base_model = make_base_model(project, name="demo", path=str(model_dir.resolve()))
@@ -117,7 +104,7 @@ def restored(tmp_path_factory):
     # demo model is built by scripts/bench only, which a CI machine never runs.
     model = build_tiny_model_dir(tmp_path_factory.mktemp("tiny-model"))
     source = installation(tmp_path_factory.mktemp("source"))
-    ids = json.loads(ok(run_in(source, "-c", SEED.format(demo=str(model)))).strip().splitlines()[-1])
+    ids = json.loads(ok(run_in(source, "-c", SEED_START + SEED.format(demo=str(model)))).strip().splitlines()[-1])
     backup = tmp_path_factory.mktemp("backup") / "temper.tar"
     ok(run_in(source, "temper_backup", "--quiet", str(backup)))
     # The old data directory is gone, as on the machine restored onto: whatever still named it would fail.
