@@ -593,9 +593,13 @@ def build_job_model(spec: JobSpec, *, mesh=None) -> JobModel:
                     trainable=trainable, quantization=quantization, unread_variables_left_out=unread_left_out)
 
 
-def export_trained(trained, spec: JobSpec, job_model: JobModel, export_dir: Path) -> dict[str, str]:
-    """Write the merged Hugging Face model to ``export_dir`` (plus the PEFT adapter and the reward head;
-    a PPO run's value head is for training only and is not exported).
+def export_trained(trained, spec: JobSpec, job_model: JobModel, export_dir: Path, *, step: int,
+                   data_summary: dict[str, Any] | None = None, provenance: dict[str, Any] | None = None
+                   ) -> dict[str, str]:
+    """Write the merged Hugging Face model of checkpoint ``step`` to ``export_dir``, a folder of the run directory
+    (plus the PEFT adapter and the reward head; a PPO run's value head is for training only and is not exported),
+    each with its model card (``README.md``, ``jaxengine.model_card``) from the run directory's records,
+    ``data_summary`` (default: ``summary.json``'s) and ``provenance`` (default: the run's ``provenance.json``).
 
     It is written into a new directory beside ``export_dir`` and renamed into place when whole
     (``replace_directory``): an export that fails part way (a full disk, Ctrl-C) leaves the earlier one as
@@ -603,10 +607,17 @@ def export_trained(trained, spec: JobSpec, job_model: JobModel, export_dir: Path
     copy of another checkpoint) goes with it rather than serving on beside this one."""
     from jaxengine.checkpoint import hf
 
+    from jaxengine import model_card
+
     export_dir.parent.mkdir(parents=True, exist_ok=True)
+    facts = model_card.card_facts(run_dir=export_dir.parent, spec=spec, step=step, base_model_dir=job_model.model_dir,
+                                  adapter=False, data_summary=data_summary, provenance=provenance)
     staging = Path(tempfile.mkdtemp(prefix=f".{export_dir.name}.writing-", dir=export_dir.parent))
     try:
         written = _write_export(trained, spec, job_model, staging)
+        model_card.write_model_card(staging, model_card.build_model_card(facts))
+        if "adapter" in written:
+            model_card.write_model_card(written["adapter"], model_card.build_model_card({**facts, "kind": "adapter"}))
         hf.replace_directory(staging, export_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # gone already once renamed into place
@@ -690,7 +701,7 @@ def export_run(run_dir: str | Path, *, step: int | None = None, best: bool = Fal
         (on_log or logger.info)(note)
     trained, meta = restore_trained_model(job_model.model, trainable=job_model.trainable, optim=spec.optim,
                                           checkpoint_dir=run_dir / "checkpoints", step=step)
-    exported = export_trained(trained, spec, job_model, run_dir / "export")
+    exported = export_trained(trained, spec, job_model, run_dir / "export", step=meta["step"])
     return {"step": meta["step"], "export": exported}
 
 
@@ -800,8 +811,11 @@ def run_job(
     on_evaluation: Callable[[Any], None] | None = None,
     on_log: Callable[[str], None] | None = None,
     entry: Entry = Entry.SPEC,
+    provenance: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run ``spec`` to completion (or cancel/failure); writes the run directory and returns the summary.
+    ``provenance``: what the engine cannot know of the run for its exports' model cards (the web app's project, run,
+    datasets, author, ``jaxengine.model_card``), written to ``<output_dir>/provenance.json``.
     ``on_log`` hears of each line for the run's log: rows cut or left out by the encoding (``data_cut_warnings``,
     ``RunLogWarning`` lines, before the first step), conversations trained one assistant turn per example
     (``pipeline.split_by_turn_note``, a ``RunLogOnce`` line), a resume's changed settings (``Trainer.fit``). ``entry``: where the spec was
@@ -853,6 +867,10 @@ def run_job(
     run_spec = spec_as_run(spec, job_model.model_dir)
     if writes_files:  # once the model and the data are read: a job that cannot start leaves no spec behind
         (run_dir / "spec.yaml").write_text(dump_spec(run_spec))
+        if provenance is not None:  # for the model cards of this run's exports, `jaxengine export`'s too
+            from jaxengine.model_card import write_provenance
+
+            write_provenance(run_dir, provenance)
     if writes_files and on_log is not None:
         from jaxengine.data.pipeline import split_by_turn_note
 
@@ -876,7 +894,8 @@ def run_job(
     if summary["status"] == "succeeded":
         trained = trainer.current_model()  # every process: gathering global arrays may be collective
         if writes_files:
-            exported = export_trained(trained, spec, job_model, Path(run_spec.output_dir) / "export")
+            exported = export_trained(trained, spec, job_model, Path(run_spec.output_dir) / "export",
+                                      step=summary["step"], data_summary=data_summary, provenance=provenance)
     summary.update(
         task=spec.task,
         model=run_spec.model,

@@ -525,12 +525,13 @@ def quantize_run_export(run_dir: str | Path, *, scheme_name: str = "int8", group
                         eval_limit: int = 64, model_dir: str | Path | None = None,
                         entry: Entry = Entry.SPEC) -> dict[str, Any]:
     """Write ``<model_dir>/quantized/`` from a run's merged model ``model_dir`` (default its final
-    ``export/``; an exported checkpoint's ``export-step-N/`` too), scored on up to ``eval_limit`` rows of
-    the run's ``data.eval`` (preference rows by their chosen answers; RL tasks' prompts by their
+    ``export/``; an exported checkpoint's ``export-step-N/`` too), its figures added to that model's card, scored
+    on up to ``eval_limit`` rows of the run's ``data.eval`` (preference rows by their chosen answers; RL tasks' prompts by their
     reference answers). ``entry``: where the run's spec came from, whose settings a problem in its eval data names,
     as its training named them (``job.run_job``): a job spec's keys (``jaxengine export``), or the launch form's
     (``Entry.LAUNCH``: the web app's workers, for a run launched there)."""
     from jaxengine.job import JobError, _read_eval_rows
+    from jaxengine.model_card import note_serving_copy
     from jaxengine.spec import TASK_DATASET_KINDS, load_spec
 
     run_dir = Path(run_dir)
@@ -549,6 +550,8 @@ def quantize_run_export(run_dir: str | Path, *, scheme_name: str = "int8", group
                            "quantized copy is scored on its rows")
         rows, eval_kind = scoring_rows(_read_eval_rows(spec.data.eval, spec.task, spec.data.columns, entry=entry),
                                        data_kind=TASK_DATASET_KINDS.get(spec.task, "prompts"), limit=eval_limit)
-    return export_quantized(model_dir, model_dir / "quantized",
-                            scheme=QuantScheme.named(scheme_name, group_size=group_size), eval_rows=rows,
-                            eval_kind=eval_kind)
+    description = export_quantized(model_dir, model_dir / "quantized",
+                                   scheme=QuantScheme.named(scheme_name, group_size=group_size), eval_rows=rows,
+                                   eval_kind=eval_kind)
+    note_serving_copy(model_dir, description)
+    return description

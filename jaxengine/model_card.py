@@ -1,0 +1,436 @@
+"""The model card (``README.md``) written into every exported model, so a team that hands the folder on keeps the record
+of how it was made.
+
+Design note. Three steps, kept apart so the text is tested without a model: ``card_facts`` gathers a plain dict from the
+run directory (the spec as run, ``metrics.jsonl``, the exported step, the base model's config, and the web app's
+``provenance.json``); ``build_model_card`` turns such a dict into the card's text and reads nothing (a pure function);
+``write_model_card`` puts the text in the export folder. A later serving copy adds its figures to the card
+(``note_serving_copy``) by rebuilding one section, so the card never needs the run's facts gathered again.
+
+Everything a user typed (run, project and dataset names, the author) reaches the Markdown through ``inline_text``: one
+line, Markdown's punctuation escaped, ``< > &`` as entities, so a name cannot open a heading, a table row, a second
+front matter or an HTML tag. The YAML front matter is written by ``yaml.safe_dump``, which quotes what needs quoting.
+
+Loaders never read ``README.md`` (it is neither in ``checkpoint.hf.TOKENIZER_FILES`` nor a weight or config file), so
+the export's other files stay what they were.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+CARD_FILE = "README.md"
+# Written by the web app's worker beside spec.yaml (``run_job(provenance=...)``): what the engine cannot know.
+PROVENANCE_FILE = "provenance.json"
+SERVING_COPY_HEADING = "## Serving copy"
+# What opens emphasis, code, a link, a heading's closing, an image or a table cell inside a line (``inline_text`` never
+# starts one, so list and heading markers cannot begin there).
+_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_\[\]#!|])")
+_HTML_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+# Spec sections whose knobs the card lists for the task that has one.
+_TASK_SECTIONS = ("dpo", "reward", "grpo", "ppo")
+
+
+# ----------------------------------------------------------------------------------------------- gathering the facts
+
+def read_provenance(run_dir: str | Path) -> dict[str, Any]:
+    """The web app's ``provenance.json`` of ``run_dir``; ``{}`` for a run started from the command line (none written)
+    or one whose file is not a JSON object."""
+    try:
+        provenance = json.loads((Path(run_dir) / PROVENANCE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return provenance if isinstance(provenance, dict) else {}
+
+
+def write_provenance(run_dir: str | Path, provenance: dict[str, Any]) -> None:
+    (Path(run_dir) / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2, sort_keys=True) + "\n")
+
+
+def hub_id(base_config: dict[str, Any]) -> str | None:
+    """The Hugging Face hub id the base model's ``config.json`` names as ``_name_or_path`` (``org/name``), None when it
+    names a local path or nothing: a path on the training host means nothing to whoever reads the card."""
+    name = base_config.get("_name_or_path")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][\w.\-]*/[\w.\-]+", name):
+        return None
+    return None if name.startswith((".", "~")) or Path(name).exists() else name
+
+
+def read_metric_rows(metrics_path: str | Path) -> list[dict[str, Any]]:
+    """``metrics.jsonl``'s records, skipping a line a crash left half-written."""
+    rows = []
+    try:
+        lines = Path(metrics_path).read_text().splitlines()
+    except OSError:
+        return rows
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int):
+            rows.append(record)
+    return rows
+
+
+def results_at(rows: Iterable[dict[str, Any]], *, step: int, best_metric: str, higher_is_better: bool
+               ) -> dict[str, Any]:
+    """From ``metrics.jsonl``'s records: the training metrics at ``step`` (the last record up to it), the latest
+    evaluation up to ``step``, the best evaluated step by ``best_metric``, and the tokens trained up to ``step``.
+    A resumed run logs a step again: the later record wins."""
+    by_step: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        by_step[row["step"]] = row
+    upto = [by_step[number] for number in sorted(by_step) if number <= step]
+    training = next((row for row in reversed(upto)), None)
+    evaluated = [row for row in upto if any(key.startswith("eval/") for key in row)]
+    scored = [row for row in by_step.values() if _finite(row.get(best_metric))]
+    best = None
+    if scored:
+        pick = max if higher_is_better else min
+        row = pick(scored, key=lambda record: (record[best_metric], -record["step"] if higher_is_better
+                                               else record["step"]))
+        best = {"metric": best_metric, "step": row["step"], "value": row[best_metric]}
+    return {
+        "train_metrics": {key: value for key, value in (training or {}).items()
+                          if key not in ("step", "tokens") and not key.startswith("eval/")} | (
+            {"step": training["step"]} if training else {}),
+        "eval_metrics": ({key: value for key, value in evaluated[-1].items() if key.startswith("eval/")}
+                         | {"step": evaluated[-1]["step"]}) if evaluated else {},
+        "best": best,
+        "tokens_trained": training.get("tokens") if training else None,
+    }
+
+
+def card_facts(*, run_dir: str | Path, spec: Any, step: int, base_model_dir: str | Path, adapter: bool,
+               data_summary: dict[str, Any] | None = None, provenance: dict[str, Any] | None = None,
+               exported_at: datetime.datetime | None = None) -> dict[str, Any]:
+    """The plain dict ``build_model_card`` reads, for the export of checkpoint ``step`` of the run in ``run_dir`` whose
+    spec (a ``JobSpec``) is ``spec``; ``adapter``: the PEFT adapter folder's card rather than the merged model's.
+    ``data_summary``: the engine's counts of the data (``summary.json``'s ``data``; read from there when not given);
+    ``provenance``: the web app's (default: the run's ``provenance.json``)."""
+    import jaxengine
+    from jaxengine.spec import best_metric_for
+
+    run_dir = Path(run_dir)
+    try:
+        base_config = json.loads((Path(base_model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        base_config = {}
+    if data_summary is None:
+        try:
+            data_summary = json.loads((run_dir / "summary.json").read_text()).get("data")
+        except (OSError, ValueError, AttributeError):
+            data_summary = None
+    metric, higher_is_better = best_metric_for(spec)
+    return {
+        "kind": "adapter" if adapter else "merged",
+        "spec": spec.model_dump(mode="json"),
+        "base_model": hub_id(base_config if isinstance(base_config, dict) else {}),
+        "step": step,
+        **results_at(read_metric_rows(run_dir / "metrics.jsonl"), step=step, best_metric=metric,
+                     higher_is_better=higher_is_better),
+        "data": data_summary if isinstance(data_summary, dict) else {},
+        "provenance": read_provenance(run_dir) if provenance is None else provenance,
+        "engine_version": jaxengine.__version__,
+        "exported_at": (exported_at or datetime.datetime.now(datetime.timezone.utc)).isoformat(timespec="seconds"),
+    }
+
+
+# ------------------------------------------------------------------------------------------------ the text (pure)
+
+def inline_text(value: Any) -> str:
+    """``value`` as one line of Markdown that shows it as written: whitespace runs (newlines too) become one space,
+    Markdown's punctuation is backslash-escaped and ``< > &`` are entities (no tag, heading, list or table cell
+    opens)."""
+    text = " ".join(str(value).split())
+    text = "".join(_HTML_ENTITIES.get(character, character) for character in text)
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
+
+
+def code_span(value: Any) -> str:
+    """``value`` (an id) as one line of inline code: a code span shows its text as written, escapes and tags too, so
+    only a backtick, which would close it, is replaced."""
+    return "`" + " ".join(str(value).split()).replace("`", "'") + "`"
+
+
+def format_number(value: Any) -> str:
+    """Integers with thousands separators (12,345), other numbers to 4 significant digits (0.0001, 1.235, 2e-05)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return inline_text(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if not math.isfinite(value):
+        return str(value)
+    if value.is_integer() and abs(value) < 1e15:
+        return f"{int(value):,}"
+    return f"{value:.4g}"
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _percent(fraction: float, *, signed: bool = False) -> str:
+    return f"{100 * fraction:{'+' if signed else ''}.2f}%"
+
+
+def _bytes(size: int) -> str:
+    if size < 1024:
+        return f"{size:,} bytes"
+    exponent = min(int(math.log(size, 1024)), 3)
+    return f"{size / 1024 ** exponent:.1f} {('KiB', 'MiB', 'GiB')[exponent - 1]}"
+
+
+def _method(spec: dict[str, Any]) -> str:
+    return (spec.get("peft") or {}).get("method", "none")
+
+
+def _method_tag(spec: dict[str, Any]) -> str:
+    return {"none": "full"}.get(_method(spec), _method(spec))
+
+
+def front_matter(facts: dict[str, Any]) -> str:
+    """The card's YAML front matter (between ``---`` lines)."""
+    spec = facts["spec"]
+    meta: dict[str, Any] = {"library_name": "peft" if facts["kind"] == "adapter" else "transformers"}
+    if facts.get("base_model"):
+        meta["base_model"] = facts["base_model"]
+    meta["tags"] = ["temper", spec["task"], _method_tag(spec)]
+    meta["pipeline_tag"] = "text-generation"
+    if run_name := (facts.get("provenance") or {}).get("run_name"):
+        meta["model_name"] = " ".join(str(run_name).split())
+    return "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=math.inf) + "---\n"
+
+
+def _table(rows: Iterable[tuple[str, str]], header: tuple[str, str] = ("setting", "value")) -> list[str]:
+    lines = [f"| {header[0]} | {header[1]} |", "| --- | --- |"]
+    lines += [f"| {name} | {value} |" for name, value in rows]
+    return lines
+
+
+def _training_rows(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    train, optim, data, peft = spec["train"], spec.get("optim") or {}, spec["data"], spec.get("peft") or {}
+    rows = [("task", inline_text(spec["task"]))]
+    if _method(spec) in ("lora", "qlora"):
+        rows.append(("method", inline_text(_method(spec))))
+        rows += [("LoRA rank", format_number(peft["rank"])), ("LoRA alpha", format_number(peft["alpha"])),
+                 ("LoRA targets", inline_text(", ".join(peft.get("targets") or ())))]
+        if peft.get("dropout"):
+            rows.append(("LoRA dropout", format_number(peft["dropout"])))
+        if _method(spec) == "qlora":
+            rows.append(("frozen weights", f"{peft['quant_bits']}-bit, groups of {format_number(peft['group_size'])}"))
+    else:
+        rows.append(("method", "full fine-tuning (every weight trained)"))
+    if train.get("max_steps") is not None:
+        rows.append(("steps", format_number(train["max_steps"])))
+    if train.get("epochs") is not None:
+        rows.append(("epochs", format_number(train["epochs"])))
+    schedule = inline_text(optim.get("schedule", "cosine"))
+    if optim.get("warmup_steps"):
+        schedule += f" after {format_number(optim['warmup_steps'])} warmup steps"
+    rows += [("learning rate", format_number(optim.get("learning_rate"))), ("schedule", schedule)]
+    batch = format_number(train["batch_size"])
+    if train.get("grad_accum", 1) > 1:
+        batch += f" (× {format_number(train['grad_accum'])} accumulated)"
+    rows += [("batch size", batch), ("sequence length", format_number(data["max_seq_len"])),
+             ("dtype", f"weights {inline_text(train.get('param_dtype'))}, "
+                       f"compute {inline_text(train.get('compute_dtype'))}"),
+             ("seed", format_number(train.get("seed", 0)))]
+    return rows
+
+
+def _knob_value(value: Any) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return format_number(value)
+    if isinstance(value, list) and all(isinstance(item, dict) and "name" in item for item in value):
+        return inline_text(", ".join(f"{item['name']} × {item.get('weight', 1)}" for item in value))
+    return inline_text(json.dumps(value) if isinstance(value, (dict, list)) else value)
+
+
+def _task_knobs(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    section = spec.get(spec["task"]) if spec["task"] in _TASK_SECTIONS else None
+    if not isinstance(section, dict):
+        return []
+    return [(f"{spec['task']}.{inline_text(key)}", _knob_value(value)) for key, value in section.items()
+            if value is not None and value != [] and value != {}]
+
+
+def _datasets_lines(facts: dict[str, Any]) -> list[str]:
+    datasets = (facts.get("provenance") or {}).get("datasets") or []
+    data = facts.get("data") or {}
+    lines = []
+    for dataset in datasets:
+        rows = dataset.get("rows")
+        line = f"- {inline_text(dataset.get('use') or 'data')}: {inline_text(dataset.get('name'))}"
+        if dataset.get("version") is not None:
+            line += f", version {format_number(dataset['version'])}"
+        if dataset.get("id"):
+            line += f" ({code_span(dataset['id'])})"
+        if rows is not None:
+            line += f", {format_number(rows)} rows"
+        lines.append(line)
+    if not datasets:
+        spec_data = facts["spec"]["data"]
+        for use in ("train", "eval"):
+            if spec_data.get(use):
+                rows = (data.get(use) or {}).get("rows")
+                lines.append(f"- {use}: {inline_text(Path(spec_data[use]).name)}"
+                             + (f", {format_number(rows)} rows" if rows is not None else ""))
+    for use in ("train", "eval"):
+        stats = data.get(use) or {}
+        if stats.get("truncated") or stats.get("dropped"):
+            lines.append(f"- {use}: {format_number(stats.get('truncated') or 0)} rows cut to the sequence length, "
+                         f"{format_number(stats.get('dropped') or 0)} left out")
+    if facts.get("tokens_trained") is not None:
+        lines.append(f"- tokens trained: {format_number(facts['tokens_trained'])}")
+    return lines or ["No record of the data."]
+
+
+def _metric_rows(metrics: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(inline_text(name), format_number(value)) for name, value in sorted(metrics.items())
+            if name != "step" and _finite(value)]
+
+
+def _results_lines(facts: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    train_metrics, eval_metrics, best = facts.get("train_metrics") or {}, facts.get("eval_metrics") or {}, facts.get("best")
+    if train_metrics:
+        lines += [f"Training metrics at step {format_number(train_metrics['step'])}:", ""]
+        lines += _table(_metric_rows(train_metrics), header=("metric", "value")) + [""]
+    if eval_metrics:
+        lines += [f"Evaluation at step {format_number(eval_metrics['step'])}"
+                  + ("" if eval_metrics["step"] == facts["step"] else f" (the last before step {format_number(facts['step'])})")
+                  + ":", ""]
+        lines += _table(_metric_rows(eval_metrics), header=("metric", "value")) + [""]
+    if best:
+        exported = " (this export)" if best["step"] == facts["step"] else ""
+        lines.append(f"Best step by {inline_text(best['metric'])}: {format_number(best['step'])}{exported}, "
+                     f"{format_number(best['value'])}.")
+    return lines or ["No metrics were recorded."]
+
+
+def serving_copy_lines(description: dict[str, Any] | None) -> list[str]:
+    """The "Serving copy" section's body from the copy's ``quantization.json``."""
+    if not description:
+        return ["No serving copy has been made of this export."]
+    scheme = inline_text(description.get("scheme"))
+    if description.get("group_size"):
+        scheme += f", groups of {format_number(description['group_size'])}"
+    lines = [f"A quantized copy for serving lies in `quantized/` (Temper's format, not loaded by transformers): "
+             f"{scheme}."]
+    if _finite(description.get("model_bytes")):
+        lines.append(f"- memory: {_bytes(int(description['model_bytes']))}"
+                     + (f" ({_percent(description['ratio_to_bfloat16'])} of bfloat16)"
+                        if _finite(description.get("ratio_to_bfloat16")) else ""))
+    if _finite(description.get("perplexity_increase")):
+        lines.append(f"- perplexity change: {_percent(description['perplexity_increase'], signed=True)} "
+                     f"({format_number(description.get('perplexity_reference'))} → "
+                     f"{format_number(description.get('perplexity_quantized'))} on "
+                     f"{format_number(description.get('eval_sequences'))} eval rows)")
+    if _finite(description.get("greedy_agreement")):
+        lines.append(f"- greedy agreement with this model: {_percent(description['greedy_agreement'])} "
+                     f"(on {format_number(description.get('eval_prompts'))} prompts)")
+    return lines
+
+
+def _usage_lines(facts: dict[str, Any]) -> list[str]:
+    if facts["kind"] == "adapter":
+        load = ["from peft import AutoPeftModelForCausalLM", "from transformers import AutoTokenizer", "",
+                'model = AutoPeftModelForCausalLM.from_pretrained("path/to/this/folder")',
+                'tokenizer = AutoTokenizer.from_pretrained("path/to/the/merged/export")']
+        note = ("This folder is a LoRA adapter in the PEFT format: its `adapter_config.json` names the base model "
+                "by the path it had on the training host; point it at your copy of the base.")
+    else:
+        load = ["from transformers import AutoModelForCausalLM, AutoTokenizer", "",
+                'model = AutoModelForCausalLM.from_pretrained("path/to/this/folder")',
+                'tokenizer = AutoTokenizer.from_pretrained("path/to/this/folder")']
+        note = ""
+    code = ["```python", *load,
+            'messages = [{"role": "user", "content": "Hello!"}]',
+            "inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True,",
+            '                                       return_tensors="pt")',
+            "output = model.generate(**inputs, max_new_tokens=128)",
+            'print(tokenizer.decode(output[0][inputs["input_ids"].shape[1]:], skip_special_tokens=True))', "```"]
+    if facts["spec"]["task"] == "reward":
+        note = (note + " " if note else "") + ("A reward model: `reward_head.safetensors` holds its score head, "
+                                               "which transformers does not load; the folder alone is the backbone.")
+    return ([note, ""] if note else []) + code
+
+
+def _provenance_lines(facts: dict[str, Any]) -> list[str]:
+    provenance = facts.get("provenance") or {}
+    lines = []
+    if provenance.get("project"):
+        lines.append(f"- project: {inline_text(provenance['project'])}")
+    if provenance.get("run_name") or provenance.get("run_id"):
+        lines.append(f"- run: {inline_text(provenance.get('run_name') or '')}"
+                     + (f" ({code_span(provenance['run_id'])})" if provenance.get("run_id") else ""))
+    if provenance.get("author"):
+        lines.append(f"- launched by: {inline_text(provenance['author'])}")
+    version = provenance.get("temper_version") or facts.get("engine_version")
+    lines += [f"- Temper version: {inline_text(version)}",
+              f"- exported: {inline_text(facts['exported_at'])}",
+              f"- exported step: {format_number(facts['step'])}"]
+    return lines
+
+
+def _summary_line(facts: dict[str, Any]) -> str:
+    spec = facts["spec"]
+    what = {"merged": "A model", "adapter": "A LoRA adapter"}[facts["kind"]]
+    method = {"none": "full fine-tuning", "lora": "LoRA", "qlora": "QLoRA"}.get(_method(spec), _method(spec))
+    base = f" from {code_span(facts['base_model'])}" if facts.get("base_model") else ""
+    run = (facts.get("provenance") or {}).get("run_name")
+    named = f" by the run {inline_text(run)}" if run else ""
+    return (f"{what} post-trained{base} with Temper{named}: {inline_text(spec['task'])} by {method}, "
+            f"checkpoint of step {format_number(facts['step'])}.")
+
+
+def build_model_card(facts: dict[str, Any]) -> str:
+    """The model card's text (``README.md``) from ``facts`` (``card_facts``' dict, or one written by hand): YAML front
+    matter, a summary line, then Training, Data, Results, Serving copy, How to use and Provenance sections."""
+    spec = facts["spec"]
+    knobs = _task_knobs(spec)
+    lines = [front_matter(facts), f"# {inline_text((facts.get('provenance') or {}).get('run_name') or 'Temper model')}",
+             "", _summary_line(facts), "", "## Training", "", *_table(_training_rows(spec) + knobs), "",
+             "## Data", "", *_datasets_lines(facts), "", "## Results", "", *_results_lines(facts), "",
+             SERVING_COPY_HEADING, "", *serving_copy_lines(facts.get("serving_copy")), "",
+             "## How to use", "", *_usage_lines(facts), "", "## Provenance", "", *_provenance_lines(facts)]
+    return "\n".join(lines) + "\n"
+
+
+def with_serving_copy(card: str, description: dict[str, Any] | None) -> str:
+    """``card`` with its Serving copy section's body replaced by the one ``description`` gives; ``card`` as it is
+    when it has no such section (not one this module wrote)."""
+    start = card.find(f"\n{SERVING_COPY_HEADING}\n")
+    if start < 0:
+        return card
+    body_start = start + len(SERVING_COPY_HEADING) + 2
+    end = card.find("\n## ", body_start)
+    end = len(card) if end < 0 else end
+    return card[:body_start] + "\n" + "\n".join(serving_copy_lines(description)) + "\n" + card[end:]
+
+
+# ---------------------------------------------------------------------------------------------------------- writing
+
+def write_model_card(folder: str | Path, text: str) -> Path:
+    path = Path(folder) / CARD_FILE
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def note_serving_copy(export_dir: str | Path, description: dict[str, Any]) -> None:
+    """Add the serving copy's figures to the card of the export it was made from (nothing when it has none)."""
+    path = Path(export_dir) / CARD_FILE
+    try:
+        card = path.read_text(encoding="utf-8")
+    except OSError:
+        return
+    if (updated := with_serving_copy(card, description)) != card:
+        path.write_text(updated, encoding="utf-8")

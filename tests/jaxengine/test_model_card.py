@@ -1,0 +1,177 @@
+"""The model card's text from hand-written facts (``jaxengine.model_card.build_model_card``, a pure function), and the
+results it reads from a run's metrics records."""
+from __future__ import annotations
+
+import re
+
+import markdown
+import pytest
+import yaml
+
+from jaxengine.model_card import build_model_card, format_number, inline_text, results_at, with_serving_copy
+
+HOSTILE = "chats\n---\n# <script>alert(1)</script> | [x](javascript:alert(1)) *bold*"
+
+
+def lora_spec(**overrides):
+    spec = {
+        "task": "dpo", "model": "/models/base", "output_dir": "/runs/r1",
+        "data": {"train": "/data/train.jsonl", "eval": "/data/eval.jsonl", "max_seq_len": 1024},
+        "peft": {"method": "lora", "rank": 16, "alpha": 32.0, "dropout": 0.05, "targets": ["q_proj", "v_proj"]},
+        "optim": {"learning_rate": 2e-05, "schedule": "cosine", "warmup_steps": 10},
+        "train": {"max_steps": 1200, "epochs": None, "batch_size": 8, "grad_accum": 4, "seed": 7,
+                  "param_dtype": "bfloat16", "compute_dtype": "auto"},
+        "dpo": {"beta": 0.25, "loss": "ipo", "label_smoothing": 0.0},
+    }
+    return {**spec, **overrides}
+
+
+def facts(**overrides):
+    return {
+        "kind": "merged", "spec": lora_spec(), "base_model": "Qwen/Qwen3-0.6B", "step": 1200,
+        "train_metrics": {"step": 1200, "loss": 0.123456, "grad_norm": 1.5, "learning_rate": 2e-05},
+        "eval_metrics": {"step": 1200, "eval/loss": 0.4567, "eval/accuracy": 0.75},
+        "best": {"metric": "eval/loss", "step": 1000, "value": 0.41},
+        "tokens_trained": 12345678,
+        "data": {"train": {"rows": 5000, "truncated": 3, "dropped": 1}, "eval": {"rows": 200}},
+        "provenance": {"project": "Team <b>A</b>", "run_name": "dpo | beta sweep", "run_id": "run_abc123",
+                       "author": "ada", "temper_version": "0.1.0",
+                       "datasets": [{"use": "train", "name": "prefs", "version": 3, "id": "dv_1", "rows": 5000},
+                                    {"use": "eval", "name": "held out", "version": 1, "id": "dv_2", "rows": 200}]},
+        "engine_version": "0.1.0", "exported_at": "2026-12-07T10:00:00+00:00",
+        **overrides,
+    }
+
+
+def split_card(card: str) -> tuple[dict, str]:
+    match = re.fullmatch(r"---\n(.*?)\n---\n\n(.*)", card, flags=re.DOTALL)
+    assert match, card[:200]
+    return yaml.safe_load(match.group(1)), match.group(2)
+
+
+def sections(body: str) -> dict[str, str]:
+    parts = re.split(r"^## (.+)$", body, flags=re.MULTILINE)
+    return {parts[index]: parts[index + 1] for index in range(1, len(parts), 2)}
+
+
+def test_it_writes_front_matter_and_every_section_in_order():
+    meta, body = split_card(build_model_card(facts()))
+    assert meta == {"library_name": "transformers", "base_model": "Qwen/Qwen3-0.6B", "tags": ["temper", "dpo", "lora"],
+                    "pipeline_tag": "text-generation", "model_name": "dpo | beta sweep"}
+    assert list(sections(body)) == ["Training", "Data", "Results", "Serving copy", "How to use", "Provenance"]
+    assert body.startswith("# dpo \\| beta sweep\n\nA model post-trained from `Qwen/Qwen3-0.6B` with Temper by the run "
+                           "dpo \\| beta sweep: dpo by LoRA, checkpoint of step 1,200.\n")
+
+
+def test_training_lists_the_method_the_schedule_and_the_tasks_knobs_with_numbers_formatted():
+    training = sections(split_card(build_model_card(facts()))[1])["Training"]
+    for row in ("| method | lora |", "| LoRA rank | 16 |", "| LoRA alpha | 32 |", "| LoRA targets | q\\_proj, v\\_proj |",
+                "| LoRA dropout | 0.05 |", "| steps | 1,200 |", "| learning rate | 2e-05 |",
+                "| schedule | cosine after 10 warmup steps |", "| batch size | 8 (× 4 accumulated) |",
+                "| sequence length | 1,024 |", "| dtype | weights bfloat16, compute auto |", "| seed | 7 |",
+                "| dpo.beta | 0.25 |", "| dpo.loss | ipo |", "| dpo.label\\_smoothing | 0 |"):
+        assert row in training, row
+    assert "epochs" not in training  # not set: max_steps was
+
+
+def test_a_full_fine_tune_is_tagged_full_and_says_so():
+    card = build_model_card(facts(spec=lora_spec(task="sft", peft={"method": "none"}, dpo=None)))
+    meta, body = split_card(card)
+    assert meta["tags"] == ["temper", "sft", "full"]
+    assert "| method | full fine-tuning (every weight trained) |" in body and "LoRA" not in sections(body)["Training"]
+    assert "dpo." not in body
+
+
+def test_an_adapter_card_says_peft_and_loads_with_peft():
+    meta, body = split_card(build_model_card(facts(kind="adapter")))
+    assert meta["library_name"] == "peft" and meta["tags"] == ["temper", "dpo", "lora"]
+    assert "AutoPeftModelForCausalLM.from_pretrained" in sections(body)["How to use"]
+
+
+def test_base_model_is_left_out_when_not_a_hub_id():
+    meta, body = split_card(build_model_card(facts(base_model=None)))
+    assert "base_model" not in meta and "from `" not in body
+
+
+def test_data_results_and_provenance_carry_their_figures():
+    parts = sections(split_card(build_model_card(facts()))[1])
+    assert "- train: prefs, version 3 (`dv_1`), 5,000 rows" in parts["Data"]
+    assert "- eval: held out, version 1 (`dv_2`), 200 rows" in parts["Data"]
+    assert "- train: 3 rows cut to the sequence length, 1 left out" in parts["Data"]
+    assert "- tokens trained: 12,345,678" in parts["Data"]
+    results = parts["Results"]
+    assert "Training metrics at step 1,200:" in results and "| loss | 0.1235 |" in results
+    assert "| grad\\_norm | 1.5 |" in results and "Evaluation at step 1,200:" in results
+    assert "| eval/loss | 0.4567 |" in results and "| eval/accuracy | 0.75 |" in results
+    assert "Best step by eval/loss: 1,000, 0.41." in results
+    assert "No serving copy has been made of this export." in parts["Serving copy"]
+    provenance = parts["Provenance"]
+    for line in ("- project: Team &lt;b&gt;A&lt;/b&gt;", "- run: dpo \\| beta sweep (`run_abc123`)",
+                 "- launched by: ada", "- Temper version: 0.1.0", "- exported: 2026-12-07T10:00:00+00:00",
+                 "- exported step: 1,200"):
+        assert line in provenance, line
+
+
+def test_without_the_web_apps_provenance_the_data_is_named_by_its_files():
+    card = build_model_card(facts(provenance={}))
+    meta, body = split_card(card)
+    assert "model_name" not in meta and body.startswith("# Temper model\n")
+    data = sections(body)["Data"]
+    assert "- train: train.jsonl, 5,000 rows" in data and "- eval: eval.jsonl, 200 rows" in data
+    assert "- Temper version: 0.1.0" in sections(body)["Provenance"]
+
+
+def test_an_earlier_evaluation_says_so_and_a_run_with_no_metrics_says_that():
+    results = sections(split_card(build_model_card(facts(eval_metrics={"step": 900, "eval/loss": 0.5})))[1])["Results"]
+    assert "Evaluation at step 900 (the last before step 1,200):" in results
+    empty = build_model_card(facts(train_metrics={}, eval_metrics={}, best=None))
+    assert "No metrics were recorded." in sections(split_card(empty)[1])["Results"]
+
+
+def test_hostile_names_stay_text_in_the_markdown_and_the_yaml():
+    hostile = facts(provenance={**facts()["provenance"], "run_name": HOSTILE, "author": HOSTILE, "project": HOSTILE,
+                                "datasets": [{"use": "train", "name": HOSTILE, "version": 1, "id": "dv_1",
+                                              "rows": 10}]})
+    card = build_model_card(hostile)
+    meta, body = split_card(card)
+    assert meta["model_name"] == " ".join(HOSTILE.split())  # one line, read back as written
+    assert card.count("\n---\n") == 1 and "<script>" not in body  # the YAML holds it as a quoted string
+    assert list(sections(body)) == ["Training", "Data", "Results", "Serving copy", "How to use", "Provenance"]
+    assert [line for line in body.splitlines() if line.startswith("# ")] == [f"# {inline_text(HOSTILE)}"]
+    html = markdown.markdown(body, extensions=["tables"])  # as the run page's renderer reads it
+    assert "<script>" not in html and "<a " not in html and "<strong>" not in html and html.count("<h1>") == 1
+    data_line = next(line for line in body.splitlines() if line.startswith("- train:") and "version" in line)
+    assert markdown.markdown(data_line, extensions=["tables"]) == (
+        "<ul>\n<li>train: chats --- # &lt;script&gt;alert(1)&lt;/script&gt; | [x](javascript:alert(1)) *bold*, "
+        "version 1 (<code>dv_1</code>), 10 rows</li>\n</ul>")
+
+
+@pytest.mark.parametrize("value, shown", [(12345, "12,345"), (16.0, "16"), (0.123456, "0.1235"), (2e-05, "2e-05"),
+                                          (1e-4, "0.0001"), (float("nan"), "nan"), (True, "True")])
+def test_numbers_are_formatted(value, shown):
+    assert format_number(value) == shown
+
+
+def test_a_serving_copy_adds_its_figures_to_its_section_only():
+    card = build_model_card(facts())
+    description = {"scheme": "int4", "group_size": 64, "model_bytes": 3 * 1024**3 // 2, "ratio_to_bfloat16": 0.3,
+                   "perplexity_reference": 10.0, "perplexity_quantized": 10.25, "perplexity_increase": 0.025,
+                   "eval_sequences": 64, "greedy_agreement": 0.9375, "eval_prompts": 16}
+    updated = with_serving_copy(card, description)
+    assert updated == build_model_card(facts(serving_copy=description))
+    section = sections(split_card(updated)[1])["Serving copy"]
+    assert "int4, groups of 64." in section and "- memory: 1.5 GiB (30.00% of bfloat16)" in section
+    assert "- perplexity change: +2.50% (10 → 10.25 on 64 eval rows)" in section
+    assert "- greedy agreement with this model: 93.75% (on 16 prompts)" in section
+    assert with_serving_copy("# someone else's card\n", description) == "# someone else's card\n"
+
+
+def test_results_read_the_exported_step_the_last_evaluation_before_it_and_the_best_step():
+    rows = [{"step": 1, "loss": 3.0, "tokens": 100}, {"step": 2, "loss": 2.0, "tokens": 200, "eval/loss": 2.5},
+            {"step": 3, "loss": 1.5, "tokens": 300}, {"step": 4, "loss": 1.0, "tokens": 400, "eval/loss": 2.7},
+            {"step": 3, "loss": 1.4, "tokens": 300}]  # a resume logged step 3 again
+    results = results_at(rows, step=3, best_metric="eval/loss", higher_is_better=False)
+    assert results == {"train_metrics": {"loss": 1.4, "step": 3}, "eval_metrics": {"eval/loss": 2.5, "step": 2},
+                       "best": {"metric": "eval/loss", "step": 2, "value": 2.5}, "tokens_trained": 300}
+    best = results_at(rows, step=4, best_metric="eval/loss", higher_is_better=True)["best"]
+    assert best == {"metric": "eval/loss", "step": 4, "value": 2.7}
