@@ -1789,3 +1789,21 @@ def run_memory_check(*, run: Run) -> MemoryCheck | None:
         return None
     return memory_check(job=job, base_model=run.base_model, pool=run_pool(run),
                         reward_base_model=reward_base_model(project=run.project, spec=run.spec or {}))
+
+
+def run_provenance(*, run: Run) -> dict[str, Any]:
+    """What the engine cannot know of ``run`` for its exports' model cards (``jaxengine.model_card``): project, run name
+    and id, author, Temper version, and its dataset versions with their use, name, number and rows (a version deleted
+    since by the name its launch recorded, its rows unknown)."""
+    from jaxengine import __version__ as temper_version
+
+    datasets = [{"use": use or "data", "name": version.dataset.name, "version": version.number,
+                 "id": version.public_id, "rows": version.row_count} for use, version in run.datasets_by_use()]
+    for use, ref in run.deleted_references():
+        if use != "model":
+            recorded = _recorded_name(run, use, ref) or {}
+            datasets.append({"use": use, "name": recorded.get("name", ref), "version": recorded.get("number"),
+                             "id": ref, "rows": None})
+    return {"project": run.project.name, "run_name": run.name, "run_id": run.public_id,
+            "author": run.created_by.get_username() if run.created_by else "", "temper_version": temper_version,
+            "datasets": datasets}

@@ -16,7 +16,7 @@ from jaxengine.data.formats import Entry
 from jaxengine.spec import parse_spec
 from webapp.basemodels.inspection import check_registered_model_dir
 from webapp.celery import app
-from webapp.runs import pipelines, placement, reporting, services
+from webapp.runs import pipelines, placement, reporting, selectors, services
 from webapp.runs.models import Run, RunStatus
 from worker.forking import database_round
 from worker.multihost import HostLiveness
@@ -65,7 +65,8 @@ def train_run(self, run_pk: int, attempt: int) -> None:
         check_model_dir(run)
         summary = run_job(parse_spec(run.resolved_spec), should_stop=reporter.should_stop,
                           on_progress=reporter.on_progress, on_evaluation=reporter.on_evaluation,
-                          on_log=reporter.log_engine_line, progress_bar=False, entry=Entry.LAUNCH)
+                          on_log=reporter.log_engine_line, progress_bar=False, entry=Entry.LAUNCH,
+                          provenance=selectors.run_provenance(run=run))
     except Exception as error:
         logger.exception("run %s failed", run.public_id)
         try:
@@ -129,7 +130,8 @@ def train_host(self, run_pk: int, attempt: int, process_id: int, num_processes: 
                           should_stop=reporter.should_stop if reporter else None,
                           on_progress=reporter.on_progress if reporter else None,
                           on_evaluation=reporter.on_evaluation if reporter else None,
-                          on_log=reporter.log_engine_line if reporter else None, entry=Entry.LAUNCH)
+                          on_log=reporter.log_engine_line if reporter else None, entry=Entry.LAUNCH,
+                          provenance=selectors.run_provenance(run=run))
     except Exception as error:
         logger.exception("run %s: host %s failed", run.public_id, process_id)
         lost = liveness.wait_for_lost_peers()
@@ -171,7 +173,8 @@ def export_checkpoint(run_pk: int, step: int) -> None:
         job_model = build_job_model(spec)
         trained, _meta = restore_trained_model(job_model.model, trainable=job_model.trainable, optim=spec.optim,
                                                checkpoint_dir=run.output_dir / "checkpoints", step=step)
-        export_trained(trained, spec, job_model, export_dir)
+        # The provenance as it is now: a run trained before provenance.json was written has none on disk.
+        export_trained(trained, spec, job_model, export_dir, step=step, provenance=selectors.run_provenance(run=run))
     except Exception as error:
         logger.exception("run %s: export of checkpoint %s failed", run.public_id, step)
         services.checkpoint_export_finish(run=run, step=step, error=error)
