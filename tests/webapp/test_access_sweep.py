@@ -276,6 +276,7 @@ ROUTES: dict[str, Route] = {
     "runs:checkpoints": Route(kwargs=_run, methods=READ),
     "runs:serving_copy": Route(kwargs=_run, methods=READ_MEMBER_WRITE),
     "runs:artifact": Route(kwargs=_api_artifact, methods=READ),
+    "runs:artifact_card": Route(kwargs=_api_artifact, methods=READ),
     "runs:cancel": Route(kwargs=_run, methods={"POST": MEMBER}),
     "runs:resume": Route(kwargs=_run, methods={"POST": MEMBER}),
     "runs:retry": Route(kwargs=_run, methods={"POST": MEMBER}),
@@ -444,6 +445,7 @@ def world(team, queued, settings) -> World:
     export = Path(settings.DATA_ROOT) / "exports" / run.public_id
     export.mkdir(parents=True)
     (export / "config.json").write_text("{}")
+    (export / "README.md").write_text("# the model card\n")
     Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(export), size_bytes=2)
     (run.output_dir / "checkpoints" / "1").mkdir(parents=True)  # a deletion of it is refused: the run is queued
     pipeline = pipelines.pipeline_create(project=project, user=teammate,

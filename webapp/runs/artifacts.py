@@ -25,6 +25,7 @@ from pathlib import Path
 from django.conf import settings
 from django.http import Http404, StreamingHttpResponse
 
+from jaxengine.model_card import CARD_FILE
 from jaxengine.words import counted, named
 from webapp.core.bidi import isolated
 from webapp.core.numbers import whole_number
@@ -99,6 +100,33 @@ def _left_out(name: str, leave_out: tuple[str, ...]) -> bool:
     # copy it replaces aside as ``.quantized.replaced-…``: the same copy, gone by a rename mid-download,
     # and left behind for good by a worker killed while writing.
     return any(name == subdirectory or name.startswith(f".{subdirectory}.") for subdirectory in leave_out)
+
+
+# Past this size a README.md is not one the engine wrote (a few KiB): the page refuses it rather than render it.
+MODEL_CARD_MAX_BYTES = 1 << 20
+
+
+def model_card_text(artifact: Artifact) -> str:
+    """The model card (``README.md``, ``jaxengine.model_card``) the engine wrote into ``artifact``'s folder; Http404
+    saying why when there is none: an export written before exports had cards (export it again), or a card too large
+    to be the engine's."""
+    path = Path(artifact.path) / CARD_FILE
+    try:
+        size = path.stat().st_size
+    except OSError:
+        raise Http404(f"the {artifact.kind} artifact of {artifact.run.public_id} has no model card: it was exported "
+                      "before exports had one; export it again to write its card") from None
+    if size > MODEL_CARD_MAX_BYTES:
+        raise Http404(f"the model card of the {artifact.kind} artifact of {artifact.run.public_id} is {size:,} bytes, "
+                      "larger than the engine writes; read it in the downloaded folder")
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def split_front_matter(card: str) -> tuple[str, str]:
+    """(YAML front matter, Markdown body) of a model card; ``("", card)`` for a card without front matter."""
+    if card.startswith("---\n") and (end := card.find("\n---\n", 4)) >= 0:
+        return card[4:end], card[end + 5:]
+    return "", card
 
 
 def downloaded_files(directory: Path, *, kind: str) -> list[Path]:

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from jaxengine.model_card import CARD_FILE as MODEL_CARD_FILE
 from webapp.basemodels.models import BaseModel
 from webapp.core.ids import PUBLIC_ID_MAX_LENGTH, new_public_id
 from webapp.datasets.models import DatasetVersion
@@ -401,6 +402,12 @@ class Artifact(models.Model):
         a download that would answer 404 (``artifacts.artifact_to_download``) or a launch that would be refused
         (``services.gone_model``)."""
         return not Path(self.path).is_dir()
+
+    @property
+    def has_model_card(self) -> bool:
+        """Whether the engine wrote its model card (``README.md``) into it: exports written before cards were have
+        none, and the run page offers no link to one."""
+        return (Path(self.path) / MODEL_CARD_FILE).is_file()
 
 
 class CheckpointExportStatus(models.TextChoices):

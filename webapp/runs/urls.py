@@ -31,4 +31,5 @@ urlpatterns = [
          name="checkpoint_serving_copy"),
     path("p/<slug:slug>/runs/<str:run_id>/serving-copy/", views.run_serving_copy, name="serving_copy"),
     path("p/<slug:slug>/runs/<str:run_id>/artifacts/<str:kind>/", views.run_artifact, name="artifact"),
+    path("p/<slug:slug>/runs/<str:run_id>/artifacts/<str:kind>/card/", views.run_artifact_card, name="artifact_card"),
 ]

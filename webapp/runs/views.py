@@ -601,6 +601,18 @@ def run_artifact(request: HttpRequest, slug: str, run_id: str, kind: str) -> Htt
 
 
 @login_required
+@require_GET
+def run_artifact_card(request: HttpRequest, slug: str, run_id: str, kind: str) -> HttpResponse:
+    """The model card of what the run exported (``model``, ``adapter``, or ``checkpoint`` with ``?step=N``): its front
+    matter as text, its body through the notes' safe Markdown renderer (raw HTML shown as text)."""
+    project, _membership, run = get_run_for_user(request.user, slug, run_id)
+    artifact = artifacts.artifact_to_download(run=run, kind=kind, step=request.GET.get("step"))
+    front_matter, body = artifacts.split_front_matter(artifacts.model_card_text(artifact))
+    return render(request, "runs/model_card.html", {"project": project, "run": run, "artifact": artifact,
+                                                    "front_matter": front_matter, "card_html": render_markdown(body)})
+
+
+@login_required
 @require_http_methods(["GET", "POST"])
 def run_serving_copy(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     """GET: the final model's serving copy card (the run page asks for it again while the copy is being
