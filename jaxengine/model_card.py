@@ -19,7 +19,9 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import os
 import re
+import uuid
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -426,11 +428,21 @@ def write_model_card(folder: str | Path, text: str) -> Path:
 
 
 def note_serving_copy(export_dir: str | Path, description: dict[str, Any]) -> None:
-    """Add the serving copy's figures to the card of the export it was made from (nothing when it has none)."""
+    """Add the serving copy's figures to the card of the export it was made from (nothing when it has none).
+
+    The new card is written beside the old one and renamed over it: an export changes inside only by renames (the web
+    app's disk usage keeps a sealed folder's sum under its stamp, which a rename renews and a rewrite in place does
+    not), and a reader never meets half a card."""
     path = Path(export_dir) / CARD_FILE
     try:
         card = path.read_text(encoding="utf-8")
     except OSError:
         return
-    if (updated := with_serving_copy(card, description)) != card:
-        path.write_text(updated, encoding="utf-8")
+    if (updated := with_serving_copy(card, description)) == card:
+        return
+    staging = path.with_name(f".{CARD_FILE}.writing-{uuid.uuid4().hex}")
+    try:
+        staging.write_text(updated, encoding="utf-8")
+        os.replace(staging, path)
+    finally:
+        staging.unlink(missing_ok=True)

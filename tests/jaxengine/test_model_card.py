@@ -175,3 +175,16 @@ def test_results_read_the_exported_step_the_last_evaluation_before_it_and_the_be
                        "best": {"metric": "eval/loss", "step": 2, "value": 2.5}, "tokens_trained": 300}
     best = results_at(rows, step=4, best_metric="eval/loss", higher_is_better=True)["best"]
     assert best == {"metric": "eval/loss", "step": 4, "value": 2.7}
+
+
+def test_a_serving_copys_figures_are_renamed_into_the_card_leaving_nothing_beside_it(tmp_path):
+    from jaxengine.model_card import note_serving_copy, write_model_card
+
+    card = write_model_card(tmp_path, build_model_card(facts()))
+    before = card.stat().st_ino
+    note_serving_copy(tmp_path, {"scheme": "int8", "model_bytes": 2048})
+    assert "int8." in card.read_text() and "- memory: 2.0 KiB" in card.read_text()
+    assert card.stat().st_ino != before and [path.name for path in tmp_path.iterdir()] == ["README.md"]
+    (tmp_path / "README.md").write_text("# not ours\n")
+    note_serving_copy(tmp_path, {"scheme": "int8"})
+    assert (tmp_path / "README.md").read_text() == "# not ours\n"
