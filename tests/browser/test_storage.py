@@ -217,7 +217,9 @@ def test_the_storage_pages_prune_is_sent_from_the_keyboard_and_run_by_the_worker
     team = make_team()
     ended = run_with_checkpoints(team, "ended", steps=(3, 6, 9))
     running = run_with_checkpoints(team, "running", steps=(3, 6), status=RunStatus.RUNNING)
+    freed = du_bytes(ended.output_dir / "checkpoints" / "3", ended.output_dir / "checkpoints" / "6")
     errors = console_errors(page)
+    page.add_init_script("window.TemperCopyPollMs = 200;")
     log_in(page, live_server.url, team.owner.username)
     page.goto(f"{live_server.url}/p/alpha/storage/")
     tab_to(page, page.locator("#storage-prune summary"))
@@ -235,6 +237,15 @@ def test_the_storage_pages_prune_is_sent_from_the_keyboard_and_run_by_the_worker
     wait_for(lambda: checkpoint_steps(ended) == [9], timeout=30, workers=default_worker,
              what="the worker to prune the ended run")
     assert checkpoint_steps(running) == [3, 6]
+    # The page it came back to follows the prune to its end, no reload: what it freed, and the run it left.
+    state = page.locator("#storage-prune-state")
+    expect(state.locator(".prune-result")).to_contain_text(
+        f"Last prune of ended runs' checkpoints: {filesizeformat(freed)} freed, 2 checkpoints deleted over 2 runs "
+        "weighed, finished ")
+    expect(state.locator(".prune-result .size")).to_have_attribute("data-bytes", str(freed))
+    expect(state.locator(".prune-result")).to_contain_text(f"asked by {team.owner.username}.")
+    expect(state.locator(".prune-failures li")).to_contain_text(f"Left running ({running.public_id}): run "
+                                                                  f"{running.public_id} is running")
     page.reload()
     row = page.locator(f"#storage-run-table tr[data-run='{ended.public_id}'] td")
     expect(row.nth(2)).to_have_text("1")
@@ -257,3 +268,30 @@ def test_a_skipped_runs_bidi_controls_reorder_nothing_in_the_prune_confirmation(
     page.locator("#storage-prune summary").click()
     expect(page.locator("#storage-prune .prune-skipped")).to_be_visible()
     assert page.evaluate(LEAKS) == []
+
+
+def test_the_storage_page_says_how_far_a_prune_has_gone_and_its_outcome_as_it_changes(page, live_server):
+    """While a project-wide prune runs, the Storage page says "Pruning… N of M runs", following it without a
+    reload (static/serving_copy.js asks for its partial again), offers no second prune, and shows the outcome once
+    the task has written it."""
+    from webapp.runs import services
+    from webapp.runs.models import ProjectCheckpointPrune
+
+    team = make_team()
+    run_with_checkpoints(team, "ended", steps=(3, 6))
+    prune = ProjectCheckpointPrune.objects.create(project=team.project, requested_by=team.owner, runs_total=2)
+    errors = console_errors(page)
+    page.add_init_script("window.TemperCopyPollMs = 200;")
+    log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/storage/")
+    state = page.locator("#storage-prune-state")
+    expect(state).to_contain_text("Pruning… 0 of 2 runs")
+    expect(page.locator("#storage-prune")).to_have_count(0)
+    services._prune_recorded(prune, runs_done=1, checkpoints_deleted=1, bytes_freed=CHECKPOINT_BYTES)
+    expect(state).to_contain_text("Pruning… 1 of 2 runs")
+    expect(state).to_contain_text(f"{filesizeformat(CHECKPOINT_BYTES)} freed so far (asked by {team.owner.username} ")
+    services._prune_recorded(prune, runs_done=2, finished_at=timezone.now())
+    expect(state.locator(".prune-result")).to_contain_text(
+        f"{filesizeformat(CHECKPOINT_BYTES)} freed, 1 checkpoint deleted over 2 runs weighed")
+    expect(state.locator("[data-in-progress]")).to_have_count(0)
+    assert errors == []

@@ -60,8 +60,8 @@ from webapp.projects.models import Project
 from webapp.projects.services import project_lock
 from webapp.runs import channels, sweeps
 from webapp.runs.models import (ACTIVE_STATUSES, Artifact, ArtifactKind, CheckpointExport, CheckpointExportStatus, LogLevel,
-                                ProjectMetricName, Run, RunLogLine, RunStatus, RunTag, ServingCopy, ServingCopyStatus,
-                                fold_tag, new_run_id)
+                                ProjectCheckpointPrune, ProjectMetricName, Run, RunLogLine, RunStatus, RunTag, ServingCopy,
+                                ServingCopyStatus, fold_tag, new_run_id)
 from webapp.runs.specform import SET_BY_TEMPER, merge_spec, spec_initial, tasks, without_rivals
 from webapp.workers.deliveries import KOMBU_PRIORITY_SEP, KOMBU_UNACKED_KEY, LostWorker, abandoned_tags
 from webapp.workers.models import Worker
@@ -1924,30 +1924,94 @@ class ProjectCheckpointsPruned:
 PRUNE_PROJECT_TASK = "worker.tasks.storage.prune_project_checkpoints"
 
 
-def project_checkpoints_prune_request(*, project: Project, user: AbstractBaseUser) -> None:
-    """Queue ``project_checkpoints_prune`` of ``project`` for ``user`` once the current transaction commits."""
-    project_pk, user_pk = project.pk, user.pk
-    transaction.on_commit(lambda: celery_app.send_task(PRUNE_PROJECT_TASK, args=[project_pk, user_pk],
+# A prune row not written for this long is taken as stopped (its worker lost), so that it no longer refuses the next
+# prune: a running one writes after each run, which takes well under a second (bench/RESULTS.md).
+PRUNE_STALLED_AFTER = timedelta(minutes=15)
+
+
+def project_prune_latest(*, project: Project) -> ProjectCheckpointPrune | None:
+    """The last project-wide prune asked for in ``project`` (running or not), or None."""
+    return ProjectCheckpointPrune.objects.filter(project=project).select_related("requested_by").first()
+
+
+def project_prune_is_running(prune: ProjectCheckpointPrune) -> bool:
+    """Whether ``prune`` is queued or under way: unfinished and written within ``PRUNE_STALLED_AFTER``."""
+    return prune.finished_at is None and prune.updated_at > timezone.now() - PRUNE_STALLED_AFTER
+
+
+def project_prune_running_refusal(running: ProjectCheckpointPrune) -> str:
+    """Why another project-wide prune is refused while ``running`` goes on, and what to do."""
+    asked = f"asked by {running.requested_by.get_username() if running.requested_by else 'a deleted account'}"
+    progress = (f"{running.runs_done} of {running.runs_total} runs done" if running.runs_total is not None
+                else "waiting for a worker")
+    return (f"The checkpoints of this project's ended runs are being pruned already ({asked} "
+            f"{when(running.requested_at)}, {progress}): wait for it to finish, then prune again if need be.")
+
+
+@transaction.atomic
+def project_checkpoints_prune_request(*, project: Project, user: AbstractBaseUser) -> ProjectCheckpointPrune:
+    """Record a project-wide prune of ``project`` for ``user`` and queue ``project_checkpoints_prune`` once the
+    transaction commits; ``ValidationError`` while another is queued or running (the project row locked first, so
+    that two owners pressing at once make one)."""
+    project = project_lock(project=project, doing="as its checkpoints were to be pruned")
+    latest = project_prune_latest(project=project)
+    if latest and project_prune_is_running(latest):
+        raise ValidationError(project_prune_running_refusal(latest))
+    prune = ProjectCheckpointPrune.objects.create(project=project, requested_by=user)
+    project_pk, user_pk, prune_pk = project.pk, user.pk, prune.pk
+    transaction.on_commit(lambda: celery_app.send_task(PRUNE_PROJECT_TASK, args=[project_pk, user_pk, prune_pk],
                                                        queue="default"))
+    return prune
 
 
-def project_checkpoints_prune(*, project: Project, user: AbstractBaseUser | None) -> ProjectCheckpointsPruned:
+def project_checkpoints_prune(*, project: Project, user: AbstractBaseUser | None,
+                              record: ProjectCheckpointPrune | None = None) -> ProjectCheckpointsPruned:
     """``checkpoints_prune`` every run of ``project`` with more than one training checkpoint, each in its own
     transaction: a run pruned stays pruned, its folders removed as it commits, when a later one is refused. A run
     still active (or started again since the page showed it) is skipped with ``active_run_checkpoints_refusal``'s
-    words."""
+    words; one whose folders cannot be removed (an ``OSError``) is skipped with the error, the others still pruned.
+    With ``record`` (the Storage page's), its progress and outcome are written to it after each run, outside those
+    transactions, for the page to read while it goes; it is marked finished even when the prune stops on an error."""
+    runs = [run for run in Run.objects.filter(project=project).order_by("created_at", "pk")
+            if len(checkpoint_steps(run)) >= 2]  # the newest is always kept: with one, nothing would go
+    if record:
+        _prune_recorded(record, runs_total=len(runs), runs_done=0)
     pruned, skipped = [], []
-    for run in Run.objects.filter(project=project).order_by("created_at", "pk"):
-        if len(checkpoint_steps(run)) < 2:  # the newest is always kept: nothing would go
-            continue
-        try:
-            result = checkpoints_prune(run=run, user=user)
-        except ValidationError as error:
-            skipped.append((run, "; ".join(error.messages)))
-            continue
-        if result.deleted:
-            pruned.append((run, result))
+    try:
+        for done, run in enumerate(runs, start=1):
+            try:
+                result = checkpoints_prune(run=run, user=user)
+            except ValidationError as error:
+                skipped.append((run, "; ".join(error.messages)))
+            except OSError as error:
+                skipped.append((run, f"its checkpoint folders could not be deleted: {error}"))
+            except Run.DoesNotExist:
+                pass  # deleted since: its checkpoints went with it
+            else:
+                if result.deleted:
+                    pruned.append((run, result))
+            if record:
+                outcome = ProjectCheckpointsPruned(pruned=pruned, skipped=skipped)
+                _prune_recorded(record, runs_done=done, checkpoints_deleted=outcome.checkpoints,
+                                bytes_freed=outcome.bytes_freed,
+                                failures=[_prune_failure(run, why) for run, why in skipped])
+    except Exception as error:
+        if record:
+            skipped.append((None, f"the prune stopped: {error}"))
+            _prune_recorded(record, finished_at=timezone.now(),
+                            failures=[_prune_failure(run, why) for run, why in skipped])
+        raise
+    if record:
+        _prune_recorded(record, finished_at=timezone.now())
     return ProjectCheckpointsPruned(pruned=pruned, skipped=skipped)
+
+
+def _prune_recorded(record: ProjectCheckpointPrune, **changes) -> None:
+    ProjectCheckpointPrune.objects.filter(pk=record.pk).update(updated_at=timezone.now(), **changes)
+
+
+def _prune_failure(run: Run | None, why: str) -> dict[str, str]:
+    return {"run": run.public_id if run else "", "name": run.name if run else "", "why": why}
 
 
 def _remove_folders(paths: list[Path]) -> None:
