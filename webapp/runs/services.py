@@ -1689,12 +1689,13 @@ def checkpoint_export_request(*, run: Run, step: int, user: AbstractBaseUser | N
     run = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
     if not run.is_finished or run.task == EXTERNAL_TASK:
         raise ValidationError({"step": f"run {run.public_id} {run.status_phrase}; export checkpoints of finished runs"})
+    # Exported first: an export outlives its training checkpoint's deletion, and is no less exported for it.
+    if run.artifacts.filter(kind=ArtifactKind.CHECKPOINT, step=step).exists():
+        raise ValidationError({"step": f"checkpoint {step} of {run.public_id} is already exported"})
     available = checkpoint_steps(run)
     if step not in available:
         raise ValidationError({"step": f"run {run.public_id} has no checkpoint {step}; it has "
                                        f"{', '.join(map(str, available)) or 'none'}"})
-    if run.artifacts.filter(kind=ArtifactKind.CHECKPOINT, step=step).exists():
-        raise ValidationError({"step": f"checkpoint {step} of {run.public_id} is already exported"})
     if step == final_model_step(run):
         raise ValidationError({"step": f"checkpoint {step} of {run.public_id} is the run's final model, exported "
                                        f"when it succeeded: start runs from {run.public_id}"})
