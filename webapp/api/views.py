@@ -645,9 +645,10 @@ def runs(request: HttpRequest, slug: str) -> JsonResponse:
         spec = body.spec if body.spec is not None else run_services.spec_from_yaml(body.spec_yaml)
         if body.sweep is not None:
             return run_services.sweep_create(project=project, spec=spec, user=request.user, name=body.name,
-                                             tags=body.tags, axes=sweeps.axes_from_mapping(body.sweep)).tag
+                                             tags=body.tags, axes=sweeps.axes_from_mapping(body.sweep),
+                                             for_api=True).tag
         return run_services.run_create(project=project, spec=spec, user=request.user, name=body.name,
-                                       tags=body.tags).public_id
+                                       tags=body.tags, for_api=True).public_id
 
     sent = request_send_once(request, create=launch)
     if body.sweep is not None:  # what the sending made is the sweep's tag (a repeat finds its runs by it)
