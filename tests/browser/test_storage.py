@@ -295,3 +295,33 @@ def test_the_storage_page_says_how_far_a_prune_has_gone_and_its_outcome_as_it_ch
         f"{filesizeformat(CHECKPOINT_BYTES)} freed, 1 checkpoint deleted over 2 runs weighed")
     expect(state.locator("[data-in-progress]")).to_have_count(0)
     assert errors == []
+
+
+def test_the_storage_pages_words_for_a_cell_are_explained_in_visible_text(page_at, live_server):
+    """*active*, *gone*, *no files* and *Pruning frees* were explained in title attributes only, which a keyboard or
+    touch user never sees: a legend under the table says each in words on the page (only the words the table uses),
+    and no cell keeps an explanation in a title (a size's title is its exact bytes, also in data-bytes)."""
+    team = make_team()
+    run_with_checkpoints(team, "ended", steps=(3, 6))
+    run_with_checkpoints(team, "running", steps=(3, 6), status=RunStatus.RUNNING)
+    gone = run_with_checkpoints(team, "deleted from disk", steps=(3,))
+    shutil.rmtree(gone.output_dir)
+    Run.objects.create(project=team.project, name="queued", task="sft", spec={"task": "sft"},
+                       resolved_spec={}, status=RunStatus.QUEUED, created_by=team.teammate)
+    page = page_at(400, 800)  # a phone's width: nothing to hover there
+    log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/alpha/storage/")
+    legend = page.locator("#storage-run-legend")
+    for words in ("Pruning frees: what deleting every checkpoint of the run but its newest and its best would free",
+                  "active: still training: its engine saves and rotates its checkpoints itself",
+                  "gone: its folder is no longer on disk",
+                  "no files: it has written no folder on this server"):
+        item = legend.locator("li", has_text=words)
+        expect(item).to_be_visible()
+        assert item.evaluate("element => element.getBoundingClientRect().right") <= 400
+    assert page.locator("main [title]:not(.size)").count() == 0, page.locator("main [title]:not(.size)").all()
+    # A project with nothing gone, nothing active, nothing never written: the legend says only what its table shows.
+    Run.objects.exclude(pk__in=Run.objects.filter(name="ended").values("pk")).delete()
+    page.reload()
+    expect(legend.locator("li")).to_have_count(1)
+    expect(legend).to_contain_text("Pruning frees: ")
