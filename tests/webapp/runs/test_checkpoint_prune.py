@@ -342,6 +342,8 @@ def test_a_prune_whose_worker_was_lost_no_longer_refuses_the_next(team, catalog,
     ProjectCheckpointPrune.objects.filter(pk=stalled.pk).update(
         updated_at=stalled.updated_at - services.PRUNE_STALLED_AFTER)
     assert "stopped after 1 of 4 runs without finishing" in prune_state(owner)
+    ProjectCheckpointPrune.objects.filter(pk=stalled.pk).update(runs_total=None)  # no worker ever took it
+    assert "was never started: no worker of the <code>default</code> queue took it" in prune_state(owner)
     page = owner.get("/p/alpha/storage/").content.decode()
     with django_capture_on_commit_callbacks(execute=True):
         owner.post("/p/alpha/storage/prune/", {"submission_token": form_token(page, after='id="storage-prune"')})
