@@ -1,11 +1,13 @@
 /* A serving copy is written by a serve worker, in seconds to minutes: while an element with
    data-follow-url shows a copy being written (data-copy-state="writing"), its partial is asked for
-   again, less and less often, until the copy is ready or failed. */
+   again, less and less often, until the copy is ready or failed. Other work a worker does in the
+   background is followed the same way while its partial marks it data-in-progress (the Storage
+   page's prune). */
 (function () {
   "use strict";
 
   function follow(element, delay) {
-    if (!element.querySelector('[data-copy-state="writing"]')) return;
+    if (!element.querySelector('[data-copy-state="writing"], [data-in-progress]')) return;
     window.setTimeout(function () {
       fetch(element.dataset.followUrl, { credentials: "same-origin" })
         .then(function (response) {

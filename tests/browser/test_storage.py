@@ -217,7 +217,9 @@ def test_the_storage_pages_prune_is_sent_from_the_keyboard_and_run_by_the_worker
     team = make_team()
     ended = run_with_checkpoints(team, "ended", steps=(3, 6, 9))
     running = run_with_checkpoints(team, "running", steps=(3, 6), status=RunStatus.RUNNING)
+    freed = du_bytes(ended.output_dir / "checkpoints" / "3", ended.output_dir / "checkpoints" / "6")
     errors = console_errors(page)
+    page.add_init_script("window.TemperCopyPollMs = 200;")
     log_in(page, live_server.url, team.owner.username)
     page.goto(f"{live_server.url}/p/alpha/storage/")
     tab_to(page, page.locator("#storage-prune summary"))
@@ -235,6 +237,15 @@ def test_the_storage_pages_prune_is_sent_from_the_keyboard_and_run_by_the_worker
     wait_for(lambda: checkpoint_steps(ended) == [9], timeout=30, workers=default_worker,
              what="the worker to prune the ended run")
     assert checkpoint_steps(running) == [3, 6]
+    # The page it came back to follows the prune to its end, no reload: what it freed, and the run it left.
+    state = page.locator("#storage-prune-state")
+    expect(state.locator(".prune-result")).to_contain_text(
+        f"Last prune of ended runs' checkpoints: {filesizeformat(freed)} freed, 2 checkpoints deleted over 2 runs "
+        "weighed, finished ")
+    expect(state.locator(".prune-result .size")).to_have_attribute("data-bytes", str(freed))
+    expect(state.locator(".prune-result")).to_contain_text(f"asked by {team.owner.username}.")
+    expect(state.locator(".prune-failures li")).to_contain_text(f"Left running ({running.public_id}): run "
+                                                                  f"{running.public_id} is running")
     page.reload()
     row = page.locator(f"#storage-run-table tr[data-run='{ended.public_id}'] td")
     expect(row.nth(2)).to_have_text("1")
@@ -257,3 +268,60 @@ def test_a_skipped_runs_bidi_controls_reorder_nothing_in_the_prune_confirmation(
     page.locator("#storage-prune summary").click()
     expect(page.locator("#storage-prune .prune-skipped")).to_be_visible()
     assert page.evaluate(LEAKS) == []
+
+
+def test_the_storage_page_says_how_far_a_prune_has_gone_and_its_outcome_as_it_changes(page, live_server):
+    """While a project-wide prune runs, the Storage page says "Pruning… N of M runs", following it without a
+    reload (static/serving_copy.js asks for its partial again), offers no second prune, and shows the outcome once
+    the task has written it."""
+    from webapp.runs import services
+    from webapp.runs.models import ProjectCheckpointPrune
+
+    team = make_team()
+    run_with_checkpoints(team, "ended", steps=(3, 6))
+    prune = ProjectCheckpointPrune.objects.create(project=team.project, requested_by=team.owner, runs_total=2)
+    errors = console_errors(page)
+    page.add_init_script("window.TemperCopyPollMs = 200;")
+    log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/storage/")
+    state = page.locator("#storage-prune-state")
+    expect(state).to_contain_text("Pruning… 0 of 2 runs")
+    expect(page.locator("#storage-prune")).to_have_count(0)
+    services._prune_recorded(prune, runs_done=1, checkpoints_deleted=1, bytes_freed=CHECKPOINT_BYTES)
+    expect(state).to_contain_text("Pruning… 1 of 2 runs")
+    expect(state).to_contain_text(f"{filesizeformat(CHECKPOINT_BYTES)} freed so far (asked by {team.owner.username} ")
+    services._prune_recorded(prune, runs_done=2, finished_at=timezone.now())
+    expect(state.locator(".prune-result")).to_contain_text(
+        f"{filesizeformat(CHECKPOINT_BYTES)} freed, 1 checkpoint deleted over 2 runs weighed")
+    expect(state.locator("[data-in-progress]")).to_have_count(0)
+    assert errors == []
+
+
+def test_the_storage_pages_words_for_a_cell_are_explained_in_visible_text(page_at, live_server):
+    """*active*, *gone*, *no files* and *Pruning frees* were explained in title attributes only, which a keyboard or
+    touch user never sees: a legend under the table says each in words on the page (only the words the table uses),
+    and no cell keeps an explanation in a title (a size's title is its exact bytes, also in data-bytes)."""
+    team = make_team()
+    run_with_checkpoints(team, "ended", steps=(3, 6))
+    run_with_checkpoints(team, "running", steps=(3, 6), status=RunStatus.RUNNING)
+    gone = run_with_checkpoints(team, "deleted from disk", steps=(3,))
+    shutil.rmtree(gone.output_dir)
+    Run.objects.create(project=team.project, name="queued", task="sft", spec={"task": "sft"},
+                       resolved_spec={}, status=RunStatus.QUEUED, created_by=team.teammate)
+    page = page_at(400, 800)  # a phone's width: nothing to hover there
+    log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/alpha/storage/")
+    legend = page.locator("#storage-run-legend")
+    for words in ("Pruning frees: what deleting every checkpoint of the run but its newest and its best would free",
+                  "active: still training: its engine saves and rotates its checkpoints itself",
+                  "gone: its folder is no longer on disk",
+                  "no files: it has written no folder on this server"):
+        item = legend.locator("li", has_text=words)
+        expect(item).to_be_visible()
+        assert item.evaluate("element => element.getBoundingClientRect().right") <= 400
+    assert page.locator("main [title]:not(.size)").count() == 0, page.locator("main [title]:not(.size)").all()
+    # A project with nothing gone, nothing active, nothing never written: the legend says only what its table shows.
+    Run.objects.exclude(pk__in=Run.objects.filter(name="ended").values("pk")).delete()
+    page.reload()
+    expect(legend.locator("li")).to_have_count(1)
+    expect(legend).to_contain_text("Pruning frees: ")

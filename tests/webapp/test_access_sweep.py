@@ -238,6 +238,7 @@ ROUTES: dict[str, Route] = {
     "projects:delete": Route(kwargs=_project, methods={"POST": OWNER}),  # refused: no slug typed, runs queued
     "projects:storage": Route(kwargs=_project, methods=READ),
     "projects:storage_prune": Route(kwargs=_project, methods={"POST": OWNER}),
+    "projects:storage_prune_state": Route(kwargs=_project, methods=READ),
 
     "basemodels:list": Route(kwargs=_project, methods=READ),
     "basemodels:register": Route(kwargs=_project, methods={"GET": MEMBER, "POST": MEMBER}),

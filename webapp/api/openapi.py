@@ -164,12 +164,12 @@ def build_document() -> dict[str, Any]:
     checkpoint_export = _operation(
         "Export a checkpoint as a starting model, as the run page's Export as a starting model under Checkpoints (a "
         "member or owner): the train queue writes it, and runs then name run_…@<step> as their model (GET "
-        "checkpoints/ shows the export's status); a failed export may be asked for again. 404 for a step the run's "
-        "folder holds no checkpoint of", [SLUG, RUN, CHECKPOINT_STEP, IDEMPOTENCY_KEY], body=schemas.CheckpointExport,
+        "checkpoints/ shows the export's status); a failed export may be asked for again. 404 for a step the run has "
+        "neither a checkpoint nor an export of", [SLUG, RUN, CHECKPOINT_STEP, IDEMPOTENCY_KEY], body=schemas.CheckpointExport,
         status="202", response="the export queued", answer=schemas.CheckpointExportQueued)
     checkpoint_export["responses"]["409"] = _refused_nothing_queued(
-        "the run has not finished, or is external; the checkpoint is exported already, being exported, or the run's "
-        "final model, started from as run_…")
+        "the run has not finished, or is external; the checkpoint is exported already (its training checkpoint "
+        "deleted since or not), being exported, or the run's final model, started from as run_…")
     checkpoint_serving_copy = _operation(
         "Make the quantized serving copy of an exported checkpoint, which the chat and /v1/ then serve for "
         "run_…@<step>, as the run page's button beside it (a member or owner): a serve worker writes it, GET "

@@ -645,9 +645,10 @@ def runs(request: HttpRequest, slug: str) -> JsonResponse:
         spec = body.spec if body.spec is not None else run_services.spec_from_yaml(body.spec_yaml)
         if body.sweep is not None:
             return run_services.sweep_create(project=project, spec=spec, user=request.user, name=body.name,
-                                             tags=body.tags, axes=sweeps.axes_from_mapping(body.sweep)).tag
+                                             tags=body.tags, axes=sweeps.axes_from_mapping(body.sweep),
+                                             for_api=True).tag
         return run_services.run_create(project=project, spec=spec, user=request.user, name=body.name,
-                                       tags=body.tags).public_id
+                                       tags=body.tags, for_api=True).public_id
 
     sent = request_send_once(request, create=launch)
     if body.sweep is not None:  # what the sending made is the sweep's tag (a repeat finds its runs by it)
@@ -933,8 +934,8 @@ def run_checkpoint_export(request: HttpRequest, slug: str, run_id: str, step: in
     """POST: export checkpoint ``step`` as a starting model, as the run page's *Export as a starting model* does (a
     member or owner; ``services.checkpoint_export_request``): 202 with the export, which the train queue writes,
     other runs then naming ``run_…@<step>`` as their model; 409 saying why not (the run has not finished, it is
-    exported, being exported, or the final model); 404 for a step the run's folder holds no checkpoint of. With an
-    ``Idempotency-Key``, a repeat queues nothing again."""
+    exported, its training checkpoint deleted since or not, being exported, or the final model); 404 for a step the
+    run has neither a checkpoint nor an export of. With an ``Idempotency-Key``, a repeat queues nothing again."""
     _project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
     _body(request, schemas.CheckpointExport)  # no field: one sent is refused, not ignored
 
@@ -942,8 +943,7 @@ def run_checkpoint_export(request: HttpRequest, slug: str, run_id: str, step: in
         run_services.checkpoint_export_request(run=run, step=step, user=request.user)
         return str(step)
 
-    sent = _sent_once_or_refused(request, create=export, missing=lambda refusal: (
-        refusal if step not in run_services.checkpoint_steps(run) else ""))  # its words list the steps there are
+    sent = _sent_once_or_refused(request, create=export, missing=lambda _refusal: _unlisted_checkpoint(run, step))
     if isinstance(sent, JsonResponse):
         return sent
     # Read now: a repeat with the first's key answers the export as it stands (exported since, perhaps).

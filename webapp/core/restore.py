@@ -8,7 +8,10 @@ was there. In order:
    name reaching outside them. The manifest's migrations must all be known to this code (an archive from a newer
    Temper is refused, naming them); an older archive is restored as it is and ``migrate`` is left to the command
    that starts Temper (the compose file's web service, ``scripts/up.sh``), as after any upgrade.
-2. The targets must be empty — the database (rows in any table but Django's own bookkeeping) and each directory
+2. No worker may be alive against the target: a heartbeat within ``TEMPER_WORKER_STALE_AFTER`` in its database,
+   as the Workers page reads them (``live_workers``), would have its database and files replaced under its
+   work; refused naming each, ``--force`` or not (the way to restore over data), unless ``ignore_live_workers``. A
+   web server writes no heartbeat: the message says to stop it too. The targets must be empty — the database (rows in any table but Django's own bookkeeping) and each directory
    (anything but the signing key that every Temper process makes at start, and what Temper makes again) — unless
    ``force``; what was found is named.
 3. Every member is extracted into a staging folder inside its target (so that moving into place is a rename on
@@ -43,7 +46,8 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection
+from django.utils import timezone
 from django.db.migrations.loader import MigrationLoader
 
 from jaxengine.memory import byte_size
@@ -59,6 +63,8 @@ from webapp.runs.models import Artifact, Run
 from webapp.runs.serving_copies import BASE_MODEL_COPIES, QUANTIZATION_FILE, QUANTIZED_SUBDIR
 from webapp.runs.services import CHECKPOINTS_DIRECTORY, RUNS_DIRECTORY
 from webapp.secret import KEY_FILE
+from webapp.workers.models import Worker
+from webapp.workers.selectors import workers_alive
 
 CHUNK_BYTES = 1 << 20
 # Rows Django writes into any migrated database: a database holding only these holds nothing of a team's.
@@ -161,6 +167,24 @@ def database_findings() -> list[str]:
             if rows := cursor.fetchone()[0]:
                 found.append(f"{table} ({counted(rows, 'row')})")
     return found
+
+
+def live_workers() -> list[Worker]:
+    """The workers alive against the target database (``workers.selectors.workers_alive``, as the Workers page reads
+    their heartbeats); none for a database not there or not migrated yet, which no worker has written to."""
+    if (database := sqlite_file()) is not None and not database.exists():
+        return []
+    try:
+        return list(workers_alive())
+    except DatabaseError:
+        return []
+
+
+def live_worker_words(worker: Worker) -> str:
+    """``worker <name> (on <host>, pid <pid>, queues …) sent a heartbeat N s ago``."""
+    seconds = round((timezone.now() - worker.last_seen).total_seconds())
+    return (f"worker {worker.name} (on {worker.host}, pid {worker.pid}, queues {', '.join(worker.shared_queues)}) "
+            f"sent a heartbeat {seconds} s ago")
 
 
 def tree_findings(tree: Tree) -> list[str]:
@@ -339,8 +363,8 @@ class Staged:
 class Restore:
     """One restore of ``path`` into this installation (the module note's steps), saying its progress to ``say``."""
 
-    def __init__(self, path: Path, *, force: bool, say: Callable[[str], None]):
-        self.path, self.force, self.say = path, force, say
+    def __init__(self, path: Path, *, force: bool, say: Callable[[str], None], ignore_live_workers: bool = False):
+        self.path, self.force, self.say, self.ignore_live_workers = path, force, say, ignore_live_workers
         self.engine = database_engine()
         # An archive kept in the data directory stays there, not moved aside with the rest and deleted.
         self.trees = {tree.name: tree for tree in installation_trees(also_left_out=(path,))}
@@ -383,6 +407,7 @@ class Restore:
                     f"{self.path} holds a models root kept apart from the data directory (it was {recorded['root']}), "
                     f"and TEMPER_MODELS_ROOT here ({settings.MODELS_ROOT}) is inside TEMPER_DATA: set "
                     "TEMPER_MODELS_ROOT to a folder outside it")
+        self._check_no_live_workers()
         findings = [f"the database: {', '.join(found)}"] if (found := database_findings()) else []
         restored = [self.trees[recorded["name"]] for recorded in manifest["trees"]]
         findings += [f"{tree.root}: {', '.join(found)}" for tree in restored if (found := tree_findings(tree))]
@@ -392,6 +417,19 @@ class Restore:
         for found in findings:
             self.say(f"replacing (--force) {found}")
         return unapplied
+
+    def _check_no_live_workers(self) -> None:
+        if not (alive := live_workers()):
+            return
+        if not self.ignore_live_workers:
+            raise RestoreError(
+                f"Temper is running against this installation: {'; '.join(map(live_worker_words, alive))}. A restore would replace the "
+                "database and the data directory under their work. Stop Temper (its web server and every worker) and "
+                f"run again; a worker stopped without a clean shutdown counts as alive until "
+                f"{settings.TEMPER_WORKER_STALE_AFTER} s (TEMPER_WORKER_STALE_AFTER) after its last heartbeat. Only "
+                "for a worker you know has stopped, --ignore-live-workers restores anyway")
+        self.say(f"restoring under {counted(len(alive), 'live worker')} (--ignore-live-workers): "
+                 f"{', '.join(worker.name for worker in alive)}")
 
     def _extract(self, archive: tarfile.TarFile, contents: ArchiveContents) -> tuple[dict[str, Staged], Path]:
         staged = {}

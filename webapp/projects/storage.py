@@ -149,6 +149,19 @@ class ProjectStorage:
     def prune_skipped_runs(self) -> list[RunStorage]:
         return [run for run in self.runs if run.prune_skipped]
 
+    # The words each table shows in place of a size (GONE, NONE_YET): its legend explains those it uses.
+    @property
+    def run_folder_words(self) -> set[str]:
+        return {run.folder for run in self.runs} - {""}
+
+    @property
+    def dataset_folder_words(self) -> set[str]:
+        return {dataset.folder for dataset in self.datasets} - {""}
+
+    @property
+    def base_model_folder_words(self) -> set[str]:
+        return {model.folder for model in self.base_models} - {""}
+
 
 def project_storage(*, project: Project) -> ProjectStorage:
     """Every run, dataset and base model of ``project`` with the disk its folders take now, largest first."""

@@ -12,6 +12,7 @@ urlpatterns = [
     path("p/<slug:slug>/members/", views.members, name="members"),
     path("p/<slug:slug>/storage/", views.storage, name="storage"),
     path("p/<slug:slug>/storage/prune/", views.storage_prune, name="storage_prune"),
+    path("p/<slug:slug>/storage/prune/state/", views.storage_prune_state, name="storage_prune_state"),
     path("p/<slug:slug>/members/role/", views.member_set_role, name="member_role"),
     path("p/<slug:slug>/members/remove/", views.member_remove, name="member_remove"),
 ]

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from webapp.basemodels import selectors as basemodel_selectors
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
-from webapp.core.submissions import deleted_once_or_refused, form_send_once
+from webapp.core.submissions import deleted_once_or_refused, form_send_once, sent_once_or_refused
 from webapp.projects import selectors, services
 from webapp.projects.storage import project_storage, prune_skipped_runs
 from webapp.projects.access import get_project_for_user
@@ -197,7 +197,21 @@ def storage(request: HttpRequest, slug: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug)
     return render(request, "projects/storage.html", {
         "project": project, "membership": membership, "storage": project_storage(project=project),
-        "can_prune": membership.can(Role.OWNER)})
+        "can_prune": membership.can(Role.OWNER), **_prune_context(project)})
+
+
+@login_required
+@require_http_methods(["GET"])
+def storage_prune_state(request: HttpRequest, slug: str) -> HttpResponse:
+    """The Storage page's project-wide prune, under way or its outcome (the partial static/serving_copy.js asks for
+    again while it runs); every member may read it."""
+    project, _membership = get_project_for_user(request.user, slug)
+    return render(request, "projects/_storage_prune.html", {"project": project, **_prune_context(project)})
+
+
+def _prune_context(project: Project) -> dict:
+    prune = run_services.project_prune_latest(project=project)
+    return {"prune": prune, "prune_running": bool(prune and run_services.project_prune_is_running(prune))}
 
 
 @login_required
@@ -205,17 +219,18 @@ def storage(request: HttpRequest, slug: str) -> HttpResponse:
 def storage_prune(request: HttpRequest, slug: str) -> HttpResponse:
     """Queue the pruning of the checkpoints of every run of the project that has ended (owners): each keeps its
     newest and its best (``run_services.project_checkpoints_prune``, a task: hundreds of runs take seconds); back to
-    the Storage page saying so and which active runs it skips."""
+    the Storage page, which follows its progress, saying so and which active runs it skips, or why it was refused
+    (another prune of the project under way)."""
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
     page = reverse("projects:storage", args=[project.slug])
 
     def prune() -> str:
         run_services.project_checkpoints_prune_request(project=project, user=request.user)
         messages.success(request, "Pruning the checkpoints of this project's ended runs in the background: each "
-                                  "keeps its newest and its best. Load this page again to see the disk freed.")
+                                  "keeps its newest and its best. This page shows how far it has gone.")
         if skipped := prune_skipped_runs(project=project):
             names = ", ".join(f"{isolated(run.name)} ({run.public_id})" for run in skipped)
             messages.info(request, f"Skipped, still active: {names}. Prune them once they have ended.")
         return page
 
-    return redirect(form_send_once(request, create=prune))
+    return redirect(sent_once_or_refused(request, create=prune, back=page))

@@ -491,3 +491,27 @@ class ServingCopy(models.Model):
                                    name="servingcopy_status_valid"),
             models.CheckConstraint(condition=models.Q(scheme__in=SERVING_COPY_SCHEMES), name="servingcopy_scheme_valid"),
         ]
+
+
+class ProjectCheckpointPrune(models.Model):
+    """One project-wide prune asked for on the Storage page (``services.project_checkpoints_prune``) and how far it
+    went: the task writes each run's outcome as it goes, so that the page can say "Pruning… N of M runs" while it
+    runs and what it freed once it has finished. A row whose task stopped without finishing stops counting as
+    running once ``updated_at`` is older than ``services.PRUNE_STALLED_AFTER``: a lost worker must not refuse
+    every later prune."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="checkpoint_prunes")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    requested_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    runs_total = models.PositiveIntegerField(null=True, blank=True, help_text=(
+        "The runs with checkpoints to weigh, counted when the task starts; null while it is queued."))
+    runs_done = models.PositiveIntegerField(default=0)
+    checkpoints_deleted = models.PositiveIntegerField(default=0)
+    bytes_freed = models.PositiveBigIntegerField(default=0)
+    failures = models.JSONField(default=list, blank=True, help_text=(
+        'The runs it left, each {"run": public id, "name": its name, "why": the refusal or error}.'))
+
+    class Meta:
+        ordering = ["-requested_at", "-pk"]

@@ -60,8 +60,8 @@ from webapp.projects.models import Project
 from webapp.projects.services import project_lock
 from webapp.runs import channels, sweeps
 from webapp.runs.models import (ACTIVE_STATUSES, Artifact, ArtifactKind, CheckpointExport, CheckpointExportStatus, LogLevel,
-                                ProjectMetricName, Run, RunLogLine, RunStatus, RunTag, ServingCopy, ServingCopyStatus,
-                                fold_tag, new_run_id)
+                                ProjectCheckpointPrune, ProjectMetricName, Run, RunLogLine, RunStatus, RunTag, ServingCopy,
+                                ServingCopyStatus, fold_tag, new_run_id)
 from webapp.runs.specform import SET_BY_TEMPER, merge_spec, spec_initial, tasks, without_rivals
 from webapp.workers.deliveries import KOMBU_PRIORITY_SEP, KOMBU_UNACKED_KEY, LostWorker, abandoned_tags
 from webapp.workers.models import Worker
@@ -213,10 +213,11 @@ def _resolve_model(project: Project, reference: Any, errors) -> tuple[str, BaseM
     return "", None, None
 
 
-def _resolve_reward_run(project: Project, reference: Any, errors, *, key: str = "ppo.reward_model") -> str:
+def _resolve_reward_run(project: Project, reference: Any, errors, *, key: str = "ppo.reward_model",
+                        for_api: bool = False) -> str:
     """The exported reward model of a succeeded ``task: reward`` run of ``project`` (``ppo.reward_model:
     run_…``, or the ``model`` argument of a ``reward_model`` reward function); a server path is refused,
-    so a spec reads no model outside its project."""
+    so a spec reads no model outside its project. ``for_api``: the REST API's words for training it again."""
     if not isinstance(reference, str) or not reference.strip().startswith("run_"):
         _add(errors, key, "choose a succeeded reward run of this project (run_…)")
         return ""
@@ -234,8 +235,9 @@ def _resolve_reward_run(project: Project, reference: Any, errors, *, key: str = 
         return ""
     # Queued, the run failed in the train worker on the missing folder.
     if gone := gone_model(path=exported.path, base_model=None, source_run=source):
+        retry = f"POST runs/{source.public_id}/retry/" if for_api else "Retry on its page"
         _add(errors, key, f"{gone}; choose another reward run of this project, or train this one again as a new "
-                          "run (Retry on its page)")
+                          f"run ({retry})")
         return ""
     return exported.path
 
@@ -354,11 +356,11 @@ def _spec_problems(problems: list[str], errors) -> None:
             _add(errors, "__all__", problem)
 
 
-def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
+def plan_run(*, project: Project, spec: Any, output_dir: Path, for_api: bool = False) -> RunPlan:
     """Map a written spec's ids to paths and validate it with the engine's schema.
 
     Raises ``ValidationError`` with one entry per wrong key (``model``, ``data.train``,
-    ``optim.learning_rate``, ...)."""
+    ``optim.learning_rate``, ...); ``for_api``: a way out in the REST API's words rather than the pages'."""
     errors: dict[str, list[str]] = {}
     if not isinstance(spec, dict):
         raise ValidationError({"__all__": ["the spec must be a mapping of keys (task, model, data, ...)"]})
@@ -408,12 +410,13 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
                 "data": {**resolved_data, "train": resolved_data.get("train") or "unresolved"}}
     ppo = spec.get("ppo") if task == "ppo" and isinstance(spec.get("ppo"), dict) else {}
     if ppo.get("reward_model") not in (None, ""):
-        resolved["ppo"] = {**ppo, "reward_model": _resolve_reward_run(project, ppo["reward_model"], errors)
-                           or "unresolved"}
+        resolved["ppo"] = {**ppo, "reward_model": _resolve_reward_run(project, ppo["reward_model"], errors,
+                                                                      for_api=for_api) or "unresolved"}
     # A reward_model function reads a model from disk: only a reward run of this project may name it.
     resolved = copy.deepcopy(resolved)
     for key, term in _reward_model_terms(resolved):
-        term["args"]["model"] = _resolve_reward_run(project, term["args"].get("model"), errors, key=key) or "unresolved"
+        term["args"]["model"] = _resolve_reward_run(project, term["args"].get("model"), errors, key=key,
+                                                    for_api=for_api) or "unresolved"
     tokenizer = _model_tokenizer_settings(model_path, run_spec_variables=source_run is None) if model_path else None
     dropped = ()
     if tokenizer is not None and model_variables and isinstance(own_variables, dict):
@@ -935,15 +938,15 @@ def _metric_names_forget(*, project_id: int, names: Iterable[str]) -> None:
 
 @transaction.atomic
 def run_create(*, project: Project, spec: Any, user: AbstractBaseUser | None, name: str = "",
-               tags: str | list[str] = "") -> Run:
+               tags: str | list[str] = "", for_api: bool = False) -> Run:
     """Validate ``spec`` (ids, not paths; see the module notes), save the run and enqueue it on the
-    ``train`` queue once the transaction commits."""
+    ``train`` queue once the transaction commits. ``for_api``: refusals in the REST API's words (``plan_run``)."""
     public_id = new_run_id()
     name = _checked_name(name or "", required=False)
     checked_json(spec, field="")
-    plan = plan_run(project=project, spec=spec, output_dir=run_output_dir(public_id))
+    plan = plan_run(project=project, spec=spec, output_dir=run_output_dir(public_id), for_api=for_api)
     return _save_planned(public_id=public_id, project=project, plan=plan, user=user,
-                         name=name or _default_name(plan), tags=parse_tags(tags))
+                         name=name or _default_name(plan), tags=parse_tags(tags), for_api=for_api)
 
 
 _NOT_CHECKED = object()  # plan_warnings' memory when its caller has not checked it
@@ -1049,7 +1052,7 @@ def plan_memory(plan: RunPlan):
                         reward_base_model=plan.reward_base_model)
 
 
-def _lock_what_it_reads(*, project: Project, plan: RunPlan) -> None:
+def _lock_what_it_reads(*, project: Project, plan: RunPlan, for_api: bool = False) -> None:
     """Lock the rows of what a run about to be saved reads — its project, dataset versions, base model,
     starting run and reward runs — as their deletions lock them. A deletion under way then waits for this
     launch and finds the run it must not pull data from under; one that committed first left nothing to lock,
@@ -1084,14 +1087,14 @@ def _lock_what_it_reads(*, project: Project, plan: RunPlan) -> None:
         _resolve_model(project, plan.spec.get("model"), missing)
     for key, reference in reward_references(plan.spec):
         if reference in locked:
-            _resolve_reward_run(project, reference, missing, key=key)
+            _resolve_reward_run(project, reference, missing, key=key, for_api=for_api)
     if missing:
         raise ValidationError(missing)
 
 
 def _save_planned(*, public_id: str, project: Project, plan: RunPlan, user: AbstractBaseUser | None, name: str,
-                  tags: list[str]) -> Run:
-    _lock_what_it_reads(project=project, plan=plan)
+                  tags: list[str], for_api: bool = False) -> Run:
+    _lock_what_it_reads(project=project, plan=plan, for_api=for_api)
     run = Run.objects.create(
         public_id=public_id, project=project, name=name,
         task=plan.task, spec=plan.spec, resolved_spec=plan.resolved, created_by=user,
@@ -1128,18 +1131,20 @@ def new_sweep_tag() -> str:
 
 @transaction.atomic
 def sweep_create(*, project: Project, spec: Any, user: AbstractBaseUser | None, axes: list[sweeps.SweepAxis],
-                 name: str = "", tags: str | list[str] = "") -> SweepLaunched:
+                 name: str = "", tags: str | list[str] = "", for_api: bool = False) -> SweepLaunched:
     """A run for every combination of the ``axes``' values (``webapp.runs.sweeps``): ``spec`` with
     those keys set, each planned by ``plan_run`` before any is saved, so that one bad combination
     makes no run and queues nothing (a ``ValidationError`` naming its line, key and value under
     ``sweep``; the spec's own problems under their keys, as for one run). The runs are named
-    ``<name> · <key>=<value> …``, tagged ``sweep-<id>`` besides ``tags``, and queued in product order."""
+    ``<name> · <key>=<value> …``, tagged ``sweep-<id>`` besides ``tags``, and queued in product order.
+    ``for_api``: refusals in the REST API's words (``plan_run``)."""
     name = _checked_name(name or "", required=False)
     checked_json(spec, field="")
     tag_list = _checked_sweep(spec=spec, axes=axes, tags=tags)
     tag = new_sweep_tag()
-    planned = _plan_sweep(project=project, spec=spec, axes=axes)
+    planned = _plan_sweep(project=project, spec=spec, axes=axes, for_api=for_api)
     runs = [_save_planned(public_id=public_id, project=project, plan=plan, user=user, tags=[tag, *tag_list],
+                          for_api=for_api,
                           name=_checked_name(sweeps.run_name(name or _default_name(plan), axes, combination,
                                                              max_length=RUN_NAME_MAX), required=True))
             for public_id, combination, plan in planned]
@@ -1156,7 +1161,7 @@ def _checked_sweep(*, spec: Any, axes: list[sweeps.SweepAxis], tags: str | list[
     return tag_list
 
 
-def _plan_sweep(*, project: Project, spec: Any, axes: list[sweeps.SweepAxis]
+def _plan_sweep(*, project: Project, spec: Any, axes: list[sweeps.SweepAxis], for_api: bool = False
                 ) -> list[tuple[str, tuple[Any, ...], RunPlan]]:
     """Each combination of a sweep's values planned by ``plan_run`` (with its run's id), or the
     ``ValidationError`` that refuses the sweep: the combinations' problems, or runs that would be the same."""
@@ -1166,7 +1171,7 @@ def _plan_sweep(*, project: Project, spec: Any, axes: list[sweeps.SweepAxis]
         public_id = new_run_id()
         try:
             plan = plan_run(project=project, spec=sweeps.with_values(spec, axes, combination),
-                            output_dir=run_output_dir(public_id))
+                            output_dir=run_output_dir(public_id), for_api=for_api)
         except ValidationError as error:
             failures.append((combination, error.message_dict))
             continue
@@ -1689,12 +1694,13 @@ def checkpoint_export_request(*, run: Run, step: int, user: AbstractBaseUser | N
     run = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
     if not run.is_finished or run.task == EXTERNAL_TASK:
         raise ValidationError({"step": f"run {run.public_id} {run.status_phrase}; export checkpoints of finished runs"})
+    # Exported first: an export outlives its training checkpoint's deletion, and is no less exported for it.
+    if run.artifacts.filter(kind=ArtifactKind.CHECKPOINT, step=step).exists():
+        raise ValidationError({"step": f"checkpoint {step} of {run.public_id} is already exported"})
     available = checkpoint_steps(run)
     if step not in available:
         raise ValidationError({"step": f"run {run.public_id} has no checkpoint {step}; it has "
                                        f"{', '.join(map(str, available)) or 'none'}"})
-    if run.artifacts.filter(kind=ArtifactKind.CHECKPOINT, step=step).exists():
-        raise ValidationError({"step": f"checkpoint {step} of {run.public_id} is already exported"})
     if step == final_model_step(run):
         raise ValidationError({"step": f"checkpoint {step} of {run.public_id} is the run's final model, exported "
                                        f"when it succeeded: start runs from {run.public_id}"})
@@ -1924,30 +1930,94 @@ class ProjectCheckpointsPruned:
 PRUNE_PROJECT_TASK = "worker.tasks.storage.prune_project_checkpoints"
 
 
-def project_checkpoints_prune_request(*, project: Project, user: AbstractBaseUser) -> None:
-    """Queue ``project_checkpoints_prune`` of ``project`` for ``user`` once the current transaction commits."""
-    project_pk, user_pk = project.pk, user.pk
-    transaction.on_commit(lambda: celery_app.send_task(PRUNE_PROJECT_TASK, args=[project_pk, user_pk],
+# A prune row not written for this long is taken as stopped (its worker lost), so that it no longer refuses the next
+# prune: a running one writes after each run, which takes well under a second (bench/RESULTS.md).
+PRUNE_STALLED_AFTER = timedelta(minutes=15)
+
+
+def project_prune_latest(*, project: Project) -> ProjectCheckpointPrune | None:
+    """The last project-wide prune asked for in ``project`` (running or not), or None."""
+    return ProjectCheckpointPrune.objects.filter(project=project).select_related("requested_by").first()
+
+
+def project_prune_is_running(prune: ProjectCheckpointPrune) -> bool:
+    """Whether ``prune`` is queued or under way: unfinished and written within ``PRUNE_STALLED_AFTER``."""
+    return prune.finished_at is None and prune.updated_at > timezone.now() - PRUNE_STALLED_AFTER
+
+
+def project_prune_running_refusal(running: ProjectCheckpointPrune) -> str:
+    """Why another project-wide prune is refused while ``running`` goes on, and what to do."""
+    asked = f"asked by {running.requested_by.get_username() if running.requested_by else 'a deleted account'}"
+    progress = (f"{running.runs_done} of {running.runs_total} runs done" if running.runs_total is not None
+                else "waiting for a worker")
+    return (f"The checkpoints of this project's ended runs are being pruned already ({asked} "
+            f"{when(running.requested_at)}, {progress}): wait for it to finish, then prune again if need be.")
+
+
+@transaction.atomic
+def project_checkpoints_prune_request(*, project: Project, user: AbstractBaseUser) -> ProjectCheckpointPrune:
+    """Record a project-wide prune of ``project`` for ``user`` and queue ``project_checkpoints_prune`` once the
+    transaction commits; ``ValidationError`` while another is queued or running (the project row locked first, so
+    that two owners pressing at once make one)."""
+    project = project_lock(project=project, doing="as its checkpoints were to be pruned")
+    latest = project_prune_latest(project=project)
+    if latest and project_prune_is_running(latest):
+        raise ValidationError(project_prune_running_refusal(latest))
+    prune = ProjectCheckpointPrune.objects.create(project=project, requested_by=user)
+    project_pk, user_pk, prune_pk = project.pk, user.pk, prune.pk
+    transaction.on_commit(lambda: celery_app.send_task(PRUNE_PROJECT_TASK, args=[project_pk, user_pk, prune_pk],
                                                        queue="default"))
+    return prune
 
 
-def project_checkpoints_prune(*, project: Project, user: AbstractBaseUser | None) -> ProjectCheckpointsPruned:
+def project_checkpoints_prune(*, project: Project, user: AbstractBaseUser | None,
+                              record: ProjectCheckpointPrune | None = None) -> ProjectCheckpointsPruned:
     """``checkpoints_prune`` every run of ``project`` with more than one training checkpoint, each in its own
     transaction: a run pruned stays pruned, its folders removed as it commits, when a later one is refused. A run
     still active (or started again since the page showed it) is skipped with ``active_run_checkpoints_refusal``'s
-    words."""
+    words; one whose folders cannot be removed (an ``OSError``) is skipped with the error, the others still pruned.
+    With ``record`` (the Storage page's), its progress and outcome are written to it after each run, outside those
+    transactions, for the page to read while it goes; it is marked finished even when the prune stops on an error."""
+    runs = [run for run in Run.objects.filter(project=project).order_by("created_at", "pk")
+            if len(checkpoint_steps(run)) >= 2]  # the newest is always kept: with one, nothing would go
+    if record:
+        _prune_recorded(record, runs_total=len(runs), runs_done=0)
     pruned, skipped = [], []
-    for run in Run.objects.filter(project=project).order_by("created_at", "pk"):
-        if len(checkpoint_steps(run)) < 2:  # the newest is always kept: nothing would go
-            continue
-        try:
-            result = checkpoints_prune(run=run, user=user)
-        except ValidationError as error:
-            skipped.append((run, "; ".join(error.messages)))
-            continue
-        if result.deleted:
-            pruned.append((run, result))
+    try:
+        for done, run in enumerate(runs, start=1):
+            try:
+                result = checkpoints_prune(run=run, user=user)
+            except ValidationError as error:
+                skipped.append((run, "; ".join(error.messages)))
+            except OSError as error:
+                skipped.append((run, f"its checkpoint folders could not be deleted: {error}"))
+            except Run.DoesNotExist:
+                pass  # deleted since: its checkpoints went with it
+            else:
+                if result.deleted:
+                    pruned.append((run, result))
+            if record:
+                outcome = ProjectCheckpointsPruned(pruned=pruned, skipped=skipped)
+                _prune_recorded(record, runs_done=done, checkpoints_deleted=outcome.checkpoints,
+                                bytes_freed=outcome.bytes_freed,
+                                failures=[_prune_failure(run, why) for run, why in skipped])
+    except Exception as error:
+        if record:
+            skipped.append((None, f"the prune stopped: {error}"))
+            _prune_recorded(record, finished_at=timezone.now(),
+                            failures=[_prune_failure(run, why) for run, why in skipped])
+        raise
+    if record:
+        _prune_recorded(record, finished_at=timezone.now())
     return ProjectCheckpointsPruned(pruned=pruned, skipped=skipped)
+
+
+def _prune_recorded(record: ProjectCheckpointPrune, **changes) -> None:
+    ProjectCheckpointPrune.objects.filter(pk=record.pk).update(updated_at=timezone.now(), **changes)
+
+
+def _prune_failure(run: Run | None, why: str) -> dict[str, str]:
+    return {"run": run.public_id if run else "", "name": run.name if run else "", "why": why}
 
 
 def _remove_folders(paths: list[Path]) -> None:
@@ -1964,7 +2034,8 @@ def run_retry(*, run: Run, user: AbstractBaseUser | None, for_api: bool = False)
     _refuse_external(run, "retried")
     _refuse_gone_inputs(run, for_api=for_api)
     _refuse_a_model_no_longer_loadable(run, doing="retried", for_api=for_api)
-    retry = run_create(project=run.project, spec=run.spec, user=user, name=retry_name(run), tags=run.tags)
+    retry = run_create(project=run.project, spec=run.spec, user=user, name=retry_name(run), tags=run.tags,
+                       for_api=for_api)
     if run.stamped_template_date and template_date(retry.spec) == run.stamped_template_date:
         retry.stamped_template_date = run.stamped_template_date
         retry.save(update_fields=["stamped_template_date"])
@@ -1981,7 +2052,7 @@ def run_duplicate(*, run: Run, user: AbstractBaseUser | None, spec_changes: dict
     spec, _left_out_date = spec_of_a_copy(run)
     spec = merge_spec(without_rivals(spec, spec_initial(spec_changes)), spec_changes)
     return run_create(project=run.project, spec=spec, user=user, name=copy_name(run) if name is None else name,
-                      tags=sweeps.tags_of_a_copy(run.tags) if tags is None else tags)
+                      tags=sweeps.tags_of_a_copy(run.tags) if tags is None else tags, for_api=True)
 
 
 def copy_name(run: Run) -> str:

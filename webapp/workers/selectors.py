@@ -284,10 +284,15 @@ def queue_unserved(queue: str, *, now: datetime | None = None) -> bool:
     return not any(queue in worker.queues for worker in alive.only("queues"))
 
 
+def workers_alive(*, now: datetime | None = None):
+    """The workers that have sent a heartbeat within ``stale_after()`` and not stopped, by name."""
+    now = now or timezone.now()
+    return Worker.objects.filter(stopped_at__isnull=True, last_seen__gte=now - stale_after()).order_by("name")
+
+
 def workers_alive_count(*, now: datetime | None = None) -> int:
     """How many workers have sent a heartbeat within ``stale_after()`` and not stopped."""
-    now = now or timezone.now()
-    return Worker.objects.filter(stopped_at__isnull=True, last_seen__gte=now - stale_after()).count()
+    return workers_alive(now=now).count()
 
 
 @dataclass(frozen=True, kw_only=True)

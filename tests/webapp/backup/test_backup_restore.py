@@ -261,6 +261,47 @@ def test_it_refuses_a_database_or_data_directory_that_holds_data_and_replaces_th
                                                               str(data))
 
 
+# A worker of the target installation heartbeating as worker/heartbeat.py does (the Workers page's rows).
+HEARTBEAT = """
+import django
+django.setup()
+from django.utils import timezone
+from webapp.workers.services import worker_heartbeat_record, worker_mark_stopped
+worker_heartbeat_record(name="train@gpu-host-1", host="gpu-host-1", pid=4242, queues=["train"], devices={},
+                        current_jobs=[], started_at=timezone.now())
+"""
+STOPPED = """
+import django
+django.setup()
+from webapp.workers.services import worker_mark_stopped
+worker_mark_stopped(name="train@gpu-host-1", pid=4242)
+"""
+
+
+def test_it_refuses_to_restore_under_a_live_worker_even_with_force(source, tmp_path):
+    """Nothing told that Temper was running against the target: a restore with --force replaced the database and
+    the data directory under its workers. A worker whose heartbeat says it is alive (as the Workers page reads
+    them) refuses the restore by name, nothing changed, until it has stopped; --ignore-live-workers overrides."""
+    target = installation(tmp_path)
+    ok(run_in(target, "temper_restore", "--quiet", str(source["backup"])))
+    ok(run_in(target, "-c", HEARTBEAT))
+    data = Path(target["TEMPER_DATA"])
+    before = {name: digest for name, digest in snapshot(data).items() if not name.endswith(("-wal", "-shm"))}
+    result = run_in(target, "temper_restore", "--force", str(source["backup"]))
+    assert_refused(result, "Temper is running against this installation: worker train@gpu-host-1 (on gpu-host-1, "
+                           "pid 4242, queues train) sent a heartbeat ",
+                   "Stop Temper (its web server and every worker) and run again",
+                   "--ignore-live-workers")
+    assert {name: digest for name, digest in snapshot(data).items() if not name.endswith(("-wal", "-shm"))} == before
+    result = run_in(target, "temper_restore", "--force", "--ignore-live-workers", str(source["backup"]))
+    assert result.returncode == 0, result.stderr
+    assert "restoring under 1 live worker (--ignore-live-workers): train@gpu-host-1" in result.stderr
+    # The restored database holds the backup's rows, no heartbeat: stopped cleanly, a worker refuses nothing.
+    ok(run_in(target, "-c", HEARTBEAT))
+    ok(run_in(target, "-c", STOPPED))
+    ok(run_in(target, "temper_restore", "--force", "--quiet", str(source["backup"])))
+
+
 def test_it_refuses_a_backup_from_newer_migrations_naming_them(source, tmp_path):
     newer = with_manifest(source["backup"], tmp_path / "newer.tar",
                           lambda manifest: manifest["database"]["migrations"].append("runs.9999_from_the_future"))

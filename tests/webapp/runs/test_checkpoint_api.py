@@ -170,6 +170,27 @@ def test_an_export_the_run_cannot_give_is_refused_saying_why(team, catalog, sent
     assert sent_tasks.calls == [] and not CheckpointExport.objects.filter(run=run).exists()
 
 
+def test_exporting_a_step_exported_whose_training_checkpoint_was_deleted_answers_as_exported(
+        team, catalog, sent_tasks, django_capture_on_commit_callbacks):
+    """Its export is there (listed, served, downloaded): asked again it was a 404, "no checkpoint 300", as if the
+    step were unknown; it answers as for any exported step, a 409 saying so, nothing queued. A step neither in
+    the folder nor exported stays a 404 naming those there are, exported ones included."""
+    run = scored_run(team, catalog)
+    exported(run, 300)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.checkpoint_delete(run=run, step=300, user=team.teammate)
+    assert 300 not in services.checkpoint_steps(run)
+    sent_before = len(sent_tasks.calls)
+    status, refused, _replayed = api_call(team.teammate, "POST", f"runs/{run.public_id}/checkpoints/300/export/",
+                                          capture=django_capture_on_commit_callbacks)
+    assert (status, refused) == (409, {"detail": f"checkpoint 300 of {run.public_id} is already exported"})
+    as_documented("checkpoints/{step}/export/", "post", 409, refused)
+    status, unknown, _replayed = api_call(team.teammate, "POST", f"runs/{run.public_id}/checkpoints/250/export/")
+    assert (status, unknown) == (404, {"detail": f"run {run.public_id} has no checkpoint 250; it has 100, 200, 300, "
+                                                 "400, 500"})
+    assert len(sent_tasks.calls) == sent_before
+
+
 def test_who_may_export_through_the_api(team, catalog, sent_tasks, django_capture_on_commit_callbacks):
     """As the page: a member exports a teammate's run's checkpoint (not only who may delete it); a viewer 403, an
     outsider 404, nothing queued."""

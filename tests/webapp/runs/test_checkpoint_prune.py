@@ -16,7 +16,7 @@ from webapp.api.openapi import build_document
 from webapp.api.services import token_create
 from webapp.core.bidi import isolated
 from webapp.runs import services
-from webapp.runs.models import MetricPoint, Run, RunLogLine, RunStatus
+from webapp.runs.models import MetricPoint, ProjectCheckpointPrune, Run, RunLogLine, RunStatus
 from worker.tasks.storage import prune_project_checkpoints
 
 STEPS = (100, 200, 300, 400, 500)
@@ -237,9 +237,11 @@ def test_the_storage_page_prunes_every_ended_run_and_skips_the_active_ones(
             "submission_token": form_token(page, after='id="storage-prune"')})
     assert response.status_code == 302 and response["Location"] == "/p/alpha/storage/"
     # Queued on the default queue (hundreds of runs take seconds: bench/RESULTS.md); the worker runs it.
-    assert sent_tasks.calls == [(services.PRUNE_PROJECT_TASK, [team.project.pk, team.owner.pk], "default")]
+    prune = ProjectCheckpointPrune.objects.get(project=team.project)
+    assert sent_tasks.calls == [(services.PRUNE_PROJECT_TASK, [team.project.pk, team.owner.pk, prune.pk], "default")]
     page = html.unescape(owner.get(response["Location"]).content.decode())
     assert "Pruning the checkpoints of this project's ended runs in the background" in page
+    assert "Pruning…</strong> waiting for a worker" in page
     assert f"Skipped, still active: {isolated(NAME)} ({running.public_id}). Prune them once they have ended." in page
     assert services.checkpoint_steps(ended) == list(STEPS)
     with django_capture_on_commit_callbacks(execute=True):
@@ -271,3 +273,78 @@ def test_the_project_wide_prune_says_which_active_runs_it_skipped(team, catalog,
         (stopping.pk, f"run {stopping.public_id} is stopping")]
     assert result.checkpoints == 3 and result.bytes_freed > 0
     assert services.checkpoint_steps(stopping) == [100, 200]
+
+
+def prune_state(client) -> str:
+    """The Storage page's prune partial as static/serving_copy.js asks for it again, unescaped."""
+    response = client.get("/p/alpha/storage/prune/state/")
+    assert response.status_code == 200
+    return html.unescape(response.content.decode())
+
+
+def test_the_storage_page_follows_the_prune_says_what_it_freed_and_refuses_a_second_meanwhile(
+        team, catalog, client_for, sent_tasks, django_capture_on_commit_callbacks):
+    """The project-wide prune ran out of sight: the page said nothing of it while it ran or after. Its row says
+    "Pruning… N of M runs" while the task goes, then what it freed, when, asked by whom, and the runs it left with
+    why; a second prune asked for meanwhile (from a page opened before) is refused saying so, nothing queued."""
+    ended = scored_run(team, catalog)
+    other = ended_run(team, catalog, steps=(100, 200))
+    running = ended_run(team, catalog, steps=(100, 200))
+    Run.objects.filter(pk=running.pk).update(status=RunStatus.RUNNING)
+    going = du_bytes(*checkpoint_folders(ended, 100, 300, 400), *checkpoint_folders(other, 100))
+    owner = client_for(team.owner)
+    first_tab, second_tab = (owner.get("/p/alpha/storage/").content.decode() for _ in range(2))
+    assert 'id="storage-prune-state"' in first_tab and "Pruning…" not in first_tab
+    with django_capture_on_commit_callbacks(execute=True):
+        owner.post("/p/alpha/storage/prune/", {"submission_token": form_token(first_tab, after='id="storage-prune"')})
+    with django_capture_on_commit_callbacks(execute=True):
+        refused = owner.post("/p/alpha/storage/prune/", {
+            "submission_token": form_token(second_tab, after='id="storage-prune"')}, follow=True)
+    assert len(sent_tasks.calls) == 1 and ProjectCheckpointPrune.objects.count() == 1
+    said = html.unescape(refused.content.decode())
+    assert (f"The checkpoints of this project's ended runs are being pruned already (asked by "
+            f"{team.owner.username} ") in said
+    assert "waiting for a worker): wait for it to finish, then prune again if need be." in said
+    assert 'id="storage-prune"' not in said, "no prune form while one is queued"
+    prune = ProjectCheckpointPrune.objects.get()
+
+    # Where the task is after its first run, as it writes it: the page says how far it has gone.
+    services._prune_recorded(prune, runs_total=3, runs_done=1)
+    for client in (owner, client_for(team.viewer)):
+        state = prune_state(client)
+        assert "data-in-progress" in state and "Pruning…</strong> 1 of 3 runs" in state
+        assert f"asked by <bdi>{team.owner.username}</bdi>" in state
+    assert client_for(team.outsider).get("/p/alpha/storage/prune/state/").status_code == 404
+
+    with django_capture_on_commit_callbacks(execute=True):
+        prune_project_checkpoints(*sent_tasks.calls[0][1])
+    prune.refresh_from_db()
+    assert (prune.runs_total, prune.runs_done, prune.checkpoints_deleted, prune.bytes_freed) == (3, 3, 4, going)
+    assert prune.finished_at is not None
+    assert [(failure["run"], failure["why"].split(":")[0]) for failure in prune.failures] == [
+        (running.public_id, f"run {running.public_id} is running")]
+    page = owner.get("/p/alpha/storage/").content.decode()
+    state = page.split('id="storage-prune-state"')[1].split("</div>")[0]
+    assert "data-in-progress" not in state
+    assert f'data-bytes="{going}"' in state and "4 checkpoints deleted over 3 runs weighed, finished " in state
+    assert f"asked by <bdi>{team.owner.username}</bdi>" in state
+    # The run's name is escaped where the page says why it was left.
+    assert f"Left <bdi>{html.escape(NAME)}</bdi> ({running.public_id}): run {running.public_id} is running" in state
+
+
+def test_a_prune_whose_worker_was_lost_no_longer_refuses_the_next(team, catalog, client_for, sent_tasks,
+                                                                  django_capture_on_commit_callbacks):
+    scored_run(team, catalog)
+    stalled = ProjectCheckpointPrune.objects.create(project=team.project, requested_by=team.owner, runs_total=4,
+                                                    runs_done=1)
+    owner = client_for(team.owner)
+    assert "Pruning…</strong> 1 of 4 runs" in prune_state(owner)
+    ProjectCheckpointPrune.objects.filter(pk=stalled.pk).update(
+        updated_at=stalled.updated_at - services.PRUNE_STALLED_AFTER)
+    assert "stopped after 1 of 4 runs without finishing" in prune_state(owner)
+    ProjectCheckpointPrune.objects.filter(pk=stalled.pk).update(runs_total=None)  # no worker ever took it
+    assert "was never started: no worker of the <code>default</code> queue took it" in prune_state(owner)
+    page = owner.get("/p/alpha/storage/").content.decode()
+    with django_capture_on_commit_callbacks(execute=True):
+        owner.post("/p/alpha/storage/prune/", {"submission_token": form_token(page, after='id="storage-prune"')})
+    assert len(sent_tasks.calls) == 1 and ProjectCheckpointPrune.objects.count() == 2

@@ -507,6 +507,34 @@ def test_a_reward_run_whose_export_folder_is_gone_is_marked_in_the_form_and_refu
     assert not Run.objects.filter(task="ppo").exists() and len(sent_tasks.calls) == queued
 
 
+def test_the_api_refuses_a_reward_run_whose_export_is_gone_in_its_own_words(team, catalog, mine, sent_tasks):
+    """An API caller was told to "Retry on its page", a button it has not: launched through POST runs/ (one run or a
+    sweep) or a duplicate/, the refusal names the API's retry/ of the reward run instead; nothing is saved."""
+    from django.test import Client
+
+    from webapp.api.services import token_create
+
+    reward, export = reward_run_with_export(team, catalog, mine)
+    ppo = services.run_create(project=team.project, user=team.owner, name="policy",
+                              spec=ppo_spec(catalog, mine, reward))
+    shutil.rmtree(export)
+    _token, secret = token_create(user=team.owner, name="script")
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    words = (f"the model run {isolated('judge')} ({reward.public_id}) exported is gone from disk: its export folder "
+             "was deleted since; choose another reward run of this project, or train this one again as a new run "
+             f"(POST runs/{reward.public_id}/retry/)")
+    runs_before, queued = Run.objects.count(), len(sent_tasks.calls)
+    for path, body in (("runs/", {"spec": ppo_spec(catalog, mine, reward)}),
+                       ("runs/", {"spec": ppo_spec(catalog, mine, reward), "sweep": {"train.batch_size": [2, 4]}}),
+                       (f"runs/{ppo.public_id}/duplicate/", {})):
+        response = client.post(f"/api/v1/projects/alpha/{path}", json.dumps(body), content_type="application/json")
+        assert response.status_code == 400, (path, response.content)
+        errors = response.json()["errors"]
+        said = errors.get("ppo.reward_model") or errors["sweep"]
+        assert any(words in message for message in said), (path, said)
+    assert Run.objects.count() == runs_before and len(sent_tasks.calls) == queued
+
+
 def test_a_ppo_run_whose_reward_runs_export_folder_is_gone_is_not_resumed_nor_retried(team, catalog, mine, client_for,
                                                                                        sent_tasks):
     """A launch refuses a reward run whose export folder is gone; a resume or a retry of a PPO run that scores with one

@@ -1,4 +1,4 @@
-"""``manage.py temper_restore OUT.tar [--force]``: put back a backup of ``temper_backup``, with Temper stopped, all
+"""``manage.py temper_restore OUT.tar [--force] [--ignore-live-workers]``: put back a backup of ``temper_backup``, with Temper stopped, all
 or nothing (webapp/core/restore.py says in what order and what it checks first)."""
 from __future__ import annotations
 
@@ -20,12 +20,16 @@ from webapp.runs.models import Run
 
 class Command(BaseCommand):
     help = ("Restore a backup made by manage.py temper_backup into this installation's database and data "
-            "directory, which must be empty unless --force. Stop Temper first.")
+            "directory, which must be empty unless --force. Stop Temper first: a worker alive against it refuses "
+            "the restore.")
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("archive", help="the backup's tar file")
         parser.add_argument("--force", action="store_true",
                             help="replace the database and data directory even when they hold data")
+        parser.add_argument("--ignore-live-workers", action="store_true",
+                            help="restore even though a worker's heartbeat in the database says it is alive (for a "
+                                 "worker you know has stopped; --force does not override this)")
         parser.add_argument("--quiet", action="store_true", help="print no progress on stderr")
 
     def handle(self, *args, **options) -> None:
@@ -34,7 +38,8 @@ class Command(BaseCommand):
             raise CommandError(f"{archive} is not a file: give the path of a backup written by temper_backup")
         say = (lambda line: None) if options["quiet"] else self.stderr.write
         try:
-            restored = Restore(archive, force=options["force"], say=say).run()
+            restored = Restore(archive, force=options["force"], say=say,
+                               ignore_live_workers=options["ignore_live_workers"]).run()
         except BackupError as error:
             raise CommandError(f"restore failed: {error}") from error
         manifest = restored["manifest"]
