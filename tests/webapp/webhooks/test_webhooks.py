@@ -331,3 +331,18 @@ def test_redeliver_sends_the_recorded_payload_again_as_a_new_delivery(team, clie
     bodies = [json.loads(received.body) for received in receiver.requests]
     assert [body["event"] for body in bodies] == ["ping", "ping"]
     assert bodies[0]["delivery"] != bodies[1]["delivery"] and bodies[0]["object"] == bodies[1]["object"]
+
+
+def test_runs_lost_for_good_and_external_runs_send_their_end_once(team, receiver, running_run, settings,
+                                                                  django_capture_on_commit_callbacks):
+    """The other ways a run ends (the reaper's verdicts, an external run's close) pass the same one place."""
+    hook(team.project, receiver, "/ended", ["run.succeeded", "run.failed", "run.cancelled"])
+    settings.TEMPER_RUN_LOST_LIMIT = 1
+    with django_capture_on_commit_callbacks(execute=True):
+        run_services.run_attempt_lost(run=running_run, why="silent for 600 s")
+    external = run_services.run_create_external(project=team.project, name="outside", config={}, user=team.owner)
+    with django_capture_on_commit_callbacks(execute=True):
+        run_services.run_finish_external(run=external, status="succeeded")
+    assert [(received.json["event"], received.json["object"]["id"]) for received in receiver.requests] == [
+        ("run.failed", running_run.public_id), ("run.succeeded", external.public_id)]
+    assert receiver.requests[0].json["object"]["error"].startswith("lost 1 times in a row")
