@@ -20,7 +20,7 @@ import http.client
 import logging
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -123,23 +123,27 @@ def webhook_secret_regenerate(*, webhook: Webhook) -> Webhook:
 # Events ----------------------------------------------------------------------------------------------
 
 
-def event_record(*, project: Project, event: str, subject: dict[str, Any],
+def event_record(*, project_id: int, event: str, describe: Callable[[], dict[str, Any]],
                  only: Webhook | None = None) -> list[WebhookDelivery]:
-    """One pending delivery of ``event`` about ``subject`` (a ``payloads.*_subject``) per active hook of ``project``
-    subscribed to it (``only``: that hook alone, whatever it subscribed to), each sent on commit. Never raises: a
-    problem here is logged, and the transaction it was called in goes on without the deliveries."""
+    """One pending delivery of ``event`` about the object ``describe()`` gives (a ``payloads.*_subject``, made only
+    when some hook listens) per active hook of project ``project_id`` subscribed to it (``only``: that hook alone,
+    whatever it subscribed to), each sent on commit. Never raises: a problem here is logged, and the transaction it
+    was called in goes on without the deliveries."""
     try:
         with transaction.atomic():
             if only is not None:
                 hooks = [only]
             else:
-                hooks = [hook for hook in Webhook.objects.filter(project=project, active=True) if event in hook.events]
-            recorded = payloads.payload(event=event, project_slug=project.slug, subject=subject,
+                hooks = [hook for hook in Webhook.objects.filter(project_id=project_id, active=True)
+                         .select_related("project") if event in hook.events]
+            if not hooks:
+                return []
+            recorded = payloads.payload(event=event, project_slug=hooks[0].project.slug, subject=describe(),
                                         occurred_at=timezone.now())
             deliveries = [WebhookDelivery.objects.create(webhook=hook, event=event, payload=recorded)
                           for hook in hooks]
     except Exception:
-        logger.exception("project %s: the %s webhooks were not recorded", project.slug, event)
+        logger.exception("project %s: the %s webhooks were not recorded", project_id, event)
         return []
     if only is None:  # Send test and Redeliver send at once, from the page
         for delivery in deliveries:
@@ -153,24 +157,24 @@ def run_ended(*, run) -> list[WebhookDelivery]:
     event = RUN_EVENTS.get(run.status)
     if event is None:
         return []
-    return event_record(project=run.project, event=event, subject=payloads.run_subject(run))
+    return event_record(project_id=run.project_id, event=event, describe=lambda: payloads.run_subject(run))
 
 
 def pipeline_ended(*, pipeline) -> list[WebhookDelivery]:
-    return event_record(project=pipeline.project, event="pipeline.ended", subject=payloads.pipeline_subject(pipeline))
+    return event_record(project_id=pipeline.project_id, event="pipeline.ended",
+                        describe=lambda: payloads.pipeline_subject(pipeline))
 
 
 def dataset_version_settled(*, version) -> list[WebhookDelivery]:
     """``dataset_version.ready`` or ``.failed``, once its check settled it."""
-    project = version.dataset.project
-    return event_record(project=project, event=f"dataset_version.{version.status}",
-                        subject=payloads.dataset_version_subject(version))
+    return event_record(project_id=version.dataset.project_id, event=f"dataset_version.{version.status}",
+                        describe=lambda: payloads.dataset_version_subject(version))
 
 
 def webhook_ping(*, webhook: Webhook, now: datetime | None = None) -> WebhookDelivery:
     """Send test: a ``ping`` delivery to ``webhook``, sent at once (its retries, if it fails, by the worker)."""
-    deliveries = event_record(project=webhook.project, event=PING, subject=payloads.webhook_subject(webhook),
-                              only=webhook)
+    deliveries = event_record(project_id=webhook.project_id, event=PING,
+                              describe=lambda: payloads.webhook_subject(webhook), only=webhook)
     if not deliveries:
         raise ValidationError({"__all__": "the test message could not be recorded: the server's log says why"})
     return delivery_attempt(delivery_id=deliveries[0].pk, now=now)

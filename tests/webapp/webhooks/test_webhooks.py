@@ -184,9 +184,8 @@ def test_nothing_is_recorded_or_sent_for_a_rolled_back_transaction(team, receive
 def test_a_500_is_retried_after_the_backoff_and_then_delivered(team, receiver, sent):
     receiver.statuses = [500]
     webhook = hook(team.project, receiver, "/flaky", ["run.failed"])
-    delivery, = services.event_record(project=team.project, event="run.failed",
-                                      subject={"type": "run", "id": "run_x", "name": "x", "status": "failed",
-                                               "path": "/p/alpha/runs/run_x/", "error": "e"})
+    delivery, = services.event_record(project_id=team.project.pk, event="run.failed", describe=lambda: {
+        "type": "run", "id": "run_x", "name": "x", "status": "failed", "path": "/p/alpha/runs/run_x/", "error": "e"})
     start = timezone.now()
     delays = (timedelta(seconds=30), timedelta(minutes=5))
 
@@ -211,7 +210,7 @@ def test_a_500_is_retried_after_the_backoff_and_then_delivered(team, receiver, s
 def test_each_failed_attempt_is_retried_until_the_delays_are_spent_then_it_fails(team, receiver, sent):
     receiver.statuses = [503, 503, 503]
     hook(team.project, receiver, "/down", ["run.failed"])
-    delivery, = services.event_record(project=team.project, event="run.failed", subject={
+    delivery, = services.event_record(project_id=team.project.pk, event="run.failed", describe=lambda: {
         "type": "run", "id": "run_x", "name": "x", "status": "failed", "path": "/", "error": ""})
     start, delays = timezone.now(), (timedelta(seconds=30), timedelta(seconds=30))
     for attempt in range(3):
@@ -231,7 +230,7 @@ def closed_port() -> int:
 def test_an_unreachable_address_fails_with_the_error(team, sent):
     webhook = services.webhook_create(project=team.project, url=f"http://127.0.0.1:{closed_port()}/hook",
                                       events=["run.failed"], format="json", user=team.owner)
-    delivery, = services.event_record(project=team.project, event="run.failed", subject={
+    delivery, = services.event_record(project_id=team.project.pk, event="run.failed", describe=lambda: {
         "type": "run", "id": "run_x", "name": "x", "status": "failed", "path": "/", "error": ""})
     delivery = services.delivery_attempt(delivery_id=delivery.pk, delays=())
     assert delivery.webhook == webhook and delivery.status == DeliveryStatus.FAILED
@@ -346,3 +345,20 @@ def test_runs_lost_for_good_and_external_runs_send_their_end_once(team, receiver
     assert [(received.json["event"], received.json["object"]["id"]) for received in receiver.requests] == [
         ("run.failed", running_run.public_id), ("run.succeeded", external.public_id)]
     assert receiver.requests[0].json["object"]["error"].startswith("lost 1 times in a row")
+
+
+def test_a_failure_to_record_the_event_never_fails_the_run(team, receiver, running_run, monkeypatch, caplog,
+                                                          django_capture_on_commit_callbacks):
+    """A bug in describing the run (injected here) is logged; the run's end is recorded all the same."""
+    hook(team.project, receiver, "/failed", ["run.failed"])
+
+    def broken(run):
+        raise KeyError("a field the payload expected")
+
+    monkeypatch.setattr("webapp.webhooks.payloads.run_subject", broken)
+    with django_capture_on_commit_callbacks(execute=True):
+        reporting.run_fail(run=running_run, error=ValueError("boom"))
+    running_run.refresh_from_db()
+    assert running_run.status == RunStatus.FAILED and running_run.error_message == "ValueError: boom"
+    assert receiver.requests == [] and not WebhookDelivery.objects.exists()
+    assert "the run.failed webhooks were not recorded" in caplog.text
