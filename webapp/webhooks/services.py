@@ -30,7 +30,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
@@ -47,6 +47,8 @@ TIMEOUT_SECONDS = 10
 # After the first attempt, one retry after each: then the delivery has failed.
 RETRY_DELAYS = (timedelta(seconds=30), timedelta(minutes=5), timedelta(minutes=30))
 RESPONSE_CHARS = 200
+# A pending delivery this far past its time has lost its task's message: the reaper sends it again.
+OVERDUE = timedelta(minutes=10)
 URL_MAX = Webhook._meta.get_field("url").max_length
 RUN_EVENTS = {"succeeded": "run.succeeded", "failed": "run.failed", "cancelled": "run.cancelled"}
 
@@ -283,6 +285,26 @@ def _outcome(answer: Answer, *, attempts: int, now: datetime, delays: Sequence[t
     if attempts <= len(delays):
         return {"status": DeliveryStatus.PENDING, "next_attempt_at": now + delays[attempts - 1]}
     return {"status": DeliveryStatus.FAILED, "next_attempt_at": None}
+
+
+def deliveries_resend_overdue(*, now: datetime | None = None) -> list[WebhookDelivery]:
+    """Send again the task of each pending delivery ``OVERDUE`` past its time (every worker's reaper calls this):
+    its message was lost (Redis restarted, a send that failed) or the queue is that far behind. A copy that finds the
+    attempt taken or not yet due sends nothing, so a late original and this copy send once."""
+    now = now or timezone.now()
+    late = now - OVERDUE
+    overdue = list(WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING).filter(
+        Q(next_attempt_at__lt=late) | Q(next_attempt_at__isnull=True, created_at__lt=late)))
+    resent = []
+    for delivery in overdue:
+        # Its new time, so that the next rounds leave it alone for OVERDUE; only where no attempt moved it meanwhile.
+        if WebhookDelivery.objects.filter(pk=delivery.pk, status=DeliveryStatus.PENDING,
+                                          attempts=delivery.attempts).update(next_attempt_at=now):
+            _send(delivery.pk)
+            logger.warning("webhook delivery %s (%s) was overdue; its task was sent again", delivery.public_id,
+                           delivery.event)
+            resent.append(delivery)
+    return resent
 
 
 def _send(delivery_pk: int, *, countdown: float | None = None) -> None:

@@ -362,3 +362,17 @@ def test_a_failure_to_record_the_event_never_fails_the_run(team, receiver, runni
     assert running_run.status == RunStatus.FAILED and running_run.error_message == "ValueError: boom"
     assert receiver.requests == [] and not WebhookDelivery.objects.exists()
     assert "the run.failed webhooks were not recorded" in caplog.text
+
+
+def test_a_delivery_whose_message_was_lost_is_sent_again_by_the_reaper_once(team, receiver, sent):
+    hook(team.project, receiver, "/late", ["run.failed"])
+    delivery, = services.event_record(project_id=team.project.pk, event="run.failed", describe=lambda: {
+        "type": "run", "id": "run_x", "name": "x", "status": "failed", "path": "/", "error": ""})
+    # Its on-commit task never ran (this test's transaction does not commit): as if Redis had lost it.
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(created_at=timezone.now() - timedelta(minutes=9))
+    assert services.deliveries_resend_overdue() == []
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(created_at=timezone.now() - timedelta(minutes=11))
+    assert [late.pk for late in services.deliveries_resend_overdue()] == [delivery.pk]
+    assert [received.path for received in receiver.requests] == ["/late"]
+    assert WebhookDelivery.objects.get(pk=delivery.pk).status == DeliveryStatus.DELIVERED
+    assert services.deliveries_resend_overdue() == []
