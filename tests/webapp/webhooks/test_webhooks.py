@@ -376,3 +376,24 @@ def test_a_delivery_whose_message_was_lost_is_sent_again_by_the_reaper_once(team
     assert [received.path for received in receiver.requests] == ["/late"]
     assert WebhookDelivery.objects.get(pk=delivery.pk).status == DeliveryStatus.DELIVERED
     assert services.deliveries_resend_overdue() == []
+
+
+def test_an_owner_edits_a_hook_a_bad_address_changing_nothing_and_deletes_it_with_its_deliveries(team, client_for):
+    owner = client_for(team.owner)
+    webhook = services.webhook_create(project=team.project, url="https://example.org/a", events=["run.failed"],
+                                      format="json", user=team.owner)
+    WebhookDelivery.objects.create(webhook=webhook, event="run.failed", payload={})
+    path = f"/p/alpha/webhooks/{webhook.public_id}/"
+    assert 'value="https://example.org/a"' in owner.get(path).content.decode()
+    refused = owner.post(path, {"url": "gopher://example.org/", "events": ["run.failed"], "format": "json"})
+    assert refused.status_code == 400 and "not gopher:" in refused.content.decode()
+    webhook.refresh_from_db()
+    assert (webhook.url, webhook.active) == ("https://example.org/a", True)
+    saved = owner.post(path, {"url": " https://example.org/b ", "events": ["pipeline.ended", "run.cancelled"],
+                              "format": "slack"})  # "active" unticked
+    webhook.refresh_from_db()
+    assert saved.status_code == 302
+    assert (webhook.url, webhook.events, webhook.format, webhook.active) == (
+        "https://example.org/b", ["run.cancelled", "pipeline.ended"], "slack", False)
+    owner.post(f"{path}delete/")
+    assert not Webhook.objects.exists() and not WebhookDelivery.objects.exists()
