@@ -37,8 +37,8 @@ from kombu.exceptions import OperationalError
 from webapp.celery import app as celery_app
 from webapp.projects.models import Project
 from webapp.webhooks import payloads
-from webapp.webhooks.models import EVENTS, PING, DeliveryStatus, Webhook, WebhookDelivery, WebhookFormat, \
-    new_webhook_secret
+from webapp.webhooks.models import (EVENTS, PING, DeliveryStatus, Webhook, WebhookDelivery, WebhookFormat,
+                                    new_webhook_secret)
 
 logger = logging.getLogger(__name__)
 
