@@ -94,13 +94,13 @@ def test_a_run_failing_in_the_worker_is_sent_once_signed_to_the_hooks_subscribed
     assert received.headers["User-Agent"] == "Temper-Webhooks/1"
     assert received.headers["X-Temper-Event"] == "run.failed"
     assert received.headers["X-Temper-Delivery"] == delivery.public_id
-    sent = received.json
-    assert (sent["event"], sent["project"], sent["delivery"]) == ("run.failed", "alpha", delivery.public_id)
-    assert sent["object"]["id"] == running_run.public_id and sent["object"]["name"] == "first"
-    assert sent["object"]["status"] == "failed" and sent["object"]["task"] == "sft"
-    assert sent["object"]["url"] == f"{SITE}/p/alpha/runs/{running_run.public_id}/"
-    assert sent["object"]["error"] == "ValueError: data.train: no usable rows"
-    assert sent["object"]["duration_seconds"] >= 0 and "final_metrics" in sent["object"]
+    message = received.json
+    assert (message["event"], message["project"], message["delivery"]) == ("run.failed", "alpha", delivery.public_id)
+    assert message["object"]["id"] == running_run.public_id and message["object"]["name"] == "first"
+    assert message["object"]["status"] == "failed" and message["object"]["task"] == "sft"
+    assert message["object"]["url"] == f"{SITE}/p/alpha/runs/{running_run.public_id}/"
+    assert message["object"]["error"] == "ValueError: data.train: no usable rows"
+    assert message["object"]["duration_seconds"] >= 0 and "final_metrics" in message["object"]
     assert (delivery.status, delivery.attempts, delivery.last_status_code) == (DeliveryStatus.DELIVERED, 1, 200)
     assert len(delivery.last_response) == 200  # the answer's first 200 characters, not its 500 and more
 
