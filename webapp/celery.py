@@ -4,7 +4,7 @@ name) and the workers (which import ``worker.tasks``).
 Queues:
 - ``train``: accelerator hosts, one job at a time per worker (prefetch 1, acks late);
 - ``serve``: model serving;
-- ``default``: dataset validation and statistics, exports, housekeeping;
+- ``default``: dataset validation and statistics, exports, webhook deliveries, housekeeping;
 - ``train-<pool>``: the train workers of host pool <pool> (``train`` is pool "default");
 - ``<worker name>.dq2``: each worker's own queue (``worker_direct``), where the processes of a
   multi-host run go to the workers reserved for it (``webapp.runs.placement``).

@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "webapp.api",
     "webapp.review",
     "webapp.chat",
+    "webapp.webhooks",
 ]
 
 MIDDLEWARE = [
@@ -177,6 +178,12 @@ TEMPER_METRICS_ALLOW = env_networks("TEMPER_METRICS_ALLOW")
 # Reverse proxies whose X-Forwarded-For is believed (webapp.core.addresses.client_address): addresses or networks,
 # none by default, when a request's address is its direct peer's whatever it forwards.
 TEMPER_TRUSTED_PROXIES = env_networks("TEMPER_TRUSTED_PROXIES")
+# The address people reach Temper at ("https://temper.example.org"): the links in webhook messages start with it.
+# Empty: each hook's links start with the address its Webhooks page was served at when an owner last saved it.
+TEMPER_BASE_URL = env_str("TEMPER_BASE_URL", "").rstrip("/")
+if TEMPER_BASE_URL and not TEMPER_BASE_URL.startswith(("http://", "https://")):
+    raise ValueError(f"environment variable TEMPER_BASE_URL={TEMPER_BASE_URL!r} must start with http:// or https://, "
+                     "e.g. https://temper.example.org")
 # Who may create a project (webapp.projects.selectors.may_create_project): any signed-in account, or staff only.
 TEMPER_PROJECT_CREATORS = env_choice("TEMPER_PROJECT_CREATORS", "everyone", ("everyone", "staff"))
 # The chat list, the arena and /v1/models look at every model's tokenizer, template and serving copy files on each

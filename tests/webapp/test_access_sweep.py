@@ -53,6 +53,10 @@ from webapp.review import services as review_services
 from webapp.runs import pipelines
 from webapp.runs import services as run_services
 from webapp.runs.models import Artifact, ArtifactKind
+from webapp.webhooks import services as webhook_services
+from webapp.webhooks.models import WebhookDelivery
+from webapp.webhooks.payloads import payload as webhook_payload
+from webapp.webhooks.payloads import run_subject
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 GHOST_SLUG = "no-such-project"
@@ -84,6 +88,8 @@ class World:
     conversation: Any
     message: Any
     battle: Any
+    webhook: Any
+    delivery: Any
     spare_project_token: Any
     spare_api_token: Any
     secrets: dict[tuple[Auth, str], str]
@@ -96,7 +102,8 @@ class World:
         """What would show that an answer leaked the project: its name, its members' names and
         every object's id."""
         objects = [self.base_model, self.sft, self.sft.dataset, self.run, self.pipeline, self.campaign, self.item,
-                   self.conversation, self.message, self.battle, self.battle.side_a, self.battle.side_b]
+                   self.conversation, self.message, self.battle, self.battle.side_a, self.battle.side_b,
+                   self.webhook, self.delivery]
         team = self.team
         return ({obj.public_id for obj in objects} | {team.project.name, PRIVATE_TEXT}
                 | {user.get_username() for user in (team.owner, team.teammate, team.viewer)})
@@ -184,6 +191,14 @@ def _message(world):
     return {**_conversation(world), "message_id": world.message.public_id}
 
 
+def _webhook(world):
+    return {"slug": world.slug, "webhook_id": world.webhook.public_id}
+
+
+def _delivery(world):
+    return {**_webhook(world), "delivery_id": world.delivery.public_id}
+
+
 def _api_base_model(world):
     return {"slug": world.slug, "model_id": world.base_model.public_id}
 
@@ -239,6 +254,14 @@ ROUTES: dict[str, Route] = {
     "projects:storage": Route(kwargs=_project, methods=READ),
     "projects:storage_prune": Route(kwargs=_project, methods={"POST": OWNER}),
     "projects:storage_prune_state": Route(kwargs=_project, methods=READ),
+
+    # Owners only, reading too: a chat's incoming-webhook address is a secret itself, and so is the signing key.
+    "webhooks:list": Route(kwargs=_project, methods={"GET": OWNER, "POST": OWNER}),
+    "webhooks:edit": Route(kwargs=_webhook, methods={"GET": OWNER, "POST": OWNER}),
+    "webhooks:delete": Route(kwargs=_webhook, methods={"POST": OWNER}),
+    "webhooks:secret": Route(kwargs=_webhook, methods={"POST": OWNER}),
+    "webhooks:test": Route(kwargs=_webhook, methods={"POST": OWNER}),  # sent to a closed port: refused, at once
+    "webhooks:redeliver": Route(kwargs=_delivery, methods={"POST": OWNER}),
 
     "basemodels:list": Route(kwargs=_project, methods=READ),
     "basemodels:register": Route(kwargs=_project, methods={"GET": MEMBER, "POST": MEMBER}),
@@ -462,6 +485,11 @@ def world(team, queued, settings) -> World:
     for side in (battle.side_a, battle.side_b):
         chat_services.message_finish(message_id=arena.battle_answer(side).public_id, text="red", finish_reason="stop")
 
+    webhook = webhook_services.webhook_create(project=project, url="http://127.0.0.1:9/hook", events=["run.failed"],
+                                              format="json", user=team.owner)
+    delivery = WebhookDelivery.objects.create(webhook=webhook, event="run.failed", payload=webhook_payload(
+        event="run.failed", project_slug=project.slug, subject=run_subject(run), occurred_at=run.created_at))
+
     secrets = {(Auth.API_TOKEN, role): token_create(user=getattr(team, role), name="sweep")[1]
                for role in ("owner", "teammate", "viewer", "outsider")}
     for role in ("owner", "teammate"):
@@ -474,6 +502,7 @@ def world(team, queued, settings) -> World:
     Membership.objects.filter(project=project, user=team.viewer).update(role=VIEWER)
     return World(team=team, base_model=base_model, sft=sft, run=run, pipeline=pipeline, campaign=campaign,
                  item=campaign.items.first(), conversation=conversation, message=message, battle=battle,
+                 webhook=webhook, delivery=delivery,
                  spare_project_token=project_token_create(user=teammate, project=project, name="spare")[0],
                  spare_api_token=token_create(user=teammate, name="spare")[0], secrets=secrets)
 

@@ -34,6 +34,7 @@ from webapp.datasets.selectors import (PROMPT_READ_ONCE_QUEUED, TURN_SPLITS_QUEU
                                       version_readers)
 from webapp.datasets.uploads import name_as_uploaded, store_upload
 from webapp.projects.models import Project
+from webapp.webhooks import services as webhooks
 from webapp.workers.deliveries import LostWorker, task_deliveries
 
 logger = logging.getLogger(__name__)
@@ -280,6 +281,7 @@ def dataset_version_validate(*, version_id: int) -> DatasetVersion | None:
         return None
     logger.info("dataset version %s: %s, %s rows, %s errors", version.public_id, version.status,
                 report.row_count, report.error_count)
+    webhooks.dataset_version_settled(version=version)
     return version
 
 
@@ -556,6 +558,7 @@ def versions_fail_abandoned(*, now: datetime | None = None) -> list[DatasetVersi
         version.absolute_path.unlink(missing_ok=True)
         logger.warning("dataset version %s failed: %s", version.public_id, WORKERS_LOST_PROBLEM)
         failed.append(DatasetVersion.objects.get(pk=version.pk))
+        webhooks.dataset_version_settled(version=failed[-1])
     return failed
 
 

@@ -64,6 +64,7 @@ from webapp.runs import services
 from webapp.runs.models import Pipeline, PipelineStatus, Run, RunStatus
 from webapp.runs.selectors import last_value, latest_not_finite, serving_copy_figures
 from webapp.runs.serving_copies import export_summary
+from webapp.webhooks import services as webhooks
 from webapp.workers.deliveries import LostWorker
 
 logger = logging.getLogger(__name__)
@@ -490,6 +491,7 @@ def pipeline_advance(*, run: Run) -> Pipeline | None:
         pipeline.message = f"{label} {run.status}: {run.error_message or 'no message'}{result_note}"
         pipeline.finished_at = now
         pipeline.save(update_fields=["status", "message", "finished_at"])
+        webhooks.pipeline_ended(pipeline=pipeline)
         return pipeline
     guard = pipeline.stages[index].get("guard")
     if guard and pipeline.result_run is not None:
@@ -498,6 +500,7 @@ def pipeline_advance(*, run: Run) -> Pipeline | None:
             pipeline.status, pipeline.finished_at = PipelineStatus.STOPPED, now
             pipeline.message = f"{label} failed its guard: {reason}{result_note}"
             pipeline.save(update_fields=["status", "message", "finished_at"])
+            webhooks.pipeline_ended(pipeline=pipeline)
             services.log_line(run, pipeline.message, level="warning")
             return pipeline
     pipeline.result_run = run
@@ -506,6 +509,7 @@ def pipeline_advance(*, run: Run) -> Pipeline | None:
         pipeline.status, pipeline.finished_at = PipelineStatus.SUCCEEDED, now
         pipeline.message = _all_stages_succeeded(pipeline)
         pipeline.save(update_fields=["result_run", "status", "finished_at", "message"])
+        webhooks.pipeline_ended(pipeline=pipeline)
         return pipeline
     pipeline.current_stage = index + 1
     pipeline.message = ""
@@ -523,6 +527,7 @@ def pipeline_advance(*, run: Run) -> Pipeline | None:
         pipeline.message = (f"stage {index + 2} ({pipeline.stages[index + 1]['name']}) was not started: {reason}; "
                             f"the result stays {run.name} ({run.public_id})")
         pipeline.save(update_fields=["result_run", "status", "current_stage", "message", "finished_at"])
+        webhooks.pipeline_ended(pipeline=pipeline)
         services.log_line(run, pipeline.message, level="warning")
         return pipeline
     pipeline.save(update_fields=["result_run", "status", "current_stage", "message"])
@@ -534,6 +539,7 @@ def pipeline_advance(*, run: Run) -> Pipeline | None:
         pipeline.message = (f"stage {index + 2} could not start: {'; '.join(error.messages)}; "
                             f"the result stays {run.name} ({run.public_id})")
         pipeline.save(update_fields=["status", "finished_at", "message"])
+        webhooks.pipeline_ended(pipeline=pipeline)
     return pipeline
 
 
@@ -602,6 +608,7 @@ def _pipeline_cancel_once(*, pipeline_pk: int, user: AbstractBaseUser | None) ->
     # Saved before the run is cancelled: pipeline_advance, which run_cancel calls for a queued run, then finds
     # the pipeline ended and leaves this message.
     pipeline.save(update_fields=["status", "finished_at", "cancelled_by", "message"])
+    webhooks.pipeline_ended(pipeline=pipeline)
     if stopping:
         services.run_cancel(run=run, user=user)
         services.log_line(run, f"pipeline {isolated(pipeline.name)} cancelled by {who}")
@@ -768,6 +775,7 @@ def export_stage_finish(*, pipeline_pk: int, stage: int, description: dict[str, 
         pipeline.message = f"{_all_stages_succeeded(pipeline)}; {export_summary(description or {})}"
         level = "info"
     pipeline.save(update_fields=["status", "message", "finished_at"])
+    webhooks.pipeline_ended(pipeline=pipeline)
     services.log_line(run, pipeline.message, level=level)
     return pipeline
 

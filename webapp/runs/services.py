@@ -63,6 +63,7 @@ from webapp.runs.models import (ACTIVE_STATUSES, Artifact, ArtifactKind, Checkpo
                                 ProjectCheckpointPrune, ProjectMetricName, Run, RunLogLine, RunStatus, RunTag, ServingCopy,
                                 ServingCopyStatus, fold_tag, new_run_id)
 from webapp.runs.specform import SET_BY_TEMPER, merge_spec, spec_initial, tasks, without_rivals
+from webapp.webhooks import services as webhooks
 from webapp.workers.deliveries import KOMBU_PRIORITY_SEP, KOMBU_UNACKED_KEY, LostWorker, abandoned_tags
 from webapp.workers.models import Worker
 from webapp.workers.selectors import pool_offers
@@ -1230,7 +1231,8 @@ def _memory_lines(checks: list[Any], labels: list[str]) -> list[str]:
 
 
 def publish_status(run: Run) -> None:
-    """Tell the run's open pages its status once the transaction commits: each loads itself again. Every change
+    """Tell the run's open pages its status once the transaction commits: each loads itself again; a run that
+    ended, its project's webhooks too (``webhooks.services.run_ended``, recorded in this transaction). Every change
     of a run's status calls it (``tests/webapp/runs/test_status_events.py``): a page not told shows the old
     status until its stream ends, ten minutes on."""
     from webapp.runs.reporting import publish_event  # reporting builds on this module
@@ -1238,6 +1240,7 @@ def publish_status(run: Run) -> None:
     event = {"type": "status", "status": run.status, "message": run.error_message, "notice": run.notice}
     public_id = run.public_id
     transaction.on_commit(lambda: publish_event(public_id, event))
+    webhooks.run_ended(run=run)  # the one place every end of a run passes: its project's hooks are told once
 
 
 def _advance_pipeline(run: Run) -> None:

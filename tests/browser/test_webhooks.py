@@ -1,0 +1,51 @@
+"""An owner adds a webhook on the project's Webhooks page, presses Send test and reads the delivery's 200 there; the
+message reached a real HTTP server, signed with the secret the page shows."""
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.test_projects import log_in
+from tests.webapp.factories import make_team
+from tests.webapp.webhooks.receiver import Receiver, verified
+from webapp.webhooks.models import Webhook
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def receiver():
+    server = Receiver().start()
+    yield server
+    server.stop()
+
+
+def test_an_owner_adds_a_webhook_sends_a_test_and_sees_it_delivered(page, live_server, receiver):
+    make_team()
+    log_in(page, live_server.url, "alpha-owner")
+    page.goto(f"{live_server.url}/p/alpha/")
+    page.get_by_role("navigation", name="Project").get_by_role("link", name="Webhooks").click()
+    expect(page.locator("#no-webhooks")).to_be_visible()
+
+    page.get_by_label("Payload URL").fill(f"{receiver.url}/hooks/temper?<b>x</b>")
+    page.get_by_label("A dataset version failed its check").check()
+    page.get_by_role("button", name="Add webhook").click()
+    webhook = Webhook.objects.get()
+    card = page.locator(f"section[data-webhook='{webhook.public_id}']")
+    expect(card.locator(".webhook-url")).to_have_text(f"{receiver.url}/hooks/temper?<b>x</b>")
+    expect(card.locator(".webhook-events")).to_have_text("run.succeeded, run.failed, dataset_version.failed")
+
+    card.get_by_role("button", name="Send test").click()
+    expect(page.get_by_text("Test message delivered: HTTP 200.")).to_be_visible()
+    row = page.locator(f"section[data-webhook='{webhook.public_id}'] table.deliveries tbody tr")
+    expect(row).to_have_count(1)
+    expect(row.locator(".delivery-status")).to_have_text("delivered")
+    expect(row.locator(".delivery-code")).to_have_text("200")
+
+    card = page.locator(f"section[data-webhook='{webhook.public_id}']")
+    card.get_by_text("Show").click()
+    secret = card.locator(".webhook-secret").inner_text()
+    received, = receiver.requests
+    assert received.path == "/hooks/temper?<b>x</b>"  # the address as the owner gave it
+    assert verified(secret, received) and received.json["event"] == "ping"
+    assert received.json["object"]["url"] == f"{live_server.url}/p/alpha/webhooks/"

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class WebhooksConfig(AppConfig):
+    name = "webapp.webhooks"
+    label = "webhooks"

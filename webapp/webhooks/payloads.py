@@ -1,0 +1,109 @@
+"""What a webhook message says, as pure functions of the rows it is about: the object described (``*_subject``),
+Temper's JSON payload, the Slack text, and the request's body and signed headers.
+
+A payload is recorded when the event happens (``WebhookDelivery.payload``, what the page shows and Redeliver sends
+again) with links relative to the site; each attempt makes them absolute with the hook's base address and stamps
+``sent_at``, so a retry half an hour later says when it was sent, and its signature covers that very body."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from datetime import datetime
+from typing import Any
+
+from django.urls import reverse
+
+PAYLOAD_VERSION = 1
+USER_AGENT = "Temper-Webhooks/1"
+SLACK_DETAIL_CHARS = 300
+
+# The object's kind in a sentence: "Run <link|name> failed".
+KIND_WORDS = {"run": "Run", "pipeline": "Pipeline", "dataset_version": "Dataset version", "webhook": "Webhook"}
+
+
+def run_subject(run) -> dict[str, Any]:
+    """A run that ended: its final metrics (last, min, max, step of each), how long since its launch and how long it
+    trained, and why it failed or was cancelled."""
+    duration = (run.finished_at - run.created_at).total_seconds() if run.finished_at and run.created_at else None
+    return {"type": "run", "id": run.public_id, "name": run.name, "status": run.status, "task": run.task,
+            "path": reverse("runs:detail", args=[run.project.slug, run.public_id]),
+            "final_metrics": run.final_metrics or {}, "step": run.current_step, "total_steps": run.total_steps,
+            "duration_seconds": round(duration, 1) if duration is not None else None,
+            "train_seconds": round(run.train_seconds, 1),
+            "error": run.error_message if run.status != "succeeded" else ""}
+
+
+def pipeline_subject(pipeline) -> dict[str, Any]:
+    return {"type": "pipeline", "id": pipeline.public_id, "name": pipeline.name, "status": pipeline.status,
+            "path": reverse("runs:pipeline", args=[pipeline.project.slug, pipeline.public_id]),
+            "message": pipeline.message,
+            "result_run": pipeline.result_run.public_id if pipeline.result_run_id else None,
+            "error": pipeline.message if pipeline.status != "succeeded" else ""}
+
+
+def dataset_version_subject(version) -> dict[str, Any]:
+    dataset = version.dataset
+    first_error = (version.errors or [{}])[0].get("message", "") if version.status == "failed" else ""
+    return {"type": "dataset_version", "id": version.public_id, "name": f"{dataset.name} v{version.number}",
+            "status": version.status, "dataset": dataset.public_id, "kind": dataset.kind,
+            "path": reverse("datasets:version", args=[dataset.project.slug, dataset.public_id, version.number]),
+            "row_count": version.row_count, "error_count": version.error_count, "error": first_error}
+
+
+def webhook_subject(webhook) -> dict[str, Any]:
+    """Send test's object: the hook itself, linking to the project's Webhooks page."""
+    return {"type": "webhook", "id": webhook.public_id, "name": "test message", "status": "active" if webhook.active
+            else "inactive", "path": reverse("webhooks:list", args=[webhook.project.slug]), "error": ""}
+
+
+def payload(*, event: str, project_slug: str, subject: dict[str, Any], occurred_at: datetime) -> dict[str, Any]:
+    """Temper's payload as recorded, before ``sent_at`` and the absolute links."""
+    return {"version": PAYLOAD_VERSION, "event": event, "occurred_at": occurred_at.isoformat(),
+            "project": project_slug, "object": subject}
+
+
+def absolute(recorded: dict[str, Any], *, base_url: str, sent_at: datetime, delivery_id: str) -> dict[str, Any]:
+    """The payload as sent: its object's ``path`` made a ``url`` on ``base_url``, ``sent_at`` and the delivery's id
+    (also the ``X-Temper-Delivery`` header) stamped."""
+    subject = dict(recorded["object"])
+    subject["url"] = base_url.rstrip("/") + subject.pop("path", "")
+    return {**recorded, "sent_at": sent_at.isoformat(), "delivery": delivery_id, "object": subject}
+
+
+def slack_escaped(text: str) -> str:
+    """Text shown as text in Slack's markup: its three control characters escaped, as Slack documents."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def slack_text(sent: dict[str, Any]) -> str:
+    """One line with a link: "[alpha] Run <https://…|first> failed: ValueError: …"."""
+    subject = sent["object"]
+    kind = KIND_WORDS.get(subject["type"], subject["type"])
+    link = f"<{slack_escaped(subject['url'])}|{slack_escaped(subject['name'])}>"
+    if sent["event"] == "ping":
+        return f"[{slack_escaped(sent['project'])}] Temper webhook test: this hook works ({link})"
+    line = f"[{slack_escaped(sent['project'])}] {kind} {link} {slack_escaped(subject['status'])}"
+    detail = " ".join(subject.get("error", "").split())  # one line, whatever the error held
+    if detail:
+        cut = detail[:SLACK_DETAIL_CHARS] + ("…" if len(detail) > SLACK_DETAIL_CHARS else "")
+        line += f": {slack_escaped(cut)}"
+    return line
+
+
+def body(sent: dict[str, Any], *, format: str) -> bytes:
+    document = {"text": slack_text(sent)} if format == "slack" else sent
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def signature(secret: str, *, timestamp: str, body: bytes) -> str:
+    """``sha256=<hex>`` of HMAC-SHA256 with the hook's secret over ``timestamp + "." + body``: a receiver recomputes
+    it (README, Webhooks) and refuses an old timestamp, so a message captured once cannot be replayed later."""
+    digest = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return f"sha256={digest}"
+
+
+def headers(*, event: str, delivery_id: str, secret: str, timestamp: str, body: bytes) -> dict[str, str]:
+    return {"Content-Type": "application/json", "User-Agent": USER_AGENT, "X-Temper-Event": event,
+            "X-Temper-Delivery": delivery_id, "X-Temper-Timestamp": timestamp,
+            "X-Temper-Signature": signature(secret, timestamp=timestamp, body=body)}
