@@ -184,6 +184,8 @@ TEMPER_BASE_URL = env_str("TEMPER_BASE_URL", "").rstrip("/")
 if TEMPER_BASE_URL and not TEMPER_BASE_URL.startswith(("http://", "https://")):
     raise ValueError(f"environment variable TEMPER_BASE_URL={TEMPER_BASE_URL!r} must start with http:// or https://, "
                      "e.g. https://temper.example.org")
+# Webhook messages go only to public addresses and to these networks (webapp/webhooks/network.py).
+TEMPER_WEBHOOK_ALLOWED_NETWORKS = env_networks("TEMPER_WEBHOOK_ALLOWED_NETWORKS")
 # Who may create a project (webapp.projects.selectors.may_create_project): any signed-in account, or staff only.
 TEMPER_PROJECT_CREATORS = env_choice("TEMPER_PROJECT_CREATORS", "everyone", ("everyone", "staff"))
 # The chat list, the arena and /v1/models look at every model's tokenizer, template and serving copy files on each

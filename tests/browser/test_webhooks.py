@@ -2,6 +2,8 @@
 message reached a real HTTP server, signed with the secret the page shows."""
 from __future__ import annotations
 
+from ipaddress import ip_network
+
 import pytest
 from playwright.sync_api import expect
 
@@ -11,6 +13,12 @@ from tests.webapp.webhooks.receiver import Receiver, verified
 from webapp.webhooks.models import Webhook
 
 pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(autouse=True)
+def loopback_allowed(settings):
+    """The receiver listens on this host, which webhooks reach only when an administrator allows its network."""
+    settings.TEMPER_WEBHOOK_ALLOWED_NETWORKS = (ip_network("127.0.0.0/8"),)
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from ipaddress import ip_network
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.apps import apps
 from django.conf import settings
 from django.db import transaction
-from django.test import AsyncClient, Client
+from django.test import AsyncClient, Client, override_settings
 from django.urls import URLPattern, URLResolver, get_resolver, resolve, reverse
 
 from tests.webapp.factories import Team, make_base_model, make_ready_version
@@ -485,8 +486,9 @@ def world(team, queued, settings) -> World:
     for side in (battle.side_a, battle.side_b):
         chat_services.message_finish(message_id=arena.battle_answer(side).public_id, text="red", finish_reason="stop")
 
-    webhook = webhook_services.webhook_create(project=project, url="http://127.0.0.1:9/hook", events=["run.failed"],
-                                              format="json", user=team.owner)
+    with override_settings(TEMPER_WEBHOOK_ALLOWED_NETWORKS=(ip_network("127.0.0.0/8"),)):  # a hook on this host
+        webhook = webhook_services.webhook_create(project=project, url="http://127.0.0.1:9/hook",
+                                                  events=["run.failed"], format="json", user=team.owner)
     delivery = WebhookDelivery.objects.create(webhook=webhook, event="run.failed", payload=webhook_payload(
         event="run.failed", project_slug=project.slug, subject=run_subject(run), occurred_at=run.created_at))
 

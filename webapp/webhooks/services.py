@@ -10,9 +10,10 @@ logs what went wrong instead of raising, so a broken hook cannot fail a run. Run
 
 Sending (``delivery_attempt``) happens outside any transaction (a slow receiver holds no lock): the attempt is first
 claimed with a conditional ``UPDATE`` of its count, so a message delivered twice sends once; then one POST, 10 s at
-most, redirects not followed; a 2xx answer delivers it, anything else is tried again after ``RETRY_DELAYS`` (the
-task sent again with that countdown) and, those spent, fails with the last status and error kept. Send test and
-Redeliver send at once from the page, so that the owner sees the answer; their retries go to the worker as well.
+most, redirects not followed, only to an address ``network`` allows (one it refuses fails the delivery at once); a
+2xx answer delivers it, anything else is tried again after ``RETRY_DELAYS`` (the task sent again with that countdown)
+and, those spent, fails with the last status and error kept. Send test and Redeliver send at once from the page, so
+that the owner sees the answer; their retries go to the worker as well.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from kombu.exceptions import OperationalError
 
 from webapp.celery import app as celery_app
 from webapp.projects.models import Project
-from webapp.webhooks import payloads
+from webapp.webhooks import network, payloads
 from webapp.webhooks.models import (EVENTS, PING, DeliveryStatus, Webhook, WebhookDelivery, WebhookFormat,
                                     new_webhook_secret)
 
@@ -74,7 +75,7 @@ def url_problem(url: str) -> str | None:
         return f"only http:// and https:// addresses are taken, not {shown}: give the full address, e.g. https://…"
     if not parts.hostname:
         return "the address names no host: give the full address, e.g. https://example.org/hooks/temper"
-    return None
+    return network.literal_address_problem(parts.hostname)
 
 
 def _checked(*, url: str, events: Sequence[str], format: str) -> tuple[str, list[str]]:
@@ -197,6 +198,7 @@ class Answer:
     status_code: int | None  # None: no HTTP answer at all
     error: str
     excerpt: str
+    final: bool = False  # trying again would not help: fail the delivery now
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -213,7 +215,8 @@ def _excerpt(response) -> str:
 
 def http_post(url: str, *, body: bytes, headers: dict[str, str], timeout: float = TIMEOUT_SECONDS) -> Answer:
     """POST ``body`` to ``url``, redirects not followed: the answer's status and first characters, or why none came."""
-    opener = urllib.request.build_opener(_NoRedirects)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), network.GuardedHTTPHandler,
+                                         network.GuardedHTTPSHandler, _NoRedirects)
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
         with opener.open(request, timeout=timeout) as response:
@@ -227,6 +230,8 @@ def http_post(url: str, *, body: bytes, headers: dict[str, str], timeout: float 
         return Answer(error.code, f"HTTP {error.code} {error.reason}", excerpt)
     except urllib.error.URLError as error:
         reason = error.reason
+        if isinstance(reason, network.AddressRefused):
+            return Answer(None, f"not sent: {reason}", "", final=True)
         if isinstance(reason, TimeoutError):
             return Answer(None, f"no answer within {timeout:g} s", "")
         return Answer(None, f"could not connect: {reason}", "")
@@ -282,7 +287,7 @@ def delivery_attempt(*, delivery_id: int, now: datetime | None = None,
 def _outcome(answer: Answer, *, attempts: int, now: datetime, delays: Sequence[timedelta]) -> dict[str, Any]:
     if answer.status_code is not None and 200 <= answer.status_code < 300:
         return {"status": DeliveryStatus.DELIVERED, "next_attempt_at": None}
-    if attempts <= len(delays):
+    if attempts <= len(delays) and not answer.final:
         return {"status": DeliveryStatus.PENDING, "next_attempt_at": now + delays[attempts - 1]}
     return {"status": DeliveryStatus.FAILED, "next_attempt_at": None}
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 from datetime import timedelta
+from ipaddress import ip_address, ip_network
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -20,7 +21,7 @@ from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.runs import pipelines, reporting
 from webapp.runs import services as run_services
 from webapp.runs.models import RunStatus
-from webapp.webhooks import services
+from webapp.webhooks import network, services
 from webapp.webhooks.models import DeliveryStatus, Webhook, WebhookDelivery
 from worker.tasks.webhooks import deliver_webhook
 
@@ -31,6 +32,12 @@ SITE = "https://temper.example.org"
 def no_redis(settings):
     """Run status events go nowhere: nothing here may reach a Redis another test (or person) uses."""
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
+
+
+@pytest.fixture(autouse=True)
+def loopback_allowed(settings):
+    """The receiver listens on this host, which webhooks reach only when an administrator allows its network."""
+    settings.TEMPER_WEBHOOK_ALLOWED_NETWORKS = (ip_network("127.0.0.0/8"),)
 
 
 @pytest.fixture
@@ -397,3 +404,55 @@ def test_an_owner_edits_a_hook_a_bad_address_changing_nothing_and_deletes_it_wit
         "https://example.org/b", ["run.cancelled", "pipeline.ended"], "slack", False)
     owner.post(f"{path}delete/")
     assert not Webhook.objects.exists() and not WebhookDelivery.objects.exists()
+
+
+# Where messages may go ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("address, allowed", [
+    ("93.184.216.34", True), ("2606:4700::1111", True), ("8.8.8.8", True),
+    ("127.0.0.1", False), ("::1", False), ("10.1.2.3", False), ("172.16.0.1", False), ("192.168.1.10", False),
+    ("169.254.169.254", False), ("fe80::1", False), ("fc00::1", False), ("100.64.0.1", False), ("0.0.0.0", False),
+    ("224.0.0.251", False), ("::ffff:127.0.0.1", False), ("::ffff:10.0.0.1", False), ("192.0.2.1", False),
+])
+def test_only_public_addresses_are_allowed_by_default(address, allowed):
+    assert network.address_allowed(ip_address(address), ()) is allowed
+
+
+def test_a_listed_network_is_allowed_and_others_stay_refused():
+    listed = (ip_network("10.0.0.0/8"), ip_network("fd00::/8"))
+    assert network.address_allowed(ip_address("10.9.8.7"), listed)
+    assert network.address_allowed(ip_address("::ffff:10.9.8.7"), listed)  # the same host written as IPv6
+    assert network.address_allowed(ip_address("fd12::1"), listed)
+    assert not network.address_allowed(ip_address("192.168.0.1"), listed)
+    assert not network.address_allowed(ip_address("169.254.169.254"), listed)
+
+
+@pytest.mark.parametrize("url, said", [
+    ("http://127.0.0.1:8000/hook", "127.0.0.1 is at 127.0.0.1 (loopback)"),
+    ("http://169.254.169.254/latest/meta-data/", "169.254.169.254 (link-local)"),
+    ("http://[::1]/hook", "::1 is at ::1 (loopback)"),
+    ("https://10.0.0.5/hooks", "10.0.0.5 (private)"),
+])
+def test_saving_a_hook_at_a_non_public_address_is_refused_naming_the_setting(team, settings, url, said):
+    settings.TEMPER_WEBHOOK_ALLOWED_NETWORKS = ()
+    with pytest.raises(ValidationError) as refused:
+        services.webhook_create(project=team.project, url=url, events=["run.failed"], format="json", user=None)
+    problem, = refused.value.message_dict["url"]
+    assert said in problem and "TEMPER_WEBHOOK_ALLOWED_NETWORKS" in problem
+    assert not Webhook.objects.exists()
+
+
+def test_a_name_resolving_to_a_non_public_address_is_refused_when_sent_and_not_retried(team, settings, receiver):
+    # Saved while its network was allowed (or while the name pointed elsewhere): judged again at each connection.
+    webhook = hook(team.project, receiver, "/inside", events=["run.failed"])
+    webhook.url = webhook.url.replace("127.0.0.1", "localhost")
+    webhook.save(update_fields=["url"])
+    settings.TEMPER_WEBHOOK_ALLOWED_NETWORKS = ()
+    delivery, = services.event_record(project_id=team.project.pk, event="run.failed", describe=lambda: {
+        "type": "run", "id": "run_x", "name": "x", "status": "failed", "path": "/", "error": ""})
+    delivery = services.delivery_attempt(delivery_id=delivery.pk)  # the default backoff: it would be retried
+    assert delivery.status == DeliveryStatus.FAILED and delivery.attempts == 1 and delivery.next_attempt_at is None
+    assert delivery.last_error.startswith("not sent: localhost is at ")
+    assert "(loopback)" in delivery.last_error and "TEMPER_WEBHOOK_ALLOWED_NETWORKS" in delivery.last_error
+    assert receiver.requests == []
