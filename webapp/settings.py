@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "webapp.api",
     "webapp.review",
     "webapp.chat",
+    "webapp.activity",
 ]
 
 MIDDLEWARE = [

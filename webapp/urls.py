@@ -24,6 +24,7 @@ urlpatterns = [
     path("", include("webapp.api.urls")),
     path("", include("webapp.review.urls")),
     path("", include("webapp.chat.urls")),
+    path("", include("webapp.activity.urls")),
 ]
 
 handler400 = core_views.bad_request

@@ -238,6 +238,7 @@ ROUTES: dict[str, Route] = {
     "projects:delete": Route(kwargs=_project, methods={"POST": OWNER}),  # refused: no slug typed, runs queued
     "projects:storage": Route(kwargs=_project, methods=READ),
     "projects:storage_prune": Route(kwargs=_project, methods={"POST": OWNER}),
+    "activity:list": Route(kwargs=_project, methods=READ),
 
     "basemodels:list": Route(kwargs=_project, methods=READ),
     "basemodels:register": Route(kwargs=_project, methods={"GET": MEMBER, "POST": MEMBER}),
@@ -328,6 +329,7 @@ ROUTES: dict[str, Route] = {
                                  queues_a_generation=True),
 
     "api:storage": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ),
+    "api:activity": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ),
     "api:base_models": Route(auth=Auth.API_TOKEN, kwargs=_project, methods={"GET": VIEWER, "POST": OWNER}),
     "api:base_model": Route(auth=Auth.API_TOKEN, kwargs=_api_base_model, methods={"GET": VIEWER, "DELETE": MEMBER}),
     "api:datasets": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ_MEMBER_WRITE),
