@@ -9,12 +9,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import Q, QuerySet
+from django.db.models import Model, Q, QuerySet
+from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
 
 from webapp.activity.models import Activity, TargetKind
+from webapp.basemodels.models import BaseModel
+from webapp.chat.models import ProjectToken
 from webapp.core.keyset import KeysetPage, keyset_page
-from webapp.projects.models import Project
+from webapp.datasets.models import Dataset, DatasetVersion
+from webapp.projects.models import Membership, Project
+from webapp.review.models import Campaign
+from webapp.runs.models import Pipeline, Run, RunTag
 
 FILTER_QUERY = ("actor", "kind")
 
@@ -67,8 +73,8 @@ def activity_page(*, project: Project, filters: ActivityFilters, after: tuple[st
 
 def activity_actors(*, project: Project) -> list[str]:
     """The names the project's log has entries of, for the person filter."""
-    return sorted(set(Activity.objects.filter(project=project).exclude(actor_name="")
-                      .values_list("actor_name", flat=True)))
+    return list(Activity.objects.filter(project=project).exclude(actor_name="").order_by("actor_name")
+                .values_list("actor_name", flat=True).distinct())
 
 
 @dataclass(frozen=True)
@@ -95,30 +101,23 @@ def targets_now(*, project: Project, entries: Iterable[Activity]) -> dict[tuple[
     return found
 
 
-def _by_public_id(model_path: str, url_name: str) -> Callable[[Project, set[str]], dict[str, str | None]]:
+def _by_public_id(model: type[Model], url_name: str) -> Callable[[Project, set[str]], dict[str, str | None]]:
     def addresses(project: Project, ids: set[str]) -> dict[str, str | None]:
-        model = _model(model_path)
         return {public_id: reverse(url_name, args=[project.slug, public_id])
                 for public_id in model.objects.filter(project=project, public_id__in=ids)
                 .values_list("public_id", flat=True)}
     return addresses
 
 
-def _model(path: str):
-    from django.apps import apps
-
-    return apps.get_model(path)
-
-
 def _versions(project: Project, ids: set[str]) -> dict[str, str | None]:
-    rows = (_model("datasets.DatasetVersion").objects.filter(dataset__project=project, public_id__in=ids)
+    rows = (DatasetVersion.objects.filter(dataset__project=project, public_id__in=ids)
             .values_list("public_id", "dataset__public_id", "number"))
     return {public_id: reverse("datasets:version", args=[project.slug, dataset_id, number])
             for public_id, dataset_id, number in rows}
 
 
 def _sweeps(project: Project, tags: set[str]) -> dict[str, str | None]:
-    present = set(_model("runs.RunTag").objects.filter(project=project, tag__in=tags)
+    present = set(RunTag.objects.filter(project=project, tag__in=tags)
                   .values_list("tag", flat=True))
     runs = reverse("runs:list", args=[project.slug])
     return {tag: f"{runs}?{urllib.parse.urlencode({'tag': tag})}" for tag in present}
@@ -126,22 +125,22 @@ def _sweeps(project: Project, tags: set[str]) -> dict[str, str | None]:
 
 def _members(project: Project, names: set[str]) -> dict[str, str | None]:
     members = reverse("projects:members", args=[project.slug])
-    return {name: members for name in _model("projects.Membership").objects.filter(
+    return {name: members for name in Membership.objects.filter(
         project=project, user__username__in=names).values_list("user__username", flat=True)}
 
 
 def _chat_tokens(project: Project, shown: set[str]) -> dict[str, str | None]:
     prefixes = {text.rstrip("…") for text in shown}
-    return {f"{prefix}…": None for prefix in _model("chat.ProjectToken").objects.filter(
+    return {f"{prefix}…": None for prefix in ProjectToken.objects.filter(
         project=project, prefix__in=prefixes).values_list("prefix", flat=True)}
 
 
 _ADDRESSES: dict[str, Callable[[Project, set[str]], dict[str, str | None]]] = {
-    TargetKind.RUN: _by_public_id("runs.Run", "runs:detail"),
-    TargetKind.PIPELINE: _by_public_id("runs.Pipeline", "runs:pipeline"),
-    TargetKind.DATASET: _by_public_id("datasets.Dataset", "datasets:detail"),
-    TargetKind.BASE_MODEL: _by_public_id("basemodels.BaseModel", "basemodels:detail"),
-    TargetKind.CAMPAIGN: _by_public_id("review.Campaign", "review:detail"),
+    TargetKind.RUN: _by_public_id(Run, "runs:detail"),
+    TargetKind.PIPELINE: _by_public_id(Pipeline, "runs:pipeline"),
+    TargetKind.DATASET: _by_public_id(Dataset, "datasets:detail"),
+    TargetKind.BASE_MODEL: _by_public_id(BaseModel, "basemodels:detail"),
+    TargetKind.CAMPAIGN: _by_public_id(Campaign, "review:detail"),
     TargetKind.DATASET_VERSION: _versions,
     TargetKind.SWEEP: _sweeps,
     TargetKind.MEMBER: _members,
@@ -168,9 +167,7 @@ def activity_rows(*, project: Project, entries: list[Activity]) -> list[Activity
 
 
 def details_text(details: dict[str, Any]) -> str:
-    """``details`` in words, key by key in the order written: ``bytes_freed: 1.2 MB, steps: 100, 200``."""
-    from django.template.defaultfilters import filesizeformat
-
+    """``details`` in words, key by key in the order written: ``step: 100; bytes freed: 1.2 MB``."""
     def shown(key: str, value: Any) -> str:
         if key.endswith("bytes_freed") and isinstance(value, int):
             return str(filesizeformat(value)).replace("\xa0", " ")

@@ -24,7 +24,7 @@ def activity_list(request: HttpRequest, slug: str) -> HttpResponse:
     context = {"project": project, "membership": membership, "kinds": TargetKind.choices,
                "actors": selectors.activity_actors(project=project), "actor": request.GET.get("actor", ""),
                "kind": request.GET.get("kind", ""), "rows": [], "next_url": None,
-               "first_url": bool(request.GET.get("cursor"))}
+               "show_newest": bool(request.GET.get("cursor"))}
     try:
         filters = selectors.ActivityFilters.from_query(request.GET)
         asked = paging.page_query(request, sort=PAGE_SORT, default_limit=ENTRIES_PER_PAGE,

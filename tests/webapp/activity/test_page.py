@@ -149,3 +149,11 @@ def test_an_ended_run_shown_cancelled_keeps_its_link(team, catalog, client_for, 
     assert run.__class__.objects.get(pk=run.pk).status == RunStatus.CANCELLED
     page = client_for(team.viewer).get(PAGE).content.decode()
     assert page.count(f'href="/p/alpha/runs/{run.public_id}/"') == 2 and "(deleted)" not in page
+
+
+def test_details_are_said_in_words():
+    from webapp.activity.selectors import details_text
+
+    assert details_text({"step": 10, "bytes_freed": 2048, "steps": [20, 30]}) == (
+        "step: 10; bytes freed: 2.0 KB; steps: 20, 30")
+    assert details_text({}) == ""
