@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "webapp.review",
     "webapp.chat",
     "webapp.webhooks",
+    "webapp.activity",
 ]
 
 MIDDLEWARE = [

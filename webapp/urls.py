@@ -25,6 +25,7 @@ urlpatterns = [
     path("", include("webapp.review.urls")),
     path("", include("webapp.chat.urls")),
     path("", include("webapp.webhooks.urls")),
+    path("", include("webapp.activity.urls")),
 ]
 
 handler400 = core_views.bad_request

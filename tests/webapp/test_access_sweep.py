@@ -263,6 +263,7 @@ ROUTES: dict[str, Route] = {
     "webhooks:secret": Route(kwargs=_webhook, methods={"POST": OWNER}),
     "webhooks:test": Route(kwargs=_webhook, methods={"POST": OWNER}),  # sent to a closed port: refused, at once
     "webhooks:redeliver": Route(kwargs=_delivery, methods={"POST": OWNER}),
+    "activity:list": Route(kwargs=_project, methods=READ),
 
     "basemodels:list": Route(kwargs=_project, methods=READ),
     "basemodels:register": Route(kwargs=_project, methods={"GET": MEMBER, "POST": MEMBER}),
@@ -354,6 +355,7 @@ ROUTES: dict[str, Route] = {
                                  queues_a_generation=True),
 
     "api:storage": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ),
+    "api:activity": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ),
     "api:base_models": Route(auth=Auth.API_TOKEN, kwargs=_project, methods={"GET": VIEWER, "POST": OWNER}),
     "api:base_model": Route(auth=Auth.API_TOKEN, kwargs=_api_base_model, methods={"GET": VIEWER, "DELETE": MEMBER}),
     "api:datasets": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ_MEMBER_WRITE),

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from jaxengine.spec import JobSpec
+from webapp.activity.models import TargetKind
 from webapp.api import paging, schemas
 from webapp.runs.pipelines import PipelineDocument
 from webapp.runs.models import RunStatus
@@ -376,6 +377,15 @@ def build_document() -> dict[str, Any]:
             "get": _operation("What the project's files take on disk now, as du counts it, in bytes: the Storage "
                               "page's figures; its runs, datasets and base models each largest first (every member, "
                               "viewers too)", [SLUG], answer=schemas.ProjectStorage),
+        },
+        f"{base}/activity/": {
+            "get": _operation("The project's activity log, newest first: who launched, cancelled, deleted or changed "
+                              "what (people's actions only; every member, viewers too)", [SLUG],
+                              query=[*_page_query("entries"),
+                                     _query("actor", "only this username's entries"),
+                                     _enum("kind", "only entries about this kind of object", TargetKind.values)],
+                              response="`{\"activity\": [...], \"next\": url}`: follow `next` (null on the "
+                                       "last page) for older entries", answer=schemas.ActivityList),
         },
         f"{base}/pipelines/": {
             "get": _operation("List pipelines, newest first", [SLUG],

@@ -439,6 +439,32 @@ class PipelineList(_Answer):
     next: str | None = Field(description="The address of the next page; null on the last.")
 
 
+class ActivityTarget(_Answer):
+    kind: str = Field(description="run, sweep, pipeline, dataset, dataset_version, base_model, member, chat_token or "
+                                  "campaign.")
+    id: str = Field(description="Its public id (run_…, ds_…; a sweep's tag; a member's username; a project token's "
+                                "first characters).")
+    label: str = Field(description="Its name when it was done.")
+    exists: bool = Field(description="False once it has been deleted.")
+    url: str | None = Field(description="Its page while it exists (null for a project token, and once deleted).")
+
+
+class ActivityEntry(_Answer):
+    id: int
+    created_at: str = Field(description="When, ISO 8601.")
+    actor: str | None = Field(description="The username of who did it, as it was then; null for manage.py.")
+    actor_shown: str = Field(description="Who, as the Activity page shows them: the name, \"deleted account <name>\" "
+                                         "or \"manage.py\".")
+    verb: str = Field(description="What was done, e.g. run.launched, run.deleted, member.role_changed.")
+    target: ActivityTarget | None = Field(description="What it was done to; null for the project itself.")
+    details: dict[str, Any] = Field(description="A few facts of it: the role given, the steps deleted, bytes freed.")
+
+
+class ActivityList(_Answer):
+    activity: list[ActivityEntry]
+    next: str | None = Field(description="The address of the next (older) page; null on the last.")
+
+
 class ChatTokenOut(_Answer):
     id: int = Field(description="What DELETE chat-tokens/<id>/ names.")
     name: str

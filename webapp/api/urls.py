@@ -37,6 +37,7 @@ urlpatterns = [
     path(f"{base}/runs/<str:run_id>/checkpoints/<int:step>/serving-copy/", views.run_checkpoint_serving_copy,
          name="run_checkpoint_serving_copy"),
     path(f"{base}/runs/<str:run_id>/checkpoints/prune/", views.run_checkpoints_prune, name="run_checkpoints_prune"),
+    path(f"{base}/activity/", views.activity, name="activity"),
     path(f"{base}/pipelines/", views.pipelines, name="pipelines"),
     path(f"{base}/pipelines/<str:pipeline_id>/", views.pipeline_detail, name="pipeline"),
     path(f"{base}/pipelines/<str:pipeline_id>/cancel/", views.pipeline_cancel, name="pipeline_cancel"),

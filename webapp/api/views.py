@@ -24,6 +24,7 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 
 from jaxengine.words import with_article
+from webapp.activity import selectors as activity_selectors
 from webapp.api import paging, schemas
 from webapp.api.problems import problems_by_field, query_problems, value_as_sent
 from webapp.api.services import token_authenticate, token_expired_at
@@ -413,7 +414,8 @@ def base_model_detail(request: HttpRequest, slug: str, model_id: str) -> HttpRes
     basemodel_selectors.ensure_may_unregister_base_model(membership=membership, base_model=base_model)
     if delete_files:
         basemodel_selectors.ensure_may_delete_base_model_files(membership=membership)
-    removal = basemodel_services.basemodel_unregister(base_model=base_model, delete_files=delete_files)
+    removal = basemodel_services.basemodel_unregister(base_model=base_model, delete_files=delete_files,
+                                                         actor=request.user)
     if removal is not None and not removal.removed:  # committed: the registration is gone, the files are not
         return _error(500, detail=f"unregistered the base model, but its folder {removal.path} could not be deleted "
                                   f"({removal.error}); ask an administrator to remove it")
@@ -531,7 +533,7 @@ def dataset_detail(request: HttpRequest, slug: str, dataset_id: str) -> HttpResp
     dataset = dataset_selectors.dataset_get(project=project, public_id=dataset_id)
     dataset_selectors.ensure_may_delete_dataset(membership=membership, dataset=dataset,
                                                 versions=list(dataset_selectors.version_list(dataset=dataset)))
-    dataset_services.dataset_delete(dataset=dataset)
+    dataset_services.dataset_delete(dataset=dataset, actor=request.user)
     return HttpResponse(status=204)
 
 
@@ -582,7 +584,7 @@ def dataset_version(request: HttpRequest, slug: str, dataset_id: str, number: in
     if request.method == "GET":
         return JsonResponse(_version_with_campaign_json(project, version))
     dataset_selectors.ensure_may_delete_version(membership=membership, version=version)
-    dataset_services.dataset_version_delete(version=version)
+    dataset_services.dataset_version_delete(version=version, actor=request.user)
     return HttpResponse(status=204)
 
 
@@ -675,13 +677,13 @@ def run_detail(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
             # the name it was refused (rolled back), not the one it has.
             if body.archived is not None:
                 with _fields_as_sent({"runs": "archived"}):
-                    run_services.run_set_archived(runs=[run], archived=body.archived)
+                    run_services.run_set_archived(runs=[run], archived=body.archived, actor=request.user)
             if details:
                 run_services.run_update_details(run=run, **details)
         run.refresh_from_db()
         return JsonResponse(_run_detail_json(request, run))
     run_selectors.ensure_may_delete_run(membership=membership, run=run)
-    run_services.run_delete(run=run)
+    run_services.run_delete(run=run, actor=request.user)
     return HttpResponse(status=204)
 
 
@@ -1024,6 +1026,29 @@ def pipelines(request: HttpRequest, slug: str) -> JsonResponse:
     sent = request_send_once(request, create=lambda: pipeline_services.pipeline_create(
         project=project, document=document, user=request.user).public_id)
     return _created(_pipeline_json(run_selectors.pipeline_get(project=project, public_id=sent.result)), sent)
+
+
+def _activity_json(request: HttpRequest, row: activity_selectors.ActivityRow) -> dict[str, Any]:
+    entry, target = row.entry, row.target
+    return {"id": entry.pk, "created_at": entry.created_at.isoformat(), "actor": entry.actor_name or None,
+            "actor_shown": row.actor, "verb": entry.verb, "details": entry.details,
+            "target": {"kind": entry.target_kind, "id": entry.target_id, "label": entry.target_label,
+                       "exists": target.exists,
+                       "url": request.build_absolute_uri(target.address) if target.address else None}
+            if target is not None else None}
+
+
+@api_view(("GET",), query=(*paging.QUERY, *activity_selectors.FILTER_QUERY))
+def activity(request: HttpRequest, slug: str) -> JsonResponse:
+    """The project's activity log, newest first, a page at a time (``limit``, and the ``next`` link); ``actor``
+    (a username) and ``kind`` (of object) filter it. Every member reads it, viewers too."""
+    project, _membership = get_project_for_user(request.user, slug)
+    filters = activity_selectors.ActivityFilters.from_query(request.GET)
+    asked = paging.page_query(request, sort="activity")
+    page = activity_selectors.activity_page(project=project, filters=filters, after=asked.after, limit=asked.limit)
+    rows = activity_selectors.activity_rows(project=project, entries=page.rows)
+    return JsonResponse({"activity": [_activity_json(request, row) for row in rows],
+                         "next": paging.next_link(request, sort="activity", after=page.next_after)})
 
 
 def _chat_token_json(token: ProjectToken) -> dict[str, Any]:

@@ -14,6 +14,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
+from webapp.activity.models import Verb
+from webapp.activity.services import activity_record
 from webapp.basemodels.inspection import ModelDirError, read_model_facts, resolve_model_dir
 from webapp.basemodels.models import BaseModel
 from webapp.basemodels.removal import remove_uploaded_folder, uploaded_folder_refusal
@@ -58,11 +60,15 @@ def basemodel_register(
         raise ValidationError({"path": f"{model_dir} is already registered here as {existing.name!r}"})
     try:
         with transaction.atomic():  # a savepoint: a registration racing this one under the same name
-            return _create(project=project, name=name, model_dir=model_dir, facts=facts, user=user, uploaded=uploaded)
+            base_model = _create(project=project, name=name, model_dir=model_dir, facts=facts, user=user,
+                                 uploaded=uploaded)
     except IntegrityError:
         if (taken := basemodel_named(project=project, name=name)) is None:
             raise
         raise ValidationError({"name": name_taken_message(project, taken.name)}) from None
+    activity_record(project=project, actor=user, verb=Verb.BASE_MODEL_REGISTERED, target=base_model,
+                    details={"uploaded": True} if uploaded else None)
+    return base_model
 
 
 def name_taken_message(project: Project, name: str) -> str:
@@ -103,7 +109,8 @@ class FolderRemoval:
 
 
 @transaction.atomic
-def basemodel_unregister(*, base_model: BaseModel, delete_files: bool = False) -> FolderRemoval | None:
+def basemodel_unregister(*, base_model: BaseModel, delete_files: bool = False,
+                         actor: AbstractBaseUser | None = None) -> FolderRemoval | None:
     """Remove ``base_model``'s registration and its serving copies (their rows, and once committed their
     directory under ``DATA_ROOT/serving-copies/``), and the model's own directory only when ``delete_files``
     (the caller has checked the user owns the project): then it must be a folder Temper unpacked itself
@@ -125,6 +132,8 @@ def basemodel_unregister(*, base_model: BaseModel, delete_files: bool = False) -
         raise ValidationError({"delete_files": refusal})
     copies = base_model_copy_dir(base_model)
     base_model.delete()
+    activity_record(project=base_model.project, actor=actor, verb=Verb.BASE_MODEL_DELETED, target=base_model,
+                    details={"files_deleted": True} if delete_files else None)
     transaction.on_commit(lambda: shutil.rmtree(copies, ignore_errors=True))
     chat_services.models_deleted(refs=[base_model.public_id])
     if not delete_files:

@@ -191,7 +191,8 @@ def basemodel_delete(request: HttpRequest, slug: str, public_id: str) -> HttpRes
         selectors.ensure_may_unregister_base_model(membership=membership, base_model=base_model)
         if delete_files:
             selectors.ensure_may_delete_base_model_files(membership=membership)
-        removal = services.basemodel_unregister(base_model=base_model, delete_files=delete_files)
+        removal = services.basemodel_unregister(base_model=base_model, delete_files=delete_files,
+                                                      actor=request.user)
         name = isolated(base_model.name)
         if removal is None:
             messages.success(request, f"Unregistered the base model {name}; its directory {base_model.path} is left "

@@ -4,8 +4,11 @@ from __future__ import annotations
 import secrets
 from datetime import datetime
 
+from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery
 
+from webapp.activity.models import Verb
+from webapp.activity.services import activity_record
 from webapp.chat.models import ProjectToken
 from webapp.core.auth_header import bearer_secret, note_token_use, token_digest, token_expired
 from webapp.core.templatetags.temper import when
@@ -19,6 +22,7 @@ TOKEN_NAME_MAX = 100  # ProjectToken.name's max_length, as ApiToken's
 DEFAULT_TOKEN_NAME = "token"  # a token made with a blank name: the Chat page's form may be sent without one
 
 
+@transaction.atomic
 def project_token_create(*, user, project: Project, name: str,
                          expires_at: datetime | None = None) -> tuple[ProjectToken, str]:
     """A new token of ``user`` for ``project`` (they must be a member or owner), refused from ``expires_at`` on
@@ -35,6 +39,7 @@ def project_token_create(*, user, project: Project, name: str,
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ProjectToken.objects.create(user=user, project=project, name=name, digest=token_digest(secret),
                                         prefix=secret[:10], expires_at=expires_at)
+    activity_record(project=project, actor=user, verb=Verb.CHAT_TOKEN_CREATED, target=token)
     return token, secret
 
 
@@ -101,12 +106,14 @@ def project_token_list(*, user, project: Project) -> QuerySet[ProjectToken]:
     return ProjectToken.objects.filter(project=project, user=user)
 
 
+@transaction.atomic
 def project_token_revoke(*, user, project: Project, token_id: int) -> ProjectToken | None:
     """Delete one of ``user``'s tokens for ``project``; returns it, or None when there was none such (revoked
     already: no error)."""
     token = ProjectToken.objects.filter(pk=token_id, user=user, project=project).first()
     if token is not None:
         token.delete()
+        activity_record(project=project, actor=user, verb=Verb.CHAT_TOKEN_REVOKED, target=token)
     return token
 
 

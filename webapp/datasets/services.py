@@ -24,6 +24,8 @@ from kombu.exceptions import OperationalError
 
 from jaxengine.data import formats
 from jaxengine.spec import TASK_DATASET_KINDS
+from webapp.activity.models import Verb
+from webapp.activity.services import activity_record
 from webapp.basemodels.models import BaseModel
 from webapp.basemodels.selectors import base_model_refusal
 from webapp.celery import app as celery_app
@@ -97,8 +99,10 @@ def _kind_meant(kind: str) -> str:
 
 
 @transaction.atomic
-def dataset_create(*, project: Project, name: str, kind: str, user: AbstractBaseUser | None) -> Dataset:
-    """Create an empty dataset ``name`` of ``kind`` in ``project``."""
+def dataset_create(*, project: Project, name: str, kind: str, user: AbstractBaseUser | None,
+                   record: bool = True) -> Dataset:
+    """Create an empty dataset ``name`` of ``kind`` in ``project``. ``record``: log it (``webapp.activity``); False
+    where a worker makes it (a review campaign's export, logged when it was asked for)."""
     name = checked_name(name, field="name", max_length=DATASET_NAME_MAX)
     if not name:
         raise ValidationError({"name": "give the dataset a name, e.g. 'support-chats'"})
@@ -112,11 +116,14 @@ def dataset_create(*, project: Project, name: str, kind: str, user: AbstractBase
         raise ValidationError({"name": _name_taken(project, taken)})
     try:
         with transaction.atomic():  # a savepoint: a dataset made at the same moment under the same name
-            return Dataset.objects.create(project=project, name=name, kind=kind, created_by=user)
+            dataset = Dataset.objects.create(project=project, name=name, kind=kind, created_by=user)
     except IntegrityError:
         if (taken := dataset_named(project=project, name=name)) is None:
             raise
         raise ValidationError({"name": _name_taken(project, taken)}) from None
+    if record:
+        activity_record(project=project, actor=user, verb=Verb.DATASET_CREATED, target=dataset)
+    return dataset
 
 
 def _name_taken(project: Project, taken: Dataset) -> str:
@@ -148,8 +155,10 @@ def dataset_version_create(
     file_format: str | None,
     column_mapping: dict[str, str],
     user: AbstractBaseUser | None,
+    record: bool = True,
 ) -> DatasetVersion:
-    """Store ``upload`` as the next version of ``dataset`` and queue its validation.
+    """Store ``upload`` as the next version of ``dataset`` and queue its validation. ``record``: log it
+    (``webapp.activity``); False where what made it is logged instead (a new dataset's first version, an export).
 
     ``file_format`` None means: tell it from the file name's extension. ``column_mapping`` maps
     the kind's fields to the file's column names (blank entries mean "same name").
@@ -192,6 +201,9 @@ def dataset_version_create(
     except BaseException:
         version.absolute_path.unlink(missing_ok=True)
         raise
+    if record:
+        activity_record(project=dataset.project, actor=user, verb=Verb.DATASET_VERSION_UPLOADED, target=version,
+                        details={"file": version.original_filename})
     _enqueue(VALIDATE_TASK, version.pk)
     return version
 
@@ -210,7 +222,7 @@ def dataset_create_with_upload(
     """Create dataset ``name`` and its first version from ``upload``; nothing is created on error."""
     dataset = dataset_create(project=project, name=name, kind=kind, user=user)
     return dataset_version_create(
-        dataset=dataset, upload=upload, file_format=file_format, column_mapping=column_mapping, user=user
+        dataset=dataset, upload=upload, file_format=file_format, column_mapping=column_mapping, user=user, record=False
     )
 
 
@@ -603,7 +615,7 @@ def _save_unless_deleted(version: DatasetVersion, fields: list[str]) -> bool:
 
 
 @transaction.atomic
-def dataset_version_delete(*, version: DatasetVersion) -> None:
+def dataset_version_delete(*, version: DatasetVersion, actor: AbstractBaseUser | None = None) -> None:
     """Delete ``version`` and, once committed, its file. Refused (``ValidationError`` on ``delete``) while
     work still reads it. Runs trained on it keep their history and name it as deleted
     (``Run.deleted_references``); review campaigns and exports keep their copies of its rows."""
@@ -614,12 +626,13 @@ def dataset_version_delete(*, version: DatasetVersion) -> None:
         raise ValidationError({"delete": problems})
     paths = [version.absolute_path, *version.side_paths]
     version.delete()
+    activity_record(project=version.dataset.project, actor=actor, verb=Verb.DATASET_VERSION_DELETED, target=version)
     transaction.on_commit(lambda: remove_dataset_files(paths, dataset_ids=[]))
     logger.info("dataset version %s (%s) deleted", version.public_id, version)
 
 
 @transaction.atomic
-def dataset_delete(*, dataset: Dataset) -> None:
+def dataset_delete(*, dataset: Dataset, actor: AbstractBaseUser | None = None) -> None:
     """Delete ``dataset`` with every version and, once committed, their files; refused as
     ``dataset_version_delete`` is while work still reads one of them. Its name is free again."""
     dataset = Dataset.objects.select_for_update(of=("self",)).get(pk=dataset.pk)
@@ -629,6 +642,8 @@ def dataset_delete(*, dataset: Dataset) -> None:
         raise ValidationError({"delete": problems})
     paths = [path for version in versions for path in (version.absolute_path, *version.side_paths)]
     dataset.delete()
+    activity_record(project=dataset.project, actor=actor, verb=Verb.DATASET_DELETED, target=dataset,
+                    details={"versions": len(versions)})
     transaction.on_commit(lambda: remove_dataset_files(paths, dataset_ids=[dataset.public_id]))
     logger.info("dataset %s (%s) deleted with %d versions", dataset.public_id, dataset.name, len(versions))
 

@@ -307,7 +307,7 @@ def version_delete(request: HttpRequest, slug: str, public_id: str, number: int)
         dataset = selectors.dataset_get(project=project, public_id=public_id)
         version = selectors.version_get(dataset=dataset, number=number)
         selectors.ensure_may_delete_version(membership=membership, version=version)
-        services.dataset_version_delete(version=version)
+        services.dataset_version_delete(version=version, actor=request.user)
         messages.success(request, f"Deleted {isolated(str(version))} and its file.")
         return dataset_page
 
@@ -325,7 +325,7 @@ def dataset_delete(request: HttpRequest, slug: str, public_id: str) -> HttpRespo
         dataset = selectors.dataset_get(project=project, public_id=public_id)
         versions = list(selectors.version_list(dataset=dataset))
         selectors.ensure_may_delete_dataset(membership=membership, dataset=dataset, versions=versions)
-        services.dataset_delete(dataset=dataset)
+        services.dataset_delete(dataset=dataset, actor=request.user)
         messages.success(request, f"Deleted the dataset {isolated(dataset.name)} with its {len(versions)} "
                                   f"version{'s' if len(versions) != 1 else ''} and their files.")
         return listed

@@ -14,6 +14,8 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils.text import slugify
 
+from webapp.activity.models import Verb
+from webapp.activity.services import activity_record
 from webapp.basemodels.inspection import project_folder
 from webapp.core.bidi import isolated
 from webapp.core.text import checked_name
@@ -82,15 +84,18 @@ def _refuse_a_left_over_models_folder(slug: str) -> None:
 
 
 @transaction.atomic
-def membership_add(*, project: Project, user: AbstractBaseUser, role: str) -> Membership:
-    """Make ``user`` a member of ``project`` with ``role``."""
+def membership_add(*, project: Project, user: AbstractBaseUser, role: str,
+                   actor: AbstractBaseUser | None = None) -> Membership:
+    """Make ``user`` a member of ``project`` with ``role``; ``actor`` did it (None: manage.py)."""
     _validate_role(role)
     if Membership.objects.filter(project=project, user=user).exists():
         raise ValidationError(
             {"username": f"{user.get_username()} is already a member of {isolated(project.name)}; change their role "
                          "instead"}
         )
-    return Membership.objects.create(project=project, user=user, role=role)
+    membership = Membership.objects.create(project=project, user=user, role=role)
+    activity_record(project=project, actor=actor, verb=Verb.MEMBER_ADDED, target=membership, details={"role": role})
+    return membership
 
 
 def _ensure_another_owner(membership: Membership) -> None:
@@ -122,7 +127,7 @@ def _give_up_what_members_hold(membership: Membership) -> None:
 
 
 @transaction.atomic
-def membership_set_role(*, membership: Membership, role: str) -> Membership:
+def membership_set_role(*, membership: Membership, role: str, actor: AbstractBaseUser | None = None) -> Membership:
     """Change a member's role; the last owner cannot be demoted. A member made a viewer leaves the reviewers
     of the project's campaigns (viewers cannot review) and loses their project tokens (viewers cannot chat),
     so being promoted again gives them back neither unasked."""
@@ -131,13 +136,15 @@ def membership_set_role(*, membership: Membership, role: str) -> Membership:
         _ensure_another_owner(membership)
     if role == Role.VIEWER:
         _give_up_what_members_hold(membership)
+    activity_record(project=membership.project, actor=actor, verb=Verb.MEMBER_ROLE_CHANGED, target=membership,
+                    details={"from": membership.role, "to": role})
     membership.role = role
     membership.save(update_fields=["role"])
     return membership
 
 
 @transaction.atomic
-def membership_remove(*, membership: Membership) -> None:
+def membership_remove(*, membership: Membership, actor: AbstractBaseUser | None = None) -> None:
     """Remove a member from a project; the last owner cannot be removed. They leave the reviewers of its
     review campaigns and their project tokens for it are revoked, so that being added again later gives them
     back neither unasked."""
@@ -145,6 +152,7 @@ def membership_remove(*, membership: Membership) -> None:
         _ensure_another_owner(membership)
     _give_up_what_members_hold(membership)
     membership.delete()
+    activity_record(project=membership.project, actor=actor, verb=Verb.MEMBER_REMOVED, target=membership)
 
 
 def _check_confirmation(project: Project, typed: str) -> None:

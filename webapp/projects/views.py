@@ -120,7 +120,7 @@ def members(request: HttpRequest, slug: str) -> HttpResponse:
     if form.is_valid():
         try:
             services.membership_add(
-                project=project, user=form.cleaned_data["user"], role=form.cleaned_data["role"]
+                project=project, user=form.cleaned_data["user"], role=form.cleaned_data["role"], actor=request.user
             )
         except ValidationError as error:
             add_service_errors(form, error)
@@ -160,7 +160,7 @@ def member_set_role(request: HttpRequest, slug: str) -> HttpResponse:
         return _members_change_refused(request, project, form.errors)
     try:
         target = _target_membership(project, form.cleaned_data["username"])
-        services.membership_set_role(membership=target, role=form.cleaned_data["role"])
+        services.membership_set_role(membership=target, role=form.cleaned_data["role"], actor=request.user)
     except ValidationError as error:
         return _members_change_refused(request, project, error.message_dict)
     messages.success(request, f"{isolated(target.user.get_username())} is now {target.role}.")
@@ -180,7 +180,7 @@ def member_remove(request: HttpRequest, slug: str) -> HttpResponse:
         return _members_change_refused(request, project, form.errors)
     try:
         target = _target_membership(project, form.cleaned_data["username"])
-        services.membership_remove(membership=target)
+        services.membership_remove(membership=target, actor=request.user)
     except ValidationError as error:
         return _members_change_refused(request, project, error.message_dict)
     if target.user_id == request.user.id:

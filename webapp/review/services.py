@@ -44,6 +44,8 @@ from kombu.exceptions import OperationalError
 from jaxengine.data import formats
 from jaxengine.data.formats import is_same_response
 from jaxengine.words import with_article
+from webapp.activity.models import Verb
+from webapp.activity.services import activity_record
 from webapp.celery import app as celery_app
 from webapp.chat.selectors import model_choice
 from webapp.chat.services import model_lock
@@ -271,6 +273,7 @@ def campaign_create(
     CampaignReviewer.objects.bulk_create(CampaignReviewer(campaign=campaign, user=reviewer) for reviewer in reviewers)
     if source_version is not None:
         campaign_load_request(campaign=campaign)
+    activity_record(project=project, actor=user, verb=Verb.CAMPAIGN_CREATED, target=campaign)
     return campaign
 
 
@@ -711,6 +714,7 @@ def campaign_generate(
         generation={**models, "prompts": prompts, "sampling": asdict(sampling)})
     CampaignReviewer.objects.bulk_create(CampaignReviewer(campaign=campaign, user=reviewer) for reviewer in reviewers)
     campaign_load_request(campaign=campaign)
+    activity_record(project=project, actor=user, verb=Verb.CAMPAIGN_CREATED, target=campaign)
     return campaign
 
 
@@ -1014,7 +1018,7 @@ def generation_fail(*, campaign_id: int, reason: str) -> None:
 
 
 @transaction.atomic
-def campaign_delete(*, campaign: Campaign, stop_generation: bool = False) -> bool:
+def campaign_delete(*, campaign: Campaign, stop_generation: bool = False, actor: AbstractBaseUser | None = None) -> bool:
     """Delete ``campaign`` with its items, reviews, leases, reviewer rows and export records. The dataset
     versions it exported stay: they are datasets now, trained on like any other. Refused
     (``ValidationError`` on ``delete``) while a worker still makes its items or writes an export
@@ -1027,6 +1031,7 @@ def campaign_delete(*, campaign: Campaign, stop_generation: bool = False) -> boo
     campaign = Campaign.objects.select_for_update(of=("self",)).get(pk=campaign.pk)
     if problems := selectors.campaign_readers(campaign=campaign, stopping_generation=stop_generation):
         raise ValidationError({"delete": problems})
+    activity_record(project=campaign.project, actor=actor, verb=Verb.CAMPAIGN_DELETED, target=campaign)
     # Deleted at once, the campaign took with it the only record that its models were still being answered with
     # (``selectors.generation_readers``): either could be deleted under the worker. Refusing ("cancel, wait, then
     # delete") would hold the owner, who chose Stop and delete, to a second visit for what they asked in one; so
@@ -1415,6 +1420,8 @@ def export_create(*, campaign: Campaign, options: ExportOptions, user: AbstractB
         campaign=campaign, dataset_name=name, created_by=user,
         options={"drop_ties": options.drop_ties, "drop_both_bad": options.drop_both_bad,
                  "apply_edits": options.apply_edits})
+    activity_record(project=campaign.project, actor=user, verb=Verb.CAMPAIGN_EXPORTED, target=campaign,
+                    details={"dataset": name})
     transaction.on_commit(lambda: _send(EXPORT_TASK, [export.pk]))
     return export
 
@@ -1466,9 +1473,10 @@ def export_write(*, export_id: int) -> Export:
                 if dataset is None:
                     dataset = dataset_services.dataset_create(project=campaign.project, name=options.dataset_name,
                                                               kind=formats.DatasetKind.PREFERENCE,
-                                                              user=export.created_by)
+                                                              user=export.created_by, record=False)
                 export.version = dataset_services.dataset_version_create(
-                    dataset=dataset, upload=upload, file_format="jsonl", column_mapping={}, user=export.created_by)
+                    dataset=dataset, upload=upload, file_format="jsonl", column_mapping={}, user=export.created_by,
+                    record=False)
                 # Done or failed once the version's own validation settles (export_settle).
                 export.status, export.notice = ExportStatus.VALIDATING, ""  # a lost worker's notice is over
                 export.save(update_fields=["version", "status", "notice", "counts", "reviewers", "agreement"])

@@ -246,7 +246,7 @@ def campaign_delete(request: HttpRequest, slug: str, public_id: str) -> HttpResp
         items = campaign.items.count()
         generating = campaign.status == CampaignStatus.GENERATING
         # The page's Delete of a generating campaign says that it stops the generation.
-        if not services.campaign_delete(campaign=campaign, stop_generation=True):
+        if not services.campaign_delete(campaign=campaign, stop_generation=True, actor=request.user):
             messages.success(request, f"Stopping the generation of {isolated(campaign.name)}: the serve worker stops "
                                       "after the prompts it is answering now, and the campaign is then deleted by "
                                       "itself, in a moment.")

@@ -55,6 +55,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, FiniteFloat, 
 
 from jaxengine.spec import DataSpec, DpoSpec, GrpoSpec, PpoSpec, RewardSpec, out_of_range, wrongly_written_value
 from jaxengine.words import counted
+from webapp.activity.models import Verb
+from webapp.activity.services import activity_record
 from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
 from webapp.core.text import checked_json, checked_name
@@ -393,7 +395,7 @@ def _stage_run_name(pipeline: Pipeline, index: int) -> str:
 
 def _launch_stage(pipeline: Pipeline, index: int, *, model: str | None, user: AbstractBaseUser | None) -> Run:
     run = services.run_create(project=pipeline.project, spec=_stage_spec(pipeline, index, model), user=user,
-                              name=_stage_run_name(pipeline, index))
+                              name=_stage_run_name(pipeline, index), record=False)
     Run.objects.filter(pk=run.pk).update(pipeline=pipeline, pipeline_stage=index)
     run.pipeline, run.pipeline_stage = pipeline, index
     services.log_line(run, f"stage {index + 1} of {len(pipeline.stages)} of pipeline {pipeline.name}")
@@ -415,6 +417,7 @@ def pipeline_create(*, project: Project, document: Any, user: AbstractBaseUser |
         stages=[stage.model_dump(mode="json", exclude_none=True) for stage in parsed.stages],
     )
     _launch_stage(pipeline, 0, model=None, user=user)
+    activity_record(project=project, actor=user, verb=Verb.PIPELINE_LAUNCHED, target=pipeline)
     return pipeline
 
 
@@ -609,6 +612,7 @@ def _pipeline_cancel_once(*, pipeline_pk: int, user: AbstractBaseUser | None) ->
     # the pipeline ended and leaves this message.
     pipeline.save(update_fields=["status", "finished_at", "cancelled_by", "message"])
     webhooks.pipeline_ended(pipeline=pipeline)
+    activity_record(project=pipeline.project, actor=user, verb=Verb.PIPELINE_CANCELLED, target=pipeline)
     if stopping:
         services.run_cancel(run=run, user=user)
         services.log_line(run, f"pipeline {isolated(pipeline.name)} cancelled by {who}")

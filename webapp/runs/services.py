@@ -45,6 +45,8 @@ from jaxengine.spec import (TASK_DATASET_KINDS, JobSpec, SpecError, duplicate_ke
                             parse_spec_text, spec_warnings)
 from jaxengine.spec import load_yaml as load_spec_yaml
 from jaxengine.words import counted, with_article
+from webapp.activity.models import TargetKind, Verb
+from webapp.activity.services import activity_record
 from webapp.basemodels.models import BaseModel
 from webapp.basemodels.selectors import (REGISTER_AGAIN, base_model_refusal, gone_model_words, load_refusal,
                                         model_dir_gone, named_model)
@@ -939,15 +941,20 @@ def _metric_names_forget(*, project_id: int, names: Iterable[str]) -> None:
 
 @transaction.atomic
 def run_create(*, project: Project, spec: Any, user: AbstractBaseUser | None, name: str = "",
-               tags: str | list[str] = "", for_api: bool = False) -> Run:
+               tags: str | list[str] = "", for_api: bool = False, record: bool = True) -> Run:
     """Validate ``spec`` (ids, not paths; see the module notes), save the run and enqueue it on the
-    ``train`` queue once the transaction commits. ``for_api``: refusals in the REST API's words (``plan_run``)."""
+    ``train`` queue once the transaction commits. ``for_api``: refusals in the REST API's words (``plan_run``).
+    ``record``: log it as launched (``webapp.activity``); False where the caller logs what it was launched for (a
+    retry, a pipeline's stage)."""
     public_id = new_run_id()
     name = _checked_name(name or "", required=False)
     checked_json(spec, field="")
     plan = plan_run(project=project, spec=spec, output_dir=run_output_dir(public_id), for_api=for_api)
-    return _save_planned(public_id=public_id, project=project, plan=plan, user=user,
-                         name=name or _default_name(plan), tags=parse_tags(tags), for_api=for_api)
+    run = _save_planned(public_id=public_id, project=project, plan=plan, user=user,
+                        name=name or _default_name(plan), tags=parse_tags(tags), for_api=for_api)
+    if record:
+        activity_record(project=project, actor=user, verb=Verb.RUN_LAUNCHED, target=run)
+    return run
 
 
 _NOT_CHECKED = object()  # plan_warnings' memory when its caller has not checked it
@@ -1149,6 +1156,8 @@ def sweep_create(*, project: Project, spec: Any, user: AbstractBaseUser | None, 
                           name=_checked_name(sweeps.run_name(name or _default_name(plan), axes, combination,
                                                              max_length=RUN_NAME_MAX), required=True))
             for public_id, combination, plan in planned]
+    activity_record(project=project, actor=user, verb=Verb.SWEEP_LAUNCHED, target=(TargetKind.SWEEP, tag, name or tag),
+                    details={"runs": len(runs)})
     return SweepLaunched(tag=tag, runs=runs)
 
 
@@ -1277,6 +1286,7 @@ def run_cancel(*, run: Run, user: AbstractBaseUser | None) -> Run:
         run.notice = ""
         run.save(update_fields=["status", "finished_at", "error_message", "notice"])
         log_line(run, run.error_message)
+        activity_record(project=run.project, actor=user, verb=Verb.RUN_CANCELLED, target=run)
         publish_status(run)
         _advance_pipeline(run)
         return run
@@ -1286,6 +1296,7 @@ def run_cancel(*, run: Run, user: AbstractBaseUser | None) -> Run:
         run.cancel_requested = True
         run.save(update_fields=["cancel_requested"])
         log_line(run, f"cancel requested by {who}; stopping after the current step")
+        activity_record(project=run.project, actor=user, verb=Verb.RUN_CANCELLED, target=run)
     public_id = run.public_id
     transaction.on_commit(lambda: _set_cancel_flag(public_id))
     return run
@@ -1628,6 +1639,8 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
         raise ValidationError({"max_steps": f"the run has done all its {counted(run.current_step, 'step')}: give a new total above "
                                             f"{run.current_step} (the box beside Train further; max_steps in the API) to train "
                                             "it further"})
+    activity_record(project=run.project, actor=user, target=run, details={"max_steps": max_steps} if max_steps else None,
+                    verb=Verb.RUN_TRAINED_FURTHER if run.status == RunStatus.SUCCEEDED else Verb.RUN_RESUMED)
     run.status = RunStatus.QUEUED
     run.attempt += 1
     run.queued_at = timezone.now()
@@ -1850,13 +1863,14 @@ class CheckpointDeleted:
 
 
 @transaction.atomic
-def checkpoint_delete(*, run: Run, step: int, user: AbstractBaseUser | None) -> CheckpointDeleted:
+def checkpoint_delete(*, run: Run, step: int, user: AbstractBaseUser | None, record: bool = True) -> CheckpointDeleted:
     """Delete the training checkpoint ``step`` of ``run`` (``checkpoints/<step>``) to free its disk, keeping the run,
     its curves, its other checkpoints and the checkpoint's export, if any. ``Http404`` when the run's folder holds no
     such checkpoint (deleted already, rotated out, never saved); ``ValidationError`` (``step``) with
     ``checkpoint_delete_refusal``'s words, nothing changed. The run's row is locked and read again, so that a resume,
     an export or a serving copy asked for meanwhile (each locks it too) and a second deletion of the step come
-    before or after this one, never between its checks and its rename."""
+    before or after this one, never between its checks and its rename. ``record``: log it (``webapp.activity``);
+    False for ``checkpoints_prune``'s, which logs the whole pruning once."""
     from webapp.runs.selectors import folder_bytes  # selectors import this module
 
     run = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
@@ -1875,6 +1889,9 @@ def checkpoint_delete(*, run: Run, step: int, user: AbstractBaseUser | None) -> 
     # Left by a deletion whose process stopped between its rename and its removal: removed with this one.
     leftovers = list(run.output_dir.glob(f"{CHECKPOINT_TRASH_PREFIX}*"))
     trash = run.output_dir / f"{CHECKPOINT_TRASH_PREFIX}{step}-{secrets.token_hex(4)}"
+    if record:
+        activity_record(project=run.project, actor=user, verb=Verb.CHECKPOINT_DELETED, target=run,
+                        details={"step": step, "bytes_freed": freed})
     folder.rename(trash)  # last: a failure before it leaves the checkpoint and its rows as they were
     transaction.on_commit(functools.partial(_remove_folders, [trash, *leftovers]))
     return CheckpointDeleted(step=step, bytes_freed=freed)
@@ -1906,7 +1923,10 @@ def checkpoints_prune(*, run: Run, user: AbstractBaseUser | None, keep: Iterable
     if refusal := active_run_checkpoints_refusal(run):
         raise ValidationError({"run": refusal})
     plan = checkpoint_prune_plan(run=run, keep=keep, measure=False)
-    deleted = [checkpoint_delete(run=run, step=step, user=user) for step in plan.deleted]
+    deleted = [checkpoint_delete(run=run, step=step, user=user, record=False) for step in plan.deleted]
+    if deleted:  # a project-wide prune logs each run it pruned, in that run's own transaction
+        activity_record(project=run.project, actor=user, verb=Verb.CHECKPOINTS_PRUNED, target=run, details={
+            "steps": [each.step for each in deleted], "bytes_freed": sum(each.bytes_freed for each in deleted)})
     return CheckpointsPruned(deleted=deleted, kept=plan.kept)
 
 
@@ -1974,17 +1994,17 @@ def project_checkpoints_prune_request(*, project: Project, user: AbstractBaseUse
 
 
 def project_checkpoints_prune(*, project: Project, user: AbstractBaseUser | None,
-                              record: ProjectCheckpointPrune | None = None) -> ProjectCheckpointsPruned:
+                              progress: ProjectCheckpointPrune | None = None) -> ProjectCheckpointsPruned:
     """``checkpoints_prune`` every run of ``project`` with more than one training checkpoint, each in its own
     transaction: a run pruned stays pruned, its folders removed as it commits, when a later one is refused. A run
     still active (or started again since the page showed it) is skipped with ``active_run_checkpoints_refusal``'s
     words; one whose folders cannot be removed (an ``OSError``) is skipped with the error, the others still pruned.
-    With ``record`` (the Storage page's), its progress and outcome are written to it after each run, outside those
+    With ``progress`` (the Storage page's), its progress and outcome are written to it after each run, outside those
     transactions, for the page to read while it goes; it is marked finished even when the prune stops on an error."""
     runs = [run for run in Run.objects.filter(project=project).order_by("created_at", "pk")
             if len(checkpoint_steps(run)) >= 2]  # the newest is always kept: with one, nothing would go
-    if record:
-        _prune_recorded(record, runs_total=len(runs), runs_done=0)
+    if progress:
+        _prune_recorded(progress, runs_total=len(runs), runs_done=0)
     pruned, skipped = [], []
     try:
         for done, run in enumerate(runs, start=1):
@@ -1999,19 +2019,19 @@ def project_checkpoints_prune(*, project: Project, user: AbstractBaseUser | None
             else:
                 if result.deleted:
                     pruned.append((run, result))
-            if record:
+            if progress:
                 outcome = ProjectCheckpointsPruned(pruned=pruned, skipped=skipped)
-                _prune_recorded(record, runs_done=done, checkpoints_deleted=outcome.checkpoints,
+                _prune_recorded(progress, runs_done=done, checkpoints_deleted=outcome.checkpoints,
                                 bytes_freed=outcome.bytes_freed,
                                 failures=[_prune_failure(run, why) for run, why in skipped])
     except Exception as error:
-        if record:
+        if progress:
             skipped.append((None, f"the prune stopped: {error}"))
-            _prune_recorded(record, finished_at=timezone.now(),
+            _prune_recorded(progress, finished_at=timezone.now(),
                             failures=[_prune_failure(run, why) for run, why in skipped])
         raise
-    if record:
-        _prune_recorded(record, finished_at=timezone.now())
+    if progress:
+        _prune_recorded(progress, finished_at=timezone.now())
     return ProjectCheckpointsPruned(pruned=pruned, skipped=skipped)
 
 
@@ -2038,7 +2058,8 @@ def run_retry(*, run: Run, user: AbstractBaseUser | None, for_api: bool = False)
     _refuse_gone_inputs(run, for_api=for_api)
     _refuse_a_model_no_longer_loadable(run, doing="retried", for_api=for_api)
     retry = run_create(project=run.project, spec=run.spec, user=user, name=retry_name(run), tags=run.tags,
-                       for_api=for_api)
+                       for_api=for_api, record=False)
+    activity_record(project=run.project, actor=user, verb=Verb.RUN_RETRIED, target=run, details={"as": retry.public_id})
     if run.stamped_template_date and template_date(retry.spec) == run.stamped_template_date:
         retry.stamped_template_date = run.stamped_template_date
         retry.save(update_fields=["stamped_template_date"])
@@ -2190,7 +2211,7 @@ def run_update_details(*, run: Run, name: str | None = None, tags: str | list[st
 
 
 @transaction.atomic
-def run_set_archived(*, runs: list[Run], archived: bool) -> int:
+def run_set_archived(*, runs: list[Run], archived: bool, actor: AbstractBaseUser | None = None) -> int:
     """Archive (hide from the default table) or restore runs; returns how many changed. Archiving a queued or
     running run is refused (``ValidationError`` on ``runs``), and then none is archived: hidden under "archived",
     it would go on holding a train worker out of sight of the table; cancel it first (a resume brings an
@@ -2206,11 +2227,14 @@ def run_set_archived(*, runs: list[Run], archived: bool) -> int:
             more = f" and {len(active) - 5} more" if len(active) > 5 else ""
             raise ValidationError({"runs": f"runs {shown}{more} are queued or running: cancel them first, or untick "
                                            "them. Nothing was archived"})
+    for run in chosen.exclude(archived=archived).select_related("project").order_by("created_at"):
+        activity_record(project=run.project, actor=actor, verb=Verb.RUN_ARCHIVED if archived else Verb.RUN_UNARCHIVED,
+                        target=run)
     return chosen.update(archived=archived)
 
 
 @transaction.atomic
-def run_delete(*, run: Run) -> None:
+def run_delete(*, run: Run, actor: AbstractBaseUser | None = None) -> None:
     """Delete ``run`` — its metrics, samples, logs, checkpoints, exports and serving copies — and, once
     committed, its directory. Refused (``ValidationError`` on ``delete``) while anything still needs it
     (``selectors.run_readers``). Runs started from its model keep their history and name it as deleted
@@ -2224,6 +2248,7 @@ def run_delete(*, run: Run) -> None:
     directory = run_output_dir(run.public_id)
     public_id, name = run.public_id, run.name
     run.delete()
+    activity_record(project=run.project, actor=actor, verb=Verb.RUN_DELETED, target=run)
     _metric_names_forget(project_id=run.project_id, names=run.final_metrics or {})
     transaction.on_commit(lambda: shutil.rmtree(directory, ignore_errors=True))
     chat_services.models_deleted(refs=[public_id])
@@ -2467,6 +2492,7 @@ def run_create_external(*, project: Project, name: str, config: dict[str, Any] |
     )
     run_tags_write(run=run, tags=parse_tags(tags))
     log_line(run, f"external run opened by {user.get_username() if user else 'the system'}")
+    activity_record(project=project, actor=user, verb=Verb.RUN_LAUNCHED, target=run, details={"external": True})
     return run
 
 

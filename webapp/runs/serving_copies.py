@@ -36,6 +36,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from jaxengine.data import formats
+from webapp.activity.models import Verb
+from webapp.activity.services import activity_record
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.core import file_stamps
@@ -333,6 +335,8 @@ def serving_copy_request(*, project: Project, user: AbstractBaseUser | None, sch
         copy.status, copy.error_message, copy.notice = ServingCopyStatus.WRITING, "", ""
         copy.save(update_fields=["scheme", "eval_version", "requested_by", "status", "error_message", "notice",
                                  "updated_at"])
+    activity_record(project=project, actor=user, verb=Verb.SERVING_COPY_REQUESTED, target=run or base_model,
+                    details={"scheme": scheme, **({"step": step} if step is not None else {})})
     copy_pk = copy.pk
     transaction.on_commit(lambda: celery_app.send_task(MAKE_COPY_TASK, args=[copy_pk], queue=MAKE_COPY_QUEUE))
     return copy, True

@@ -117,7 +117,7 @@ def run_archive(request: HttpRequest, slug: str) -> HttpResponse:
         messages.error(request, f"tick the runs to {'archive' if archived else 'restore'} first")
         return redirect(table)
     try:
-        count = services.run_set_archived(runs=runs, archived=archived)
+        count = services.run_set_archived(runs=runs, archived=archived, actor=request.user)
     except ValidationError as error:
         for text in error.messages:
             messages.error(request, text)
@@ -749,7 +749,7 @@ def run_delete(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     def delete() -> str:  # looked up here: a second click finds the run gone and lands where the first did
         _project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
         selectors.ensure_may_delete_run(membership=membership, run=run)
-        services.run_delete(run=run)
+        services.run_delete(run=run, actor=request.user)
         messages.success(request, f"Deleted the run {isolated(run.name)} ({run.public_id}) and its files.")
         return listed
 

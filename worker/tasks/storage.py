@@ -23,9 +23,9 @@ def prune_project_checkpoints(project_id: int, user_id: int, prune_id: int | Non
     project = Project.objects.filter(pk=project_id).first()
     if project is None:
         return
-    record = ProjectCheckpointPrune.objects.filter(pk=prune_id, project=project).first() if prune_id else None
+    progress = ProjectCheckpointPrune.objects.filter(pk=prune_id, project=project).first() if prune_id else None
     result = services.project_checkpoints_prune(project=project, user=get_user_model().objects.filter(
-        pk=user_id).first(), record=record)
+        pk=user_id).first(), progress=progress)
     logger.info("pruned %d checkpoints of %d runs of project %s (%d bytes freed); skipped: %s",
                 result.checkpoints, len(result.pruned), project.slug, result.bytes_freed,
                 ", ".join(run.public_id for run, _why in result.skipped) or "none")

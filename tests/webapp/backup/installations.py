@@ -63,6 +63,7 @@ DUMP = """
 import django, json
 django.setup()
 from django.contrib.auth import get_user_model
+from webapp.activity.models import Activity
 from webapp.basemodels.models import BaseModel
 from webapp.datasets.models import DatasetVersion
 from webapp.projects.models import Membership, Project
@@ -76,6 +77,7 @@ print(json.dumps({
                    for run in Run.objects.all()),
     "artifacts": sorted(Artifact.objects.values_list("run__public_id", "kind", "path")),
     "base_models": sorted(BaseModel.objects.values_list("public_id", "path")),
+    "activity": sorted(Activity.objects.values_list("project__slug", "actor_name", "verb", "target_id")),
 }))
 """
 

@@ -60,6 +60,7 @@ def test_a_backup_restores_into_a_fresh_installation_elsewhere(source, tmp_path)
     old_data, new_data = source["environment"]["TEMPER_DATA"], target["TEMPER_DATA"]
     assert f"paths in the database moved from {old_data} to {new_data}" in result.stdout
     assert json.loads(ok(run_in(target, "-c", DUMP))) == moved(source["rows"], old_data, new_data)
+    assert source["rows"]["activity"] == [["backed-up", "owner", "run.launched", source["run_id"]]]  # the log came back
     # Every file but those a backup leaves out, byte for byte; the restored folders are where the rows say.
     source_files = {name: digest for name, digest in file_digests(Path(old_data)).items()
                     if not name.startswith(("jax-cache/", "temper.sqlite3", "staticfiles")) and ".part" not in name
@@ -255,7 +256,8 @@ def test_it_refuses_a_database_or_data_directory_that_holds_data_and_replaces_th
     assert {name: digest for name, digest in snapshot(data).items() if not name.endswith(("-wal", "-shm"))} == before
     result = run_in(target, "temper_restore", "--force", str(source["backup"]))
     assert result.returncode == 0, result.stderr
-    assert "replacing (--force) the database: auth_user (1 row)" in result.stderr
+    # The seed's run launch is in the project's activity log, which a backup keeps with the rest of the database.
+    assert "replacing (--force) the database: activity_activity (1 row), auth_user (1 row)" in result.stderr
     assert not (data / "notes.txt").exists() and not [path for path in data.iterdir() if path.name.startswith(".")]
     assert json.loads(ok(run_in(target, "-c", DUMP))) == moved(source["rows"], source["environment"]["TEMPER_DATA"],
                                                               str(data))

@@ -1,0 +1,159 @@
+"""The Activity page and ``GET /api/v1/projects/<slug>/activity/``: every member reads the log, outsiders get 404;
+newest first, a page at a time by keyset; filtered by person and kind of object; names escaped; a target linked
+while it exists, said deleted after; a deleted account and manage.py named as such."""
+import html
+import re
+
+from django.utils.html import escape
+
+from tests.webapp.runs.conftest import sft_spec
+from webapp.activity.models import Activity, Verb
+from webapp.activity.services import activity_record
+from webapp.api.services import token_create
+from webapp.runs import services
+from webapp.runs.models import RunStatus
+
+PAGE = "/p/alpha/activity/"
+API = "/api/v1/projects/alpha/activity/"
+
+
+def rows(page: str) -> list[str]:
+    """The rows' verbs and target ids, top to bottom."""
+    return re.findall(r'<tr data-verb="([^"]+)" data-target="([^"]*)">', page)
+
+
+def api_get(client, user, path):
+    _row, secret = token_create(user=user, name="t")
+    return client.get(path, HTTP_AUTHORIZATION=f"Bearer {secret}")
+
+
+def test_every_member_reads_it_and_outsiders_get_404(team, client_for, client):
+    for user in (team.owner, team.teammate, team.viewer):
+        page = client_for(user).get(PAGE)
+        assert page.status_code == 200 and f'href="{PAGE}"' in page.content.decode()  # in the project's nav
+    assert client_for(team.outsider).get(PAGE).status_code == 404
+    assert client.get(PAGE).status_code == 302  # to the login page
+    assert api_get(client, team.viewer, API).status_code == 200
+    assert api_get(client, team.outsider, API).status_code == 404
+
+
+def test_names_are_escaped_and_a_deleted_target_is_said_deleted(team, catalog, client_for, sent_tasks):
+    name = '<script>alert("run")</script>'
+    run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name=name)
+    page = client_for(team.viewer).get(PAGE).content.decode()
+    assert "<script>alert" not in page and escape(name) in page
+    assert f'<a href="/p/alpha/runs/{run.public_id}/">{escape(name)}</a>' in page
+    assert "alpha-teammate" in page and "launched run" in " ".join(page.split())
+    services.run_set_archived(runs=[run], archived=False, actor=team.owner)  # nothing changed: nothing logged
+    services.run_cancel(run=run, user=team.owner)
+    services.run_delete(run=run, actor=team.owner)
+    page = client_for(team.viewer).get(PAGE).content.decode()
+    assert rows(page) == [(Verb.RUN_DELETED, run.public_id), (Verb.RUN_CANCELLED, run.public_id),
+                          (Verb.RUN_LAUNCHED, run.public_id)]
+    assert f"/runs/{run.public_id}/" not in page and page.count("(deleted)") == 3
+    assert "<script>alert" not in page
+    # When: relative, and exact both on hover and written out.
+    entry = Activity.objects.order_by("id").first()
+    exact = re.search(r'title="([^"]+ UTC)">just now</time><br><small class="muted">([^<]+)</small>', page)
+    assert exact and exact[1] == exact[2] and entry.created_at.strftime("%Y-%m-%d") in exact[1]
+
+
+def test_a_deleted_account_and_manage_py_are_named_as_such(team, client_for, client):
+    from tests.webapp.factories import make_user
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Membership, Role
+
+    dora = make_user("dora")
+    project_services.membership_add(project=team.project, user=dora, role=Role.MEMBER)  # manage.py: no actor
+    project_services.membership_set_role(membership=Membership.objects.get(user=dora), role=Role.OWNER, actor=dora)
+    Membership.objects.filter(user=dora).delete()
+    dora.delete()
+    entries = list(Activity.objects.order_by("id"))
+    assert [entry.actor_name for entry in entries] == ["", "dora"] and entries[1].actor is None
+    page = client_for(team.owner).get(PAGE).content.decode()
+    assert '<td class="actor">deleted account dora</td>' in page and '<td class="actor">manage.py</td>' in page
+    listed = api_get(client, team.owner, API).json()["activity"]
+    assert [(each["actor"], each["actor_shown"]) for each in listed] == [("dora", "deleted account dora"),
+                                                                         (None, "manage.py")]
+
+
+def test_pages_follow_on_newest_first_without_overlap(team, client_for):
+    for index in range(55):
+        activity_record(project=team.project, actor=team.owner, verb=Verb.RUN_LAUNCHED,
+                        target=("run", f"run_{index:03}", f"run {index}"))
+    client = client_for(team.viewer)
+    first = client.get(PAGE).content.decode()
+    older = re.search(r'href="([^"]+)" id="activity-older"', first)[1]
+    second = client.get(html.unescape(older)).content.decode()
+    shown = [target for _verb, target in rows(first) + rows(second)]
+    assert shown == [f"run_{index:03}" for index in reversed(range(55))]
+    assert len(rows(first)) == 50 and 'id="activity-older"' not in second and "← Newest" in second
+    # The API pages the same way.
+    listed, address = [], f"{API}?limit=20"
+    _row, secret = token_create(user=team.viewer, name="t")
+    while address:
+        body = client.get(address, HTTP_AUTHORIZATION=f"Bearer {secret}").json()
+        listed += [entry["target"]["id"] for entry in body["activity"]]
+        address = body["next"]
+    assert listed == shown
+
+
+def test_it_filters_by_person_and_kind(team, catalog, client_for, client, sent_tasks):
+    run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name="mine")
+    services.run_cancel(run=run, user=team.owner)
+    activity_record(project=team.project, actor=team.owner, verb=Verb.DATASET_DELETED,
+                    target=("dataset", "ds_gone", "old data"))
+    viewer = client_for(team.viewer)
+    assert rows(viewer.get(f"{PAGE}?actor=alpha-owner").content.decode()) == [
+        (Verb.DATASET_DELETED, "ds_gone"), (Verb.RUN_CANCELLED, run.public_id)]
+    assert rows(viewer.get(f"{PAGE}?actor=alpha-owner&kind=run").content.decode()) == [
+        (Verb.RUN_CANCELLED, run.public_id)]
+    assert "No activity matches" in viewer.get(f"{PAGE}?actor=nobody").content.decode()
+    refused = viewer.get(f"{PAGE}?kind=runs")
+    assert refused.status_code == 400 and "&#x27;runs&#x27; is not a kind of object" in refused.content.decode()
+    assert [entry["verb"] for entry in api_get(client, team.viewer, f"{API}?kind=run").json()["activity"]] == [
+        Verb.RUN_CANCELLED, Verb.RUN_LAUNCHED]
+    body = api_get(client, team.viewer, f"{API}?actor=alpha-teammate").json()["activity"]
+    assert body == [{"id": body[0]["id"], "created_at": body[0]["created_at"], "actor": "alpha-teammate",
+                     "actor_shown": "alpha-teammate", "verb": "run.launched", "details": {},
+                     "target": {"kind": "run", "id": run.public_id, "label": "mine", "exists": True,
+                                "url": f"http://testserver/p/alpha/runs/{run.public_id}/"}}]
+    bad = api_get(client, team.viewer, f"{API}?kind=runs")
+    assert bad.status_code == 400 and "kind" in bad.json()["errors"]
+    assert api_get(client, team.viewer, f"{API}?who=x").status_code == 400  # unknown parameter
+
+
+def test_the_openapi_document_describes_it(team, client):
+    from pydantic import TypeAdapter
+
+    from webapp.api import schemas
+
+    document = client.get("/api/v1/openapi.json").json()
+    operation = document["paths"]["/api/v1/projects/{slug}/activity/"]["get"]
+    assert {parameter["name"] for parameter in operation["parameters"]} >= {"slug", "limit", "cursor", "actor", "kind"}
+    activity_record(project=team.project, actor=team.owner, verb=Verb.RUN_DELETED, target=("run", "run_x", "x"))
+    TypeAdapter(schemas.ActivityList).validate_json(api_get(client, team.owner, API).content)
+
+
+def test_deleting_the_project_deletes_its_log(team):
+    from webapp.projects.models import Project
+
+    activity_record(project=team.project, actor=team.owner, verb=Verb.RUN_DELETED, target=("run", "run_x", "x"))
+    Project.objects.filter(pk=team.project.pk).delete()
+    assert not Activity.objects.exists()
+
+
+def test_an_ended_run_shown_cancelled_keeps_its_link(team, catalog, client_for, sent_tasks):
+    run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name="kept")
+    services.run_cancel(run=run, user=team.teammate)
+    assert run.__class__.objects.get(pk=run.pk).status == RunStatus.CANCELLED
+    page = client_for(team.viewer).get(PAGE).content.decode()
+    assert page.count(f'href="/p/alpha/runs/{run.public_id}/"') == 2 and "(deleted)" not in page
+
+
+def test_details_are_said_in_words():
+    from webapp.activity.selectors import details_text
+
+    assert details_text({"step": 10, "bytes_freed": 2048, "steps": [20, 30]}) == (
+        "step: 10; bytes freed: 2.0 KB; steps: 20, 30")
+    assert details_text({}) == ""

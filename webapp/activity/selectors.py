@@ -1,0 +1,178 @@
+"""Reading the activity log: a project's entries newest first, filtered by person and by kind of object, a page
+at a time (``webapp.core.keyset``), and where each entry's target is now (its page, or gone)."""
+from __future__ import annotations
+
+import urllib.parse
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db.models import Model, Q, QuerySet
+from django.template.defaultfilters import filesizeformat
+from django.urls import reverse
+
+from webapp.activity.models import Activity, TargetKind
+from webapp.basemodels.models import BaseModel
+from webapp.chat.models import ProjectToken
+from webapp.core.keyset import KeysetPage, keyset_page
+from webapp.datasets.models import Dataset, DatasetVersion
+from webapp.projects.models import Membership, Project
+from webapp.review.models import Campaign
+from webapp.runs.models import Pipeline, Run, RunTag
+
+FILTER_QUERY = ("actor", "kind")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActivityFilters:
+    """Entries of one person (``actor``: a username, as the entry snapshot it) and of one kind of object."""
+
+    actor: str = ""
+    kind: str = ""
+
+    @classmethod
+    def from_query(cls, query: Any) -> ActivityFilters:
+        """The filters of a page's or the API's query; a ``ValidationError`` naming ``kind`` for a kind the log has
+        no entries of, which would read as "nobody did anything"."""
+        kind = query.get("kind", "").strip()
+        if kind and kind not in TargetKind.values:
+            raise ValidationError({"kind": f"{kind!r} is not a kind of object the activity log names; use one of "
+                                           f"{', '.join(TargetKind.values)}, or leave it out for all"})
+        return cls(actor=query.get("actor", "").strip(), kind=kind)
+
+
+def actor_display(entry: Activity) -> str:
+    """Who did it, as the log shows them: their name when they acted; ``deleted account <name>`` once the account
+    is gone; ``manage.py`` for an action with no account."""
+    if entry.actor_id is not None:
+        return entry.actor_name
+    return f"deleted account {entry.actor_name}" if entry.actor_name else "manage.py"
+
+
+def activity_list(*, project: Project, filters: ActivityFilters) -> QuerySet[Activity]:
+    entries = Activity.objects.filter(project=project)
+    if filters.actor:
+        entries = entries.filter(actor_name=filters.actor)
+    if filters.kind:
+        entries = entries.filter(target_kind=filters.kind)
+    return entries.order_by("-created_at", "-id")
+
+
+def activity_page(*, project: Project, filters: ActivityFilters, after: tuple[str, int] | None,
+                  limit: int) -> KeysetPage[Activity]:
+    """The ``limit`` entries of ``activity_list`` (newest first) after the one whose (time as ISO text, id) is
+    ``after``."""
+    entries = activity_list(project=project, filters=filters)
+    if after is not None:
+        created_at, last_id = after
+        entries = entries.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))
+    return keyset_page(entries, limit=limit, key=lambda entry: (entry.created_at.isoformat(), entry.pk))
+
+
+def activity_actors(*, project: Project) -> list[str]:
+    """The names the project's log has entries of, for the person filter."""
+    return list(Activity.objects.filter(project=project).exclude(actor_name="").order_by("actor_name")
+                .values_list("actor_name", flat=True).distinct())
+
+
+@dataclass(frozen=True)
+class TargetNow:
+    """Where an entry's target is now: ``exists`` (False: deleted since) and its page's ``address`` when it has
+    one (a project token has none but its owner's chat page)."""
+
+    exists: bool
+    address: str | None
+
+
+def targets_now(*, project: Project, entries: Iterable[Activity]) -> dict[tuple[str, str], TargetNow]:
+    """``TargetNow`` of each (kind, id) the ``entries`` name, with one query per kind."""
+    ids: dict[str, set[str]] = defaultdict(set)
+    for entry in entries:
+        if entry.target_kind:
+            ids[entry.target_kind].add(entry.target_id)
+    found: dict[tuple[str, str], TargetNow] = {}
+    for kind, kind_ids in ids.items():
+        addresses = _ADDRESSES[kind](project, kind_ids)
+        for target_id in kind_ids:
+            found[(kind, target_id)] = (TargetNow(exists=True, address=addresses[target_id])
+                                        if target_id in addresses else TargetNow(exists=False, address=None))
+    return found
+
+
+def _by_public_id(model: type[Model], url_name: str) -> Callable[[Project, set[str]], dict[str, str | None]]:
+    def addresses(project: Project, ids: set[str]) -> dict[str, str | None]:
+        return {public_id: reverse(url_name, args=[project.slug, public_id])
+                for public_id in model.objects.filter(project=project, public_id__in=ids)
+                .values_list("public_id", flat=True)}
+    return addresses
+
+
+def _versions(project: Project, ids: set[str]) -> dict[str, str | None]:
+    rows = (DatasetVersion.objects.filter(dataset__project=project, public_id__in=ids)
+            .values_list("public_id", "dataset__public_id", "number"))
+    return {public_id: reverse("datasets:version", args=[project.slug, dataset_id, number])
+            for public_id, dataset_id, number in rows}
+
+
+def _sweeps(project: Project, tags: set[str]) -> dict[str, str | None]:
+    present = set(RunTag.objects.filter(project=project, tag__in=tags)
+                  .values_list("tag", flat=True))
+    runs = reverse("runs:list", args=[project.slug])
+    return {tag: f"{runs}?{urllib.parse.urlencode({'tag': tag})}" for tag in present}
+
+
+def _members(project: Project, names: set[str]) -> dict[str, str | None]:
+    members = reverse("projects:members", args=[project.slug])
+    return {name: members for name in Membership.objects.filter(
+        project=project, user__username__in=names).values_list("user__username", flat=True)}
+
+
+def _chat_tokens(project: Project, shown: set[str]) -> dict[str, str | None]:
+    prefixes = {text.rstrip("…") for text in shown}
+    return {f"{prefix}…": None for prefix in ProjectToken.objects.filter(
+        project=project, prefix__in=prefixes).values_list("prefix", flat=True)}
+
+
+_ADDRESSES: dict[str, Callable[[Project, set[str]], dict[str, str | None]]] = {
+    TargetKind.RUN: _by_public_id(Run, "runs:detail"),
+    TargetKind.PIPELINE: _by_public_id(Pipeline, "runs:pipeline"),
+    TargetKind.DATASET: _by_public_id(Dataset, "datasets:detail"),
+    TargetKind.BASE_MODEL: _by_public_id(BaseModel, "basemodels:detail"),
+    TargetKind.CAMPAIGN: _by_public_id(Campaign, "review:detail"),
+    TargetKind.DATASET_VERSION: _versions,
+    TargetKind.SWEEP: _sweeps,
+    TargetKind.MEMBER: _members,
+    TargetKind.CHAT_TOKEN: _chat_tokens,
+}
+
+
+@dataclass(frozen=True)
+class ActivityRow:
+    """An entry as the page and the API show it: who did it, where its target is now, and its details in words."""
+
+    entry: Activity
+    actor: str
+    target: TargetNow | None
+    details: str
+
+
+def activity_rows(*, project: Project, entries: list[Activity]) -> list[ActivityRow]:
+    now = targets_now(project=project, entries=entries)
+    return [ActivityRow(entry=entry, actor=actor_display(entry),
+                        target=now.get((entry.target_kind, entry.target_id)) if entry.target_kind else None,
+                        details=details_text(entry.details))
+            for entry in entries]
+
+
+def details_text(details: dict[str, Any]) -> str:
+    """``details`` in words, key by key in the order written: ``step: 100; bytes freed: 1.2 MB``."""
+    def shown(key: str, value: Any) -> str:
+        if key.endswith("bytes_freed") and isinstance(value, int):
+            return str(filesizeformat(value)).replace("\xa0", " ")
+        if isinstance(value, list):
+            return ", ".join(map(str, value))
+        return str(value)
+
+    return "; ".join(f"{key.replace('_', ' ')}: {shown(key, value)}" for key, value in details.items())
