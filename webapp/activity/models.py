@@ -72,7 +72,11 @@ class Activity(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        indexes = [models.Index(fields=["project", "-created_at", "-id"], name="activity_project_newest")]
+        # Newest first: the whole log; one person's (the person filter, and the names it offers, read from the index
+        # alone); one kind's. Without the last two a filter to a rare person or kind reads the project's whole log.
+        indexes = [models.Index(fields=["project", "-created_at", "-id"], name="activity_project_newest"),
+                   models.Index(fields=["project", "actor_name", "-created_at", "-id"], name="activity_actor_newest"),
+                   models.Index(fields=["project", "target_kind", "-created_at", "-id"], name="activity_kind_newest")]
 
     def __str__(self) -> str:
         return f"{self.actor_name or 'manage.py'} {self.verb} {self.target_id}"
