@@ -44,6 +44,11 @@ class Verb(models.TextChoices):
     CAMPAIGN_CREATED = "campaign.created", "created"
     CAMPAIGN_DELETED = "campaign.deleted", "deleted"
     CAMPAIGN_EXPORTED = "campaign.exported", "exported"
+    # Where the project's data is sent: each change is a security matter (webapp.webhooks.services).
+    WEBHOOK_CREATED = "webhook.created", "added"
+    WEBHOOK_CHANGED = "webhook.changed", "changed"
+    WEBHOOK_DELETED = "webhook.deleted", "deleted"
+    WEBHOOK_SECRET_REGENERATED = "webhook.secret_regenerated", "made a new secret for"
 
 
 class TargetKind(models.TextChoices):
@@ -56,6 +61,7 @@ class TargetKind(models.TextChoices):
     MEMBER = "member", "member"
     CHAT_TOKEN = "chat_token", "project token"
     CAMPAIGN = "campaign", "review campaign"
+    WEBHOOK = "webhook", "webhook"
 
 
 class Activity(models.Model):

@@ -18,9 +18,10 @@ from webapp.basemodels.models import BaseModel
 from webapp.chat.models import ProjectToken
 from webapp.core.keyset import KeysetPage, keyset_page
 from webapp.datasets.models import Dataset, DatasetVersion
-from webapp.projects.models import Membership, Project
+from webapp.projects.models import Membership, Project, Role, role_at_least
 from webapp.review.models import Campaign
 from webapp.runs.models import Pipeline, Run, RunTag
+from webapp.webhooks.models import Webhook
 
 FILTER_QUERY = ("actor", "kind")
 
@@ -86,8 +87,9 @@ class TargetNow:
     address: str | None
 
 
-def targets_now(*, project: Project, entries: Iterable[Activity]) -> dict[tuple[str, str], TargetNow]:
-    """``TargetNow`` of each (kind, id) the ``entries`` name, with one query per kind."""
+def targets_now(*, project: Project, entries: Iterable[Activity], role: str) -> dict[tuple[str, str], TargetNow]:
+    """``TargetNow`` of each (kind, id) the ``entries`` name, with one query per kind, as a member of ``role`` sees
+    it: a target whose page needs a higher role than theirs shows without its address."""
     ids: dict[str, set[str]] = defaultdict(set)
     for entry in entries:
         if entry.target_kind:
@@ -95,6 +97,8 @@ def targets_now(*, project: Project, entries: Iterable[Activity]) -> dict[tuple[
     found: dict[tuple[str, str], TargetNow] = {}
     for kind, kind_ids in ids.items():
         addresses = _ADDRESSES[kind](project, kind_ids)
+        if not role_at_least(role, _PAGE_ROLES.get(kind, Role.VIEWER)):
+            addresses = dict.fromkeys(addresses)
         for target_id in kind_ids:
             found[(kind, target_id)] = (TargetNow(exists=True, address=addresses[target_id])
                                         if target_id in addresses else TargetNow(exists=False, address=None))
@@ -145,7 +149,10 @@ _ADDRESSES: dict[str, Callable[[Project, set[str]], dict[str, str | None]]] = {
     TargetKind.SWEEP: _sweeps,
     TargetKind.MEMBER: _members,
     TargetKind.CHAT_TOKEN: _chat_tokens,
+    TargetKind.WEBHOOK: _by_public_id(Webhook, "webhooks:edit"),
 }
+# The kinds whose pages only some roles may open (the others' are every member's).
+_PAGE_ROLES = {TargetKind.WEBHOOK: Role.OWNER}
 
 
 @dataclass(frozen=True)
@@ -158,8 +165,9 @@ class ActivityRow:
     details: str
 
 
-def activity_rows(*, project: Project, entries: list[Activity]) -> list[ActivityRow]:
-    now = targets_now(project=project, entries=entries)
+def activity_rows(*, project: Project, entries: list[Activity], role: str) -> list[ActivityRow]:
+    """The rows of ``entries`` as a member of ``role`` reads them (``targets_now``)."""
+    now = targets_now(project=project, entries=entries, role=role)
     return [ActivityRow(entry=entry, actor=actor_display(entry),
                         target=now.get((entry.target_kind, entry.target_id)) if entry.target_kind else None,
                         details=details_text(entry.details))

@@ -35,6 +35,8 @@ _DESCRIBERS = {
     "chat.ProjectToken": lambda token: (TargetKind.CHAT_TOKEN, f"{token.prefix}…", token.name),
     "projects.Membership": lambda membership: (TargetKind.MEMBER, membership.user.get_username(),
                                                membership.user.get_username()),
+    # Its host alone: every member reads the log, and a chat's incoming-webhook address is a secret itself.
+    "webhooks.Webhook": lambda webhook: (TargetKind.WEBHOOK, webhook.public_id, webhook.host),
 }
 
 

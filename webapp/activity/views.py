@@ -19,7 +19,8 @@ PAGE_SORT = "activity"
 @login_required
 @require_GET
 def activity_list(request: HttpRequest, slug: str) -> HttpResponse:
-    """Every member (viewers too) reads the whole log; outsiders get 404."""
+    """Every member (viewers too) reads the whole log; outsiders get 404. A target links to its page only for those
+    who may open it (a webhook: owners)."""
     project, membership = get_project_for_user(request.user, slug)
     context = {"project": project, "membership": membership, "kinds": TargetKind.choices,
                "actors": selectors.activity_actors(project=project), "actor": request.GET.get("actor", ""),
@@ -33,5 +34,6 @@ def activity_list(request: HttpRequest, slug: str) -> HttpResponse:
         return render(request, "activity/list.html", {**context, "errors": error.messages}, status=400)
     page = selectors.activity_page(project=project, filters=filters, after=asked.after, limit=asked.limit)
     return render(request, "activity/list.html", {
-        **context, "rows": selectors.activity_rows(project=project, entries=page.rows),
+        **context, "rows": selectors.activity_rows(project=project, entries=page.rows,
+                                                                 role=membership.role),
         "next_url": paging.next_link(request, sort=PAGE_SORT, after=page.next_after)})

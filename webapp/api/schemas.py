@@ -440,13 +440,14 @@ class PipelineList(_Answer):
 
 
 class ActivityTarget(_Answer):
-    kind: str = Field(description="run, sweep, pipeline, dataset, dataset_version, base_model, member, chat_token or "
-                                  "campaign.")
-    id: str = Field(description="Its public id (run_…, ds_…; a sweep's tag; a member's username; a project token's "
-                                "first characters).")
-    label: str = Field(description="Its name when it was done.")
+    kind: str = Field(description="run, sweep, pipeline, dataset, dataset_version, base_model, member, chat_token, "
+                                  "campaign or webhook.")
+    id: str = Field(description="Its public id (run_…, ds_…, wh_…; a sweep's tag; a member's username; a project "
+                                "token's first characters).")
+    label: str = Field(description="Its name when it was done (a webhook's: the host of its address).")
     exists: bool = Field(description="False once it has been deleted.")
-    url: str | None = Field(description="Its page while it exists (null for a project token, and once deleted).")
+    url: str | None = Field(description="Its page while it exists (null for a project token, for a webhook unless you "
+                                        "are an owner, and once deleted).")
 
 
 class ActivityEntry(_Answer):

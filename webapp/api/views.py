@@ -1042,11 +1042,11 @@ def _activity_json(request: HttpRequest, row: activity_selectors.ActivityRow) ->
 def activity(request: HttpRequest, slug: str) -> JsonResponse:
     """The project's activity log, newest first, a page at a time (``limit``, and the ``next`` link); ``actor``
     (a username) and ``kind`` (of object) filter it. Every member reads it, viewers too."""
-    project, _membership = get_project_for_user(request.user, slug)
+    project, membership = get_project_for_user(request.user, slug)
     filters = activity_selectors.ActivityFilters.from_query(request.GET)
     asked = paging.page_query(request, sort="activity")
     page = activity_selectors.activity_page(project=project, filters=filters, after=asked.after, limit=asked.limit)
-    rows = activity_selectors.activity_rows(project=project, entries=page.rows)
+    rows = activity_selectors.activity_rows(project=project, entries=page.rows, role=membership.role)
     return JsonResponse({"activity": [_activity_json(request, row) for row in rows],
                          "next": paging.next_link(request, sort="activity", after=page.next_after)})
 

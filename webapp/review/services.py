@@ -63,6 +63,7 @@ from webapp.review.models import (
     ItemSource, ItemStatus, Label, Lease, Review,
 )
 from webapp.runs.services import held_task_messages
+from webapp.webhooks import services as webhooks
 from webapp.workers.deliveries import LostWorker, task_deliveries
 
 logger = logging.getLogger(__name__)
@@ -905,8 +906,8 @@ def review_work_fail_abandoned(*, now: datetime | None = None) -> list[Campaign 
     if writing and (deliveries := task_deliveries(task=EXPORT_TASK, now=now)) is not None:
         abandoned = deliveries.abandoned(delivered_before=delivered_before)
         for export in writing:
-            if (export.pk,) in abandoned and Export.objects.filter(pk=export.pk, status=ExportStatus.WRITING).update(
-                    status=ExportStatus.FAILED, error=EXPORT_WORKERS_LOST, notice=""):
+            if (export.pk,) in abandoned and _export_end(export=export, was=ExportStatus.WRITING,
+                                                         status=ExportStatus.FAILED, error=EXPORT_WORKERS_LOST):
                 logger.warning("review export %s failed: %s", export.pk, EXPORT_WORKERS_LOST)
                 failed.append(export)
     return failed
@@ -1481,8 +1482,10 @@ def export_write(*, export_id: int) -> Export:
                 export.status, export.notice = ExportStatus.VALIDATING, ""  # a lost worker's notice is over
                 export.save(update_fields=["version", "status", "notice", "counts", "reviewers", "agreement"])
         except ValidationError as error:
-            export.status, export.error, export.notice = ExportStatus.FAILED, " ".join(error.messages), ""
-            export.save(update_fields=["status", "error", "notice", "counts", "reviewers", "agreement"])
+            with transaction.atomic():
+                export.save(update_fields=["counts", "reviewers", "agreement"])
+                _export_end(export=export, was=ExportStatus.WRITING, status=ExportStatus.FAILED,
+                            error=" ".join(error.messages))
     finally:
         upload.close()
     logger.info("review export %s of %s: %s, %s", export.pk, campaign.public_id, export.status, counts)
@@ -1498,11 +1501,25 @@ def export_settle(*, version_id: int) -> None:
     version = DatasetVersion.objects.select_related("dataset").filter(pk=version_id).first()
     if version is None or not version.is_settled:
         return
-    waiting = Export.objects.select_for_update(of=("self",)).filter(version=version, status=ExportStatus.VALIDATING)
-    if version.status == VersionStatus.READY:
-        waiting.update(status=ExportStatus.DONE)
-    else:
-        waiting.update(status=ExportStatus.FAILED, error=validation_failure(version))
+    waiting = (Export.objects.select_for_update(of=("self",)).select_related("campaign")
+               .filter(version=version, status=ExportStatus.VALIDATING))
+    ready = version.status == VersionStatus.READY
+    for export in waiting:
+        _export_end(export=export, was=ExportStatus.VALIDATING,
+                    status=ExportStatus.DONE if ready else ExportStatus.FAILED,
+                    error="" if ready else validation_failure(version))
+
+
+@transaction.atomic
+def _export_end(*, export: Export, was: str, status: str, error: str = "") -> bool:
+    """The one place a review export ends (its version's check settled it, writing it failed, or its workers were
+    lost): ``status`` recorded only while it is still ``was`` (a redelivered task or a second reaper changes
+    nothing), and its project's ``review.exported`` webhooks told in the same transaction. Whether it ended here."""
+    if not Export.objects.filter(pk=export.pk, status=was).update(status=status, error=error, notice=""):
+        return False
+    export.status, export.error, export.notice = status, error, ""
+    webhooks.review_export_ended(export=export)
+    return True
 
 
 def validation_failure(version: DatasetVersion) -> str:

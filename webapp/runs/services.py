@@ -1752,7 +1752,8 @@ def checkpoint_export_finish(*, run: Run, step: int, export_dir: Path | None = N
                              error: BaseException | None = None, failure: str | None = None) -> CheckpointExport:
     """Record how the export of checkpoint ``step`` went (``export_dir`` written, or ``error`` raised, or
     ``failure``: why it ended without either, as for a lost export), and tell an open run page: it shows
-    the checkpoint as exporting until this event (or its next catch-up) arrives."""
+    the checkpoint as exporting until this event (or its next catch-up) arrives. The one place an export ends: its
+    project's ``export.ready``/``export.failed`` webhooks are told here."""
     from webapp.runs.reporting import checkpoint_export_failed, checkpoint_exported, publish_event
 
     if error is not None:
@@ -1762,10 +1763,13 @@ def checkpoint_export_finish(*, run: Run, step: int, export_dir: Path | None = N
     else:
         checkpoint_export_failed(run=run, step=step, reason=failure)
     export, _ = CheckpointExport.objects.select_for_update(of=("self",)).get_or_create(run=run, step=step)
+    was = export.status
     export.status = CheckpointExportStatus.EXPORTED if failure is None else CheckpointExportStatus.FAILED
     export.error_message = (failure or "")[:4000]
     export.notice = ""
     export.save(update_fields=["status", "error_message", "notice", "updated_at"])
+    if export.status != was:  # the same end reported again (a redelivered message) is not a second end
+        webhooks.checkpoint_export_ended(export=export)
     still_exporting = list(run.checkpoint_exports.filter(status=CheckpointExportStatus.EXPORTING)
                            .values_list("step", flat=True))
     event = {"type": "checkpoint", "step": step, "status": export.status, "exporting": still_exporting}

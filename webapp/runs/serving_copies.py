@@ -46,6 +46,7 @@ from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.runs.models import (REWARD_TASK, SERVING_COPY_SCHEMES, Artifact, ArtifactKind, Run, RunStatus,
                                 ServingCopy, ServingCopyStatus)
+from webapp.webhooks import services as webhooks
 from webapp.workers.deliveries import LostWorker
 
 logger = logging.getLogger(__name__)
@@ -472,8 +473,10 @@ def automatic_copy_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
 def serving_copy_finish(*, copy_pk: int, error: BaseException | str | None = None) -> ServingCopy:
     """Record that the copy is written (its figures are in its ``quantization.json``) or why it is not: an
     exception the engine raised (shown with its type, the file of the version measured on named as the version, as
-    ``reporting.in_project_terms`` names a run's), or a reason already in words."""
+    ``reporting.in_project_terms`` names a run's), or a reason already in words. Its project's
+    ``export.ready``/``export.failed`` webhooks are told here."""
     copy = ServingCopy.objects.select_for_update(of=("self",)).select_related("eval_version__dataset").get(pk=copy_pk)
+    was = copy.status
     copy.status = ServingCopyStatus.READY if error is None else ServingCopyStatus.FAILED
     reason = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     if copy.eval_version is not None:
@@ -485,6 +488,8 @@ def serving_copy_finish(*, copy_pk: int, error: BaseException | str | None = Non
     copy.error_message = "" if error is None else reason[:4000]
     copy.notice = ""
     copy.save(update_fields=["status", "error_message", "notice", "updated_at"])
+    if copy.status != was:  # the same end reported again (a redelivered message) is not a second end
+        webhooks.serving_copy_ended(copy=copy)
     return copy
 
 

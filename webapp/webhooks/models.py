@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import secrets
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import models
@@ -9,15 +10,31 @@ from django.db import models
 from webapp.core.ids import PUBLIC_ID_MAX_LENGTH, new_public_id
 from webapp.projects.models import Project
 
-# What a webhook may subscribe to, in the words of its form; "ping" (Send test) goes to a hook whatever it chose.
-EVENTS = {
-    "run.succeeded": "A run succeeded",
-    "run.failed": "A run failed",
-    "run.cancelled": "A run was cancelled",
-    "pipeline.ended": "A pipeline ended (succeeded, failed, stopped by a guard or cancelled)",
-    "dataset_version.ready": "A dataset version passed its check",
-    "dataset_version.failed": "A dataset version failed its check",
+# What a webhook may subscribe to, grouped as its form shows them, each with its line there; "ping" (Send test) goes
+# to a hook whatever it chose.
+EVENT_GROUPS = {
+    "Runs": {
+        "run.succeeded": "run.succeeded: a run succeeded",
+        "run.failed": "run.failed: a run failed",
+        "run.cancelled": "run.cancelled: a run was cancelled",
+    },
+    "Pipelines": {
+        "pipeline.ended": "pipeline.ended: a pipeline ended (succeeded, failed, stopped by a guard or cancelled)",
+    },
+    "Dataset versions": {
+        "dataset_version.ready": "dataset_version.ready: a dataset version passed its check",
+        "dataset_version.failed": "dataset_version.failed: a dataset version failed its check",
+    },
+    "Exports": {
+        "export.ready": "export.ready: a run's checkpoint was exported (runs can start from it) or a serving copy "
+                        "was written (the chat serves it)",
+        "export.failed": "export.failed: a checkpoint export or a serving copy failed",
+    },
+    "Review": {
+        "review.exported": "review.exported: a review campaign's export became a dataset version, or failed",
+    },
 }
+EVENTS = {event: line for events in EVENT_GROUPS.values() for event, line in events.items()}
 PING = "ping"
 
 
@@ -64,6 +81,11 @@ class Webhook(models.Model):
 
     def __str__(self) -> str:
         return f"{self.public_id} ({self.url})"
+
+    @property
+    def host(self) -> str:
+        """The address's host: all that people other than owners may read of it (the activity log)."""
+        return urlsplit(self.url).hostname or ""
 
 
 class WebhookDelivery(models.Model):

@@ -19,7 +19,9 @@ USER_AGENT = "Temper-Webhooks/1"
 SLACK_DETAIL_CHARS = 300
 
 # The object's kind in a sentence: "Run <link|name> failed".
-KIND_WORDS = {"run": "Run", "pipeline": "Pipeline", "dataset_version": "Dataset version", "webhook": "Webhook"}
+KIND_WORDS = {"run": "Run", "pipeline": "Pipeline", "dataset_version": "Dataset version", "webhook": "Webhook",
+              "checkpoint_export": "Checkpoint export", "serving_copy": "Serving copy",
+              "review_export": "Export of review campaign"}
 
 
 def run_subject(run) -> dict[str, Any]:
@@ -49,6 +51,46 @@ def dataset_version_subject(version) -> dict[str, Any]:
             "status": version.status, "dataset": dataset.public_id, "kind": dataset.kind,
             "path": reverse("datasets:version", args=[dataset.project.slug, dataset.public_id, version.number]),
             "row_count": version.row_count, "error_count": version.error_count, "error": first_error}
+
+
+def checkpoint_export_subject(export) -> dict[str, Any]:
+    """A run's checkpoint export that ended: ``exported`` (``model``: the ref other runs start from) or ``failed``."""
+    run, exported = export.run, export.status == "exported"
+    return {"type": "checkpoint_export", "id": f"{run.public_id}@{export.step}",
+            "name": f"{run.name} checkpoint {export.step}", "status": export.status, "run": run.public_id,
+            "step": export.step, "model": f"{run.public_id}@{export.step}" if exported else None,
+            "path": reverse("runs:detail", args=[run.project.slug, run.public_id]),
+            "error": "" if exported else export.error_message}
+
+
+def serving_copy_subject(copy) -> dict[str, Any]:
+    """A serving copy that was written (``ready``) or failed: of a run's checkpoint (``step``), of its final model
+    (``step`` null) or of a base model, in ``scheme``; linking to the page that shows it."""
+    if copy.run_id is not None:
+        run = copy.run
+        source_id = run.public_id if copy.step is None else f"{run.public_id}@{copy.step}"
+        name = f"{run.name} {'final model' if copy.step is None else f'checkpoint {copy.step}'} ({copy.scheme})"
+        path = reverse("runs:detail", args=[run.project.slug, run.public_id])
+    else:
+        base_model = copy.base_model
+        source_id, name = base_model.public_id, f"{base_model.name} ({copy.scheme})"
+        path = reverse("basemodels:detail", args=[base_model.project.slug, base_model.public_id])
+    return {"type": "serving_copy", "id": source_id, "name": name, "status": copy.status, "scheme": copy.scheme,
+            "run": copy.run.public_id if copy.run_id else None, "step": copy.step,
+            "base_model": copy.base_model.public_id if copy.base_model_id else None, "path": path,
+            "error": copy.error_message if copy.status != "ready" else ""}
+
+
+def review_export_subject(export) -> dict[str, Any]:
+    """A review campaign's export that ended: ``done`` (``dataset_version``: the version it made, ready to train
+    on) or ``failed``."""
+    campaign, version = export.campaign, export.version if export.status == "done" else None
+    return {"type": "review_export", "id": campaign.public_id, "name": campaign.name, "status": export.status,
+            "dataset": export.dataset_name,
+            "dataset_version": ({"id": version.public_id, "name": f"{version.dataset.name} v{version.number}"}
+                                if version is not None else None),
+            "path": reverse("review:detail", args=[campaign.project.slug, campaign.public_id]),
+            "error": export.error if export.status != "done" else ""}
 
 
 def webhook_subject(webhook) -> dict[str, Any]:

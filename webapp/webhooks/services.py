@@ -6,7 +6,10 @@ transaction that made it happen: one ``WebhookDelivery`` per active hook that su
 ``worker.tasks.webhooks.deliver_webhook`` task on the ``default`` queue per delivery. A rolled-back transaction
 therefore records and sends nothing, and recording never fails its caller: ``event_record`` works in a savepoint and
 logs what went wrong instead of raising, so a broken hook cannot fail a run. Runs are hooked in one place,
-``runs.services.publish_status``, which every change of a run's status calls (``run_ended`` keeps the ends).
+``runs.services.publish_status``, which every change of a run's status calls (``run_ended`` keeps the ends);
+checkpoint exports in ``runs.services.checkpoint_export_finish``, serving copies in
+``runs.serving_copies.serving_copy_finish`` and review exports in ``review.services._export_end``, each when the
+end changes the row's status (a redelivered report of the same end is no second end).
 
 Sending (``delivery_attempt``) happens outside any transaction (a slow receiver holds no lock): the attempt is first
 claimed with a conditional ``UPDATE`` of its count, so a message delivered twice sends once; then one POST, 10 s at
@@ -35,6 +38,8 @@ from django.db.models import F, Q
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
+from webapp.activity.models import Verb
+from webapp.activity.services import activity_record
 from webapp.celery import app as celery_app
 from webapp.projects.models import Project
 from webapp.webhooks import network, payloads
@@ -52,6 +57,10 @@ RESPONSE_CHARS = 200
 OVERDUE = timedelta(minutes=10)
 URL_MAX = Webhook._meta.get_field("url").max_length
 RUN_EVENTS = {"succeeded": "run.succeeded", "failed": "run.failed", "cancelled": "run.cancelled"}
+# A checkpoint export's (exported) and a serving copy's (ready) ends, as events.
+EXPORT_EVENTS = {"exported": "export.ready", "ready": "export.ready", "failed": "export.failed"}
+# The fields of a hook whose change the activity log records; never its secret, whose value is the point.
+LOGGED_FIELDS = ("url", "events", "format", "active")
 
 
 # Owners' writes -------------------------------------------------------------------------------------
@@ -94,32 +103,61 @@ def _checked(*, url: str, events: Sequence[str], format: str) -> tuple[str, list
     return url, [event for event in EVENTS if event in events]  # in the form's order, once each
 
 
+@transaction.atomic
 def webhook_create(*, project: Project, url: str, events: Sequence[str], format: str, active: bool = True,
                    site_url: str = "", user: AbstractBaseUser | None) -> Webhook:
     """A new hook of ``project`` with a secret of its own; refused (nothing saved) with the problem by field."""
     url, events = _checked(url=url, events=events, format=format)
-    return Webhook.objects.create(project=project, url=url, events=events, format=format, active=active,
-                                  site_url=site_url, created_by=user)
-
-
-def webhook_update(*, webhook: Webhook, url: str, events: Sequence[str], format: str, active: bool,
-                   site_url: str = "") -> Webhook:
-    url, events = _checked(url=url, events=events, format=format)
-    webhook.url, webhook.events, webhook.format, webhook.active = url, events, format, active
-    webhook.site_url = site_url or webhook.site_url
-    webhook.save(update_fields=["url", "events", "format", "active", "site_url"])
+    webhook = Webhook.objects.create(project=project, url=url, events=events, format=format, active=active,
+                                     site_url=site_url, created_by=user)
+    activity_record(project=project, actor=user, verb=Verb.WEBHOOK_CREATED, target=webhook,
+                    details={"events": events, "format": format, **({} if active else {"active": False})})
     return webhook
 
 
-def webhook_delete(*, webhook: Webhook) -> None:
+def edit_details(before: dict[str, Any], webhook: Webhook) -> dict[str, Any]:
+    """The activity log's details of an edit: which of ``LOGGED_FIELDS`` changed from ``before``, with the new
+    events, format and on/off; of a new address its host alone (every member reads the log)."""
+    changed = [name for name in LOGGED_FIELDS if before[name] != getattr(webhook, name)]
+    details: dict[str, Any] = {"changed": changed}
+    if "url" in changed:
+        details["host"] = webhook.host
+    details.update({name: getattr(webhook, name) for name in changed if name != "url"})
+    return details
+
+
+@transaction.atomic
+def webhook_update(*, webhook: Webhook, url: str, events: Sequence[str], format: str, active: bool,
+                   user: AbstractBaseUser | None, site_url: str = "") -> Webhook:
+    """Save an owner's edit; logged (which fields changed) when something did. The row is locked and read again, so
+    that two owners' edits each log what they changed."""
+    url, events = _checked(url=url, events=events, format=format)
+    webhook = Webhook.objects.select_for_update(of=("self",)).select_related("project").get(pk=webhook.pk)
+    before = {name: getattr(webhook, name) for name in LOGGED_FIELDS}
+    webhook.url, webhook.events, webhook.format, webhook.active = url, events, format, active
+    webhook.site_url = site_url or webhook.site_url
+    webhook.save(update_fields=["url", "events", "format", "active", "site_url"])
+    details = edit_details(before, webhook)
+    if details["changed"]:
+        activity_record(project=webhook.project, actor=user, verb=Verb.WEBHOOK_CHANGED, target=webhook,
+                        details=details)
+    return webhook
+
+
+@transaction.atomic
+def webhook_delete(*, webhook: Webhook, user: AbstractBaseUser | None) -> None:
     """The hook and its deliveries; a task sent for one of them finds it gone and does nothing."""
+    activity_record(project=webhook.project, actor=user, verb=Verb.WEBHOOK_DELETED, target=webhook)
     webhook.delete()
 
 
-def webhook_secret_regenerate(*, webhook: Webhook) -> Webhook:
-    """A new secret: messages sent from now on are signed with it (a retry too), the old one verifies none."""
+@transaction.atomic
+def webhook_secret_regenerate(*, webhook: Webhook, user: AbstractBaseUser | None) -> Webhook:
+    """A new secret: messages sent from now on are signed with it (a retry too), the old one verifies none. Logged
+    without either value."""
     webhook.secret = new_webhook_secret()
     webhook.save(update_fields=["secret"])
+    activity_record(project=webhook.project, actor=user, verb=Verb.WEBHOOK_SECRET_REGENERATED, target=webhook)
     return webhook
 
 
@@ -172,6 +210,27 @@ def dataset_version_settled(*, version) -> list[WebhookDelivery]:
     """``dataset_version.ready`` or ``.failed``, once its check settled it."""
     return event_record(project_id=version.dataset.project_id, event=f"dataset_version.{version.status}",
                         describe=lambda: payloads.dataset_version_subject(version))
+
+
+def checkpoint_export_ended(*, export) -> list[WebhookDelivery]:
+    """``export.ready`` or ``.failed`` for a run's checkpoint export that ended (``runs.services
+    .checkpoint_export_finish``)."""
+    return event_record(project_id=export.run.project_id, event=EXPORT_EVENTS[export.status],
+                        describe=lambda: payloads.checkpoint_export_subject(export))
+
+
+def serving_copy_ended(*, copy) -> list[WebhookDelivery]:
+    """``export.ready`` or ``.failed`` for a serving copy written or failed (``runs.serving_copies
+    .serving_copy_finish``)."""
+    return event_record(project_id=copy.project_id, event=EXPORT_EVENTS[copy.status],
+                        describe=lambda: payloads.serving_copy_subject(copy))
+
+
+def review_export_ended(*, export) -> list[WebhookDelivery]:
+    """``review.exported`` for a review campaign's export that ended, done or failed (``review.services
+    ._export_end``)."""
+    return event_record(project_id=export.campaign.project_id, event="review.exported",
+                        describe=lambda: payloads.review_export_subject(export))
 
 
 def webhook_ping(*, webhook: Webhook, now: datetime | None = None) -> WebhookDelivery:

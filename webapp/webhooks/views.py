@@ -65,7 +65,8 @@ def webhook_edit(request: HttpRequest, slug: str, webhook_id: str) -> HttpRespon
     form = WebhookForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
-            services.webhook_update(webhook=webhook, site_url=_site_url(request), **form.cleaned_data)
+            services.webhook_update(webhook=webhook, user=request.user, site_url=_site_url(request),
+                                    **form.cleaned_data)
         except ValidationError as error:
             add_service_errors(form, error)
         else:
@@ -81,7 +82,7 @@ def webhook_edit(request: HttpRequest, slug: str, webhook_id: str) -> HttpRespon
 def webhook_delete(request: HttpRequest, slug: str, webhook_id: str) -> HttpResponse:
     project, _membership = _owned(request, slug)
     webhook = selectors.webhook_get(project=project, public_id=webhook_id)
-    services.webhook_delete(webhook=webhook)
+    services.webhook_delete(webhook=webhook, user=request.user)
     messages.success(request, f"Webhook {webhook_id} deleted with its deliveries.")
     return redirect(_list_page(request, slug))
 
@@ -90,7 +91,8 @@ def webhook_delete(request: HttpRequest, slug: str, webhook_id: str) -> HttpResp
 @require_POST
 def webhook_secret(request: HttpRequest, slug: str, webhook_id: str) -> HttpResponse:
     project, _membership = _owned(request, slug)
-    webhook = services.webhook_secret_regenerate(webhook=selectors.webhook_get(project=project, public_id=webhook_id))
+    webhook = services.webhook_secret_regenerate(webhook=selectors.webhook_get(project=project, public_id=webhook_id),
+                                                 user=request.user)
     messages.success(request, f"Webhook {webhook.public_id} has a new secret: messages from now on are signed with "
                               "it; update your receiver.")
     return redirect(_list_page(request, slug, webhook.public_id))

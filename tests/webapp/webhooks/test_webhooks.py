@@ -14,8 +14,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from tests.webapp.factories import make_base_model, make_ready_version
-from tests.webapp.webhooks.receiver import Receiver, verified
-from webapp.celery import app as celery_app
+from tests.webapp.webhooks.conftest import SITE, hook
+from tests.webapp.webhooks.receiver import verified
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.runs import pipelines, reporting
@@ -23,48 +23,6 @@ from webapp.runs import services as run_services
 from webapp.runs.models import RunStatus
 from webapp.webhooks import network, services
 from webapp.webhooks.models import DeliveryStatus, Webhook, WebhookDelivery
-from worker.tasks.webhooks import deliver_webhook
-
-SITE = "https://temper.example.org"
-
-
-@pytest.fixture(autouse=True)
-def no_redis(settings):
-    """Run status events go nowhere: nothing here may reach a Redis another test (or person) uses."""
-    settings.REDIS_URL = "redis://127.0.0.1:1/0"
-
-
-@pytest.fixture(autouse=True)
-def loopback_allowed(settings):
-    """The receiver listens on this host, which webhooks reach only when an administrator allows its network."""
-    settings.TEMPER_WEBHOOK_ALLOWED_NETWORKS = (ip_network("127.0.0.0/8"),)
-
-
-@pytest.fixture
-def receiver():
-    server = Receiver().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def sent(monkeypatch) -> list[tuple]:
-    """Tasks sent to Celery: a webhook delivery runs at once, as the worker would run it (the tests of the worker
-    itself are the integration tests'); the others are only kept, with their options (a retry's countdown)."""
-    calls = []
-
-    def send_task(name, args=None, queue=None, **options):
-        calls.append((name, args, queue, options))
-        if name == services.DELIVER_TASK and not options.get("countdown"):
-            deliver_webhook(*args)
-
-    monkeypatch.setattr(celery_app, "send_task", send_task)
-    return calls
-
-
-def hook(project, receiver, path, events, *, format="json") -> Webhook:
-    return services.webhook_create(project=project, url=receiver.url + path, events=events, format=format,
-                                   site_url=SITE, user=None)
 
 
 def spec(project) -> dict:

@@ -1,0 +1,158 @@
+"""The export events, end to end against a real HTTP server: a run's checkpoint export and a serving copy ending send
+``export.ready`` or ``export.failed``, a review campaign's export ending sends ``review.exported``; each once per end
+(a redelivered report of the same end sends nothing more), only to the hooks subscribed to it; and the Webhooks page
+offers them, grouped."""
+from __future__ import annotations
+
+import pytest
+from django.utils.html import escape
+
+from tests.webapp.factories import make_base_model
+from tests.webapp.review.conftest import answer, campaign, carol, preference_version  # noqa: F401
+from tests.webapp.webhooks.conftest import SITE, hook
+from tests.webapp.webhooks.test_webhooks import spec
+from webapp.review import services as review_services
+from webapp.review.models import ExportStatus, Item
+from webapp.runs import serving_copies
+from webapp.runs import services as run_services
+from webapp.runs.models import CheckpointExport, Run, RunStatus, ServingCopy
+from webapp.webhooks.models import EVENT_GROUPS, Webhook
+from worker.tasks.datasets import validate_dataset_version
+
+
+@pytest.fixture
+def finished_run(team, sent):
+    run = run_services.run_create(project=team.project, spec=spec(team.project), user=team.owner, name="<b>first</b>")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    run.refresh_from_db()
+    return run
+
+
+@pytest.fixture
+def export_hooks(team, receiver):
+    """A hook for each end, one for review exports only, and another project's: only the first two hear exports."""
+    hook(team.project, receiver, "/ready", ["export.ready"])
+    hook(team.project, receiver, "/failed", ["export.failed"])
+    hook(team.project, receiver, "/review", ["review.exported"])
+    hook(team.outsider_project, receiver, "/elsewhere", ["export.ready", "export.failed", "review.exported"])
+
+
+def sent_objects(receiver) -> list[tuple[str, str, dict]]:
+    return [(received.path, received.json["event"], received.json["object"]) for received in receiver.requests]
+
+
+def test_a_checkpoint_export_ending_sends_export_ready_or_failed_once(
+        team, finished_run, receiver, export_hooks, tmp_path, django_capture_on_commit_callbacks):
+    run = finished_run
+    for step in (3, 6):
+        CheckpointExport.objects.create(run=run, step=step)  # as checkpoint_export_request leaves them
+    (tmp_path / "export-step-3").mkdir()
+    (tmp_path / "export-step-3" / "config.json").write_text("{}")
+    with django_capture_on_commit_callbacks(execute=True):
+        run_services.checkpoint_export_finish(run=run, step=3, export_dir=tmp_path / "export-step-3")
+    with django_capture_on_commit_callbacks(execute=True):  # the worker's message delivered again: no second end
+        run_services.checkpoint_export_finish(run=run, step=3, export_dir=tmp_path / "export-step-3")
+    with django_capture_on_commit_callbacks(execute=True):
+        run_services.checkpoint_export_finish(run=run, step=6, error=MemoryError("out of host memory"))
+
+    (ready_path, ready_event, ready), (failed_path, failed_event, failed) = sent_objects(receiver)
+    assert (ready_path, ready_event, failed_path, failed_event) == ("/ready", "export.ready", "/failed",
+                                                                  "export.failed")
+    assert ready == {"type": "checkpoint_export", "id": f"{run.public_id}@3", "name": "<b>first</b> checkpoint 3",
+                     "status": "exported", "run": run.public_id, "step": 3, "model": f"{run.public_id}@3",
+                     "url": f"{SITE}/p/alpha/runs/{run.public_id}/", "error": ""}
+    assert (failed["id"], failed["status"], failed["step"], failed["model"]) == (
+        f"{run.public_id}@6", "failed", 6, None)
+    assert failed["error"] == "MemoryError: out of host memory"
+
+
+def test_a_serving_copy_written_or_failed_sends_export_ready_or_failed_once(
+        team, finished_run, receiver, export_hooks, django_capture_on_commit_callbacks):
+    run, base_model = finished_run, make_base_model(team.project, name="tiny-base", path="/models/tiny-base")
+    of_checkpoint = ServingCopy.objects.create(project=team.project, run=run, step=3, scheme="int8")
+    of_base_model = ServingCopy.objects.create(project=team.project, base_model=base_model, scheme="int4")
+    for copy_pk, error in ((of_checkpoint.pk, None), (of_base_model.pk, MemoryError("the host ran out of memory")),
+                           (of_base_model.pk, MemoryError("the host ran out of memory"))):  # the last: redelivered
+        with django_capture_on_commit_callbacks(execute=True):
+            serving_copies.serving_copy_finish(copy_pk=copy_pk, error=error)
+
+    (ready_path, ready_event, ready), (failed_path, failed_event, failed) = sent_objects(receiver)
+    assert (ready_path, ready_event, failed_path, failed_event) == ("/ready", "export.ready", "/failed",
+                                                                  "export.failed")
+    assert ready == {"type": "serving_copy", "id": f"{run.public_id}@3", "name": "<b>first</b> checkpoint 3 (int8)",
+                     "status": "ready", "scheme": "int8", "run": run.public_id, "step": 3, "base_model": None,
+                     "url": f"{SITE}/p/alpha/runs/{run.public_id}/", "error": ""}
+    assert failed == {"type": "serving_copy", "id": base_model.public_id, "name": "tiny-base (int4)",
+                      "status": "failed", "scheme": "int4", "run": None, "step": None,
+                      "base_model": base_model.public_id, "url": f"{SITE}/p/alpha/models/{base_model.public_id}/",
+                      "error": "MemoryError: the host ran out of memory"}
+
+
+def test_the_slack_line_of_an_export_names_it_escaped_with_its_error(
+        team, finished_run, receiver, sent, django_capture_on_commit_callbacks):
+    hook(team.project, receiver, "/slack", ["export.failed"], format="slack")
+    copy = ServingCopy.objects.create(project=team.project, run=finished_run, step=None, scheme="int8")
+    with django_capture_on_commit_callbacks(execute=True):
+        serving_copies.serving_copy_finish(copy_pk=copy.pk, error="the <engine> gave up")
+    assert receiver.requests[0].json == {"text": (
+        f"[alpha] Serving copy <{SITE}/p/alpha/runs/{finished_run.public_id}/|&lt;b&gt;first&lt;/b&gt; final model "
+        "(int8)> failed: the &lt;engine&gt; gave up")}
+
+
+def reviewed(campaign, team, carol, labels: dict[int, str]):  # noqa: F811 (the review tests' fixtures)
+    items = {item.sequence: item for item in Item.objects.filter(campaign=campaign)}
+    for sequence, label in labels.items():
+        for reviewer in (team.teammate, carol):
+            answer(items[sequence], reviewer, label)
+
+
+def test_a_review_export_that_became_a_ready_dataset_version_sends_review_exported_once(
+        team, campaign, carol, receiver, export_hooks, sent, django_capture_on_commit_callbacks):  # noqa: F811
+    reviewed(campaign, team, carol, {1: "a"})
+    with django_capture_on_commit_callbacks(execute=True):
+        export = review_services.export_create(campaign=campaign, user=team.owner,
+                                               options=review_services.ExportOptions(dataset_name="prefs reviewed"))
+    with django_capture_on_commit_callbacks(execute=True):
+        export = review_services.export_write(export_id=export.pk)
+    assert export.status == ExportStatus.VALIDATING and receiver.requests == []  # not ended: its version is checked
+    for _check in range(2):  # the second: the check's message delivered again
+        with django_capture_on_commit_callbacks(execute=True):
+            validate_dataset_version(export.version.pk)  # the worker's task: the check, then the export settled
+
+    (path, event, sent_object), = sent_objects(receiver)
+    version = export.version
+    assert (path, event) == ("/review", "review.exported")
+    assert sent_object == {"type": "review_export", "id": campaign.public_id, "name": "pass 1", "status": "done",
+                           "dataset": "prefs reviewed",
+                           "dataset_version": {"id": version.public_id, "name": "prefs reviewed v1"},
+                           "url": f"{SITE}/p/alpha/review/{campaign.public_id}/", "error": ""}
+
+
+def test_a_review_export_that_could_not_be_written_sends_review_exported_failed_once(
+        team, campaign, carol, receiver, export_hooks, sent, django_capture_on_commit_callbacks):  # noqa: F811
+    reviewed(campaign, team, carol, {1: "tie"})  # dropped: no pair is left to write
+    export = review_services.export_create(campaign=campaign, user=team.owner,
+                                           options=review_services.ExportOptions(dataset_name="prefs reviewed"))
+    for _attempt in range(2):  # the second: the worker's message delivered again
+        with django_capture_on_commit_callbacks(execute=True):
+            written = review_services.export_write(export_id=export.pk)
+    assert written.status == ExportStatus.FAILED and written.counts["tie"] == 1  # its figures kept with the failure
+
+    (path, event, sent_object), = sent_objects(receiver)
+    assert (path, event, sent_object["status"], sent_object["dataset_version"]) == (
+        "/review", "review.exported", "failed", None)
+    assert sent_object["error"].startswith("no pair was left to write")
+
+
+def test_the_page_offers_the_events_grouped_each_with_its_line_and_saves_them(team, client_for):
+    owner = client_for(team.owner)
+    page = owner.get("/p/alpha/webhooks/").content.decode()
+    heads = [page.index(f"<label>{group}</label>") for group in EVENT_GROUPS]
+    assert heads == sorted(heads)
+    for head, next_head, events in zip(heads, [*heads[1:], len(page)], EVENT_GROUPS.values()):
+        for event, line in events.items():  # under its group's head, with its line
+            assert head < page.index(f'value="{event}"') < next_head and escape(line) in page
+    added = owner.post("/p/alpha/webhooks/", {"url": "https://example.org/hook", "format": "json", "active": "on",
+                                              "events": ["review.exported", "export.failed", "export.ready"]})
+    assert added.status_code == 302
+    assert Webhook.objects.get().events == ["export.ready", "export.failed", "review.exported"]
