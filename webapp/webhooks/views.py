@@ -25,8 +25,9 @@ def _owned(request: HttpRequest, slug: str):
     return get_project_for_user(request.user, slug, min_role=Role.OWNER)
 
 
-def _site_url(request: HttpRequest) -> str:
-    """The address this page was served at: the links of the hook's messages start with it (``services.base_url``)."""
+def served_at(request: HttpRequest) -> str:
+    """The address this request (a page's, or the REST API's) came to: the links of the hook's messages start with it
+    (``services.base_url``)."""
     return request.build_absolute_uri("/").rstrip("/")
 
 
@@ -42,7 +43,7 @@ def webhook_list(request: HttpRequest, slug: str) -> HttpResponse:
     form = WebhookForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         def create() -> str:
-            webhook = services.webhook_create(project=project, user=request.user, site_url=_site_url(request),
+            webhook = services.webhook_create(project=project, user=request.user, site_url=served_at(request),
                                               **form.cleaned_data)
             messages.success(request, f"Webhook {webhook.public_id} added: use Send test to check it.")
             return _list_page(request, slug, webhook.public_id)
@@ -65,7 +66,7 @@ def webhook_edit(request: HttpRequest, slug: str, webhook_id: str) -> HttpRespon
     form = WebhookForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
-            services.webhook_update(webhook=webhook, site_url=_site_url(request), **form.cleaned_data)
+            services.webhook_update(webhook=webhook, site_url=served_at(request), **form.cleaned_data)
         except ValidationError as error:
             add_service_errors(form, error)
         else:
