@@ -682,6 +682,8 @@ class CheckpointOut(_Answer):
                                           "checkpoints/<step>/export/ makes it).")
     download_url: str | None = Field(description="Its export as a tar archive (GET artifacts/checkpoint/?step=N); "
                                                  "null until exported.")
+    card_url: str | None = Field(description="Its export's model card as Markdown (GET artifacts/checkpoint/card/"
+                                             "?step=N); null until exported, or for an export written before cards.")
     export: CheckpointExportOut | None = Field(description="The last export asked for; null for none (a final "
                                                            "model is exported when its run succeeded).")
     final: bool = Field(description="The run's final model (the last step of a succeeded run), not exported again.")

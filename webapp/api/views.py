@@ -947,6 +947,8 @@ def _checkpoint_json(request: HttpRequest, run: Run, checkpoint: dict[str, Any])
             "saved_at": checkpoint["saved_at"].isoformat() if checkpoint["saved_at"] else None,
             "size_bytes": checkpoint["size_bytes"], "model": _checkpoint_model(run, checkpoint),
             "download_url": _artifact_url(request, run, artifact) if artifact is not None else None,
+            "card_url": (_artifact_url(request, run, artifact, name="api:run_artifact_card")
+                         if artifact is not None and artifact.has_model_card else None),
             "export": _checkpoint_export_json(export, exported=artifact is not None),
             "final": checkpoint["final"],
             "score": {key: score[key] for key in ("metric", "value", "at", "best")} if score else None,

@@ -157,6 +157,10 @@ def test_an_artifacts_model_card_is_answered_as_markdown_and_linked_from_the_run
     base = f"{apis['viewer'].base}{runs}/artifacts"
     assert cards == {("model", 5): f"{base}/model/card/", ("checkpoint", 3): f"{base}/checkpoint/card/?step=3",
                      ("checkpoint", 2): None}
+    status, listed = apis["viewer"].call("GET", f"{runs}/checkpoints/")
+    valid("CheckpointList", listed)
+    assert {checkpoint["step"]: checkpoint["card_url"] for checkpoint in listed["checkpoints"]} == {
+        2: None, 3: f"{base}/checkpoint/card/?step=3"}
     assert _get(apis["viewer"], f"{runs}/artifacts/model/card/") == (200, "text/markdown; charset=utf-8",
                                                                      card.encode())
     assert _get(apis["viewer"], f"{runs}/artifacts/checkpoint/card/?step=3")[2] == b"# step 3\n"
