@@ -276,8 +276,7 @@ def _run_detail_json(request: HttpRequest, run: Run) -> dict[str, Any]:
             "artifacts": [{"kind": artifact.kind, "step": artifact.step, "size_bytes": artifact.size_bytes,
                            "folder_gone": basemodel_selectors.model_dir_gone(artifact.path),
                            "url": _artifact_url(request, run, artifact),
-                           "card_url": (_artifact_url(request, run, artifact, name="api:run_artifact_card")
-                                        if artifact.has_model_card else None)}
+                           "card_url": _card_url(request, run, artifact)}
                           for artifact in run.artifacts.all()]}
 
 
@@ -287,6 +286,11 @@ def _artifact_url(request: HttpRequest, run: Run, artifact: Artifact, *, name: s
     path = reverse(name, kwargs={"slug": run.project.slug, "run_id": run.public_id, "kind": artifact.kind})
     return request.build_absolute_uri(path + (f"?step={artifact.step}" if artifact.kind == ArtifactKind.CHECKPOINT
                                               else ""))
+
+
+def _card_url(request: HttpRequest, run: Run, artifact: Artifact) -> str | None:
+    """The address of ``artifact``'s model card; None for an export written before exports had one."""
+    return _artifact_url(request, run, artifact, name="api:run_artifact_card") if artifact.has_model_card else None
 
 
 def _base_model_json(model, *, listing: bool = False) -> dict[str, Any]:
@@ -947,8 +951,7 @@ def _checkpoint_json(request: HttpRequest, run: Run, checkpoint: dict[str, Any])
             "saved_at": checkpoint["saved_at"].isoformat() if checkpoint["saved_at"] else None,
             "size_bytes": checkpoint["size_bytes"], "model": _checkpoint_model(run, checkpoint),
             "download_url": _artifact_url(request, run, artifact) if artifact is not None else None,
-            "card_url": (_artifact_url(request, run, artifact, name="api:run_artifact_card")
-                         if artifact is not None and artifact.has_model_card else None),
+            "card_url": _card_url(request, run, artifact) if artifact is not None else None,
             "export": _checkpoint_export_json(export, exported=artifact is not None),
             "final": checkpoint["final"],
             "score": {key: score[key] for key in ("metric", "value", "at", "best")} if score else None,
