@@ -355,6 +355,14 @@ ROUTES: dict[str, Route] = {
                                  queues_a_generation=True),
 
     "api:storage": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ),
+    "api:storage_prune": Route(auth=Auth.API_TOKEN, kwargs=_project, methods={"GET": VIEWER, "POST": OWNER}),
+    # Owners only, reading too, as the Webhooks page.
+    "api:webhooks": Route(auth=Auth.API_TOKEN, kwargs=_project, methods={"GET": OWNER, "POST": OWNER}),
+    "api:webhook": Route(auth=Auth.API_TOKEN, kwargs=_webhook, methods={"GET": OWNER, "PATCH": OWNER, "DELETE": OWNER}),
+    "api:webhook_secret": Route(auth=Auth.API_TOKEN, kwargs=_webhook, methods={"POST": OWNER}),
+    "api:webhook_test": Route(auth=Auth.API_TOKEN, kwargs=_webhook, methods={"POST": OWNER}),
+    "api:webhook_deliveries": Route(auth=Auth.API_TOKEN, kwargs=_webhook, methods={"GET": OWNER}),
+    "api:webhook_redeliver": Route(auth=Auth.API_TOKEN, kwargs=_delivery, methods={"POST": OWNER}),
     "api:activity": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ),
     "api:base_models": Route(auth=Auth.API_TOKEN, kwargs=_project, methods={"GET": VIEWER, "POST": OWNER}),
     "api:base_model": Route(auth=Auth.API_TOKEN, kwargs=_api_base_model, methods={"GET": VIEWER, "DELETE": MEMBER}),
@@ -380,6 +388,7 @@ ROUTES: dict[str, Route] = {
     "api:run_samples": Route(auth=Auth.API_TOKEN, kwargs=_run, methods=READ_MEMBER_WRITE),
     "api:run_logs": Route(auth=Auth.API_TOKEN, kwargs=_run, methods=READ),
     "api:run_artifact": Route(auth=Auth.API_TOKEN, kwargs=_api_artifact, methods=READ),
+    "api:run_artifact_card": Route(auth=Auth.API_TOKEN, kwargs=_api_artifact, methods=READ),
     "api:run_checkpoints": Route(auth=Auth.API_TOKEN, kwargs=_run, methods=READ),
     "api:run_checkpoint": Route(auth=Auth.API_TOKEN, kwargs=_api_checkpoint, methods={"DELETE": MEMBER}),
     "api:run_checkpoint_export": Route(auth=Auth.API_TOKEN, kwargs=_api_checkpoint, methods={"POST": MEMBER}),

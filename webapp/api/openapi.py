@@ -32,6 +32,10 @@ CHECKPOINT_STEP = {"name": "step", "in": "path", "required": True, "schema": {"t
                    "description": "A checkpoint's step (the numbered folders under the run's checkpoints/)."}
 BASE_MODEL = {"name": "model_id", "in": "path", "required": True, "schema": {"type": "string"},
               "description": "Base model id (bm_…)."}
+WEBHOOK = {"name": "webhook_id", "in": "path", "required": True, "schema": {"type": "string"},
+           "description": "Webhook id (wh_…)."}
+DELIVERY = {"name": "delivery_id", "in": "path", "required": True, "schema": {"type": "string"},
+            "description": "Delivery id (whd_…), as deliveries/ lists it."}
 IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"},
                    "description": "Sent again with the same key and body, the request is answered with what the first "
                                   "made (header Idempotent-Replayed: true) and nothing is queued again; sent again with "
@@ -85,7 +89,8 @@ ANSWERS = (schemas.ProjectList, schemas.BaseModelList, schemas.BaseModelOut, sch
            schemas.SweepOut, schemas.MetricSeries, schemas.MetricsLogged, schemas.SampleList, schemas.SamplesStored, schemas.RunLog,
            schemas.PipelineList, schemas.PipelineOut, schemas.ChatTokenList, schemas.ChatTokenCreated,
            schemas.ProjectStorage, schemas.CheckpointsPruned, schemas.CheckpointList, schemas.CheckpointExportQueued,
-           schemas.CheckpointServingCopyQueued,
+           schemas.CheckpointServingCopyQueued, schemas.WebhookList, schemas.WebhookOut, schemas.DeliveryList,
+           schemas.DeliveryOut, schemas.ProjectPruneState,
            schemas.FieldErrors, schemas.Detail)
 
 
@@ -94,7 +99,8 @@ ANSWERS = (schemas.ProjectList, schemas.BaseModelList, schemas.BaseModelOut, sch
 # checkpoints/prune/ with none pins nothing, checkpoints/<step>/serving-copy/ with none makes an int8 copy):
 # every other body says what to make or change, and {} is refused.
 OPTIONAL_BODIES = (schemas.RunResume, schemas.RunRetry, schemas.RunDuplicate, schemas.CheckpointsPrune,
-                   schemas.CheckpointExport, schemas.CheckpointServingCopy)
+                   schemas.CheckpointExport, schemas.CheckpointServingCopy, schemas.WebhookSecret,
+                   schemas.WebhookTest, schemas.DeliveryRedeliver, schemas.StoragePruneRequest)
 
 
 def _body(model: type[BaseModel]) -> dict[str, Any]:
@@ -145,7 +151,9 @@ def build_document() -> dict[str, Any]:
     for model in (schemas.RunCreate, schemas.RunResume, schemas.RunRetry, schemas.RunDuplicate, schemas.CheckpointsPrune,
                   schemas.CheckpointExport, schemas.CheckpointServingCopy,
                   schemas.MetricsLog, schemas.SamplesLog, schemas.RunFinish,
-                  schemas.ChatTokenCreate, JobSpec, PipelineDocument, *ANSWERS):
+                  schemas.ChatTokenCreate, schemas.WebhookCreate, schemas.WebhookUpdate, schemas.WebhookSecret,
+                  schemas.WebhookTest, schemas.DeliveryRedeliver, schemas.StoragePruneRequest,
+                  JobSpec, PipelineDocument, *ANSWERS):
         schema = model.model_json_schema(ref_template=REF)
         components.update(schema.pop("$defs", {}))
         components[model.__name__] = schema
@@ -212,8 +220,73 @@ def build_document() -> dict[str, Any]:
         "and registered (400 naming the field, or the archive's member, and what to do; nothing is kept)",
         [SLUG, IDEMPOTENCY_KEY], status="201", response="the registered base model", answer=schemas.BaseModelOut)
     model_upload_operation["responses"].update(TOO_LARGE | NO_ROOM)
+    storage_prune = _operation(
+        "Prune the checkpoints of every run of the project that has ended, as the Storage page's Prune checkpoints of "
+        "ended runs… (owners): each keeps its newest (what Resume restores) and its best; active runs are skipped. A "
+        "worker of the default queue does it: GET storage/prune/ follows it", [SLUG, IDEMPOTENCY_KEY],
+        body=schemas.StoragePruneRequest, status="202", response="the prune, queued",
+        answer=schemas.ProjectPruneState)
+    storage_prune["responses"]["409"] = _refused_nothing_queued(
+        "another prune of the project is queued or running: wait for it to finish (GET storage/prune/ follows it)")
+    webhook_refused = ("400 naming the field: an address that is not http(s), or at a non-public address (a "
+                       "loopback, private or link-local one) where TEMPER_WEBHOOK_ALLOWED_NETWORKS does not list its "
+                       "network; no event or an unknown one; a format other than json and slack")
+    owners = " (owners only: members and viewers get 403, a hook's address and secret being secrets)"
+    sent_now = ("the delivery as sent: delivered (a 2xx answer), pending (a worker retries it at next_attempt_at), or "
+                "failed (its address refused), with the answer's status, error and first characters")
     base = "/api/v1/projects/{slug}"
     paths = {
+        f"{base}/webhooks/": {
+            "get": _operation("The project's webhooks, as its Webhooks page lists them, each with its signing secret"
+                              + owners, [SLUG], answer=schemas.WebhookList),
+            "post": _operation("Add a webhook, as the Webhooks page does; its answer holds the hook's secret, which "
+                               "receivers check signatures with: keep it secret" + owners + "; " + webhook_refused,
+                               [SLUG, IDEMPOTENCY_KEY], body=schemas.WebhookCreate, status="201",
+                               response="the webhook, with its secret", answer=schemas.WebhookOut),
+        },
+        f"{base}/webhooks/{{webhook_id}}/": {
+            "get": _operation("A webhook, with its secret" + owners, [SLUG, WEBHOOK], answer=schemas.WebhookOut),
+            "patch": _operation("Change a webhook's address, events, format or whether it is on (any of them; all or "
+                                "nothing), as the page's Edit" + owners + "; " + webhook_refused, [SLUG, WEBHOOK],
+                                body=schemas.WebhookUpdate, answer=schemas.WebhookOut),
+            "delete": _operation("Delete a webhook and its deliveries" + owners, [SLUG, WEBHOOK], status="204",
+                                 response="Nothing: deleted"),
+        },
+        f"{base}/webhooks/{{webhook_id}}/secret/": {"post": _operation(
+            "Replace a webhook's secret, as the page's New secret…: messages from now on (retries too) are signed "
+            "with the new one, which the answer holds" + owners, [SLUG, WEBHOOK], body=schemas.WebhookSecret,
+            response="the webhook, with its new secret", answer=schemas.WebhookOut)},
+        f"{base}/webhooks/{{webhook_id}}/test/": {"post": _operation(
+            "Send test, as the page's: a ping POSTed to the hook now (also while it is turned off)" + owners,
+            [SLUG, WEBHOOK], body=schemas.WebhookTest, status="201", response=sent_now, answer=schemas.DeliveryOut)},
+        f"{base}/webhooks/{{webhook_id}}/deliveries/": {"get": _operation(
+            "A webhook's deliveries, newest first (it keeps its newest 200)" + owners, [SLUG, WEBHOOK],
+            query=_page_query("deliveries"), response="`{\"deliveries\": [...], \"next\": url}`: follow `next` "
+                                                     "(null on the last page) for older ones",
+            answer=schemas.DeliveryList)},
+        f"{base}/webhooks/{{webhook_id}}/deliveries/{{delivery_id}}/redeliver/": {"post": _operation(
+            "Redeliver, as the page's: the delivery's recorded payload POSTed now as a new delivery, to the hook's "
+            "current address, in its format, signed with its secret" + owners, [SLUG, WEBHOOK, DELIVERY],
+            body=schemas.DeliveryRedeliver, status="201", response=sent_now, answer=schemas.DeliveryOut)},
+        f"{base}/storage/prune/": {
+            "get": _operation("The project's newest project-wide checkpoint prune, queued, under way or its outcome, "
+                              "as the Storage page shows it (every member, viewers too)", [SLUG],
+                              answer=schemas.ProjectPruneState),
+            "post": storage_prune,
+        },
+        f"{base}/runs/{{run_id}}/artifacts/{{kind}}/card/": {
+            "get": {**_operation("The model card (README.md) the engine wrote into an artifact (model, adapter, or "
+                                 "checkpoint with ?step=N: the card_url of each of the run's artifacts), as Markdown, "
+                                 "as the run page's Model card shows it; 404 saying why for an artifact the run has "
+                                 "not, an export written before exports had cards (export it again), or a card over "
+                                 "1 MiB (read it in the downloaded folder)",
+                                 [SLUG, RUN, {"name": "kind", "in": "path", "required": True,
+                                              "schema": {"type": "string", "enum": ["model", "adapter", "checkpoint"]}},
+                                  _query("step", "checkpoint: its step", "integer")]),
+                    "responses": {"200": {"description": "the card: YAML front matter, then Markdown",
+                                          "content": {"text/markdown": {"schema": {"type": "string"}}}},
+                                  **ERRORS}},
+        },
         "/api/v1/projects/": {"get": _operation(
             "List the projects the token's user belongs to, by name: their slugs (which every other address names), "
             "your role in each, and the addresses of their lists", [], answer=schemas.ProjectList)},

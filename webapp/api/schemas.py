@@ -11,6 +11,7 @@ from webapp.core.auth_header import DEFAULT_TOKEN_LIFETIME, TOKEN_LIFETIMES
 from webapp.core.numbers import MAX_STORED_INT
 from webapp.runs.models import SERVING_COPY_SCHEMES
 from webapp.runs.services import RUN_NAME_MAX
+from webapp.webhooks.models import EVENTS, DeliveryStatus, WebhookFormat
 
 # Steps are stored as PositiveIntegerFields, token counts as 64-bit integers: past these an INSERT failed
 # (OverflowError, a 500) instead of naming the field.
@@ -155,6 +156,64 @@ class ChatTokenCreate(_Body):
                          description="After how many days /v1/ refuses it, or never (until revoked).")
 
 
+# A webhook's fields are checked by ``webhooks.services`` (the page's checks, naming the field); the schemas give
+# their types, and the values they take for the OpenAPI document.
+_WEBHOOK_URL = ("Where messages are POSTed: http:// or https://, at a public address (a loopback, private or "
+                "link-local one only where TEMPER_WEBHOOK_ALLOWED_NETWORKS lists its network); redirects are not "
+                "followed. A Slack, Mattermost or Discord incoming webhook's address is a secret itself.")
+_WEBHOOK_EVENTS = "The events sent to it (at least one); a ping (POST test/) goes to it whatever it chose."
+
+
+class WebhookCreate(_Body):
+    """A project's webhook, as the Webhooks page adds one (owners only)."""
+
+    url: str = Field(description=_WEBHOOK_URL)
+    events: list[str] = Field(description=_WEBHOOK_EVENTS, json_schema_extra={"items": {"type": "string", "enum": list(EVENTS)}})
+    format: str = Field(default=WebhookFormat.JSON.value, json_schema_extra={"enum": WebhookFormat.values},
+                        description="json: Temper's payload; slack: {\"text\": …} for Slack, Mattermost and "
+                                    "Discord's /slack incoming webhooks.")
+    active: bool = Field(default=True, description="false: no event is sent to it (a ping still is).")
+
+
+class WebhookUpdate(_Body):
+    """What the Webhooks page's Edit changes; a key left out is left as it is."""
+
+    url: str | None = Field(default=None, description=_WEBHOOK_URL)
+    events: list[str] | None = Field(default=None, description=_WEBHOOK_EVENTS,
+                                     json_schema_extra={"items": {"type": "string", "enum": list(EVENTS)}})
+    format: str | None = Field(default=None, json_schema_extra={"enum": WebhookFormat.values})
+    active: bool | None = None
+
+    @field_validator("url", "events", "format", "active")
+    @classmethod
+    def _not_null(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:  # only a value sent is checked: a null sent would otherwise read as left out
+            raise ValueError(f"null is not a value of {info.field_name}: leave the key out to keep it as it is")
+        return value
+
+    @model_validator(mode="after")
+    def _something_given(self) -> WebhookUpdate:
+        if not self.model_fields_set:
+            raise ValueError("give at least one of url, events, format, active")
+        return self
+
+
+class WebhookSecret(_Body):
+    """No field: the new secret is made by the server."""
+
+
+class WebhookTest(_Body):
+    """No field: the ping's payload describes the hook."""
+
+
+class DeliveryRedeliver(_Body):
+    """No field: the delivery's recorded payload is sent again."""
+
+
+class StoragePruneRequest(_Body):
+    """No field: every ended run's checkpoints but its newest and its best."""
+
+
 # Response bodies: what each endpoint answers, for the OpenAPI document. The API's tests validate the server's
 # real answers against them (strict, no extra keys), so that the document and the answers cannot drift apart.
 class _Answer(BaseModel):
@@ -166,6 +225,9 @@ class ProjectLinks(_Answer):
     datasets: str = Field(description="The project's datasets (GET datasets/).")
     runs: str = Field(description="The project's runs (GET runs/; POST launches one).")
     pipelines: str = Field(description="The project's pipelines (GET pipelines/).")
+    activity: str = Field(description="The project's activity log (GET activity/).")
+    webhooks: str | None = Field(default=None, description="The project's webhooks (GET webhooks/): owners only, the "
+                                                           "key left out for members and viewers.")
 
 
 class ProjectOut(_Answer):
@@ -338,6 +400,8 @@ class ArtifactOut(_Answer):
                                           "names it (run_…, run_…@step) is refused (400 on model), and its download "
                                           "is a 404.")
     url: str = Field(description="The address that downloads it as a tar (a checkpoint's with ?step=).")
+    card_url: str | None = Field(description="The address of its model card (Markdown); null for an export written "
+                                             "before exports had cards.")
 
 
 class RunDetail(RunOut):
@@ -619,6 +683,8 @@ class CheckpointOut(_Answer):
                                           "checkpoints/<step>/export/ makes it).")
     download_url: str | None = Field(description="Its export as a tar archive (GET artifacts/checkpoint/?step=N); "
                                                  "null until exported.")
+    card_url: str | None = Field(description="Its export's model card as Markdown (GET artifacts/checkpoint/card/"
+                                             "?step=N); null until exported, or for an export written before cards.")
     export: CheckpointExportOut | None = Field(description="The last export asked for; null for none (a final "
                                                            "model is exported when its run succeeded).")
     final: bool = Field(description="The run's final model (the last step of a succeeded run), not exported again.")
@@ -651,6 +717,69 @@ class CheckpointServingCopyQueued(_Answer):
                                      "written.")
     serving_copy: ServingCopyStateOut = Field(description="As GET checkpoints/ lists it: writing until a serve "
                                                           "worker has written it.")
+
+
+class WebhookOut(_Answer):
+    id: str = Field(description="wh_… id.")
+    url: str = Field(description="Where messages are POSTed (a chat's incoming-webhook address is a secret itself).")
+    events: list[str]
+    format: Literal[tuple(WebhookFormat.values)]
+    active: bool
+    secret: str = Field(description="A secret (whsec_…): the key a receiver checks X-Temper-Signature with. Shown "
+                                    "to the project's owners only, as on the Webhooks page; keep it out of logs. POST "
+                                    "secret/ replaces it.")
+    created_at: datetime
+    deliveries_url: str = Field(description="Its deliveries, newest first (GET deliveries/).")
+
+
+class WebhookList(_Answer):
+    webhooks: list[WebhookOut] = Field(description="The project's webhooks, oldest first.")
+
+
+class DeliveryOut(_Answer):
+    id: str = Field(description="whd_… id: the X-Temper-Delivery header of its messages.")
+    event: str
+    status: Literal[tuple(DeliveryStatus.values)] = Field(
+        description="pending (being sent, or waiting for a retry at next_attempt_at), delivered (a 2xx answer), "
+                    "failed (its retries spent, or its address refused).")
+    attempts: int
+    last_status_code: int | None = Field(description="The HTTP status of the last answer; null when none came.")
+    last_error: str = Field(description="Why the last attempt failed, in words (\"\" once delivered).")
+    last_response: str = Field(description="The first 200 characters of the last answer, never more.")
+    next_attempt_at: datetime | None
+    created_at: datetime
+    payload: dict[str, Any] = Field(description="The payload as recorded when the event happened (its links made "
+                                                "absolute, sent_at and delivery stamped on each attempt).")
+
+
+class DeliveryList(_Answer):
+    deliveries: list[DeliveryOut] = Field(description="Newest first. A hook keeps its newest 200 deliveries.")
+    next: str | None = Field(description="The address of the next (older) page; null on the last.")
+
+
+class PruneFailureOut(_Answer):
+    run: str = Field(description="The run's id (run_…), \"\" for a failure of the prune as a whole.")
+    name: str
+    why: str
+
+
+class ProjectPruneOut(_Answer):
+    state: Literal["queued", "running", "finished", "never_started", "stopped"] = Field(
+        description="queued: waiting for a worker of the default queue; running; finished; never_started: no worker "
+                    "took it before it went stale (start one, then prune again); stopped: its worker was lost part "
+                    "way (you may prune again).")
+    requested_at: datetime
+    requested_by: str | None = Field(description="The owner who asked for it; null for a deleted account.")
+    runs_done: int
+    runs_total: int | None = Field(description="The runs with checkpoints to weigh; null until a worker starts it.")
+    checkpoints_deleted: int
+    bytes_freed: int
+    failures: list[PruneFailureOut] = Field(description="The runs it left, with why.")
+    finished_at: datetime | None
+
+
+class ProjectPruneState(_Answer):
+    prune: ProjectPruneOut | None = Field(description="The newest project-wide prune; null when none was asked for.")
 
 
 class FieldErrors(_Answer):

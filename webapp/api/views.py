@@ -62,7 +62,10 @@ from webapp.runs import selectors as run_selectors
 from webapp.runs import services as run_services
 from webapp.runs import serving_copies, sweeps
 from webapp.runs.access import get_run_for_user
-from webapp.runs.models import Artifact, ArtifactKind, Run
+from webapp.runs.models import Artifact, ArtifactKind, ProjectCheckpointPrune, Run
+from webapp.webhooks import selectors as webhook_selectors
+from webapp.webhooks import services as webhook_services
+from webapp.webhooks.models import Webhook, WebhookDelivery
 
 
 def _error(status: int, **body: Any) -> JsonResponse:
@@ -271,15 +274,22 @@ def _run_detail_json(request: HttpRequest, run: Run) -> dict[str, Any]:
     return {**_run_json(run), "spec": run.spec, "summary": run.summary, "notes": run.notes,
             "artifacts": [{"kind": artifact.kind, "step": artifact.step, "size_bytes": artifact.size_bytes,
                            "folder_gone": basemodel_selectors.model_dir_gone(artifact.path),
-                           "url": _artifact_url(request, run, artifact)} for artifact in run.artifacts.all()]}
+                           "url": _artifact_url(request, run, artifact),
+                           "card_url": _card_url(request, run, artifact)}
+                          for artifact in run.artifacts.all()]}
 
 
-def _artifact_url(request: HttpRequest, run: Run, artifact: Artifact) -> str:
+def _artifact_url(request: HttpRequest, run: Run, artifact: Artifact, *, name: str = "api:run_artifact") -> str:
+    """The address of ``artifact``'s download (``name``: or of another address of it, its card's)."""
     # A checkpoint is named by its step; the model and the adapter, one a run, need none (run_artifact).
-    path = reverse("api:run_artifact", kwargs={"slug": run.project.slug, "run_id": run.public_id,
-                                               "kind": artifact.kind})
+    path = reverse(name, kwargs={"slug": run.project.slug, "run_id": run.public_id, "kind": artifact.kind})
     return request.build_absolute_uri(path + (f"?step={artifact.step}" if artifact.kind == ArtifactKind.CHECKPOINT
                                               else ""))
+
+
+def _card_url(request: HttpRequest, run: Run, artifact: Artifact) -> str | None:
+    """The address of ``artifact``'s model card; None for an export written before exports had one."""
+    return _artifact_url(request, run, artifact, name="api:run_artifact_card") if artifact.has_model_card else None
 
 
 def _base_model_json(model, *, listing: bool = False) -> dict[str, Any]:
@@ -295,15 +305,20 @@ def _base_model_json(model, *, listing: bool = False) -> dict[str, Any]:
 
 # What a project's listing links to: the lists a script starts from (``api:<name>``), keyed as its answer names them.
 PROJECT_LISTS = {"base_models": "api:base_models", "datasets": "api:datasets", "runs": "api:runs",
-                 "pipelines": "api:pipelines"}
+                 "pipelines": "api:pipelines", "activity": "api:activity"}
+
+
+# Listed for owners only: the other roles get 403 there (a hook's address and secret are secrets).
+OWNER_LISTS = {"webhooks": "api:webhooks"}
 
 
 def _project_json(request: HttpRequest, project: Project) -> dict[str, Any]:
     """A project as the token's user sees it: ``project.role`` (``project_list_for_user``'s) is theirs."""
+    lists = PROJECT_LISTS | (OWNER_LISTS if project.role == Role.OWNER else {})
     return {"slug": project.slug, "name": project.name, "role": project.role,
             "created_at": project.created_at.isoformat(),
             "urls": {key: request.build_absolute_uri(reverse(name, kwargs={"slug": project.slug}))
-                     for key, name in PROJECT_LISTS.items()}}
+                     for key, name in lists.items()}}
 
 
 @api_view(("GET",))
@@ -344,6 +359,51 @@ def _storage_json(storage: ProjectStorage) -> dict[str, Any]:
                          "serving_copy_bytes": row.serving_copy_bytes, "outside_data_directory": row.outside,
                          "folder_gone": row.folder == GONE} for row in storage.base_models],
     }
+
+
+def _prune_state(prune: ProjectCheckpointPrune) -> str:
+    """Where ``prune`` stands, as the Storage page words it (``projects/_storage_prune.html``)."""
+    if run_services.project_prune_is_running(prune):
+        return "queued" if prune.runs_total is None else "running"
+    if prune.finished_at is not None:
+        return "finished"
+    return "never_started" if prune.runs_total is None else "stopped"
+
+
+def _prune_json(prune: ProjectCheckpointPrune | None) -> dict[str, Any]:
+    if prune is None:
+        return {"prune": None}
+    return {"prune": {
+        "state": _prune_state(prune), "requested_at": prune.requested_at.isoformat(),
+        "requested_by": prune.requested_by.get_username() if prune.requested_by else None,
+        "runs_done": prune.runs_done, "runs_total": prune.runs_total, "checkpoints_deleted": prune.checkpoints_deleted,
+        "bytes_freed": prune.bytes_freed, "failures": prune.failures,
+        "finished_at": prune.finished_at.isoformat() if prune.finished_at else None}}
+
+
+@api_view(("GET", "POST"))
+def storage_prune(request: HttpRequest, slug: str) -> JsonResponse:
+    """GET: the project's newest project-wide checkpoint prune, under way or its outcome (every member, as the
+    Storage page shows it). POST (owners): queue one, as the Storage page's *Prune checkpoints of ended runs…*
+    (``run_services.project_checkpoints_prune_request``): every ended run keeps its newest and its best checkpoint;
+    202 with its state; 409 while another is queued or running."""
+    if request.method == "GET":
+        project, _membership = get_project_for_user(request.user, slug)
+        return JsonResponse(_prune_json(run_services.project_prune_latest(project=project)))
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
+    _body(request, schemas.StoragePruneRequest)  # no field: one sent is refused, not ignored
+
+    def prune() -> str:
+        try:
+            return str(run_services.project_checkpoints_prune_request(project=project, user=request.user).pk)
+        except ValidationError as error:  # the page's words, and where an API caller follows the prune
+            raise ValidationError(f"{' '.join(error.messages)} GET {request.path} follows it.") from None
+
+    sent = _sent_once_or_refused(request, create=prune, missing=lambda _refusal: "")
+    if isinstance(sent, JsonResponse):
+        return sent
+    return _created(_prune_json(ProjectCheckpointPrune.objects.select_related("requested_by").get(
+        pk=int(sent.result))), sent, status=202)
 
 
 @api_view(("GET", "POST"))
@@ -843,6 +903,15 @@ def run_artifact(request: HttpRequest, slug: str, run_id: str, kind: str) -> Htt
         request, lambda account: get_run_for_user(account, slug, run_id)))
 
 
+@api_view(("GET",), query=("step",))
+def run_artifact_card(request: HttpRequest, slug: str, run_id: str, kind: str) -> HttpResponse:
+    """The model card (``README.md``) the engine wrote into an artifact (``model``, ``adapter``, or ``checkpoint`` with
+    ``?step=N``), as Markdown: what the run page's *Model card* shows; 404 saying why for one without (as that page)."""
+    _project, _membership, run = get_run_for_user(request.user, slug, run_id)
+    artifact = artifacts.artifact_to_download(run=run, kind=kind, step=request.GET.get("step"))
+    return HttpResponse(artifacts.model_card_text(artifact), content_type="text/markdown; charset=utf-8")
+
+
 @api_view(("DELETE",))
 def run_checkpoint(request: HttpRequest, slug: str, run_id: str, step: int) -> HttpResponse:
     """DELETE: the training checkpoint ``step`` (``checkpoints/<step>``) of a run that has ended, to free its disk,
@@ -881,6 +950,7 @@ def _checkpoint_json(request: HttpRequest, run: Run, checkpoint: dict[str, Any])
             "saved_at": checkpoint["saved_at"].isoformat() if checkpoint["saved_at"] else None,
             "size_bytes": checkpoint["size_bytes"], "model": _checkpoint_model(run, checkpoint),
             "download_url": _artifact_url(request, run, artifact) if artifact is not None else None,
+            "card_url": _card_url(request, run, artifact) if artifact is not None else None,
             "export": _checkpoint_export_json(export, exported=artifact is not None),
             "final": checkpoint["final"],
             "score": {key: score[key] for key in ("metric", "value", "at", "best")} if score else None,
@@ -1108,6 +1178,97 @@ def pipeline_cancel(request: HttpRequest, slug: str, pipeline_id: str) -> JsonRe
     pipeline = run_selectors.pipeline_get(project=project, public_id=pipeline_id)
     pipeline_services.pipeline_cancel(pipeline=pipeline, user=request.user)
     return JsonResponse(_pipeline_json(run_selectors.pipeline_get(project=project, public_id=pipeline_id)))
+
+
+def _owned_webhook(request: HttpRequest, slug: str, webhook_id: str) -> Webhook:
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
+    return webhook_selectors.webhook_get(project=project, public_id=webhook_id)
+
+
+def _webhook_json(request: HttpRequest, webhook: Webhook) -> dict[str, Any]:
+    deliveries = reverse("api:webhook_deliveries", kwargs={"slug": webhook.project.slug,
+                                                           "webhook_id": webhook.public_id})
+    return {"id": webhook.public_id, "url": webhook.url, "events": webhook.events, "format": webhook.format,
+            "active": webhook.active, "secret": webhook.secret, "created_at": webhook.created_at.isoformat(),
+            "deliveries_url": request.build_absolute_uri(deliveries)}
+
+
+def _delivery_json(delivery: WebhookDelivery) -> dict[str, Any]:
+    return {"id": delivery.public_id, "event": delivery.event, "status": delivery.status,
+            "attempts": delivery.attempts, "last_status_code": delivery.last_status_code,
+            "last_error": delivery.last_error, "last_response": delivery.last_response,
+            "next_attempt_at": delivery.next_attempt_at.isoformat() if delivery.next_attempt_at else None,
+            "created_at": delivery.created_at.isoformat(), "payload": delivery.payload}
+
+
+@api_view(("GET", "POST"))
+def webhooks(request: HttpRequest, slug: str) -> JsonResponse:
+    """The project's webhooks, as its Webhooks page (owners only: members and viewers get 403, a hook's address and
+    its secret being secrets). GET: every hook, with its secret. POST ``{"url", "events", "format"?, "active"?}``: add
+    one (``webhooks.services.webhook_create``, the page's checks); 201 with the hook and its secret."""
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
+    if request.method == "GET":
+        return JsonResponse({"webhooks": [_webhook_json(request, webhook)
+                                          for webhook in webhook_selectors.webhook_list(project=project)]})
+    body = _body(request, schemas.WebhookCreate)
+    sent = request_send_once(request, create=lambda: webhook_services.webhook_create(
+        project=project, user=request.user, site_url=webhook_services.served_at(request), **body.model_dump()).public_id)
+    return _created(_webhook_json(request, webhook_selectors.webhook_get(project=project, public_id=sent.result)),
+                    sent)
+
+
+@api_view(("GET", "PATCH", "DELETE"))
+def webhook_detail(request: HttpRequest, slug: str, webhook_id: str) -> HttpResponse:
+    """GET: a hook. PATCH ``{"url", "events", "format", "active"}`` (any of them): what the page's Edit changes, by
+    the same service and checks; all or nothing. DELETE: the hook and its deliveries (owners only, all three)."""
+    webhook = _owned_webhook(request, slug, webhook_id)
+    if request.method == "PATCH":
+        body = _body(request, schemas.WebhookUpdate)
+        fields = {"url": webhook.url, "events": webhook.events, "format": webhook.format, "active": webhook.active}
+        webhook_services.webhook_update(webhook=webhook, user=request.user,
+                                        site_url=webhook_services.served_at(request),
+                                        **fields | body.model_dump(include=body.model_fields_set))
+    elif request.method == "DELETE":
+        webhook_services.webhook_delete(webhook=webhook, user=request.user)
+        return HttpResponse(status=204)
+    return JsonResponse(_webhook_json(request, webhook))
+
+
+@api_view(("POST",))
+def webhook_secret(request: HttpRequest, slug: str, webhook_id: str) -> JsonResponse:
+    """The page's *New secret…*: messages from now on are signed with a new secret, which this answer holds."""
+    webhook = _owned_webhook(request, slug, webhook_id)
+    _body(request, schemas.WebhookSecret)
+    return JsonResponse(_webhook_json(request, webhook_services.webhook_secret_regenerate(webhook=webhook, user=request.user)))
+
+
+@api_view(("POST",))
+def webhook_test(request: HttpRequest, slug: str, webhook_id: str) -> JsonResponse:
+    """The page's *Send test*: a ``ping`` sent now (``webhooks.services.webhook_ping``); 201 with the delivery as it
+    was sent (delivered, or pending a retry, or failed, with the answer's status and error)."""
+    webhook = _owned_webhook(request, slug, webhook_id)
+    _body(request, schemas.WebhookTest)
+    return JsonResponse(_delivery_json(webhook_services.webhook_ping(webhook=webhook)), status=201)
+
+
+@api_view(("GET",), query=paging.QUERY)
+def webhook_deliveries(request: HttpRequest, slug: str, webhook_id: str) -> JsonResponse:
+    """A hook's deliveries, newest first, a page at a time (``limit``, and the ``next`` link)."""
+    webhook = _owned_webhook(request, slug, webhook_id)
+    asked = paging.page_query(request, sort="deliveries")
+    page = webhook_selectors.delivery_page(webhook=webhook, after=asked.after, limit=asked.limit)
+    return JsonResponse({"deliveries": [_delivery_json(delivery) for delivery in page.rows],
+                         "next": paging.next_link(request, sort="deliveries", after=page.next_after)})
+
+
+@api_view(("POST",))
+def webhook_redeliver(request: HttpRequest, slug: str, webhook_id: str, delivery_id: str) -> JsonResponse:
+    """The page's *Redeliver*: the delivery's recorded payload sent now as a new delivery (the hook's current address,
+    format and secret); 201 with that delivery as it was sent."""
+    webhook = _owned_webhook(request, slug, webhook_id)
+    delivery = webhook_selectors.delivery_get(webhook=webhook, public_id=delivery_id)
+    _body(request, schemas.DeliveryRedeliver)
+    return JsonResponse(_delivery_json(webhook_services.delivery_redeliver(delivery=delivery)), status=201)
 
 
 @csrf_exempt  # read-only; other methods get a JSON 405, not the CSRF check's HTML page

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.db.models import Q
 from django.http import Http404
 
+from webapp.core.keyset import KeysetPage, keyset_page
 from webapp.projects.models import Project
 from webapp.webhooks.models import Webhook, WebhookDelivery
 
@@ -36,4 +38,18 @@ def delivery_get(*, webhook: Webhook, public_id: str) -> WebhookDelivery:
 def webhook_rows(*, project: Project) -> list[WebhookRow]:
     """Each hook of ``project`` with its newest ``DELIVERIES_SHOWN`` deliveries, newest first."""
     return [WebhookRow(webhook=webhook, deliveries=list(webhook.deliveries.all()[:DELIVERIES_SHOWN]))
-            for webhook in Webhook.objects.filter(project=project)]
+            for webhook in webhook_list(project=project)]
+
+
+def webhook_list(*, project: Project):
+    """``project``'s hooks, oldest first (as the page lists them)."""
+    return Webhook.objects.filter(project=project)
+
+
+def delivery_page(*, webhook: Webhook, after: tuple[str, int] | None, limit: int) -> KeysetPage[WebhookDelivery]:
+    """The ``limit`` deliveries of ``webhook``, newest first, after the one whose (time as ISO text, id) is ``after``."""
+    deliveries = webhook.deliveries.all()
+    if after is not None:
+        created_at, last_id = after
+        deliveries = deliveries.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))
+    return keyset_page(deliveries, limit=limit, key=lambda delivery: (delivery.created_at.isoformat(), delivery.pk))

@@ -17,6 +17,9 @@ most, redirects not followed, only to an address ``network`` allows (one it refu
 2xx answer delivers it, anything else is tried again after ``RETRY_DELAYS`` (the task sent again with that countdown)
 and, those spent, fails with the last status and error kept. Send test and Redeliver send at once from the page, so
 that the owner sees the answer; their retries go to the worker as well.
+
+Each hook keeps its newest ``DELIVERIES_KEPT`` deliveries: recording one deletes that hook's older ones
+(``deliveries_trim``), so that the table stays bounded without a sweeper.
 """
 from __future__ import annotations
 
@@ -34,7 +37,8 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import F, Q
+from django.http import HttpRequest
+from django.db.models import F, Q, Subquery
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
@@ -61,6 +65,8 @@ RUN_EVENTS = {"succeeded": "run.succeeded", "failed": "run.failed", "cancelled":
 EXPORT_EVENTS = {"exported": "export.ready", "ready": "export.ready", "failed": "export.failed"}
 # The fields of a hook whose change the activity log records; never its secret, whose value is the point.
 LOGGED_FIELDS = ("url", "events", "format", "active")
+# Deliveries kept per hook: a busy hook records one per event for as long as it exists, and nothing else deletes them.
+DELIVERIES_KEPT = 200
 
 
 # Owners' writes -------------------------------------------------------------------------------------
@@ -183,6 +189,8 @@ def event_record(*, project_id: int, event: str, describe: Callable[[], dict[str
                                         occurred_at=timezone.now())
             deliveries = [WebhookDelivery.objects.create(webhook=hook, event=event, payload=recorded)
                           for hook in hooks]
+            for hook in hooks:
+                deliveries_trim(webhook_id=hook.pk)
     except Exception:
         logger.exception("project %s: the %s webhooks were not recorded", project_id, event)
         return []
@@ -246,7 +254,19 @@ def delivery_redeliver(*, delivery: WebhookDelivery, now: datetime | None = None
     """A new delivery of ``delivery``'s recorded payload to its hook, sent at once (the hook's current address,
     format and secret)."""
     copy = WebhookDelivery.objects.create(webhook=delivery.webhook, event=delivery.event, payload=delivery.payload)
+    deliveries_trim(webhook_id=delivery.webhook_id)
     return delivery_attempt(delivery_id=copy.pk, now=now)
+
+
+def deliveries_trim(*, webhook_id: int, keep: int = DELIVERIES_KEPT) -> int:
+    """Delete hook ``webhook_id``'s deliveries older than its newest ``keep`` (newest by id: ids grow as they are
+    recorded); how many went. One DELETE bounded by the id of the first delivery past ``keep``, found in a
+    subquery: no row is read into Python however many there are (nothing refers to a delivery, so Django deletes
+    without collecting them first)."""
+    first_past_kept = WebhookDelivery.objects.filter(webhook_id=webhook_id).order_by("-pk").values("pk")[keep:keep + 1]
+    deleted, _by_model = WebhookDelivery.objects.filter(webhook_id=webhook_id,
+                                                        pk__lte=Subquery(first_past_kept)).delete()
+    return deleted
 
 
 # Sending ---------------------------------------------------------------------------------------------
@@ -298,6 +318,12 @@ def http_post(url: str, *, body: bytes, headers: dict[str, str], timeout: float 
         return Answer(None, f"no answer within {timeout:g} s", "")
     except (OSError, http.client.HTTPException, ValueError) as error:
         return Answer(None, f"{type(error).__name__}: {error}", "")
+
+
+def served_at(request: HttpRequest) -> str:
+    """The address this request (a page's, or the REST API's) came to: the links of the hook's messages start with it
+    (``base_url``)."""
+    return request.build_absolute_uri("/").rstrip("/")
 
 
 def base_url(webhook: Webhook) -> str:

@@ -25,11 +25,6 @@ def _owned(request: HttpRequest, slug: str):
     return get_project_for_user(request.user, slug, min_role=Role.OWNER)
 
 
-def _site_url(request: HttpRequest) -> str:
-    """The address this page was served at: the links of the hook's messages start with it (``services.base_url``)."""
-    return request.build_absolute_uri("/").rstrip("/")
-
-
 def _list_page(request, slug: str, webhook_id: str = "") -> str:
     return reverse("webhooks:list", args=[slug]) + (f"#{webhook_id}" if webhook_id else "")
 
@@ -42,7 +37,8 @@ def webhook_list(request: HttpRequest, slug: str) -> HttpResponse:
     form = WebhookForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         def create() -> str:
-            webhook = services.webhook_create(project=project, user=request.user, site_url=_site_url(request),
+            webhook = services.webhook_create(project=project, user=request.user,
+                                              site_url=services.served_at(request),
                                               **form.cleaned_data)
             messages.success(request, f"Webhook {webhook.public_id} added: use Send test to check it.")
             return _list_page(request, slug, webhook.public_id)
@@ -65,7 +61,7 @@ def webhook_edit(request: HttpRequest, slug: str, webhook_id: str) -> HttpRespon
     form = WebhookForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
-            services.webhook_update(webhook=webhook, user=request.user, site_url=_site_url(request),
+            services.webhook_update(webhook=webhook, user=request.user, site_url=services.served_at(request),
                                     **form.cleaned_data)
         except ValidationError as error:
             add_service_errors(form, error)

@@ -6,61 +6,16 @@ from __future__ import annotations
 import io
 import json
 import tarfile
-import urllib.error
-import urllib.request
 import uuid
 
 import pytest
 
+from tests.webapp.api.client import Api
 from tests.webapp.factories import make_base_model, make_ready_version, make_team
 from webapp.api.models import ApiToken
 from webapp.api.services import token_create
 from webapp.datasets.models import Dataset
 from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Run, RunStatus
-
-
-class Api:
-    def __init__(self, base: str, token: str | None):
-        self.base, self.token = base, token
-
-    def call(self, method: str, path: str, body: dict | None = None, *, data: bytes | None = None,
-             content_type: str = "application/json", headers: dict[str, str] | None = None) -> tuple[int, object]:
-        if body is not None:
-            data = json.dumps(body).encode()
-        request = urllib.request.Request(self.base + path, data=data, method=method)
-        if data is not None:
-            request.add_header("Content-Type", content_type)
-        if self.token:
-            request.add_header("Authorization", f"Bearer {self.token}")
-        for name, value in (headers or {}).items():
-            request.add_header(name, value)
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                raw, status, kind = response.read(), response.status, response.headers.get("Content-Type", "")
-        except urllib.error.HTTPError as error:
-            raw, status, kind = error.read(), error.code, error.headers.get("Content-Type", "")
-        return status, json.loads(raw) if kind.startswith("application/json") else raw
-
-    def upload(self, path: str, fields: dict[str, str], filename: str, content: bytes) -> tuple[int, object]:
-        boundary = uuid.uuid4().hex
-        parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
-                 for name, value in fields.items()]
-        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
-                     f"Content-Type: application/octet-stream\r\n\r\n".encode() + content + b"\r\n")
-        parts.append(f"--{boundary}--\r\n".encode())
-        return self.call("POST", path, data=b"".join(parts), content_type=f"multipart/form-data; boundary={boundary}")
-
-
-@pytest.fixture
-def world(live_server, transactional_db, monkeypatch):
-    sent = []
-    monkeypatch.setattr("webapp.celery.app.send_task", lambda name, args=None, queue=None, **kw: sent.append(args))
-    team = make_team()
-    tokens = {role: token_create(user=getattr(team, role), name="test")[1]
-              for role in ("owner", "teammate", "viewer", "outsider")}
-    apis = {role: Api(live_server.url, token) for role, token in tokens.items()}
-    apis["anonymous"] = Api(live_server.url, None)
-    return team, apis, sent
 
 
 def test_it_requires_a_token(world):
@@ -90,7 +45,8 @@ def test_it_lists_the_projects_a_token_reaches(world):
         "base_models": f"{apis['viewer'].base}/api/v1/projects/alpha/base-models/",
         "datasets": f"{apis['viewer'].base}/api/v1/projects/alpha/datasets/",
         "runs": f"{apis['viewer'].base}/api/v1/projects/alpha/runs/",
-        "pipelines": f"{apis['viewer'].base}/api/v1/projects/alpha/pipelines/"}
+        "pipelines": f"{apis['viewer'].base}/api/v1/projects/alpha/pipelines/",
+        "activity": f"{apis['viewer'].base}/api/v1/projects/alpha/activity/"}  # no webhooks: the owners' (403)
     # Scoped to the caller: the outsider sees its own project, not alpha; by name, each with its own role.
     assert [project["slug"] for project in apis["outsider"].call("GET", "/api/v1/projects/")[1]["projects"]] == [
         "alpha-elsewhere"]
@@ -98,8 +54,11 @@ def test_it_lists_the_projects_a_token_reaches(world):
     listed = apis["teammate"].call("GET", "/api/v1/projects/")[1]["projects"]
     assert [(project["name"], project["role"]) for project in listed] == [("Elsewhere", "owner"),
                                                                           ("Project alpha", "member")]
-    # Each listed slug is one the project's endpoints answer.
+    # Each listed slug is one the project's endpoints answer; an owner's listing links its webhooks too.
     assert apis["teammate"].call("GET", listed[0]["urls"]["runs"].removeprefix(apis["teammate"].base))[0] == 200
+    assert "webhooks" not in listed[1]["urls"]
+    for address in listed[0]["urls"].values():
+        assert apis["teammate"].call("GET", address.removeprefix(apis["teammate"].base))[0] == 200, address
     assert apis["anonymous"].call("GET", "/api/v1/projects/")[0] == 401
     assert apis["viewer"].call("GET", "/api/v1/projects/?role=owner") == (400, {"errors": {"role": [
         "unknown query parameter; this address takes no query parameters"]}})

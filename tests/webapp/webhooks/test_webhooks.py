@@ -414,3 +414,26 @@ def test_a_name_resolving_to_a_non_public_address_is_refused_when_sent_and_not_r
     assert delivery.last_error.startswith("not sent: localhost is at ")
     assert "(loopback)" in delivery.last_error and "TEMPER_WEBHOOK_ALLOWED_NETWORKS" in delivery.last_error
     assert receiver.requests == []
+
+
+def test_a_hook_keeps_its_newest_deliveries_and_the_older_go_in_one_delete(team, receiver, sent):
+    """Deliveries were never deleted: a hook on a busy project grew its table by one row per event for good. Recording
+    one now deletes the hook's deliveries past the newest DELIVERIES_KEPT, in one DELETE, and no other hook's."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    busy, other = hook(team.project, receiver, "/busy", ["run.failed"]), hook(team.project, receiver, "/o", ["run.failed"])
+    for webhook in (busy, other):
+        WebhookDelivery.objects.bulk_create(WebhookDelivery(webhook=webhook, event="run.failed", payload={"n": number})
+                                            for number in range(services.DELIVERIES_KEPT))
+    with CaptureQueriesContext(connection) as queries:
+        ping = services.webhook_ping(webhook=busy)
+    deletes = [query["sql"] for query in queries if query["sql"].lstrip().upper().startswith("DELETE")]
+    assert len(deletes) == 1, deletes
+    kept = list(busy.deliveries.order_by("pk").values_list("payload", flat=True))
+    assert len(kept) == services.DELIVERIES_KEPT and kept[0] == {"n": 1}  # the oldest went
+    assert busy.deliveries.filter(pk=ping.pk).exists() and other.deliveries.count() == services.DELIVERIES_KEPT
+    # Redeliver records a delivery too: the next oldest goes.
+    services.delivery_redeliver(delivery=ping)
+    assert busy.deliveries.count() == services.DELIVERIES_KEPT
+    assert busy.deliveries.order_by("pk").values_list("payload", flat=True).first() == {"n": 2}
