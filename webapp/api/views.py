@@ -1225,9 +1225,9 @@ def webhook_detail(request: HttpRequest, slug: str, webhook_id: str) -> HttpResp
     if request.method == "PATCH":
         body = _body(request, schemas.WebhookUpdate)
         fields = {"url": webhook.url, "events": webhook.events, "format": webhook.format, "active": webhook.active}
-        webhook_services.webhook_update(webhook=webhook, user=request.user,
-                                        site_url=webhook_services.served_at(request),
-                                        **fields | body.model_dump(include=body.model_fields_set))
+        webhook = webhook_services.webhook_update(webhook=webhook, user=request.user,
+                                                  site_url=webhook_services.served_at(request),
+                                                  **fields | body.model_dump(include=body.model_fields_set))
     elif request.method == "DELETE":
         webhook_services.webhook_delete(webhook=webhook, user=request.user)
         return HttpResponse(status=204)
