@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Q
+from django.db.models import Prefetch, Q
 from django.http import Http404
 
 from webapp.core.keyset import KeysetPage, keyset_page
@@ -36,9 +36,11 @@ def delivery_get(*, webhook: Webhook, public_id: str) -> WebhookDelivery:
 
 
 def webhook_rows(*, project: Project) -> list[WebhookRow]:
-    """Each hook of ``project`` with its newest ``DELIVERIES_SHOWN`` deliveries, newest first."""
-    return [WebhookRow(webhook=webhook, deliveries=list(webhook.deliveries.all()[:DELIVERIES_SHOWN]))
-            for webhook in webhook_list(project=project)]
+    """Each hook of ``project`` with its newest ``DELIVERIES_SHOWN`` deliveries, newest first: three queries however
+    many hooks (a sliced prefetch is one windowed query for all of them)."""
+    newest = Prefetch("deliveries", queryset=WebhookDelivery.objects.all()[:DELIVERIES_SHOWN], to_attr="newest")
+    webhooks = webhook_list(project=project).select_related("created_by").prefetch_related(newest)
+    return [WebhookRow(webhook=webhook, deliveries=webhook.newest) for webhook in webhooks]
 
 
 def webhook_list(*, project: Project):

@@ -157,3 +157,37 @@ def test_details_are_said_in_words():
     assert details_text({"step": 10, "bytes_freed": 2048, "steps": [20, 30]}) == (
         "step: 10; bytes freed: 2.0 KB; steps: 20, 30")
     assert details_text({}) == ""
+
+
+def test_the_page_reads_as_much_for_200_entries_of_every_kind_as_for_a_few(team, client_for, catalog, sent_tasks,
+                                                                           django_assert_num_queries):
+    """QA (page speed): 200 entries of mixed kinds, their targets there or gone, cost the same queries as a page of
+    one entry of each kind: one per kind, never one per row."""
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from webapp.activity.models import TargetKind
+
+    run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name="kept")
+    targets = [run, catalog.sft, catalog.sft.dataset, catalog.base_model, (TargetKind.SWEEP, "lr-sweep", "lr-sweep"), (TargetKind.MEMBER, "alpha-viewer", "alpha-viewer"),
+               (TargetKind.CHAT_TOKEN, "tp_abc…", "bot"), (TargetKind.RUN, "run_gone", "gone"),
+               (TargetKind.DATASET_VERSION, "dv_gone", "data v1"), (TargetKind.PIPELINE, "pl_gone", "p"),
+               (TargetKind.BASE_MODEL, "bm_gone", "m"), (TargetKind.CAMPAIGN, "cp_gone", "c"), None]
+
+    def entries(count: int) -> None:
+        with transaction.atomic():
+            for index in range(count):
+                activity_record(project=team.project, actor=(team.owner, team.teammate, None)[index % 3],
+                                verb=Verb.RUN_CANCELLED, target=targets[index % len(targets)],
+                                details={"step": index})
+
+    viewer = client_for(team.viewer)
+    Activity.objects.all().delete()
+    entries(len(targets))
+    viewer.get(PAGE)
+    with CaptureQueriesContext(connection) as for_few:
+        viewer.get(PAGE + "?limit=200")
+    entries(200 - len(targets))
+    with django_assert_num_queries(len(for_few)):
+        page = viewer.get(PAGE + "?limit=200").content.decode()
+    assert len(rows(page)) == 200
