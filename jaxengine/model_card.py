@@ -366,6 +366,22 @@ def _usage_lines(facts: dict[str, Any]) -> list[str]:
     return ([note, ""] if note else []) + code
 
 
+def _named(record: Any) -> str | None:
+    """A ``{"name": ..., "id": ...}`` of the web app's provenance (a base model, a run) as ``name (`id`)``."""
+    if not isinstance(record, dict) or not (record.get("name") or record.get("id")):
+        return None
+    return inline_text(record.get("name") or "") + (f" ({code_span(record['id'])})" if record.get("id") else "")
+
+
+def _base_model_line(facts: dict[str, Any]) -> str | None:
+    """The base model as Temper registered it and by its hub id, whichever are known: a local folder's config.json
+    names no hub id, and without the registered name the card would not say what was post-trained."""
+    registered = _named((facts.get("provenance") or {}).get("base_model"))
+    hub = f"{code_span(facts['base_model'])} on the Hugging Face hub" if facts.get("base_model") else None
+    shown = ", ".join(part for part in (registered, hub) if part)
+    return f"- base model: {shown}" if shown else None
+
+
 def _provenance_lines(facts: dict[str, Any]) -> list[str]:
     provenance = facts.get("provenance") or {}
     lines = []
@@ -374,6 +390,10 @@ def _provenance_lines(facts: dict[str, Any]) -> list[str]:
     if provenance.get("run_name") or provenance.get("run_id"):
         lines.append(f"- run: {inline_text(provenance.get('run_name') or '')}"
                      + (f" ({code_span(provenance['run_id'])})" if provenance.get("run_id") else ""))
+    if base_model := _base_model_line(facts):
+        lines.append(base_model)
+    if source_run := _named(provenance.get("source_run")):
+        lines.append(f"- started from the run: {source_run}")
     if provenance.get("author"):
         lines.append(f"- launched by: {inline_text(provenance['author'])}")
     version = provenance.get("temper_version") or facts.get("engine_version")
@@ -387,7 +407,9 @@ def _summary_line(facts: dict[str, Any]) -> str:
     spec = facts["spec"]
     what = {"merged": "A model", "adapter": "A LoRA adapter"}[facts["kind"]]
     method = {"none": "full fine-tuning", "lora": "LoRA", "qlora": "QLoRA"}.get(_method(spec), _method(spec))
-    base = f" from {code_span(facts['base_model'])}" if facts.get("base_model") else ""
+    registered = _named((facts.get("provenance") or {}).get("base_model"))
+    base = (f" from {code_span(facts['base_model'])}" if facts.get("base_model")
+            else f" from the base model {registered}" if registered else "")
     run = (facts.get("provenance") or {}).get("run_name")
     named = f" by the run {inline_text(run)}" if run else ""
     return (f"{what} post-trained{base} with Temper{named}: {inline_text(spec['task'])} by {method}, "

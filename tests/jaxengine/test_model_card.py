@@ -188,3 +188,18 @@ def test_a_serving_copys_figures_are_renamed_into_the_card_leaving_nothing_besid
     (tmp_path / "README.md").write_text("# not ours\n")
     note_serving_copy(tmp_path, {"scheme": "int8"})
     assert (tmp_path / "README.md").read_text() == "# not ours\n"
+
+
+def test_a_base_model_with_no_hub_id_is_named_as_the_web_app_registered_it():
+    """QA (a team handed the folder): a base model registered from a local folder (its config.json names no hub id, as
+    most do) left the card without a word of what was post-trained; the web app's name and id of it, and of the run
+    a run started from, are in the summary and the provenance now."""
+    provenance = facts()["provenance"] | {"base_model": {"name": "qwen <local>", "id": "bm_1"},
+                                          "source_run": {"name": "sft | first", "id": "run_0"}}
+    body = split_card(build_model_card(facts(base_model=None, provenance=provenance)))[1]
+    assert "post-trained from the base model qwen &lt;local&gt; (`bm_1`) with Temper" in body
+    lines = sections(body)["Provenance"]
+    assert "- base model: qwen &lt;local&gt; (`bm_1`)" in lines and "- started from the run: sft \\| first (`run_0`)" in lines
+    hub = split_card(build_model_card(facts(provenance=provenance)))[1]
+    assert "post-trained from `Qwen/Qwen3-0.6B` with Temper" in hub
+    assert "- base model: qwen &lt;local&gt; (`bm_1`), `Qwen/Qwen3-0.6B` on the Hugging Face hub" in hub

@@ -1793,7 +1793,8 @@ def run_memory_check(*, run: Run) -> MemoryCheck | None:
 
 def run_provenance(*, run: Run) -> dict[str, Any]:
     """What the engine cannot know of ``run`` for its exports' model cards (``jaxengine.model_card``): project, run name
-    and id, author, Temper version, and its dataset versions with their use, name, number and rows (a version deleted
+    and id, author, Temper version, its base model's and the run it started from's name and id (where they still
+    exist; the base model is the root of a chain of runs), and its dataset versions with their use, name, number and rows (a version deleted
     since by the name its launch recorded, its rows unknown)."""
     from jaxengine import __version__ as temper_version
 
@@ -1804,6 +1805,11 @@ def run_provenance(*, run: Run) -> dict[str, Any]:
             recorded = _recorded_name(run, use, ref) or {}
             datasets.append({"use": use, "name": recorded.get("name", ref), "version": recorded.get("number"),
                              "id": ref, "rows": None})
-    return {"project": run.project.name, "run_name": run.name, "run_id": run.public_id,
-            "author": run.created_by.get_username() if run.created_by else "", "temper_version": temper_version,
-            "datasets": datasets}
+    provenance = {"project": run.project.name, "run_name": run.name, "run_id": run.public_id,
+                  "author": run.created_by.get_username() if run.created_by else "", "temper_version": temper_version,
+                  "datasets": datasets}
+    if run.base_model is not None:
+        provenance["base_model"] = {"name": run.base_model.name, "id": run.base_model.public_id}
+    if run.source_run is not None:
+        provenance["source_run"] = {"name": run.source_run.name, "id": run.source_run.public_id}
+    return provenance

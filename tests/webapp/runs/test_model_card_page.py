@@ -66,7 +66,7 @@ def test_an_export_without_a_card_is_not_linked_and_its_page_says_why(team, cata
     assert "Model card" not in detail
 
 
-def test_the_provenance_names_the_project_the_run_its_author_and_its_data(team, catalog):
+def test_the_provenance_names_the_project_the_run_its_author_its_base_model_and_its_data(team, catalog):
     spec = {"task": "sft", "model": catalog.base_model.public_id,
             "data": {"train": catalog.sft.public_id, "eval": catalog.sft.public_id},
             "train": {"max_steps": 2, "batch_size": 2}}
@@ -75,6 +75,7 @@ def test_the_provenance_names_the_project_the_run_its_author_and_its_data(team, 
     assert provenance | {"temper_version": None} == {
         "project": team.project.name, "run_name": "with data", "run_id": run.public_id,
         "author": team.teammate.get_username(), "temper_version": None,
+        "base_model": {"name": catalog.base_model.name, "id": catalog.base_model.public_id},
         "datasets": [{"use": use, "name": "chats", "version": catalog.sft.number, "id": catalog.sft.public_id,
                       "rows": catalog.sft.row_count} for use in ("train", "eval")]}
     assert provenance["temper_version"]
@@ -82,3 +83,13 @@ def test_the_provenance_names_the_project_the_run_its_author_and_its_data(team, 
     datasets = selectors.run_provenance(run=Run.objects.get(pk=run.pk))["datasets"]
     assert datasets == [{"use": use, "name": "chats", "version": catalog.sft.number, "id": catalog.sft.public_id,
                          "rows": None} for use in ("train", "eval")]
+
+
+def test_the_provenance_of_a_run_started_from_a_run_names_that_run_and_the_base_model_at_the_root(team, catalog):
+    first = exported_run(team, catalog)
+    spec = {"task": "sft", "model": first.public_id, "data": {"train": catalog.sft.public_id},
+            "train": {"max_steps": 2, "batch_size": 2}}
+    second = services.run_create(project=team.project, spec=spec, user=team.teammate, name="further")
+    provenance = selectors.run_provenance(run=second)
+    assert provenance["source_run"] == {"name": "carded", "id": first.public_id}
+    assert provenance["base_model"] == {"name": catalog.base_model.name, "id": catalog.base_model.public_id}
