@@ -1,5 +1,5 @@
-"""Reading the activity log: a project's entries newest first, filtered by person and by kind of object, a page
-at a time (``webapp.core.keyset``), and where each entry's target is now (its page, or gone)."""
+"""Reading the activity log: a project's entries newest first, filtered by person, by what was done and by kind of
+object, a page at a time (``webapp.core.keyset``), and where each entry's target is now (its page, or gone)."""
 from __future__ import annotations
 
 import urllib.parse
@@ -13,7 +13,7 @@ from django.db.models import Model, Q, QuerySet
 from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
 
-from webapp.activity.models import Activity, TargetKind
+from webapp.activity.models import Activity, TargetKind, Verb
 from webapp.basemodels.models import BaseModel
 from webapp.chat.models import ProjectToken
 from webapp.core.keyset import KeysetPage, keyset_page
@@ -23,14 +23,24 @@ from webapp.review.models import Campaign
 from webapp.runs.models import Pipeline, Run, RunTag
 from webapp.webhooks.models import Webhook
 
-FILTER_QUERY = ("actor", "kind")
+FILTER_QUERY = ("actor", "action", "kind")
+# What was done, in the words the log reads with ("deleted"), each once: one word names the verbs of every kind of
+# object ("deleted" a run, a dataset, ...), which the kind filter tells apart.
+ACTIONS = tuple(dict.fromkeys(Verb.labels))
+
+
+def verbs_of(action: str) -> list[str]:
+    """The verbs an ``ACTIONS`` word stands for: ``deleted`` -> ``run.deleted``, ``dataset.deleted``, ..."""
+    return [verb for verb, label in Verb.choices if label == action]
 
 
 @dataclass(frozen=True, kw_only=True)
 class ActivityFilters:
-    """Entries of one person (``actor``: a username, as the entry snapshot it) and of one kind of object."""
+    """Entries of one person (``actor``: a username, as the entry snapshot it), of one thing done (``action``, a word
+    of ``ACTIONS``) and of one kind of object."""
 
     actor: str = ""
+    action: str = ""
     kind: str = ""
 
     @classmethod
@@ -41,7 +51,11 @@ class ActivityFilters:
         if kind and kind not in TargetKind.values:
             raise ValidationError({"kind": f"{kind!r} is not a kind of object the activity log names; use one of "
                                            f"{', '.join(TargetKind.values)}, or leave it out for all"})
-        return cls(actor=query.get("actor", "").strip(), kind=kind)
+        action = query.get("action", "").strip()
+        if action and action not in ACTIONS:
+            raise ValidationError({"action": f"{action!r} is not something the activity log records; use one of "
+                                             f"{', '.join(ACTIONS)}, or leave it out for all"})
+        return cls(actor=query.get("actor", "").strip(), action=action, kind=kind)
 
 
 def actor_display(entry: Activity) -> str:
@@ -56,6 +70,8 @@ def activity_list(*, project: Project, filters: ActivityFilters) -> QuerySet[Act
     entries = Activity.objects.filter(project=project)
     if filters.actor:
         entries = entries.filter(actor_name=filters.actor)
+    if filters.action:
+        entries = entries.filter(verb__in=verbs_of(filters.action))
     if filters.kind:
         entries = entries.filter(target_kind=filters.kind)
     return entries.order_by("-created_at", "-id")

@@ -1,4 +1,5 @@
-"""The project's Activity page: its log, newest first, a page at a time, by person and kind of object."""
+"""The project's Activity page: its log, newest first, a page at a time, by person, what was done and kind of
+object."""
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
@@ -24,6 +25,7 @@ def activity_list(request: HttpRequest, slug: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug)
     context = {"project": project, "membership": membership, "kinds": TargetKind.choices,
                "actors": selectors.activity_actors(project=project), "actor": request.GET.get("actor", ""),
+               "actions": selectors.ACTIONS, "action": request.GET.get("action", ""),
                "kind": request.GET.get("kind", ""), "rows": [], "next_url": None,
                "show_newest": bool(request.GET.get("cursor"))}
     try:

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from jaxengine.spec import JobSpec
+from webapp.activity import selectors as activity_selectors
 from webapp.activity.models import TargetKind
 from webapp.api import paging, schemas
 from webapp.runs.pipelines import PipelineDocument
@@ -456,6 +457,9 @@ def build_document() -> dict[str, Any]:
                               "what (people's actions only; every member, viewers too)", [SLUG],
                               query=[*_page_query("entries"),
                                      _query("actor", "only this username's entries"),
+                                     _enum("action", "only entries of this thing done, in the log's words (with "
+                                                     "`kind=run`, `deleted` lists the runs deleted)",
+                                           activity_selectors.ACTIONS),
                                      _enum("kind", "only entries about this kind of object", TargetKind.values)],
                               response="`{\"activity\": [...], \"next\": url}`: follow `next` (null on the "
                                        "last page) for older entries", answer=schemas.ActivityList),

@@ -1111,7 +1111,8 @@ def _activity_json(request: HttpRequest, row: activity_selectors.ActivityRow) ->
 @api_view(("GET",), query=(*paging.QUERY, *activity_selectors.FILTER_QUERY))
 def activity(request: HttpRequest, slug: str) -> JsonResponse:
     """The project's activity log, newest first, a page at a time (``limit``, and the ``next`` link); ``actor``
-    (a username) and ``kind`` (of object) filter it. Every member reads it, viewers too."""
+    (a username), ``action`` (what was done, the page's word) and ``kind`` (of object) filter it. Every member reads
+    it, viewers too."""
     project, membership = get_project_for_user(request.user, slug)
     filters = activity_selectors.ActivityFilters.from_query(request.GET)
     asked = paging.page_query(request, sort="activity")

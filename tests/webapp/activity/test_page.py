@@ -4,6 +4,7 @@ while it exists, said deleted after; a deleted account and manage.py named as su
 import html
 import re
 
+from django.db import transaction
 from django.utils.html import escape
 
 from tests.webapp.runs.conftest import sft_spec
@@ -159,11 +160,37 @@ def test_details_are_said_in_words():
     assert details_text({}) == ""
 
 
+def test_it_filters_by_what_was_done_so_who_deleted_a_run_is_found_among_many_launches(team, client_for, client):
+    """QA (a member asking who deleted a run): the log filtered by person and kind only, a deletion sat among every
+    launch and cancel of the project's runs, a page of 50 at a time; "What: deleted" with "Kind: run" lists it
+    alone, on the page and in the API."""
+    with transaction.atomic():
+        activity_record(project=team.project, actor=team.teammate, verb=Verb.RUN_DELETED,
+                        target=("run", "run_gone", "the lost one"))
+        activity_record(project=team.project, actor=team.owner, verb=Verb.DATASET_DELETED,
+                        target=("dataset", "ds_gone", "old data"))
+        for index in range(60):
+            activity_record(project=team.project, actor=team.owner, verb=Verb.RUN_LAUNCHED,
+                            target=("run", f"run_{index:03}", f"run {index}"))
+    viewer = client_for(team.viewer)
+    page = viewer.get(f"{PAGE}?action=deleted&kind=run").content.decode()
+    assert rows(page) == [(Verb.RUN_DELETED, "run_gone")] and "alpha-teammate" in page
+    assert '<option selected>deleted</option>' in page  # the form keeps what was asked
+    assert rows(viewer.get(f"{PAGE}?action=deleted").content.decode()) == [
+        (Verb.DATASET_DELETED, "ds_gone"), (Verb.RUN_DELETED, "run_gone")]
+    refused = viewer.get(f"{PAGE}?action=removed+by+mistake")
+    assert refused.status_code == 400 and "action" in refused.content.decode() and rows(refused.content.decode()) == []
+    listed = api_get(client, team.viewer, f"{API}?action=deleted&kind=run").json()["activity"]
+    assert [entry["target"]["id"] for entry in listed] == ["run_gone"]
+    bad = api_get(client, team.viewer, f"{API}?action=nuked")
+    assert bad.status_code == 400 and "action" in bad.json()["errors"]
+
+
 def test_the_page_reads_as_much_for_200_entries_of_every_kind_as_for_a_few(team, client_for, catalog, sent_tasks,
                                                                            django_assert_num_queries):
     """QA (page speed): 200 entries of mixed kinds, their targets there or gone, cost the same queries as a page of
     one entry of each kind: one per kind, never one per row."""
-    from django.db import connection, transaction
+    from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     from webapp.activity.models import TargetKind
