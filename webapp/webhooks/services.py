@@ -93,11 +93,34 @@ def url_problem(url: str) -> str | None:
     return network.literal_address_problem(parts.hostname)
 
 
+SLACK_HOSTS = ("hooks.slack.com",)
+DISCORD_HOSTS = ("discord.com", "discordapp.com")
+
+
+def chat_format_problem(url: str, format: str) -> str | None:
+    """Why a chat's incoming-webhook address cannot take messages of ``format`` (None when it can, or is no chat this
+    knows): each answers what it cannot read with a 400, which Send test would show with no word of the cause."""
+    parts = urlsplit(url)
+    host, path = (parts.hostname or "").lower(), parts.path.rstrip("/")
+    slack_format = WebhookFormat.SLACK.label.split(":")[0]
+    if host in DISCORD_HOSTS and path.startswith("/api/webhooks/") and not path.endswith("/slack"):
+        return (f"a Discord webhook takes Temper's messages only in Slack's format, at its address followed by /slack: "
+                f"add /slack to the end of the address and choose {slack_format}")
+    is_chat = ((host in SLACK_HOSTS and path.startswith("/services/"))
+               or (host in DISCORD_HOSTS and path.startswith("/api/webhooks/")))
+    if is_chat and format != WebhookFormat.SLACK:
+        return (f"{host} incoming webhooks take only Slack's {{\"text\": …}} messages and refuse Temper's JSON: "
+                f"choose the Slack format ({slack_format})")
+    return None
+
+
 def _checked(*, url: str, events: Sequence[str], format: str) -> tuple[str, list[str]]:
     url = url.strip()
     problems = {}
     if problem := url_problem(url):
         problems["url"] = problem
+    elif problem := chat_format_problem(url, format):
+        problems["format"] = problem
     unknown = sorted(set(events) - EVENTS.keys())
     if unknown or not events:
         problems["events"] = (f"unknown events {', '.join(unknown)}: choose among {', '.join(EVENTS)}" if unknown

@@ -242,6 +242,27 @@ def test_it_rejects_no_events_and_unknown_ones(team):
         assert said in refused.value.message_dict["events"][0]
 
 
+@pytest.mark.parametrize(("url", "format", "said"), [
+    ("https://hooks.slack.com/services/T0/B0/abc", "json", "choose the Slack format"),
+    ("https://discord.com/api/webhooks/1/abc", "slack", "add /slack to the end of the address"),
+    ("https://discordapp.com/api/webhooks/1/abc", "json", "add /slack to the end of the address"),
+    ("https://discord.com/api/webhooks/1/abc/slack", "json", "choose the Slack format"),
+])
+def test_it_rejects_a_chat_address_with_a_format_the_chat_refuses_saying_what_to_choose(team, url, format, said):
+    """QA (an owner setting up Slack): a Slack incoming webhook saved with the default JSON format answered every
+    message with 400 (Slack takes {"text": …} only), the page's Send test saying no more than that; Discord takes
+    Slack's format only at its address + /slack."""
+    with pytest.raises(ValidationError) as refused:
+        services.webhook_create(project=team.project, url=url, events=["run.failed"], format=format, user=None)
+    assert said in refused.value.message_dict["format"][0]
+    assert not Webhook.objects.exists()
+    for fine_url, fine_format in (("https://hooks.slack.com/services/T0/B0/abc", "slack"),
+                                  ("https://discord.com/api/webhooks/1/abc/slack", "slack"),
+                                  ("https://hooks.slack.com/triggers/T0/1/abc", "json")):  # a workflow takes JSON
+        services.webhook_create(project=team.project, url=fine_url, events=["run.failed"], format=fine_format,
+                                user=None)
+
+
 # The page --------------------------------------------------------------------------------------------
 
 
