@@ -57,3 +57,26 @@ def test_an_owner_adds_a_webhook_sends_a_test_and_sees_it_delivered(page, live_s
     assert received.path == "/hooks/temper?<b>x</b>"  # the address as the owner gave it
     assert verified(secret, received) and received.json["event"] == "ping"
     assert received.json["object"]["url"] == f"{live_server.url}/p/alpha/webhooks/"
+
+
+def test_on_a_narrow_screen_a_slack_address_asks_for_the_slack_format_and_the_form_reads_left_to_right(page_at,
+                                                                                                     live_server):
+    """QA (an owner setting up Slack on a phone, 400 px): the Active checkbox stood alone mid-card, away from its
+    label (a ``.field`` stretches what it holds); a Slack address with the JSON format is refused naming the format."""
+    make_team()
+    page = page_at(400, 800)
+    log_in(page, live_server.url, "alpha-owner")
+    page.goto(f"{live_server.url}/p/alpha/webhooks/")
+    label = page.locator("label[for=id_active]").bounding_box()
+    checkbox = page.locator("#id_active").bounding_box()
+    assert abs(checkbox["x"] - label["x"]) < 8 and checkbox["width"] < 40, (checkbox, label)  # not stretched
+    assert page.evaluate("document.documentElement.scrollWidth") <= 400
+
+    page.get_by_label("Payload URL").fill("https://hooks.slack.com/services/T0/B0/abc")
+    page.get_by_role("button", name="Add webhook").click()
+    expect(page.locator(".field.has-error .error")).to_contain_text("choose the Slack format")
+    assert not Webhook.objects.exists()
+    page.get_by_label("Format").select_option("slack")
+    page.get_by_role("button", name="Add webhook").click()
+    expect(page.get_by_text("use Send test to check it")).to_be_visible()
+    assert Webhook.objects.get().format == "slack"
