@@ -348,3 +348,10 @@ def test_a_prune_whose_worker_was_lost_no_longer_refuses_the_next(team, catalog,
     with django_capture_on_commit_callbacks(execute=True):
         owner.post("/p/alpha/storage/prune/", {"submission_token": form_token(page, after='id="storage-prune"')})
     assert len(sent_tasks.calls) == 1 and ProjectCheckpointPrune.objects.count() == 2
+
+
+def test_a_lost_prune_of_one_run_says_run_not_runs(team, catalog, client_for, sent_tasks):
+    stalled = ProjectCheckpointPrune.objects.create(project=team.project, requested_by=team.owner, runs_total=1)
+    ProjectCheckpointPrune.objects.filter(pk=stalled.pk).update(
+        updated_at=stalled.updated_at - services.PRUNE_STALLED_AFTER)
+    assert "stopped after 0 of 1 run without finishing" in prune_state(client_for(team.owner))
