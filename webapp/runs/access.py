@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.http import Http404
+from django.urls import reverse
 
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Membership, Project, Role
@@ -24,5 +25,8 @@ def get_run_for_user(user: AbstractBaseUser | AnonymousUser, project_slug: str, 
     run = (Run.objects.select_related("project", "base_model", "source_run", "created_by", "pipeline")
            .defer(*deferred).filter(project=project, public_id=run_id).first())
     if run is None:
-        raise Http404("no such run in this project")
+        # Only a member gets this far: the log's address tells them nothing an outsider could learn.
+        activity = reverse("activity:list", args=[project.slug])
+        raise Http404(f"no such run in this project: if it was deleted, the project's Activity page ({activity}) "
+                      "says who deleted it and when")
     return project, membership, run

@@ -186,6 +186,20 @@ def test_it_filters_by_what_was_done_so_who_deleted_a_run_is_found_among_many_la
     assert bad.status_code == 400 and "action" in bad.json()["errors"]
 
 
+def test_a_deleted_runs_page_points_a_member_to_the_activity_log(team, catalog, client_for, sent_tasks):
+    """QA (a member following an old link to a run someone deleted): the 404 said only "no such run"; it now says
+    where to read who deleted it. An outsider's 404 names no project's page."""
+    run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name="gone soon")
+    services.run_cancel(run=run, user=team.owner)
+    services.run_delete(run=run, actor=team.owner)
+    answer = client_for(team.teammate).get(f"/p/alpha/runs/{run.public_id}/")
+    assert answer.status_code == 404
+    assert "if it was deleted, the project&#x27;s Activity page (/p/alpha/activity/) says who deleted it" in (
+        answer.content.decode())
+    outsider = client_for(team.outsider).get(f"/p/alpha/runs/{run.public_id}/")
+    assert outsider.status_code == 404 and "activity" not in outsider.content.decode().lower()
+
+
 def test_the_page_reads_as_much_for_200_entries_of_every_kind_as_for_a_few(team, client_for, catalog, sent_tasks,
                                                                            django_assert_num_queries):
     """QA (page speed): 200 entries of mixed kinds, their targets there or gone, cost the same queries as a page of
