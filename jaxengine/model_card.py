@@ -217,6 +217,13 @@ def _table(rows: Iterable[tuple[str, str]], header: tuple[str, str] = ("setting"
     return lines
 
 
+def _compute_dtype(train: dict[str, Any]) -> str:
+    """The spec's compute dtype, ``auto`` spelt out (``jaxengine.job.resolve_dtypes``): the card may be read far from
+    the spec's documentation, and an export need not be made on the kind of host that trained."""
+    asked = train.get("compute_dtype")
+    return "auto (bfloat16 on accelerators, float32 on CPU)" if asked == "auto" else inline_text(asked)
+
+
 def _training_rows(spec: dict[str, Any]) -> list[tuple[str, str]]:
     train, optim, data, peft = spec["train"], spec.get("optim") or {}, spec["data"], spec.get("peft") or {}
     rows = [("task", inline_text(spec["task"]))]
@@ -243,7 +250,7 @@ def _training_rows(spec: dict[str, Any]) -> list[tuple[str, str]]:
         batch += f" (× {format_number(train['grad_accum'])} accumulated)"
     rows += [("batch size", batch), ("sequence length", format_number(data["max_seq_len"])),
              ("dtype", f"weights {inline_text(train.get('param_dtype'))}, "
-                       f"compute {inline_text(train.get('compute_dtype'))}"),
+                       f"compute {_compute_dtype(train)}"),
              ("seed", format_number(train.get("seed", 0)))]
     return rows
 

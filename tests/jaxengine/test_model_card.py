@@ -68,7 +68,7 @@ def test_training_lists_the_method_the_schedule_and_the_tasks_knobs_with_numbers
     for row in ("| method | lora |", "| LoRA rank | 16 |", "| LoRA alpha | 32 |", "| LoRA targets | q\\_proj, v\\_proj |",
                 "| LoRA dropout | 0.05 |", "| steps | 1,200 |", "| learning rate | 2e-05 |",
                 "| schedule | cosine after 10 warmup steps |", "| batch size | 8 (× 4 accumulated) |",
-                "| sequence length | 1,024 |", "| dtype | weights bfloat16, compute auto |", "| seed | 7 |",
+                "| sequence length | 1,024 |", "| dtype | weights bfloat16, compute auto (bfloat16 on accelerators, float32 on CPU) |", "| seed | 7 |",
                 "| dpo.beta | 0.25 |", "| dpo.loss | ipo |", "| dpo.label\\_smoothing | 0 |"):
         assert row in training, row
     assert "epochs" not in training  # not set: max_steps was
@@ -203,3 +203,11 @@ def test_a_base_model_with_no_hub_id_is_named_as_the_web_app_registered_it():
     hub = split_card(build_model_card(facts(provenance=provenance)))[1]
     assert "post-trained from `Qwen/Qwen3-0.6B` with Temper" in hub
     assert "- base model: qwen &lt;local&gt; (`bm_1`), `Qwen/Qwen3-0.6B` on the Hugging Face hub" in hub
+
+
+def test_compute_auto_is_spelt_out():
+    """QA (a reader of the card): "compute auto" left them to know what auto means; the card says it."""
+    training = sections(split_card(build_model_card(facts()))[1])["Training"]
+    assert "| dtype | weights bfloat16, compute auto (bfloat16 on accelerators, float32 on CPU) |" in training
+    explicit = facts(spec=lora_spec(train={**lora_spec()["train"], "compute_dtype": "float32"}))
+    assert "| dtype | weights bfloat16, compute float32 |" in build_model_card(explicit)
