@@ -57,6 +57,8 @@ def test_a_web_runs_exports_carry_cards_with_its_provenance_linked_from_its_page
     assert f"- train: {inline_text(HOSTILE)}, version 1 (`{version.public_id}`), 6 rows" in card
     assert f"- project: {inline_text(team.project.name)}" in card and f"(`{run.public_id}`)" in card
     assert f"- launched by: {inline_text(team.owner.get_username())}" in card and "- exported step: 2" in card
+    # The tiny model's config.json names no hub id: the card names the base model as the project registered it.
+    assert f"post-trained from the base model {inline_text(base.name)} (`{base.public_id}`)" in card
     assert (run.output_dir / "export" / "adapter" / CARD_FILE).is_file()
 
     services.checkpoint_export_request(run=run, step=1, user=team.owner)
