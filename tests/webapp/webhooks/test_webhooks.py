@@ -299,6 +299,8 @@ def test_deliveries_show_escaped_and_a_new_secret_replaces_the_old(team, client_
     page = client_for(team.owner).get("/p/alpha/webhooks/").content.decode()
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert(1)" not in page
     assert "&lt;i&gt;run&lt;/i&gt;" in page and webhook.secret in page
+    # A failed delivery stands out as a failed run does in the runs table: a red badge.
+    assert '<span class="badge status-failed badge-error" data-status="failed">failed</span>' in page
     old = webhook.secret
     client_for(team.owner).post(f"/p/alpha/webhooks/{webhook.public_id}/secret/")
     webhook.refresh_from_db()
