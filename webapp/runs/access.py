@@ -26,7 +26,8 @@ def get_run_for_user(user: AbstractBaseUser | AnonymousUser, project_slug: str, 
            .defer(*deferred).filter(project=project, public_id=run_id).first())
     if run is None:
         # Only a member gets this far: the log's address tells them nothing an outsider could learn.
-        activity = reverse("activity:list", args=[project.slug])
-        raise Http404(f"no such run in this project: if it was deleted, the project's Activity page ({activity}) "
-                      "says who deleted it and when")
+        # The pages and the REST API share this 404: it names the log's page and its API address both.
+        page, api = reverse("activity:list", args=[project.slug]), reverse("api:activity", args=[project.slug])
+        raise Http404(f"no such run in this project: if it was deleted, the project's activity log says who deleted "
+                      f"it and when (its Activity page, {page}, or GET {api}?kind=run&action=deleted)")
     return project, membership, run

@@ -194,7 +194,8 @@ def test_a_deleted_runs_page_points_a_member_to_the_activity_log(team, catalog, 
     services.run_delete(run=run, actor=team.owner)
     answer = client_for(team.teammate).get(f"/p/alpha/runs/{run.public_id}/")
     assert answer.status_code == 404
-    assert "if it was deleted, the project&#x27;s Activity page (/p/alpha/activity/) says who deleted it" in (
+    assert ("if it was deleted, the project&#x27;s activity log says who deleted it and when (its Activity page, "
+            "/p/alpha/activity/, or GET /api/v1/projects/alpha/activity/?kind=run&amp;action=deleted)") in (
         answer.content.decode())
     outsider = client_for(team.outsider).get(f"/p/alpha/runs/{run.public_id}/")
     assert outsider.status_code == 404 and "activity" not in outsider.content.decode().lower()

@@ -2934,6 +2934,8 @@ def test_the_404_page_shows_the_views_message_escaped(team, run, client_for, set
     assert f"&#x27;{FSI}&lt;b&gt;bold{PDI}&#x27; is not a kind of artifact; download model, adapter, or " in page
     assert "<b>bold" not in page
     page = client.get("/p/alpha/runs/run_missing/").content.decode()
-    assert "<p>No such run in this project</p>" in page
+    assert ("<p>No such run in this project: if it was deleted, the project&#x27;s activity log says who deleted it "
+            "and when (its Activity page, /p/alpha/activity/, or GET /api/v1/projects/alpha/activity/?kind=run&amp;"
+            "action=deleted)</p>") in page
     page = client.get("/p/alpha/no-such-page/").content.decode()
     assert "<h1>Not found</h1>" in page and "Resolver404" not in page and "tried" not in page
