@@ -44,9 +44,12 @@ WEB_APPS = "accounts|projects|basemodels|datasets|review|workers|runs|chat|api|c
 def test_every_name_the_doc_gives_under_a_web_app_exists(doc):
     """The map names most of the web's code by app (`core.addresses.client_address`, `review.services.item_add`),
     without `webapp.`; those resolve too (a migration's number and a stylesheet, `runs.css`, are no names)."""
+    from webapp.webhooks.models import EVENTS
+
     text = (ROOT / doc).read_text(encoding="utf-8")
     names = sorted(set(re.findall(rf"`((?:{WEB_APPS})(?:\.(?!\d|css`|js`)\w+)+)`?", text)))
-    assert [name for name in names if not resolves(f"webapp.{name}")] == []
+    # A webhook event (`review.exported`) reads like a name of the review app; it is a word of the payload.
+    assert [name for name in names if name not in EVENTS and not resolves(f"webapp.{name}")] == []
 
 
 def file_references(doc: str) -> list[str]:
