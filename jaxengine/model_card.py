@@ -12,7 +12,8 @@ line, Markdown's punctuation escaped, ``< > &`` as entities, so a name cannot op
 front matter or an HTML tag. The YAML front matter is written by ``yaml.safe_dump``, which quotes what needs quoting.
 
 Loaders never read ``README.md`` (it is neither in ``checkpoint.hf.TOKENIZER_FILES`` nor a weight or config file), so
-the export's other files stay what they were.
+the export's other files stay what they were; nor the base model's licence files copied beside it (``licence``),
+which the card's Licence section lists.
 """
 from __future__ import annotations
 
