@@ -599,7 +599,8 @@ def export_trained(trained, spec: JobSpec, job_model: JobModel, export_dir: Path
     """Write the merged Hugging Face model of checkpoint ``step`` to ``export_dir``, a folder of the run directory
     (plus the PEFT adapter and the reward head; a PPO run's value head is for training only and is not exported),
     each with its model card (``README.md``, ``jaxengine.model_card``) from the run directory's records,
-    ``data_summary`` (default: ``summary.json``'s) and ``provenance`` (default: the run's ``provenance.json``).
+    ``data_summary`` (default: ``summary.json``'s) and ``provenance`` (default: the run's ``provenance.json``), and
+    with the base model's licence files (``jaxengine.licence``), which its licence asks a derivative to carry.
 
     It is written into a new directory beside ``export_dir`` and renamed into place when whole
     (``replace_directory``): an export that fails part way (a full disk, Ctrl-C) leaves the earlier one as
@@ -608,6 +609,7 @@ def export_trained(trained, spec: JobSpec, job_model: JobModel, export_dir: Path
     from jaxengine.checkpoint import hf
 
     from jaxengine import model_card
+    from jaxengine.licence import copy_licence_files
 
     export_dir.parent.mkdir(parents=True, exist_ok=True)
     facts = model_card.card_facts(run_dir=export_dir.parent, spec=spec, step=step, base_model_dir=job_model.model_dir,
@@ -616,8 +618,10 @@ def export_trained(trained, spec: JobSpec, job_model: JobModel, export_dir: Path
     try:
         written = _write_export(trained, spec, job_model, staging)
         model_card.write_model_card(staging, model_card.build_model_card(facts))
+        copy_licence_files(job_model.model_dir, staging, facts["licence"])
         if "adapter" in written:
             model_card.write_model_card(written["adapter"], model_card.build_model_card({**facts, "kind": "adapter"}))
+            copy_licence_files(job_model.model_dir, written["adapter"], facts["licence"])
         hf.replace_directory(staging, export_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # gone already once renamed into place

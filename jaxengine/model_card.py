@@ -12,7 +12,8 @@ line, Markdown's punctuation escaped, ``< > &`` as entities, so a name cannot op
 front matter or an HTML tag. The YAML front matter is written by ``yaml.safe_dump``, which quotes what needs quoting.
 
 Loaders never read ``README.md`` (it is neither in ``checkpoint.hf.TOKENIZER_FILES`` nor a weight or config file), so
-the export's other files stay what they were.
+the export's other files stay what they were; nor the base model's licence files copied beside it (``licence``),
+which the card's Licence section lists.
 """
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import yaml
+
+from jaxengine.licence import (BUILT_WITH_LLAMA, LICENCE_FILE_MAX_BYTES, is_llama_licence, read_licence,
+                               states_a_licence)
 
 CARD_FILE = "README.md"
 # Written by the web app's worker beside spec.yaml (``run_job(provenance=...)``): what the engine cannot know.
@@ -116,7 +120,8 @@ def card_facts(*, run_dir: str | Path, spec: Any, step: int, base_model_dir: str
     """The plain dict ``build_model_card`` reads, for the export of checkpoint ``step`` of the run in ``run_dir`` whose
     spec (a ``JobSpec``) is ``spec``; ``adapter``: the PEFT adapter folder's card rather than the merged model's.
     ``data_summary``: the engine's counts of the data (``summary.json``'s ``data``; read from there when not given);
-    ``provenance``: the web app's (default: the run's ``provenance.json``)."""
+    ``provenance``: the web app's (default: the run's ``provenance.json``). ``licence``: the base model folder's
+    (``licence.read_licence``), the files of which the export copies (``licence.copy_licence_files``)."""
     import jaxengine
     from jaxengine.spec import best_metric_for
 
@@ -135,6 +140,7 @@ def card_facts(*, run_dir: str | Path, spec: Any, step: int, base_model_dir: str
         "kind": "adapter" if adapter else "merged",
         "spec": spec.model_dump(mode="json"),
         "base_model": hub_id(base_config if isinstance(base_config, dict) else {}),
+        "licence": read_licence(base_model_dir),
         "step": step,
         **results_at(read_metric_rows(run_dir / "metrics.jsonl"), step=step, best_metric=metric,
                      higher_is_better=higher_is_better),
@@ -202,6 +208,8 @@ def front_matter(facts: dict[str, Any]) -> str:
     """The card's YAML front matter (between ``---`` lines)."""
     spec = facts["spec"]
     meta: dict[str, Any] = {"library_name": "peft" if facts["kind"] == "adapter" else "transformers"}
+    meta |= {key: " ".join(str(value).split()) for key, value in (facts.get("licence") or {}).items()
+             if key in ("license", "license_name", "license_link")}
     if facts.get("base_model"):
         meta["base_model"] = facts["base_model"]
     meta["tags"] = ["temper", spec["task"], _method_tag(spec)]
@@ -389,6 +397,40 @@ def _base_model_line(facts: dict[str, Any]) -> str | None:
     return f"- base model: {shown}" if shown else None
 
 
+def _licence_link(link: str) -> str:
+    """An http(s) address as a Markdown autolink; anything else as text (a ``javascript:`` link stays inert)."""
+    return f"<{link}>" if re.fullmatch(r"https?://[^\s<>`]+", link) else inline_text(link)
+
+
+def licence_lines(licence: dict[str, Any] | None) -> list[str]:
+    """The Licence section's body from the base model's licence facts (``licence.read_licence``): the licence it
+    names, the files copied beside this card, those too large to copy, and "Built with Llama" where a Llama
+    licence asks a derivative to display it."""
+    if not states_a_licence(licence):
+        return ["The base model's folder states no licence: check its terms before sharing this model."]
+    named = []
+    if licence.get("license"):
+        named.append(code_span(licence["license"]))
+    if licence.get("license_name"):
+        named.append(f"named {inline_text(licence['license_name'])}")
+    if licence.get("license_link"):
+        named.append(f"terms at {_licence_link(licence['license_link'])}")
+    lines = [f"The base model's licence: {', '.join(named)}." if named
+             else "The base model's README.md names no licence."]
+    files = licence.get("files") or []
+    lines += ["", "Its terms travel with this model; copied from the base model's folder:" if files
+              else "The base model's folder holds no licence file to copy: read its terms before sharing this model."]
+    if files:
+        lines += ["", *(f"- {code_span(name)}" for name in files)]
+    for big in licence.get("not_copied") or []:
+        lines += ["", f"Not copied: {code_span(big['name'])} ({_bytes(int(big['bytes']))}, over "
+                      f"{_bytes(LICENCE_FILE_MAX_BYTES)}); copy it from the base model's folder before sharing this "
+                      "model."]
+    if is_llama_licence(licence):
+        lines += ["", BUILT_WITH_LLAMA]
+    return lines
+
+
 def _provenance_lines(facts: dict[str, Any]) -> list[str]:
     provenance = facts.get("provenance") or {}
     lines = []
@@ -425,11 +467,12 @@ def _summary_line(facts: dict[str, Any]) -> str:
 
 def build_model_card(facts: dict[str, Any]) -> str:
     """The model card's text (``README.md``) from ``facts`` (``card_facts``' dict, or one written by hand): YAML front
-    matter, a summary line, then Training, Data, Results, Serving copy, How to use and Provenance sections."""
+    matter, a summary line, then Licence, Training, Data, Results, Serving copy, How to use and Provenance sections."""
     spec = facts["spec"]
     knobs = _task_knobs(spec)
     lines = [front_matter(facts), f"# {inline_text((facts.get('provenance') or {}).get('run_name') or 'Temper model')}",
-             "", _summary_line(facts), "", "## Training", "", *_table(_training_rows(spec) + knobs), "",
+             "", _summary_line(facts), "", "## Licence", "", *licence_lines(facts.get("licence")), "",
+             "## Training", "", *_table(_training_rows(spec) + knobs), "",
              "## Data", "", *_datasets_lines(facts), "", "## Results", "", *_results_lines(facts), "",
              SERVING_COPY_HEADING, "", *serving_copy_lines(facts.get("serving_copy")), "",
              "## How to use", "", *_usage_lines(facts), "", "## Provenance", "", *_provenance_lines(facts)]

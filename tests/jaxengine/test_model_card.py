@@ -58,7 +58,7 @@ def test_it_writes_front_matter_and_every_section_in_order():
     meta, body = split_card(build_model_card(facts()))
     assert meta == {"library_name": "transformers", "base_model": "Qwen/Qwen3-0.6B", "tags": ["temper", "dpo", "lora"],
                     "pipeline_tag": "text-generation", "model_name": "dpo | beta sweep"}
-    assert list(sections(body)) == ["Training", "Data", "Results", "Serving copy", "How to use", "Provenance"]
+    assert list(sections(body)) == ["Licence", "Training", "Data", "Results", "Serving copy", "How to use", "Provenance"]
     assert body.startswith("# dpo \\| beta sweep\n\nA model post-trained from `Qwen/Qwen3-0.6B` with Temper by the run "
                            "dpo \\| beta sweep: dpo by LoRA, checkpoint of step 1,200.\n")
 
@@ -136,7 +136,7 @@ def test_hostile_names_stay_text_in_the_markdown_and_the_yaml():
     meta, body = split_card(card)
     assert meta["model_name"] == " ".join(HOSTILE.split())  # one line, read back as written
     assert card.count("\n---\n") == 1 and "<script>" not in body  # the YAML holds it as a quoted string
-    assert list(sections(body)) == ["Training", "Data", "Results", "Serving copy", "How to use", "Provenance"]
+    assert list(sections(body)) == ["Licence", "Training", "Data", "Results", "Serving copy", "How to use", "Provenance"]
     assert [line for line in body.splitlines() if line.startswith("# ")] == [f"# {inline_text(HOSTILE)}"]
     html = markdown.markdown(body, extensions=["tables"])  # as the run page's renderer reads it
     assert "<script>" not in html and "<a " not in html and "<strong>" not in html and html.count("<h1>") == 1
@@ -211,3 +211,51 @@ def test_compute_auto_is_spelt_out():
     assert "| dtype | weights bfloat16, compute auto (bfloat16 on accelerators, float32 on CPU) |" in training
     explicit = facts(spec=lora_spec(train={**lora_spec()["train"], "compute_dtype": "float32"}))
     assert "| dtype | weights bfloat16, compute float32 |" in build_model_card(explicit)
+
+
+LLAMA = {"license": "llama3.2", "license_name": "llama3.2", "license_link": "https://www.llama.com/llama3_2/license/",
+         "files": ["LICENSE", "USE_POLICY.md"], "not_copied": []}
+
+
+def test_the_base_models_licence_is_in_the_front_matter_and_its_section():
+    meta, body = split_card(build_model_card(facts(licence=LLAMA)))
+    assert (meta["license"], meta["license_name"], meta["license_link"]) == (
+        "llama3.2", "llama3.2", "https://www.llama.com/llama3_2/license/")
+    licence = sections(body)["Licence"]
+    assert "The base model's licence: `llama3.2`, named llama3.2, terms at <https://www.llama.com/llama3_2/license/>." in licence
+    assert "- `LICENSE`\n- `USE_POLICY.md`" in licence
+    assert "\nBuilt with Llama\n" in licence
+    html = markdown.markdown(licence)
+    assert '<a href="https://www.llama.com/llama3_2/license/">' in html and "<p>Built with Llama</p>" in html
+
+
+@pytest.mark.parametrize("licence", [None, {"files": [], "not_copied": []}])
+def test_a_base_with_no_licence_facts_says_so_plainly(licence):
+    meta, body = split_card(build_model_card(facts(licence=licence)))
+    assert "license" not in meta
+    assert sections(body)["Licence"].strip() == (
+        "The base model's folder states no licence: check its terms before sharing this model.")
+
+
+def test_only_a_llama_licence_asks_for_built_with_llama_and_a_big_file_is_named_as_not_copied():
+    apache = {"license": "apache-2.0", "files": ["LICENSE"], "not_copied": [{"name": "NOTICE", "bytes": 3 << 20}]}
+    meta, body = split_card(build_model_card(facts(licence=apache)))
+    licence = sections(body)["Licence"]
+    assert meta["license"] == "apache-2.0" and "Built with Llama" not in body
+    assert "Not copied: `NOTICE` (3.0 MiB, over 1.0 MiB); copy it from the base model's folder" in licence
+    unnamed = sections(split_card(build_model_card(facts(licence={"files": ["COPYING"]})))[1])["Licence"]
+    assert "The base model's README.md names no licence." in unnamed and "- `COPYING`" in unnamed
+    no_file = sections(split_card(build_model_card(facts(licence={"license": "gemma"})))[1])["Licence"]
+    assert "holds no licence file to copy" in no_file
+
+
+def test_a_hostile_licence_name_and_link_stay_text():
+    hostile = {"license": "other", "license_name": HOSTILE, "license_link": "javascript:alert(1)//<script>",
+               "files": ["LICENSE `x` <b>"]}
+    card = build_model_card(facts(licence=hostile))
+    meta, body = split_card(card)
+    assert meta["license_name"] == " ".join(HOSTILE.split()) and card.count("\n---\n") == 1
+    html = markdown.markdown(body, extensions=["tables"])
+    assert "<script>" not in html and "<a " not in html and "<b>" not in html and html.count("<h1>") == 1
+    assert list(sections(body)) == ["Licence", "Training", "Data", "Results", "Serving copy", "How to use",
+                                    "Provenance"]

@@ -14,6 +14,7 @@ from jaxengine.model_card import CARD_FILE, PROVENANCE_FILE, inline_text
 from jaxengine.spec import parse_spec
 from tests.factories import build_tiny_model_dir
 
+LICENCE_TEXT = "LLAMA 3.2 COMMUNITY LICENSE AGREEMENT\n"
 HOSTILE = "chats\n---\n# <script>alert(1)</script>"
 PROVENANCE = {"project": "Team A", "run_name": "card run", "run_id": "run_card1", "author": "ada",
               "temper_version": "0.1.0",
@@ -33,6 +34,8 @@ def trained_run(tmp_path_factory):
     model_dir = build_tiny_model_dir(root / "tiny")
     config = json.loads((model_dir / "config.json").read_text())
     (model_dir / "config.json").write_text(json.dumps({**config, "_name_or_path": "Qwen/Qwen3-0.6B"}))
+    (model_dir / "README.md").write_text("---\nlicense: llama3.2\n---\n\n# A base model\n")
+    (model_dir / "LICENSE").write_text(LICENCE_TEXT)
     data = root / "train.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{n} + {n}?", "completion": str(2 * n)}) + "\n"
                             for n in range(6)))
@@ -50,8 +53,8 @@ def trained_run(tmp_path_factory):
 def test_a_runs_export_and_adapter_carry_their_cards_with_the_web_apps_provenance(trained_run):
     assert json.loads((trained_run / PROVENANCE_FILE).read_text()) == PROVENANCE
     meta, body = split_card((trained_run / "export" / CARD_FILE).read_text())
-    assert meta == {"library_name": "transformers", "base_model": "Qwen/Qwen3-0.6B", "tags": ["temper", "sft", "lora"],
-                    "pipeline_tag": "text-generation", "model_name": "card run"}
+    assert meta == {"library_name": "transformers", "license": "llama3.2", "base_model": "Qwen/Qwen3-0.6B",
+                    "tags": ["temper", "sft", "lora"], "pipeline_tag": "text-generation", "model_name": "card run"}
     assert f"- train: {inline_text(HOSTILE)}, version 2 (`dv_x`), 6 rows" in body
     assert "<script>" not in body and "\n---\n" not in body
     assert "| LoRA rank | 4 |" in body and "| steps | 2 |" in body and "| seed | 3 |" in body
@@ -88,3 +91,23 @@ def test_jaxengine_export_of_a_checkpoint_writes_its_card_and_a_serving_copy_add
     assert f"greedy agreement with this model: {100 * description['greedy_agreement']:.2f}%" in updated
     assert "A quantized copy for serving lies in `quantized/`" in updated and "- memory: " in updated
     assert not (trained_run / "export" / "quantized" / CARD_FILE).exists()  # not a transformers folder
+
+
+def test_an_export_carries_the_base_models_licence_and_says_built_with_llama(trained_run):
+    for folder in (trained_run / "export", trained_run / "export" / "adapter"):
+        assert (folder / "LICENSE").read_text() == LICENCE_TEXT
+        meta, body = split_card((folder / CARD_FILE).read_text())
+        assert meta["license"] == "llama3.2"
+        assert "- `LICENSE`" in body and "\nBuilt with Llama\n" in body
+
+
+def test_a_run_from_that_export_carries_the_licence_on(trained_run):
+    """The facts of a run started from another run's export come from that export, which carries them."""
+    spec = parse_spec({"task": "sft", "model": str(trained_run / "export"), "output_dir": str(trained_run.parent / "chained"),
+                       "data": {"train": str(trained_run.parent / "train.jsonl"), "max_seq_len": 64},
+                       "train": {"max_steps": 1, "batch_size": 2, "save_every": 1, "eval_samples": 0}})
+    assert run_job(spec, progress_bar=False)["status"] == "succeeded"
+    export = trained_run.parent / "chained" / "export"
+    assert (export / "LICENSE").read_text() == LICENCE_TEXT
+    meta, body = split_card((export / CARD_FILE).read_text())
+    assert meta["license"] == "llama3.2" and "- `LICENSE`" in body and "\nBuilt with Llama\n" in body

@@ -159,6 +159,18 @@ def base_model_refusal(*, base_model: BaseModel) -> str:
     return load_refusal(path=base_model.path, project_slug=base_model.project.slug)
 
 
+def base_model_licence(*, base_model: BaseModel) -> dict:
+    """The licence facts of ``base_model``'s folder as the engine reads them for its exports' cards
+    (``jaxengine.licence.read_licence``: README.md's front matter and the licence files' names and sizes, no
+    weights), with ``built_with_llama`` where its licence asks a derivative to say so, and ``stated`` whether the
+    folder states any licence at all. Ask it of a folder ``base_model_refusal`` lets the project read."""
+    from jaxengine.licence import LICENCE_FILE_MAX_BYTES, is_llama_licence, read_licence, states_a_licence
+
+    licence = read_licence(base_model.path)
+    return {**licence, "built_with_llama": is_llama_licence(licence), "stated": states_a_licence(licence),
+            "copy_limit_bytes": LICENCE_FILE_MAX_BYTES}
+
+
 def may_unregister_base_model(*, membership: Membership, base_model: BaseModel) -> bool:
     """An owner may unregister any base model; a member one they registered; a viewer none."""
     return membership.can(Role.OWNER) or (

@@ -162,8 +162,11 @@ def basemodel_detail(request: HttpRequest, slug: str, public_id: str) -> HttpRes
     project, membership = get_project_for_user(request.user, slug)
     base_model = selectors.basemodel_get(project=project, public_id=public_id)
     root = settings.MODELS_ROOT.resolve()
+    context = _serving_copy_context(project, membership, base_model)
+    # Not of a folder the project may not read: its README.md or files may be another project's.
+    licence = None if context["refusal"] else selectors.base_model_licence(base_model=base_model)
     return render(request, "basemodels/detail.html", {
-        **_serving_copy_context(project, membership, base_model), "shared_folder": root / inspection.SHARED_FOLDER,
+        **context, "licence": licence, "shared_folder": root / inspection.SHARED_FOLDER,
         "own_folder": inspection.project_folder(models_root=root, project_slug=project.slug)})
 
 

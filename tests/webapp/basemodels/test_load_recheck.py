@@ -133,6 +133,7 @@ def test_the_model_page_says_it_cannot_be_loaded_and_what_to_do(team, client_for
     assert html.escape(registration_refusal(team.project, base_model.path)) in text
     assert "register it again from there, then unregister this registration" in text
     assert "Launch a run from it" not in text and "Chat with it" not in text and "<h2>config.json</h2>" not in text
+    assert 'id="licence"' not in text  # its README.md and files may be another project's
 
 
 def test_a_file_linked_into_another_projects_folder_after_registration_is_refused(team, client_for, models_root, sent):

@@ -237,6 +237,31 @@ class TestDetail:
                 '  &quot;note&quot;: &quot;&lt;script&gt;x&lt;/script&gt;&quot;,\n  &quot;rope_scaling&quot;: null,\n'
                 '  &quot;tie_word_embeddings&quot;: true\n}</pre>') in page  # sorted, as transformers writes it
 
+    def test_it_shows_the_licence_its_exports_will_carry_escaped(self, registered, team, models_root, client_for):
+        """A team should see a base model's licence before training from it: the exports carry it on."""
+        folder = models_root / "tiny"
+        (folder / "README.md").write_text("---\nlicense: llama3.2\nlicense_name: <script>alert(1)</script>\n"
+                                          "license_link: javascript:alert('<b>')\n---\n# Llama\n")
+        (folder / "LICENSE").write_text("terms")
+        (folder / "USE_POLICY <i>.md").write_text("policy")
+        (folder / "NOTICE").write_bytes(b"x" * (2 << 20))
+        page = client_for(team.viewer).get(f"/p/alpha/models/{registered.public_id}/").content.decode()
+        licence = page[page.index('<section class="card" id="licence">'):]
+        licence = licence[:licence.index("</section>")]
+        assert ("<dt>Licence</dt><dd><code>llama3.2</code> "
+                '<span class="muted">(&lt;script&gt;alert(1)&lt;/script&gt;)</span></dd>') in licence
+        assert "<dt>Terms</dt><dd><code>javascript:alert(&#x27;&lt;b&gt;&#x27;)</code></dd>" in licence
+        assert "<dt>Files</dt><dd><code>LICENSE</code>, <code>USE_POLICY &lt;i&gt;.md</code></dd>" in licence
+        assert "with the line “Built with Llama” its licence asks" in licence
+        assert "<code>NOTICE</code> (2.0\xa0MB) is over 1.0\xa0MB: exports do not carry it" in licence
+        assert "<script>" not in licence and "<a " not in licence and "<i>" not in licence
+
+    def test_it_says_when_the_folder_states_no_licence(self, registered, team, client_for):
+        page = client_for(team.viewer).get(f"/p/alpha/models/{registered.public_id}/").content.decode()
+        assert ("Its folder states no licence (no <code>license:</code> in its README.md, no LICENSE, NOTICE or terms "
+                "file): check its terms before sharing a model trained from it.") in page
+        assert "Built with Llama" not in page
+
     def test_it_requires_access(self, registered, team, client, client_for):
         url = f"/p/alpha/models/{registered.public_id}/"
         assert client_for(team.outsider).get(url).status_code == 404
