@@ -2,30 +2,15 @@
 message reached a real HTTP server, signed with the secret the page shows."""
 from __future__ import annotations
 
-from ipaddress import ip_network
-
 import pytest
 from playwright.sync_api import expect
 
 from tests.browser.test_projects import log_in
 from tests.webapp.factories import make_team
-from tests.webapp.webhooks.receiver import Receiver, verified
+from tests.webapp.webhooks.receiver import running_receiver, verified  # noqa: F401 (a fixture)
 from webapp.webhooks.models import Webhook
 
 pytestmark = pytest.mark.browser
-
-
-@pytest.fixture(autouse=True)
-def loopback_allowed(settings):
-    """The receiver listens on this host, which webhooks reach only when an administrator allows its network."""
-    settings.TEMPER_WEBHOOK_ALLOWED_NETWORKS = (ip_network("127.0.0.0/8"),)
-
-
-@pytest.fixture
-def receiver():
-    server = Receiver().start()
-    yield server
-    server.stop()
 
 
 def test_an_owner_adds_a_webhook_sends_a_test_and_sees_it_delivered(page, live_server, receiver):

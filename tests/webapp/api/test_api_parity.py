@@ -5,13 +5,11 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from ipaddress import ip_network
 
-import pytest
 from pydantic import TypeAdapter
 
 from tests.webapp.factories import make_base_model, make_ready_version
-from tests.webapp.webhooks.receiver import Receiver, verified
+from tests.webapp.webhooks.receiver import running_receiver, verified  # noqa: F401 (a fixture)
 from webapp.api import schemas
 from webapp.runs import services as run_services
 from webapp.runs.artifacts import MODEL_CARD_MAX_BYTES
@@ -24,14 +22,6 @@ BASE = "/api/v1/projects/alpha"
 def valid(schema: str, body) -> None:
     """``body`` is what the OpenAPI document says the answer is (strict, no key left over)."""
     TypeAdapter(getattr(schemas, schema)).validate_json(json.dumps(body))
-
-
-@pytest.fixture
-def receiver(settings):
-    settings.TEMPER_WEBHOOK_ALLOWED_NETWORKS = (ip_network("127.0.0.0/8"),)  # the receiver listens on this host
-    server = Receiver().start()
-    yield server
-    server.stop()
 
 
 def test_an_owner_adds_lists_edits_tests_and_deletes_a_webhook(world, receiver):

@@ -1,5 +1,6 @@
-"""A real HTTP server in a thread that webhook deliveries are POSTed to (the unit tests' and the browser test's):
-it keeps every request and answers each with the next status of ``statuses`` (200 once they are used up)."""
+"""A real HTTP server in a thread that webhook deliveries are POSTed to (the unit tests', the API's and the browser
+test's): it keeps every request and answers each with the next status of ``statuses`` (200 once they are used up).
+``running_receiver`` is the fixture (``receiver``) that starts one, reachable by hooks."""
 from __future__ import annotations
 
 import hashlib
@@ -8,6 +9,12 @@ import json
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from ipaddress import ip_network
+
+import pytest
+
+# This host's network: webhooks reach only public addresses unless an administrator lists one (the receivers listen here).
+LOOPBACK_ALLOWED = (ip_network("127.0.0.0/8"),)
 
 
 @dataclass(frozen=True)
@@ -70,3 +77,13 @@ class Receiver:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+@pytest.fixture(name="receiver")
+def running_receiver(settings):
+    """``receiver``: a running ``Receiver`` that hooks may reach (``LOOPBACK_ALLOWED``), stopped after the test (import
+    ``running_receiver`` into a test module or conftest to offer it there)."""
+    settings.TEMPER_WEBHOOK_ALLOWED_NETWORKS = LOOPBACK_ALLOWED
+    server = Receiver().start()
+    yield server
+    server.stop()
