@@ -504,3 +504,14 @@ def test_the_page_says_how_many_deliveries_a_hook_has_and_where_the_older_ones_a
     assert (f"20 of 25 shown; the older ones: <code>GET /api/v1/projects/alpha/webhooks/{busy.public_id}/deliveries/"
             "</code>") in busy_part
     assert " of 3 shown" not in quiet_part and "the older ones" not in quiet_part
+
+
+def test_the_edit_page_heading_names_the_hooks_host_escaped(team, client_for):
+    """The heading said only "Webhook wh_…": with several hooks, which one was being edited was told by the id alone."""
+    webhook = services.webhook_create(project=team.project, url="https://hooks.example.org/services/T0/B0",
+                                      events=["run.failed"], format="json", user=team.owner)
+    page = client_for(team.owner).get(f"/p/alpha/webhooks/{webhook.public_id}/").content.decode()
+    assert f"<h1>Webhook {webhook.public_id} to hooks.example.org</h1>" in page
+    Webhook.objects.filter(pk=webhook.pk).update(url="https://<b>x</b>.example/")  # as no form saves it
+    page = client_for(team.owner).get(f"/p/alpha/webhooks/{webhook.public_id}/").content.decode()
+    assert "to &lt;b&gt;x&lt;" in page and "<b>x" not in page
