@@ -163,6 +163,23 @@ def test_a_review_export_that_became_a_ready_dataset_version_sends_review_export
                            "url": f"{SITE}/p/alpha/review/{campaign.public_id}/", "error": ""}
 
 
+def test_the_slack_line_of_a_review_export_done_names_the_dataset_version_it_made(
+        team, campaign, carol, receiver, sent, django_capture_on_commit_callbacks):  # noqa: F811
+    """The JSON named the version made; the Slack line said only "done", so a chat reader had to open the page."""
+    hook(team.project, receiver, "/slack", ["review.exported"], format="slack")
+    reviewed(campaign, team, carol, {1: "a"})
+    with django_capture_on_commit_callbacks(execute=True):
+        export = review_services.export_create(campaign=campaign, user=team.owner,
+                                               options=review_services.ExportOptions(dataset_name="<i>prefs</i>"))
+    with django_capture_on_commit_callbacks(execute=True):
+        export = review_services.export_write(export_id=export.pk)
+    with django_capture_on_commit_callbacks(execute=True):
+        validate_dataset_version(export.version.pk)
+    assert receiver.requests[0].json == {"text": (
+        f"[alpha] Export of review campaign <{SITE}/p/alpha/review/{campaign.public_id}/|pass 1> done: dataset version "
+        "&lt;i&gt;prefs&lt;/i&gt; v1")}
+
+
 def test_a_review_export_that_could_not_be_written_sends_review_exported_failed_once(
         team, campaign, carol, receiver, export_hooks, sent, django_capture_on_commit_callbacks):  # noqa: F811
     reviewed(campaign, team, carol, {1: "tie"})  # dropped: no pair is left to write
