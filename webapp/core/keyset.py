@@ -22,7 +22,7 @@ class KeysetPage(Generic[Row]):
     next_after: tuple[Any, ...] | None
 
 
-def keyset_page(rows: QuerySet, *, limit: int, key: Callable[[Row], tuple[Any, ...]]) -> KeysetPage[Row]:
+def keyset_page(rows: QuerySet | list, *, limit: int, key: Callable[[Row], tuple[Any, ...]]) -> KeysetPage[Row]:
     """The first ``limit`` of ``rows`` (ordered, and filtered to those after the previous page), reading one
     more to know whether another page follows; ``key(row)`` is a row's place in the order."""
     found = list(rows[:limit + 1])

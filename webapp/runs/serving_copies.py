@@ -396,11 +396,16 @@ def serving_copies_give_up_stale(*, copies: list[ServingCopy]) -> None:
     for copy in stale:
         if (copy.pk,) in live:
             continue
-        reason, now = _stale_reason(copy.updated_at), timezone.now()
-        if ServingCopy.objects.filter(pk=copy.pk, status=ServingCopyStatus.WRITING, updated_at=copy.updated_at).update(
-                status=ServingCopyStatus.FAILED, error_message=reason, notice="", updated_at=now):
-            logger.warning("serving copy %s given up: %s", copy.pk, reason)
-            copy.status, copy.error_message, copy.notice, copy.updated_at = ServingCopyStatus.FAILED, reason, "", now
+        reason = _stale_reason(copy.updated_at)
+        with transaction.atomic():
+            still = ServingCopy.objects.select_for_update(of=("self",)).filter(
+                pk=copy.pk, status=ServingCopyStatus.WRITING, updated_at=copy.updated_at).first()
+            if still is None:  # recorded meanwhile, or asked for again
+                continue
+            _copy_end(still, status=ServingCopyStatus.FAILED, error_message=reason)
+        logger.warning("serving copy %s given up: %s", copy.pk, reason)
+        copy.status, copy.error_message, copy.notice, copy.updated_at = (still.status, still.error_message,
+                                                                         still.notice, still.updated_at)
 
 
 def _automatic_copy_given_up(run: Run, scheme: str) -> ServingCopy | None:
@@ -415,9 +420,12 @@ def _automatic_copy_given_up(run: Run, scheme: str) -> ServingCopy | None:
     if live is None or (str(run.output_dir),) in live:
         return None
     reason = _stale_reason(run.finished_at)
-    copy, created = ServingCopy.objects.get_or_create(
-        run=run, step=None, defaults={"project_id": run.project_id, "scheme": scheme,
-                                      "status": ServingCopyStatus.FAILED, "error_message": reason})
+    with transaction.atomic():  # the row stands for the copy that was being written, and ends as the others do
+        copy, created = ServingCopy.objects.get_or_create(
+            run=run, step=None, defaults={"project_id": run.project_id, "scheme": scheme,
+                                          "status": ServingCopyStatus.WRITING})
+        if created:
+            _copy_end(copy, status=ServingCopyStatus.FAILED, error_message=reason)
     if created:
         logger.warning("automatic serving copy of %s given up: %s", run.public_id, reason)
     return copy
@@ -474,10 +482,10 @@ def serving_copy_finish(*, copy_pk: int, error: BaseException | str | None = Non
     """Record that the copy is written (its figures are in its ``quantization.json``) or why it is not: an
     exception the engine raised (shown with its type, the file of the version measured on named as the version, as
     ``reporting.in_project_terms`` names a run's), or a reason already in words. Its project's
-    ``export.ready``/``export.failed`` webhooks are told here."""
+    ``export.ready``/``export.failed`` webhooks are told (``_copy_end``)."""
     copy = ServingCopy.objects.select_for_update(of=("self",)).select_related("eval_version__dataset").get(pk=copy_pk)
-    was = copy.status
-    copy.status = ServingCopyStatus.READY if error is None else ServingCopyStatus.FAILED
+    if error is None:
+        return _copy_end(copy, status=ServingCopyStatus.READY)
     reason = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     if copy.eval_version is not None:
         reason = reason.replace(str(copy.eval_version.absolute_path), str(copy.eval_version))
@@ -485,10 +493,19 @@ def serving_copy_finish(*, copy_pk: int, error: BaseException | str | None = Non
         from webapp.runs.reporting import in_project_terms  # reporting builds on the services this module's users do
 
         reason = in_project_terms(copy.run, reason)
-    copy.error_message = "" if error is None else reason[:4000]
-    copy.notice = ""
+    return _copy_end(copy, status=ServingCopyStatus.FAILED, error_message=reason[:4000])
+
+
+def _copy_end(copy: ServingCopy, *, status: str, error_message: str = "") -> ServingCopy:
+    """The one way a serving copy's row ends, whoever tells (its worker, ``serving_copy_finish``; a page giving up on
+    it, ``serving_copies_give_up_stale``; an automatic copy given up, ``_automatic_copy_given_up``): its outcome saved
+    and, when that changed its status, its project's ``export.ready``/``export.failed`` webhooks told, so that no way
+    of ending is silent. The caller holds the row locked (or has just made it); the same end reported again (a
+    redelivered message) is not a second end."""
+    was = copy.status
+    copy.status, copy.error_message, copy.notice = status, error_message, ""
     copy.save(update_fields=["status", "error_message", "notice", "updated_at"])
-    if copy.status != was:  # the same end reported again (a redelivered message) is not a second end
+    if copy.status != was:
         webhooks.serving_copy_ended(copy=copy)
     return copy
 

@@ -126,6 +126,8 @@ def slack_text(sent: dict[str, Any]) -> str:
     if sent["event"] == "ping":
         return f"[{slack_escaped(sent['project'])}] Temper webhook test: this hook works ({link})"
     line = f"[{slack_escaped(sent['project'])}] {kind} {link} {slack_escaped(subject['status'])}"
+    if made := subject.get("dataset_version"):  # a review export done: the version to train on, as the JSON names it
+        line += f": dataset version {slack_escaped(made['name'])}"
     detail = " ".join(subject.get("error", "").split())  # one line, whatever the error held
     if detail:
         cut = detail[:SLACK_DETAIL_CHARS] + ("…" if len(detail) > SLACK_DETAIL_CHARS else "")

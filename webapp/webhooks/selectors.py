@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Prefetch, Q
+from django.db.models import Count, Prefetch, Q
 from django.http import Http404
 
 from webapp.core.keyset import KeysetPage, keyset_page
@@ -17,6 +17,12 @@ DELIVERIES_SHOWN = 20
 class WebhookRow:
     webhook: Webhook
     deliveries: list[WebhookDelivery]
+    delivery_count: int  # all it keeps (up to services.DELIVERIES_KEPT), of which ``deliveries`` are the newest
+
+    @property
+    def older_kept(self) -> bool:
+        """Whether it keeps deliveries older than those shown (the page then says where to read them)."""
+        return self.delivery_count > len(self.deliveries)
 
 
 def webhook_get(*, project: Project, public_id: str) -> Webhook:
@@ -36,11 +42,14 @@ def delivery_get(*, webhook: Webhook, public_id: str) -> WebhookDelivery:
 
 
 def webhook_rows(*, project: Project) -> list[WebhookRow]:
-    """Each hook of ``project`` with its newest ``DELIVERIES_SHOWN`` deliveries, newest first: three queries however
-    many hooks (a sliced prefetch is one windowed query for all of them)."""
+    """Each hook of ``project`` with its newest ``DELIVERIES_SHOWN`` deliveries, newest first, and how many it keeps:
+    three queries however many hooks (the counts grouped in the hooks' query; a sliced prefetch is one windowed query
+    for all of them)."""
     newest = Prefetch("deliveries", queryset=WebhookDelivery.objects.all()[:DELIVERIES_SHOWN], to_attr="newest")
-    webhooks = webhook_list(project=project).select_related("created_by").prefetch_related(newest)
-    return [WebhookRow(webhook=webhook, deliveries=webhook.newest) for webhook in webhooks]
+    webhooks = (webhook_list(project=project).select_related("created_by")
+                .annotate(delivery_count=Count("deliveries")).prefetch_related(newest))
+    return [WebhookRow(webhook=webhook, deliveries=webhook.newest, delivery_count=webhook.delivery_count)
+            for webhook in webhooks]
 
 
 def webhook_list(*, project: Project):

@@ -8,7 +8,7 @@ therefore records and sends nothing, and recording never fails its caller: ``eve
 logs what went wrong instead of raising, so a broken hook cannot fail a run. Runs are hooked in one place,
 ``runs.services.publish_status``, which every change of a run's status calls (``run_ended`` keeps the ends);
 checkpoint exports in ``runs.services.checkpoint_export_finish``, serving copies in
-``runs.serving_copies.serving_copy_finish`` and review exports in ``review.services._export_end``, each when the
+``runs.serving_copies._copy_end`` (every end of a serving copy's row) and review exports in ``review.services._export_end``, each when the
 end changes the row's status (a redelivered report of the same end is no second end).
 
 Sending (``delivery_attempt``) happens outside any transaction (a slow receiver holds no lock): the attempt is first
@@ -251,8 +251,8 @@ def checkpoint_export_ended(*, export) -> list[WebhookDelivery]:
 
 
 def serving_copy_ended(*, copy) -> list[WebhookDelivery]:
-    """``export.ready`` or ``.failed`` for a serving copy written or failed (``runs.serving_copies
-    .serving_copy_finish``)."""
+    """``export.ready`` or ``.failed`` for a serving copy written, failed or given up (``runs.serving_copies
+    ._copy_end``)."""
     return event_record(project_id=copy.project_id, event=EXPORT_EVENTS[copy.status],
                         describe=lambda: payloads.serving_copy_subject(copy))
 

@@ -233,3 +233,35 @@ def test_the_page_reads_as_much_for_200_entries_of_every_kind_as_for_a_few(team,
     with django_assert_num_queries(len(for_few)):
         page = viewer.get(PAGE + "?limit=200").content.decode()
     assert len(rows(page)) == 200
+
+
+def test_a_rare_action_is_read_from_its_verbs_index_page_after_page_in_order(team, client):
+    """Bench (bench/activity_page.py): ``?action=deleted`` on a log where deletions are 0.1% of entries read the
+    project's whole log newest first until 50 matched (one ``verb IN (…)`` query, ordered by the log's index). Each verb
+    is read from the (project, verb, newest) index, none sorted whole; the pages merge them in the log's order."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.webapp.chat.test_arena import plan_of
+
+    deletions = [Verb.RUN_DELETED, Verb.DATASET_DELETED, Verb.WEBHOOK_DELETED]
+    with transaction.atomic():
+        for index in range(90):
+            verb = deletions[index % 3] if index % 2 else Verb.RUN_LAUNCHED
+            activity_record(project=team.project, actor=team.owner, verb=verb, target=("run", f"x_{index:03}", "x"))
+    deleted = [f"x_{index:03}" for index in reversed(range(90)) if index % 2]
+    _row, secret = token_create(user=team.viewer, name="t")
+    read, url = [], f"{API}?action=deleted&limit=20"
+    with CaptureQueriesContext(connection) as queries:
+        while url:
+            answer = client.get(url, HTTP_AUTHORIZATION=f"Bearer {secret}").json()
+            read += [entry["target"]["id"] for entry in answer["activity"]]
+            url = answer["next"]
+    assert read == deleted  # 45, newest first, in three pages: none twice, none left out
+    if connection.vendor != "sqlite":  # PostgreSQL plans by the table's statistics, which a test's 90 rows do not give
+        return
+    entry_reads = [query["sql"] for query in queries if query["sql"].startswith('SELECT "activity_activity"."id"')]
+    assert entry_reads
+    for sql in entry_reads:
+        plan = plan_of(sql)
+        assert "activity_verb_newest" in plan and "TEMP B-TREE" not in plan, (sql, plan)

@@ -88,6 +88,41 @@ def test_a_serving_copy_written_or_failed_sends_export_ready_or_failed_once(
                       "error": "MemoryError: the host ran out of memory"}
 
 
+def test_a_serving_copy_the_pages_give_up_on_sends_export_failed_once(
+        team, finished_run, receiver, export_hooks, monkeypatch, settings, tmp_path,
+        django_capture_on_commit_callbacks):
+    """A copy whose writer was lost is failed by the page that shows it (so is a run's automatic copy, which then gets
+    its row): that end was silent, where the worker's report of a failure sent ``export.failed``."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    settings.DATA_ROOT = tmp_path
+    run = finished_run
+    monkeypatch.setattr(run_services, "held_task_messages", lambda **kwargs: set())  # Redis holds no such task
+    copy = ServingCopy.objects.create(project=team.project, run=run, step=3, scheme="int8")
+    ServingCopy.objects.filter(pk=copy.pk).update(updated_at=timezone.now() - timedelta(hours=2))
+    for _page_load in range(2):  # the second: the page shown again, the copy failed already
+        with django_capture_on_commit_callbacks(execute=True):
+            serving_copies.serving_copies_give_up_stale(copies=[ServingCopy.objects.get(pk=copy.pk)])
+    (run.output_dir / "export").mkdir(parents=True)
+    Run.objects.filter(pk=run.pk).update(finished_at=timezone.now() - timedelta(hours=1))
+    run.refresh_from_db()
+    for _page_load in range(2):
+        with django_capture_on_commit_callbacks(execute=True):
+            state = serving_copies.final_serving_copy(run=run, automatic_scheme="int8")
+    assert state["state"] == "failed"
+
+    (stale_path, stale_event, stale), (automatic_path, automatic_event, automatic) = sent_objects(receiver)
+    assert (stale_path, stale_event, automatic_path, automatic_event) == ("/failed", "export.failed", "/failed",
+                                                                          "export.failed")
+    assert (stale["id"], stale["status"], stale["step"]) == (f"{run.public_id}@3", "failed", 3)
+    assert stale["error"].startswith("the worker never finished writing this copy: 120 minutes after")
+    assert (automatic["id"], automatic["name"], automatic["status"]) == (
+        run.public_id, "<b>first</b> final model (int8)", "failed")
+    assert automatic["error"].startswith("the worker never finished writing this copy: 60 minutes after")
+
+
 def test_the_slack_line_of_an_export_names_it_escaped_with_its_error(
         team, finished_run, receiver, sent, django_capture_on_commit_callbacks):
     hook(team.project, receiver, "/slack", ["export.failed"], format="slack")
@@ -126,6 +161,23 @@ def test_a_review_export_that_became_a_ready_dataset_version_sends_review_export
                            "dataset": "prefs reviewed",
                            "dataset_version": {"id": version.public_id, "name": "prefs reviewed v1"},
                            "url": f"{SITE}/p/alpha/review/{campaign.public_id}/", "error": ""}
+
+
+def test_the_slack_line_of_a_review_export_done_names_the_dataset_version_it_made(
+        team, campaign, carol, receiver, sent, django_capture_on_commit_callbacks):  # noqa: F811
+    """The JSON named the version made; the Slack line said only "done", so a chat reader had to open the page."""
+    hook(team.project, receiver, "/slack", ["review.exported"], format="slack")
+    reviewed(campaign, team, carol, {1: "a"})
+    with django_capture_on_commit_callbacks(execute=True):
+        export = review_services.export_create(campaign=campaign, user=team.owner,
+                                               options=review_services.ExportOptions(dataset_name="<i>prefs</i>"))
+    with django_capture_on_commit_callbacks(execute=True):
+        export = review_services.export_write(export_id=export.pk)
+    with django_capture_on_commit_callbacks(execute=True):
+        validate_dataset_version(export.version.pk)
+    assert receiver.requests[0].json == {"text": (
+        f"[alpha] Export of review campaign <{SITE}/p/alpha/review/{campaign.public_id}/|pass 1> done: dataset version "
+        "&lt;i&gt;prefs&lt;/i&gt; v1")}
 
 
 def test_a_review_export_that_could_not_be_written_sends_review_exported_failed_once(

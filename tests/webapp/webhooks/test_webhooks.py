@@ -488,3 +488,30 @@ def test_the_page_reads_as_much_for_twenty_hooks_of_twenty_deliveries_as_for_one
         page = owner.get("/p/alpha/webhooks/").content.decode()
     assert page.count('<tr data-delivery="') == 20 * 20  # the newest 20 of each hook's 25
     assert page.count("by alpha-owner") == 20
+
+
+def test_the_page_says_how_many_deliveries_a_hook_has_and_where_the_older_ones_are(team, client_for):
+    """The page showed each hook's newest 20 with no word that up to 200 are kept: the older ones looked gone."""
+    busy = services.webhook_create(project=team.project, url="https://example.org/busy", events=["run.failed"],
+                                   format="json", user=team.owner)
+    quiet = services.webhook_create(project=team.project, url="https://example.org/quiet", events=["run.failed"],
+                                    format="json", user=team.owner)
+    for webhook, count in ((busy, 25), (quiet, 3)):
+        WebhookDelivery.objects.bulk_create(WebhookDelivery(webhook=webhook, event="run.failed", payload={})
+                                            for _number in range(count))
+    page = client_for(team.owner).get("/p/alpha/webhooks/").content.decode()
+    busy_part, quiet_part = page.split(f'id="{quiet.public_id}"')
+    assert (f"20 of 25 shown; the older ones: <code>GET /api/v1/projects/alpha/webhooks/{busy.public_id}/deliveries/"
+            "</code>") in busy_part
+    assert " of 3 shown" not in quiet_part and "the older ones" not in quiet_part
+
+
+def test_the_edit_page_heading_names_the_hooks_host_escaped(team, client_for):
+    """The heading said only "Webhook wh_…": with several hooks, which one was being edited was told by the id alone."""
+    webhook = services.webhook_create(project=team.project, url="https://hooks.example.org/services/T0/B0",
+                                      events=["run.failed"], format="json", user=team.owner)
+    page = client_for(team.owner).get(f"/p/alpha/webhooks/{webhook.public_id}/").content.decode()
+    assert f"<h1>Webhook {webhook.public_id} to hooks.example.org</h1>" in page
+    Webhook.objects.filter(pk=webhook.pk).update(url="https://<b>x</b>.example/")  # as no form saves it
+    page = client_for(team.owner).get(f"/p/alpha/webhooks/{webhook.public_id}/").content.decode()
+    assert "to &lt;b&gt;x&lt;" in page and "<b>x" not in page
