@@ -36,6 +36,8 @@ class Verb(models.TextChoices):
     DATASET_DELETED = "dataset.deleted", "deleted"
     BASE_MODEL_REGISTERED = "base_model.registered", "registered"
     BASE_MODEL_DELETED = "base_model.deleted", "deleted"
+    # The project's own name or description (its details name the fields, never the old description's text).
+    PROJECT_CHANGED = "project.changed", "changed"
     MEMBER_ADDED = "member.added", "added"
     MEMBER_ROLE_CHANGED = "member.role_changed", "changed the role of"
     MEMBER_REMOVED = "member.removed", "removed"

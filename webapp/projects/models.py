@@ -27,9 +27,16 @@ def role_at_least(role: str, minimum: str) -> bool:
     return ROLE_RANK[role] >= ROLE_RANK[minimum]
 
 
+# A paragraph or two on what the project is for, shown as plain text under its name: not a place for notes.
+DESCRIPTION_MAX_CHARS = 2_000
+
+
 class Project(models.Model):
     name = models.CharField(max_length=100)
     slug = models.SlugField(max_length=50, unique=True)
+    description = models.TextField(blank=True, max_length=DESCRIPTION_MAX_CHARS, help_text=(
+        "What the project is for, as plain text (line breaks kept, no Markdown); its owners change it on its "
+        "Settings page."))
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

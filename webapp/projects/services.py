@@ -18,8 +18,8 @@ from webapp.activity.models import Verb
 from webapp.activity.services import activity_record
 from webapp.basemodels.inspection import project_folder
 from webapp.core.bidi import isolated
-from webapp.core.text import checked_name
-from webapp.projects.models import Membership, Project, Role
+from webapp.core.text import checked_name, checked_text, typed_text
+from webapp.projects.models import DESCRIPTION_MAX_CHARS, Membership, Project, Role
 from webapp.projects.selectors import project_readers
 
 SLUG_MAX_LENGTH = 50
@@ -45,12 +45,23 @@ def _validate_role(role: str) -> None:
         raise ValidationError({"role": f"role {role!r} must be one of {', '.join(Role.values)}"})
 
 
-@transaction.atomic
-def project_create(*, name: str, slug: str, owner: AbstractBaseUser) -> Project:
-    """Create a project with ``owner`` as its first owner; a blank ``slug`` is made from the name."""
+def _checked_project_name(name: str) -> str:
+    # Project names need not be unique (the slug is): two teams may both call theirs "Chat tuning".
     name = checked_name(name, field="name", max_length=Project._meta.get_field("name").max_length)
     if not name:
         raise ValidationError({"name": "the project name must not be empty"})
+    return name
+
+
+def _checked_description(description: str) -> str:
+    # Typed in a textarea (CRLF line breaks) or sent by a script: stored with LF either way.
+    return checked_text(typed_text(description).strip(), field="description", max_length=DESCRIPTION_MAX_CHARS)
+
+
+@transaction.atomic
+def project_create(*, name: str, slug: str, owner: AbstractBaseUser) -> Project:
+    """Create a project with ``owner`` as its first owner; a blank ``slug`` is made from the name."""
+    name = _checked_project_name(name)
     if not slug:
         slug = slugify(name)[:SLUG_MAX_LENGTH].strip("-")
         if not slug:
@@ -68,6 +79,27 @@ def project_create(*, name: str, slug: str, owner: AbstractBaseUser) -> Project:
     except IntegrityError as error:
         raise taken from error
     Membership.objects.create(project=project, user=owner, role=Role.OWNER)
+    return project
+
+
+@transaction.atomic
+def project_update(*, project: Project, user: AbstractBaseUser | None, name: str, description: str) -> Project:
+    """Rename ``project`` and set its description, by the name rules of ``project_create``; all or nothing.
+    The slug never changes: addresses, API clients, run directories and the models root's ``projects/<slug>/``
+    name it. A change is one entry of the activity log naming the fields changed (a rename with both names;
+    never the description's text); a save that changes nothing records none."""
+    name, description = _checked_project_name(name), _checked_description(description)
+    project = Project.objects.select_for_update(of=("self",)).get(pk=project.pk)
+    changed = [field for field, value in (("name", name), ("description", description))
+               if getattr(project, field) != value]
+    if not changed:
+        return project
+    details: dict[str, object] = {"changed": changed}
+    if "name" in changed:
+        details |= {"name_before": project.name, "name_after": name}
+    project.name, project.description = name, description
+    project.save(update_fields=changed)
+    activity_record(project=project, actor=user, verb=Verb.PROJECT_CHANGED, details=details)
     return project
 
 

@@ -104,3 +104,51 @@ def test_project_create_refuses_a_slug_whose_models_folder_is_left_over(db, sett
         "ask an administrator to move that folder away first"]
     assert not Project.objects.filter(slug="heron").exists()
     assert services.project_create(name="Heron", slug="heron-2", owner=make_user("bob")).slug == "heron-2"
+
+
+def test_project_update_renames_and_describes_a_project_keeping_its_slug(team):
+    project = services.project_update(project=team.project, user=team.owner, name="  Reward models ",
+                                      description="Tuning the RM.\r\nSecond line.\n")
+    project.refresh_from_db()
+    assert (project.name, project.slug, project.description) == ("Reward models", "alpha",
+                                                                 "Tuning the RM.\nSecond line.")
+
+
+@pytest.mark.parametrize(("name", "description", "field", "says"), [
+    ("   ", "", "name", "must not be empty"),
+    ("x" * 101, "", "name", "101 characters; at most 100"),
+    ("Project\u200balpha", "", "name", "U+200B (ZERO WIDTH SPACE)"),
+    ("\u202eahpla", "", "name", "U+202E (RIGHT-TO-LEFT OVERRIDE)"),
+    ("Renamed", "x" * 2001, "description", "2,001 characters; at most 2,000"),
+    ("Renamed", "nul \x00 here", "description", "a NUL character"),
+])
+def test_project_update_refuses_what_creation_refuses_and_saves_nothing(team, name, description, field, says):
+    from webapp.activity.models import Activity
+
+    logged = Activity.objects.count()
+    with pytest.raises(ValidationError) as excinfo:
+        services.project_update(project=team.project, user=team.owner, name=name, description=description)
+    assert list(excinfo.value.message_dict) == [field] and says in excinfo.value.message_dict[field][0]
+    team.project.refresh_from_db()
+    assert (team.project.name, team.project.description) == ("Project alpha", "")
+    assert Activity.objects.count() == logged
+
+
+def test_project_names_need_not_be_unique(team):
+    services.project_update(project=team.project, user=team.owner, name="Elsewhere", description="")
+    assert Project.objects.filter(name="Elsewhere").count() == 2
+
+
+def test_project_update_is_logged_once_naming_the_fields_changed_not_the_old_text(team):
+    from webapp.activity.models import Activity, Verb
+
+    services.project_update(project=team.project, user=team.owner, name="Project alpha", description="secret plan")
+    services.project_update(project=team.project, user=team.owner, name="Renamed", description="new plan")
+    services.project_update(project=team.project, user=team.owner, name="Renamed", description="new plan")
+    entries = list(Activity.objects.filter(project=team.project, verb=Verb.PROJECT_CHANGED).order_by("id"))
+    assert [(entry.actor_name, entry.target_kind, entry.details) for entry in entries] == [
+        ("alpha-owner", "", {"changed": ["description"]}),
+        ("alpha-owner", "", {"changed": ["name", "description"], "name_before": "Project alpha",
+                             "name_after": "Renamed"}),
+    ]
+    assert "secret plan" not in str(entries[1].details)
