@@ -97,10 +97,11 @@ def test_an_owner_deletes_the_project_by_typing_its_slug(page, live_server):
     team = make_team()
     log_in(page, live_server.url, team.owner.username)
     page.goto(f"{live_server.url}/p/alpha/")
+    page.get_by_role("link", name="Settings").click()
     page.get_by_text("Delete this project…").click()
     page.fill("#confirm-slug", "alpha-elsewhere")
     page.get_by_role("button", name="Delete Project alpha").click()
-    page.wait_for_url("**/p/alpha/")
+    page.wait_for_url("**/p/alpha/settings/")
     assert ("Nothing was deleted: 'alpha-elsewhere' is not the project's slug; type alpha to confirm."
             in page.locator(".messages").inner_text())
     page.get_by_text("Delete this project…").click()

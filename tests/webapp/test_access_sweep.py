@@ -251,6 +251,7 @@ ROUTES: dict[str, Route] = {
     "projects:members": Route(kwargs=_project, methods={"GET": VIEWER, "POST": OWNER}),
     "projects:member_role": Route(kwargs=_project, methods={"POST": OWNER}),
     "projects:member_remove": Route(kwargs=_project, methods={"POST": OWNER}),
+    "projects:settings": Route(kwargs=_project, methods={"GET": OWNER, "POST": OWNER}),  # POST refused: no name
     "projects:delete": Route(kwargs=_project, methods={"POST": OWNER}),  # refused: no slug typed, runs queued
     "projects:storage": Route(kwargs=_project, methods=READ),
     "projects:storage_prune": Route(kwargs=_project, methods={"POST": OWNER}),

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib.auth import get_user_model
 
-from webapp.projects.models import Role
+from webapp.projects.models import DESCRIPTION_MAX_CHARS, Role
 
 
 class ProjectCreateForm(forms.Form):
@@ -13,6 +13,15 @@ class ProjectCreateForm(forms.Form):
         required=False,
         help_text="Used in URLs: lower-case letters, digits and hyphens, e.g. chat-tuning. Blank: made from the name.",
     )
+
+
+class ProjectSettingsForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    # Its length is the service's to check: a browser sends each line break as two characters (CRLF).
+    description = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 5}),
+        help_text=f"What the project is for, at most {DESCRIPTION_MAX_CHARS:,} characters. Shown as plain text under "
+                  "its name (line breaks kept, no Markdown) and, its first words, in the project list.")
 
 
 class MemberAddForm(forms.Form):

@@ -8,6 +8,7 @@ urlpatterns = [
     path("", views.project_list, name="list"),
     path("projects/new/", views.project_create, name="create"),
     path("p/<slug:slug>/", views.project_detail, name="detail"),
+    path("p/<slug:slug>/settings/", views.project_settings, name="settings"),
     path("p/<slug:slug>/delete/", views.project_delete, name="delete"),
     path("p/<slug:slug>/members/", views.members, name="members"),
     path("p/<slug:slug>/storage/", views.storage, name="storage"),

@@ -1,5 +1,5 @@
-"""Project pages: the project list (home), project creation, the overview (with its deletion) and the
-members page. Every project-scoped view starts with ``get_project_for_user``."""
+"""Project pages: the project list (home), project creation, the overview, the settings (name, description and,
+in its danger zone, the deletion) and the members page. Every project-scoped view starts with ``get_project_for_user``."""
 from __future__ import annotations
 
 from django.contrib import messages
@@ -17,7 +17,8 @@ from webapp.core.submissions import deleted_once_or_refused, form_send_once, sen
 from webapp.projects import selectors, services
 from webapp.projects.storage import project_storage, prune_skipped_runs
 from webapp.projects.access import get_project_for_user
-from webapp.projects.forms import MemberAddForm, MemberRemoveForm, MemberRoleForm, ProjectCreateForm
+from webapp.projects.forms import (MemberAddForm, MemberRemoveForm, MemberRoleForm, ProjectCreateForm,
+                                   ProjectSettingsForm)
 from webapp.projects.models import Membership, Project, Role
 from webapp.runs import services as run_services
 
@@ -68,7 +69,6 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
             "counts": selectors.project_counts(project=project),
             "overview": overview,
             "can_act": can_act,
-            "can_delete": selectors.may_delete_project(membership=membership),
             "can_upload_model": membership.can(Role.OWNER),
             # Getting started (no run yet) opens the launch form on it, which starts from its own preset there.
             "demo_model": basemodel_selectors.demo_model(project=project) if can_act and not overview["runs"] else None,
@@ -77,9 +77,31 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 @login_required
+@require_http_methods(["GET", "POST"])
+def project_settings(request: HttpRequest, slug: str) -> HttpResponse:
+    """Owners rename the project and describe it (``services.project_update``; the slug stays), and delete it from
+    the page's danger zone; members and viewers get 403 as on the other owner pages. A refusal names the field and
+    keeps what was typed."""
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
+    form = ProjectSettingsForm(request.POST or None,
+                               initial={"name": project.name, "description": project.description})
+    if request.method == "POST" and form.is_valid():
+        try:
+            project = services.project_update(project=project, user=request.user, **form.cleaned_data)
+        except ValidationError as error:
+            add_service_errors(form, error)
+        else:
+            messages.success(request, f"Saved the settings of {isolated(project.name)}.")
+            return redirect("projects:settings", project.slug)
+    return render(request, "projects/settings.html", {"project": project, "membership": membership, "form": form},
+                  status=400 if form.errors else 200)
+
+
+@login_required
 @require_POST
 def project_delete(request: HttpRequest, slug: str) -> HttpResponse:
-    """Delete a project, its slug typed to confirm; refused back on its page, saying what is still at work."""
+    """Delete a project, its slug typed to confirm; refused back on its settings page, saying what is still at
+    work."""
     def delete() -> str:  # only looked up here: a second click, finding it gone, lands where the first did
         project, membership = get_project_for_user(request.user, slug)
         if not selectors.may_delete_project(membership=membership):
@@ -89,7 +111,7 @@ def project_delete(request: HttpRequest, slug: str) -> HttpResponse:
                                   "in it.")
         return reverse("projects:list")
 
-    return redirect(deleted_once_or_refused(request, delete=delete, back=reverse("projects:detail", args=[slug])))
+    return redirect(deleted_once_or_refused(request, delete=delete, back=reverse("projects:settings", args=[slug])))
 
 
 def _render_members(request, project: Project, membership: Membership, *, add_form=None, status=200):

@@ -14,7 +14,8 @@ from webapp.runs import services as run_services
 from webapp.runs.models import Run, RunStatus, ServingCopy, ServingCopyStatus
 from webapp.runs.serving_copies import base_model_copy_dir
 
-PAGE, ACTION = "/p/alpha/", "/p/alpha/delete/"
+# The deletion lives in the danger zone of the settings page, and a refusal comes back there.
+PAGE, ACTION = "/p/alpha/settings/", "/p/alpha/delete/"
 
 
 def delete_from_page(client, capture, *, typed="alpha"):
@@ -95,6 +96,7 @@ def test_only_an_owner_may_delete_a_project(team, client_for):
         assert client.post(ACTION, {"confirm_slug": "alpha"}).status_code == 403
     assert client_for(team.outsider).post(ACTION, {"confirm_slug": "alpha"}).status_code == 404
     assert 'id="delete-project"' in client_for(team.owner).get(PAGE).content.decode()
+    assert 'id="delete-project"' not in client_for(team.owner).get("/p/alpha/").content.decode()
     assert Project.objects.filter(slug="alpha").exists()
 
 

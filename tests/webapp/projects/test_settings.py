@@ -1,0 +1,65 @@
+"""The project's Settings page (``/p/<slug>/settings/``): owners rename and describe the project (the slug stays);
+members and viewers get 403, outsiders 404; the overview shows the description under the name and the project list
+its first words, escaped."""
+from django.utils.html import escape
+
+from webapp.activity.models import Activity, Verb
+from webapp.projects.models import Project
+
+PAGE = "/p/alpha/settings/"
+
+
+def test_an_owner_renames_and_describes_the_project(team, client_for):
+    client = client_for(team.owner)
+    page = client.get(PAGE).content.decode()
+    assert 'value="Project alpha"' in page and "<code>alpha</code>, stays as it is" in page
+    response = client.post(PAGE, {"name": "Reward models", "description": "Scoring answers.\r\nSecond line."})
+    assert response.status_code == 302 and response["Location"] == PAGE
+    project = Project.objects.get(pk=team.project.pk)
+    assert (project.name, project.slug, project.description) == ("Reward models", "alpha",
+                                                                 "Scoring answers.\nSecond line.")
+    assert "Saved the settings of \u2068Reward models\u2069." in client.get(PAGE).content.decode()
+    overview = client.get("/p/alpha/").content.decode()
+    assert '<p class="project-description text">Scoring answers.<br>Second line.</p>' in overview
+    assert Activity.objects.filter(project=project, verb=Verb.PROJECT_CHANGED).count() == 1
+
+
+def test_a_refusal_names_the_field_and_keeps_what_was_typed(team, client_for):
+    response = client_for(team.owner).post(PAGE, {"name": "Project\u200balpha", "description": "kept text"})
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert 'id="id_name_error"' in page and "U+200B (ZERO WIDTH SPACE)" in page
+    assert 'value="Project\u200balpha"' in page and "\nkept text</textarea>" in page
+    project = Project.objects.get(pk=team.project.pk)
+    assert (project.name, project.description) == ("Project alpha", "")
+    assert not Activity.objects.filter(verb=Verb.PROJECT_CHANGED).exists()
+
+
+def test_it_is_the_owners_alone(team, client_for):
+    for user in (team.teammate, team.viewer):
+        client = client_for(user)
+        assert client.get(PAGE).status_code == 403
+        assert client.post(PAGE, {"name": "taken over", "description": ""}).status_code == 403
+        assert 'href="/p/alpha/settings/"' not in client.get("/p/alpha/").content.decode()
+    outsider = client_for(team.outsider)
+    assert outsider.get(PAGE).status_code == 404
+    assert outsider.post(PAGE, {"name": "taken over", "description": ""}).status_code == 404
+    assert Project.objects.get(pk=team.project.pk).name == "Project alpha"
+    assert 'href="/p/alpha/settings/"' in client_for(team.owner).get("/p/alpha/").content.decode()
+
+
+def test_the_description_is_escaped_on_the_overview_and_in_the_list(team, client_for):
+    hostile = '<script>alert("x")</script> and **not markdown**'
+    Project.objects.filter(pk=team.project.pk).update(description=hostile)
+    client = client_for(team.viewer)
+    for address in ("/p/alpha/", "/"):
+        page = client.get(address).content.decode()
+        assert "<script>alert" not in page and escape('<script>alert("x")</script>') in page, address
+        assert "**not markdown**" in page and "<strong>" not in page, address
+
+
+def test_the_list_shows_a_one_line_excerpt(team, client_for):
+    Project.objects.filter(pk=team.project.pk).update(description="First words. " + "more " * 100)
+    page = client_for(team.owner).get("/").content.decode()
+    excerpt = page.split('class="muted project-excerpt text">')[1].split("</small>")[0]
+    assert excerpt.startswith("First words. ") and excerpt.endswith("…") and len(excerpt) == 120
