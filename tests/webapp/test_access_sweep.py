@@ -355,6 +355,7 @@ ROUTES: dict[str, Route] = {
     "chat:v1_completions": Route(auth=Auth.PROJECT_TOKEN, body=_completion_body, methods={"POST": MEMBER},
                                  queues_a_generation=True),
 
+    "api:project": Route(auth=Auth.API_TOKEN, kwargs=_project, methods={"GET": VIEWER, "PATCH": OWNER}),
     "api:storage": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ),
     "api:storage_prune": Route(auth=Auth.API_TOKEN, kwargs=_project, methods={"GET": VIEWER, "POST": OWNER}),
     # Owners only, reading too, as the Webhooks page.

@@ -12,6 +12,7 @@ from jaxengine.spec import JobSpec
 from webapp.activity import selectors as activity_selectors
 from webapp.activity.models import TargetKind
 from webapp.api import paging, schemas
+from webapp.projects.models import DESCRIPTION_MAX_CHARS
 from webapp.runs.pipelines import PipelineDocument
 from webapp.runs.models import RunStatus
 from webapp.runs.selectors import MAX_POINTS, METRIC_SORT, METRICS_MAX_POINTS, RUN_TASKS, SORTS
@@ -85,7 +86,7 @@ CHECKPOINT_REFUSED = {"409": _json("Refused, nothing deleted: `{\"detail\": mess
                                     "(the run is queued, running or stopping; the checkpoint is being exported, or a "
                                     "serving copy of it is being written).", schemas.Detail)}
 # Every body the API answers with (webapp.api.schemas), the components the responses refer to.
-ANSWERS = (schemas.ProjectList, schemas.BaseModelList, schemas.BaseModelOut, schemas.DatasetList, schemas.DatasetDetail,
+ANSWERS = (schemas.ProjectList, schemas.ProjectOut, schemas.BaseModelList, schemas.BaseModelOut, schemas.DatasetList, schemas.DatasetDetail,
            schemas.DatasetComparison, schemas.DatasetVersionOut, schemas.UploadOut, schemas.RunPage, schemas.RunDetail, schemas.RunOut,
            schemas.SweepOut, schemas.MetricSeries, schemas.MetricsLogged, schemas.SampleList, schemas.SamplesStored, schemas.RunLog,
            schemas.PipelineList, schemas.PipelineOut, schemas.ChatTokenList, schemas.ChatTokenCreated,
@@ -152,7 +153,7 @@ def build_document() -> dict[str, Any]:
     for model in (schemas.RunCreate, schemas.RunResume, schemas.RunRetry, schemas.RunDuplicate, schemas.CheckpointsPrune,
                   schemas.CheckpointExport, schemas.CheckpointServingCopy,
                   schemas.MetricsLog, schemas.SamplesLog, schemas.RunFinish,
-                  schemas.ChatTokenCreate, schemas.WebhookCreate, schemas.WebhookUpdate, schemas.WebhookSecret,
+                  schemas.ChatTokenCreate, schemas.ProjectUpdate, schemas.WebhookCreate, schemas.WebhookUpdate, schemas.WebhookSecret,
                   schemas.WebhookTest, schemas.DeliveryRedeliver, schemas.StoragePruneRequest,
                   JobSpec, PipelineDocument, *ANSWERS):
         schema = model.model_json_schema(ref_template=REF)
@@ -291,6 +292,16 @@ def build_document() -> dict[str, Any]:
         "/api/v1/projects/": {"get": _operation(
             "List the projects the token's user belongs to, by name: their slugs (which every other address names), "
             "your role in each, and the addresses of their lists", [], answer=schemas.ProjectList)},
+        f"{base}/": {
+            "get": _operation("The project as GET /api/v1/projects/ lists it: its name, description, your role and "
+                              "the addresses of its lists (every member, viewers too)", [SLUG],
+                              answer=schemas.ProjectOut),
+            "patch": _operation("Rename the project or set its description (either; all or nothing), as its Settings "
+                                "page does (owners only: members and viewers get 403); the slug never changes. 400 "
+                                "naming the field: a blank name, one over 100 characters or holding an invisible "
+                                f"character, a description over {DESCRIPTION_MAX_CHARS:,} characters", [SLUG],
+                                body=schemas.ProjectUpdate, answer=schemas.ProjectOut),
+        },
         f"{base}/base-models/": {"get": _operation("List the project's base models (the bm_… ids a run's model names)",
                                                    [SLUG], answer=schemas.BaseModelList),
                                  "post": {**model_upload_operation, "requestBody": model_upload}},

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationInfo, 
 from webapp.chat.tokens import DEFAULT_TOKEN_NAME, TOKEN_NAME_MAX
 from webapp.core.auth_header import DEFAULT_TOKEN_LIFETIME, TOKEN_LIFETIMES
 from webapp.core.numbers import MAX_STORED_INT
+from webapp.projects.models import DESCRIPTION_MAX_CHARS
 from webapp.runs.models import SERVING_COPY_SCHEMES
 from webapp.runs.services import RUN_NAME_MAX
 from webapp.webhooks.models import EVENTS, DeliveryStatus, WebhookFormat
@@ -164,6 +165,30 @@ _WEBHOOK_URL = ("Where messages are POSTed: http:// or https://, at a public add
 _WEBHOOK_EVENTS = "The events sent to it (at least one); a ping (POST test/) goes to it whatever it chose."
 
 
+class ProjectUpdate(_Body):
+    """What the project's Settings page changes (owners only); a key left out is left as it is. The slug never
+    changes."""
+
+    name: str | None = Field(default=None, description="At most 100 characters, not blank, no invisible characters "
+                                                        "(zero-width spaces, bidi controls).")
+    description: str | None = Field(default=None, description=f"Plain text, at most {DESCRIPTION_MAX_CHARS:,} "
+                                                               "characters (\"\": none).")
+
+    @field_validator("name", "description")
+    @classmethod
+    def _not_null(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:  # only a value sent is checked: a null sent would otherwise read as left out
+            clear = ', or send "" to clear it' if info.field_name == "description" else ""
+            raise ValueError(f"null is not a value of {info.field_name}: leave the key out to keep it as it is{clear}")
+        return value
+
+    @model_validator(mode="after")
+    def _something_given(self) -> ProjectUpdate:
+        if not self.model_fields_set:
+            raise ValueError("give at least one of name, description")
+        return self
+
+
 class WebhookCreate(_Body):
     """A project's webhook, as the Webhooks page adds one (owners only)."""
 
@@ -233,6 +258,7 @@ class ProjectLinks(_Answer):
 class ProjectOut(_Answer):
     slug: str = Field(description="What every other address names: /api/v1/projects/<slug>/….")
     name: str
+    description: str = Field(description="What the project is for, as plain text (\"\": none).")
     role: Literal["viewer", "member", "owner"] = Field(
         description="The token's user's role here: viewers read, members also write, owners also upload models and "
                     "manage the project.")

@@ -8,6 +8,7 @@ base = "api/v1/projects/<slug:slug>"
 urlpatterns = [
     path("api/v1/openapi.json", views.openapi, name="openapi"),
     path("api/v1/projects/", views.projects, name="projects"),
+    path(f"{base}/", views.project_detail, name="project"),
     path(f"{base}/storage/", views.storage, name="storage"),
     path(f"{base}/storage/prune/", views.storage_prune, name="storage_prune"),
     path(f"{base}/base-models/", views.base_models, name="base_models"),

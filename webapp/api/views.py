@@ -53,6 +53,7 @@ from webapp.datasets.uploads import (LimitedUploadHandler, body_too_large, file_
                                      name_as_uploaded, one_file_per_upload_message, upload_cut_short_message)
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Project, Role
+from webapp.projects import services as project_services
 from webapp.projects.selectors import project_list_for_user
 from webapp.projects.storage import GONE, ProjectStorage, project_storage
 from webapp.review import selectors as review_selectors
@@ -315,7 +316,7 @@ OWNER_LISTS = {"webhooks": "api:webhooks"}
 def _project_json(request: HttpRequest, project: Project) -> dict[str, Any]:
     """A project as the token's user sees it: ``project.role`` (``project_list_for_user``'s) is theirs."""
     lists = PROJECT_LISTS | (OWNER_LISTS if project.role == Role.OWNER else {})
-    return {"slug": project.slug, "name": project.name, "role": project.role,
+    return {"slug": project.slug, "name": project.name, "description": project.description, "role": project.role,
             "created_at": project.created_at.isoformat(),
             "urls": {key: request.build_absolute_uri(reverse(name, kwargs={"slug": project.slug}))
                      for key, name in lists.items()}}
@@ -327,6 +328,21 @@ def projects(request: HttpRequest) -> JsonResponse:
     every other address names (it saw them only in a browser's address bar)."""
     return JsonResponse({"projects": [_project_json(request, project)
                                       for project in project_list_for_user(user=request.user)]})
+
+
+@api_view(("GET", "PATCH"))
+def project_detail(request: HttpRequest, slug: str) -> JsonResponse:
+    """GET: the project as ``GET /api/v1/projects/`` lists it. PATCH ``{"name", "description"}`` (either; owners
+    only): what its Settings page changes, by the same service and rules, all or nothing; the slug never changes."""
+    minimum = Role.OWNER if request.method == "PATCH" else Role.VIEWER
+    project, membership = get_project_for_user(request.user, slug, min_role=minimum)
+    if request.method == "PATCH":
+        body = _body(request, schemas.ProjectUpdate)
+        fields = {"name": project.name, "description": project.description}
+        project = project_services.project_update(project=project, user=request.user,
+                                                  **fields | body.model_dump(include=body.model_fields_set))
+    project.role = membership.role  # as project_list_for_user annotates it
+    return JsonResponse(_project_json(request, project))
 
 
 @api_view(("GET",))

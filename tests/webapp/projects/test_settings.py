@@ -22,6 +22,9 @@ def test_an_owner_renames_and_describes_the_project(team, client_for):
     overview = client.get("/p/alpha/").content.decode()
     assert '<p class="project-description text">Scoring answers.<br>Second line.</p>' in overview
     assert Activity.objects.filter(project=project, verb=Verb.PROJECT_CHANGED).count() == 1
+    log = client_for(team.viewer).get("/p/alpha/activity/").content.decode()
+    assert "changed the project" in log
+    assert "changed: name, description; name before: Project alpha; name after: Reward models" in log
 
 
 def test_a_refusal_names_the_field_and_keeps_what_was_typed(team, client_for):
