@@ -111,3 +111,31 @@ def test_an_owner_deletes_the_project_by_typing_its_slug(page, live_server):
     assert ("Deleted the project \u2068Project alpha\u2069 (alpha) with everything in it."
             in page.locator(".messages").inner_text())
     assert not Project.objects.filter(slug="alpha").exists() and Project.objects.filter(slug="alpha-elsewhere").exists()
+
+
+def test_an_owner_renames_and_describes_the_project(page, live_server):
+    """From the project bar's Settings: a refused name is said beside its field, what was typed kept; then the new
+    name and description show on the project page (the description escaped, its line break kept) and in the list."""
+    from tests.webapp.factories import make_team
+
+    team = make_team()
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/")
+    page.get_by_role("link", name="Settings").click()
+    page.wait_for_url("**/p/alpha/settings/")
+    page.fill("#id_name", "Reward\u200bmodels")
+    page.fill("#id_description", "Scores answers <b>fairly</b>.\nSecond line.")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#id_name_error")).to_contain_text("an invisible character, U+200B (ZERO WIDTH SPACE)")
+    expect(page.locator("#id_description")).to_have_value("Scores answers <b>fairly</b>.\nSecond line.")
+    page.fill("#id_name", "Reward models")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator(".messages")).to_contain_text("Saved the settings of \u2068Reward models\u2069.")
+    page.locator(".project-name").click()
+    page.wait_for_url("**/p/alpha/")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Reward models")
+    description = page.locator(".project-description")
+    assert description.inner_text() == "Scores answers <b>fairly</b>.\nSecond line."
+    assert description.locator("br").count() == 1 and description.locator("b").count() == 0
+    page.goto(f"{live_server.url}/")
+    expect(page.locator(".project-excerpt")).to_contain_text("Scores answers <b>fairly</b>.")
