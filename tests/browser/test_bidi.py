@@ -55,7 +55,7 @@ LEAKS = """() => {
 
 def test_bidi_controls_in_names_and_texts_reorder_nothing_around_them(page, live_server):
     team = make_team()
-    Project.objects.filter(pk=team.project.pk).update(name=hostile("proj"))
+    Project.objects.filter(pk=team.project.pk).update(name=hostile("proj"), description=hostile("description"))
     base_model = make_base_model(team.project, name=hostile("model"))
     version = make_ready_version(team.project, name=hostile("data"), kind="sft",
                                  rows=[{"prompt": hostile("prompt"), "completion": hostile("answer")}])
@@ -86,7 +86,7 @@ def test_bidi_controls_in_names_and_texts_reorder_nothing_around_them(page, live
                  f"/p/alpha/chat/{conversation.public_id}/", "/p/alpha/review/", f"/p/alpha/review/{campaign.public_id}/",
                  f"/p/alpha/review/{campaign.public_id}/next/", f"/p/alpha/review/{campaign.public_id}/items/",
                  f"/p/alpha/runs/compare/?runs={run.public_id}", "/p/alpha/runs/new/", "/p/alpha/members/",
-                 "/p/alpha/arena/", "/p/alpha/arena/leaderboard/", "/p/alpha/storage/"):
+                 "/p/alpha/arena/", "/p/alpha/arena/leaderboard/", "/p/alpha/storage/", "/p/alpha/settings/"):
         response = page.goto(live_server.url + path)
         assert response.status == 200, path
         if found := page.evaluate(LEAKS):
