@@ -96,7 +96,9 @@ def project_update(*, project: Project, user: AbstractBaseUser | None, name: str
         return project
     details: dict[str, object] = {"changed": changed}
     if "name" in changed:
-        details |= {"name_before": project.name, "name_after": name}
+        # Keys growing in length: PostgreSQL's jsonb keeps keys by length, then bytes, and the log shows them in the
+        # order it reads them.
+        details |= {"name_was": project.name, "renamed_to": name}
     project.name, project.description = name, description
     project.save(update_fields=changed)
     activity_record(project=project, actor=user, verb=Verb.PROJECT_CHANGED, details=details)

@@ -148,7 +148,7 @@ def test_project_update_is_logged_once_naming_the_fields_changed_not_the_old_tex
     entries = list(Activity.objects.filter(project=team.project, verb=Verb.PROJECT_CHANGED).order_by("id"))
     assert [(entry.actor_name, entry.target_kind, entry.details) for entry in entries] == [
         ("alpha-owner", "", {"changed": ["description"]}),
-        ("alpha-owner", "", {"changed": ["name", "description"], "name_before": "Project alpha",
-                             "name_after": "Renamed"}),
+        ("alpha-owner", "", {"changed": ["name", "description"], "name_was": "Project alpha",
+                             "renamed_to": "Renamed"}),
     ]
     assert "secret plan" not in str(entries[1].details)

@@ -24,7 +24,7 @@ def test_an_owner_renames_and_describes_the_project(team, client_for):
     assert Activity.objects.filter(project=project, verb=Verb.PROJECT_CHANGED).count() == 1
     log = client_for(team.viewer).get("/p/alpha/activity/").content.decode()
     assert "changed the project" in log
-    assert "changed: name, description; name before: Project alpha; name after: Reward models" in log
+    assert "changed: name, description; name was: Project alpha; renamed to: Reward models" in log
 
 
 def test_a_refusal_names_the_field_and_keeps_what_was_typed(team, client_for):
