@@ -123,6 +123,7 @@ def test_an_owner_renames_and_describes_the_project(page, live_server):
     page.goto(f"{live_server.url}/p/alpha/")
     page.get_by_role("link", name="Settings").click()
     page.wait_for_url("**/p/alpha/settings/")
+    expect(page.get_by_role("navigation", name="Project").locator("[aria-current]")).to_have_text("Settings")
     page.fill("#id_name", "Reward\u200bmodels")
     page.fill("#id_description", "Scores answers <b>fairly</b>.\nSecond line.")
     page.get_by_role("button", name="Save").click()
