@@ -7,9 +7,11 @@ run directory (the spec as run, ``metrics.jsonl``, the exported step, the base m
 ``write_model_card`` puts the text in the export folder. A later serving copy adds its figures to the card
 (``note_serving_copy``) by rebuilding one section, so the card never needs the run's facts gathered again.
 
-Everything a user typed (run, project and dataset names, the author) reaches the Markdown through ``inline_text``: one
-line, Markdown's punctuation escaped, ``< > &`` as entities, so a name cannot open a heading, a table row, a second
-front matter or an HTML tag. The YAML front matter is written by ``yaml.safe_dump``, which quotes what needs quoting.
+Everything a user typed (run, project and dataset names, a dataset's source, licence and description, the author)
+reaches the Markdown through ``inline_text``: one line, Markdown's punctuation escaped, ``< > &`` as entities, so a name
+cannot open a heading, a table row, a second front matter or an HTML tag; a source is a link only when it is an http(s)
+address (``is_web_address``). The YAML front matter is written by ``yaml.safe_dump``, which quotes what needs quoting;
+its ``datasets:`` lists only sources that read as Hugging Face hub ids (``hub_repo_id``).
 
 Loaders never read ``README.md`` (it is neither in ``checkpoint.hf.TOKENIZER_FILES`` nor a weight or config file), so
 the export's other files stay what they were; nor the base model's licence files copied beside it (``licence``),
@@ -59,13 +61,23 @@ def write_provenance(run_dir: str | Path, provenance: dict[str, Any]) -> None:
     (Path(run_dir) / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2, sort_keys=True) + "\n")
 
 
-def hub_id(base_config: dict[str, Any]) -> str | None:
-    """The Hugging Face hub id the base model's ``config.json`` names as ``_name_or_path`` (``org/name``), None when it
-    names a local path or nothing: a path on the training host means nothing to whoever reads the card."""
-    name = base_config.get("_name_or_path")
+def hub_repo_id(name: Any) -> str | None:
+    """``name`` when it reads as a Hugging Face hub id (``org/name``), None when it is a local path or anything else:
+    a path on the training host means nothing to whoever reads the card."""
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][\w.\-]*/[\w.\-]+", name):
         return None
     return None if name.startswith((".", "~")) or Path(name).exists() else name
+
+
+def hub_id(base_config: dict[str, Any]) -> str | None:
+    """The Hugging Face hub id the base model's ``config.json`` names as ``_name_or_path`` (``hub_repo_id``)."""
+    return hub_repo_id(base_config.get("_name_or_path"))
+
+
+def is_web_address(value: Any) -> bool:
+    """Whether ``value`` is an http(s) address that may be shown as a link: anything else (a ``javascript:`` link, a
+    path, words) is shown as text, inert."""
+    return isinstance(value, str) and re.fullmatch(r"https?://[^\s<>`]+", value) is not None
 
 
 def read_metric_rows(metrics_path: str | Path) -> list[dict[str, Any]]:
@@ -212,6 +224,8 @@ def front_matter(facts: dict[str, Any]) -> str:
              if key in ("license", "license_name", "license_link")}
     if facts.get("base_model"):
         meta["base_model"] = facts["base_model"]
+    if datasets := dataset_hub_ids(facts):
+        meta["datasets"] = datasets
     meta["tags"] = ["temper", spec["task"], _method_tag(spec)]
     meta["pipeline_tag"] = "text-generation"
     if run_name := (facts.get("provenance") or {}).get("run_name"):
@@ -279,6 +293,33 @@ def _task_knobs(spec: dict[str, Any]) -> list[tuple[str, str]]:
             if value is not None and value != [] and value != {}]
 
 
+def _source_text(source: str) -> str:
+    """A dataset's source as the card shows it: an http(s) address as an autolink, anything else as text."""
+    return f"<{source}>" if is_web_address(source) else inline_text(source)
+
+
+def _about_lines(dataset: dict[str, Any]) -> list[str]:
+    """A dataset's source, licence and description (as its "About this dataset" said at launch), each a sub-item of
+    its line; a licence not stated is said to be, as the base model's is."""
+    lines = []
+    if dataset.get("source"):
+        lines.append(f"  - source: {_source_text(str(dataset['source']))}")
+    if "licence" in dataset:  # provenance written before datasets had a licence says nothing of it
+        lines.append(f"  - licence: {inline_text(dataset['licence'])}" if dataset["licence"]
+                     else "  - licence: not stated: check the data's terms before sharing this model")
+    if dataset.get("description"):
+        lines.append(f"  - description: {inline_text(dataset['description'])}")
+    return lines
+
+
+def dataset_hub_ids(facts: dict[str, Any]) -> list[str]:
+    """The Hugging Face hub ids (``hub_repo_id``) of the provenance's dataset sources, each once, for the front
+    matter's ``datasets:``; an address or words name no hub dataset and are left to the Data section."""
+    datasets = (facts.get("provenance") or {}).get("datasets") or []
+    found = (hub_repo_id(dataset.get("source")) for dataset in datasets if isinstance(dataset, dict))
+    return list(dict.fromkeys(hub for hub in found if hub))
+
+
 def _datasets_lines(facts: dict[str, Any]) -> list[str]:
     datasets = (facts.get("provenance") or {}).get("datasets") or []
     data = facts.get("data") or {}
@@ -292,7 +333,7 @@ def _datasets_lines(facts: dict[str, Any]) -> list[str]:
             line += f" ({code_span(dataset['id'])})"
         if rows is not None:
             line += f", {format_number(rows)} rows"
-        lines.append(line)
+        lines += [line, *_about_lines(dataset)]
     if not datasets:
         spec_data = facts["spec"]["data"]
         for use in ("train", "eval"):
@@ -399,7 +440,7 @@ def _base_model_line(facts: dict[str, Any]) -> str | None:
 
 def _licence_link(link: str) -> str:
     """An http(s) address as a Markdown autolink; anything else as text (a ``javascript:`` link stays inert)."""
-    return f"<{link}>" if re.fullmatch(r"https?://[^\s<>`]+", link) else inline_text(link)
+    return f"<{link}>" if is_web_address(link) else inline_text(link)
 
 
 def licence_lines(licence: dict[str, Any] | None) -> list[str]:

@@ -2,9 +2,10 @@
 
 Architecture and family, parameter count (of the weights the safetensors files hold, from their headers:
 no tensor is read; a config.json that does not describe them is refused, as generate and train refuse it), the dtype config.json declares and the dtypes stored in the safetensors files, context
-length, main sizes, and the tokenizer (backend, vocabulary, special ids, chat template). A tokenizer file
-that cannot be read is bad input, like a bad config.json; a directory without any tokenizer is described
-(tokenizer: none).
+length, main sizes, the tokenizer (backend, vocabulary, special ids, chat template), and the licence an export
+of it carries (``jaxengine.licence.read_licence``: its README.md's front matter and licence files). A tokenizer
+file that cannot be read is bad input, like a bad config.json; a directory without any tokenizer is described
+(tokenizer: none), as one that states no licence is (licence: not stated).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from jaxengine.checkpoint.weights_check import check_weights_match_config
 from jaxengine.cli import command_description
 from jaxengine.cli.model_dir import (CliError, checked_model_dir, read_model_config, run_reporting_errors,
                                      safetensors_summary)
+from jaxengine.licence import read_licence, states_a_licence
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -83,7 +85,20 @@ def describe(model_dir: Path) -> dict[str, Any]:
         "sliding_window": config.sliding_window,
         "tied_embeddings": config.tie_word_embeddings,
         "tokenizer": tokenizer_facts,
+        "licence": read_licence(model_dir),
     }
+
+
+def licence_text(licence: dict[str, Any]) -> str:
+    """``read_licence``'s facts on one line: the licence named, then the files an export copies."""
+    if not states_a_licence(licence):
+        return "not stated (no license in README.md's front matter, no licence file): check its terms before sharing"
+    named = [licence[key] for key in ("license", "license_name", "license_link") if licence.get(key)]
+    files = licence.get("files") or []
+    too_large = [entry["name"] for entry in licence.get("not_copied") or ()]
+    return ((", ".join(named) if named else "not named in README.md")
+            + (f"; files: {', '.join(files)}" if files else "; no licence file")
+            + (f"; too large to copy: {', '.join(too_large)}" if too_large else ""))
 
 
 def _as_text(facts: dict[str, Any]) -> str:
@@ -107,6 +122,7 @@ def _as_text(facts: dict[str, Any]) -> str:
                    + (f", sliding window {facts['sliding_window']}" if facts["sliding_window"] else "")
                    + (", tied embeddings" if facts["tied_embeddings"] else "")),
         ("tokenizer", tokenizer_line),
+        ("licence", licence_text(facts["licence"])),
     ]
     return "\n".join(f"{name:<15}{value}" for name, value in rows)
 

@@ -259,3 +259,62 @@ def test_a_hostile_licence_name_and_link_stay_text():
     assert "<script>" not in html and "<a " not in html and "<b>" not in html and html.count("<h1>") == 1
     assert list(sections(body)) == ["Licence", "Training", "Data", "Results", "Serving copy", "How to use",
                                     "Provenance"]
+
+
+def with_datasets(*datasets):
+    return facts(provenance={**facts()["provenance"], "datasets": list(datasets)})
+
+
+def test_the_data_section_lists_each_datasets_source_licence_and_description():
+    card = build_model_card(with_datasets(
+        {"use": "train", "name": "prefs", "version": 3, "id": "dv_1", "rows": 5000, "source": "https://data.example/prefs",
+         "licence": "cc-by-4.0", "description": "Ranked answers\nby our support team."},
+        {"use": "eval", "name": "held out", "version": 1, "id": "dv_2", "rows": 200, "source": "", "licence": "",
+         "description": ""}))
+    data = sections(split_card(card)[1])["Data"]
+    assert ("- train: prefs, version 3 (`dv_1`), 5,000 rows\n  - source: <https://data.example/prefs>\n"
+            "  - licence: cc-by-4.0\n  - description: Ranked answers by our support team.\n"
+            "- eval: held out, version 1 (`dv_2`), 200 rows\n"
+            "  - licence: not stated: check the data's terms before sharing this model\n") in data
+    html = markdown.markdown(data)
+    assert '<a href="https://data.example/prefs">https://data.example/prefs</a>' in html
+    assert "<li>licence: cc-by-4.0</li>" in html  # a sub-item of its dataset's line
+
+
+def test_a_source_that_is_no_web_address_stays_text():
+    for source in ("javascript:alert(1)", "data:text/html,<script>alert(1)</script>", "ftp://files.example/x",
+                   "our S3 bucket"):
+        card = build_model_card(with_datasets({"use": "train", "name": "prefs", "id": "dv_1", "source": source,
+                                               "licence": "mit"}))
+        html = markdown.markdown(sections(split_card(card)[1])["Data"])
+        assert "<a " not in html and "<script>" not in html, source
+
+
+def test_hostile_sources_licences_and_descriptions_stay_text_and_the_yaml_parses():
+    card = build_model_card(with_datasets({"use": "train", "name": HOSTILE, "version": 1, "id": "dv_1", "rows": 10,
+                                           "source": HOSTILE, "licence": HOSTILE, "description": HOSTILE},
+                                          {"use": "eval", "name": "x", "id": "dv_2", "source": "org/name\n---\nx: 1",
+                                           "licence": "---\nlicense: mit", "description": "---"}))
+    meta, body = split_card(card)
+    assert card.count("\n---\n") == 1 and "datasets" not in meta
+    assert list(sections(body)) == ["Licence", "Training", "Data", "Results", "Serving copy", "How to use",
+                                    "Provenance"]
+    html = markdown.markdown(body, extensions=["tables"])
+    assert "<script>" not in html and "<a " not in html and "<strong>" not in html and html.count("<h1>") == 1
+    assert "<hr" not in html and "<h2>Data</h2>" in html
+    assert f"  - licence: {inline_text(HOSTILE)}" in body.splitlines()
+
+
+def test_only_hub_id_sources_go_into_the_front_matters_datasets_each_once():
+    card = build_model_card(with_datasets(
+        {"use": "train", "name": "a", "id": "dv_1", "source": "HuggingFaceH4/ultrafeedback_binarized"},
+        {"use": "eval", "name": "b", "id": "dv_2", "source": "HuggingFaceH4/ultrafeedback_binarized"},
+        {"use": "data", "name": "c", "id": "dv_3", "source": "https://huggingface.co/datasets/org/name"},
+        {"use": "data", "name": "d", "id": "dv_4", "source": "./local/folder"},
+        {"use": "data", "name": "e", "id": "dv_5", "source": "scraped from our wiki"}))
+    meta, _body = split_card(card)
+    assert meta["datasets"] == ["HuggingFaceH4/ultrafeedback_binarized"]
+    assert list(meta)[:3] == ["library_name", "base_model", "datasets"]
+    no_hub = split_card(build_model_card(with_datasets({"use": "train", "name": "a", "id": "dv_1",
+                                                        "source": "our wiki"})))[0]
+    assert "datasets" not in no_hub

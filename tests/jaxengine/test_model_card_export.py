@@ -18,7 +18,11 @@ LICENCE_TEXT = "LLAMA 3.2 COMMUNITY LICENSE AGREEMENT\n"
 HOSTILE = "chats\n---\n# <script>alert(1)</script>"
 PROVENANCE = {"project": "Team A", "run_name": "card run", "run_id": "run_card1", "author": "ada",
               "temper_version": "0.1.0",
-              "datasets": [{"use": "train", "name": HOSTILE, "version": 2, "id": "dv_x", "rows": 6}]}
+              "datasets": [{"use": "train", "name": HOSTILE, "version": 2, "id": "dv_x", "rows": 6,
+                            "source": "HuggingFaceH4/ultrafeedback_binarized", "licence": "mit | <b>x</b>",
+                            "description": HOSTILE},
+                           {"use": "eval", "name": "held out", "version": 1, "id": "dv_y", "rows": 6,
+                            "source": "https://data.example/held-out", "licence": "", "description": ""}]}
 
 
 def split_card(card: str) -> tuple[dict, str]:
@@ -54,6 +58,7 @@ def test_a_runs_export_and_adapter_carry_their_cards_with_the_web_apps_provenanc
     assert json.loads((trained_run / PROVENANCE_FILE).read_text()) == PROVENANCE
     meta, body = split_card((trained_run / "export" / CARD_FILE).read_text())
     assert meta == {"library_name": "transformers", "license": "llama3.2", "base_model": "Qwen/Qwen3-0.6B",
+                    "datasets": ["HuggingFaceH4/ultrafeedback_binarized"],
                     "tags": ["temper", "sft", "lora"], "pipeline_tag": "text-generation", "model_name": "card run"}
     assert f"- train: {inline_text(HOSTILE)}, version 2 (`dv_x`), 6 rows" in body
     assert "<script>" not in body and "\n---\n" not in body
@@ -64,6 +69,19 @@ def test_a_runs_export_and_adapter_carry_their_cards_with_the_web_apps_provenanc
     assert "No serving copy has been made of this export." in body
     adapter_meta, _ = split_card((trained_run / "export" / "adapter" / CARD_FILE).read_text())
     assert adapter_meta["library_name"] == "peft" and adapter_meta["tags"] == ["temper", "sft", "lora"]
+
+
+def test_the_exported_cards_name_each_datasets_source_and_licence(trained_run):
+    for folder in (trained_run / "export", trained_run / "export" / "adapter"):
+        meta, body = split_card((folder / CARD_FILE).read_text())
+        assert meta["datasets"] == ["HuggingFaceH4/ultrafeedback_binarized"]
+        data = body.split("## Data\n\n")[1].split("\n## ")[0]
+        assert data.startswith(
+            f"- train: {inline_text(HOSTILE)}, version 2 (`dv_x`), 6 rows\n"
+            f"  - source: HuggingFaceH4/ultrafeedback\\_binarized\n  - licence: mit \\| &lt;b&gt;x&lt;/b&gt;\n"
+            f"  - description: {inline_text(HOSTILE)}\n"
+            "- eval: held out, version 1 (`dv_y`), 6 rows\n  - source: <https://data.example/held-out>\n"
+            "  - licence: not stated: check the data's terms before sharing this model\n"), data
 
 
 def test_transformers_loads_the_folder_and_chats_with_its_template_as_the_card_says(trained_run):

@@ -279,6 +279,7 @@ ROUTES: dict[str, Route] = {
     "datasets:version_upload": Route(kwargs=_dataset, methods={"GET": MEMBER, "POST": MEMBER}),
     # a member deletes what they uploaded (the world's versions are the teammate's), an owner anything
     "datasets:delete": Route(kwargs=_dataset, methods={"POST": MEMBER}),
+    "datasets:about": Route(kwargs=_dataset, methods={"POST": MEMBER}),
     "datasets:compare": Route(kwargs=_dataset, methods=READ),
     "datasets:version": Route(kwargs=_version, methods=READ),
     "datasets:download": Route(kwargs=_version, methods=READ),
@@ -369,7 +370,8 @@ ROUTES: dict[str, Route] = {
     "api:base_models": Route(auth=Auth.API_TOKEN, kwargs=_project, methods={"GET": VIEWER, "POST": OWNER}),
     "api:base_model": Route(auth=Auth.API_TOKEN, kwargs=_api_base_model, methods={"GET": VIEWER, "DELETE": MEMBER}),
     "api:datasets": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ_MEMBER_WRITE),
-    "api:dataset": Route(auth=Auth.API_TOKEN, kwargs=_api_dataset, methods={"GET": VIEWER, "DELETE": MEMBER}),
+    "api:dataset": Route(auth=Auth.API_TOKEN, kwargs=_api_dataset, methods={"GET": VIEWER, "PATCH": MEMBER,
+                                                                             "DELETE": MEMBER}),
     "api:dataset_compare": Route(auth=Auth.API_TOKEN, kwargs=_api_dataset, methods=READ),
     "api:dataset_version": Route(auth=Auth.API_TOKEN, kwargs=lambda world: {**_api_dataset(world),
                                                                             "number": world.sft.number},

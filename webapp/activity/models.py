@@ -31,6 +31,7 @@ class Verb(models.TextChoices):
     CHECKPOINTS_PRUNED = "checkpoints.pruned", "pruned the checkpoints of"
     SERVING_COPY_REQUESTED = "serving_copy.requested", "asked for a serving copy of"
     DATASET_CREATED = "dataset.created", "created"
+    DATASET_CHANGED = "dataset.changed", "changed"
     DATASET_VERSION_UPLOADED = "dataset_version.uploaded", "uploaded"
     DATASET_VERSION_DELETED = "dataset_version.deleted", "deleted"
     DATASET_DELETED = "dataset.deleted", "deleted"

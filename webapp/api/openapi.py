@@ -86,7 +86,8 @@ CHECKPOINT_REFUSED = {"409": _json("Refused, nothing deleted: `{\"detail\": mess
                                     "(the run is queued, running or stopping; the checkpoint is being exported, or a "
                                     "serving copy of it is being written).", schemas.Detail)}
 # Every body the API answers with (webapp.api.schemas), the components the responses refer to.
-ANSWERS = (schemas.ProjectList, schemas.ProjectOut, schemas.BaseModelList, schemas.BaseModelOut, schemas.DatasetList, schemas.DatasetDetail,
+ANSWERS = (schemas.ProjectList, schemas.ProjectOut, schemas.BaseModelList, schemas.BaseModelOut, schemas.BaseModelDetail,
+           schemas.DatasetList, schemas.DatasetDetail,
            schemas.DatasetComparison, schemas.DatasetVersionOut, schemas.UploadOut, schemas.RunPage, schemas.RunDetail, schemas.RunOut,
            schemas.SweepOut, schemas.MetricSeries, schemas.MetricsLogged, schemas.SampleList, schemas.SamplesStored, schemas.RunLog,
            schemas.PipelineList, schemas.PipelineOut, schemas.ChatTokenList, schemas.ChatTokenCreated,
@@ -306,8 +307,8 @@ def build_document() -> dict[str, Any]:
                                                    [SLUG], answer=schemas.BaseModelList),
                                  "post": {**model_upload_operation, "requestBody": model_upload}},
         f"{base}/base-models/{{model_id}}/": {
-            "get": _operation("A base model: architecture, size, tokenizer", [SLUG, BASE_MODEL],
-                              answer=schemas.BaseModelOut),
+            "get": _operation("A base model: architecture, size, tokenizer, and the licence its exports carry",
+                              [SLUG, BASE_MODEL], answer=schemas.BaseModelDetail),
             "delete": _operation("Unregister a base model and remove its serving copies; its directory stays unless "
                                  "delete_files is true (an owner, or the member who registered it; 400 while runs, a "
                                  "pipeline, its serving copy or a review campaign still need it, cancelled or failed "
@@ -331,6 +332,9 @@ def build_document() -> dict[str, Any]:
         },
         f"{base}/datasets/{{dataset_id}}/": {
             "get": _operation("A dataset and its versions", [SLUG, DATASET], answer=schemas.DatasetDetail),
+            "patch": _operation("Set where a dataset's rows came from, their licence and a description (any of them; "
+                                "all or nothing; members): runs launched on it since carry them into their model "
+                                "cards", [SLUG, DATASET], body=schemas.DatasetUpdate, answer=schemas.DatasetDetail),
             "delete": _operation("Delete a dataset, every version and their files (an owner, or the member who made "
                                  "it and uploaded each version; 400 while work still reads one)", [SLUG, DATASET],
                                  status="204", response="Nothing: deleted"),

@@ -79,6 +79,31 @@ class RunUpdate(_Body):
         return self
 
 
+class DatasetUpdate(_Body):
+    """What the dataset page's "About this dataset" changes; a key left out is left as it is, "" clears it."""
+
+    source: str | None = Field(default=None, description="Where the rows came from: an address (https://…), a "
+                               "Hugging Face hub id (org/name; a model card's front matter lists it under datasets) "
+                               "or words. One line, at most 500 characters.")
+    licence: str | None = Field(default=None, description="The terms the rows are under, e.g. cc-by-4.0. One line, "
+                                                          "at most 100 characters.")
+    description: str | None = Field(default=None, description="The dataset in words, at most 2000 characters.")
+
+    @field_validator("source", "licence", "description")
+    @classmethod
+    def _not_null(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:  # only a value sent is checked: a null sent would otherwise read as left out
+            raise ValueError(f'null is not a value of {info.field_name}: leave the key out to keep it as it is, or '
+                             'send "" to clear it')
+        return value
+
+    @model_validator(mode="after")
+    def _something_given(self) -> DatasetUpdate:
+        if not self.model_fields_set:
+            raise ValueError("give at least one of source, licence, description")
+        return self
+
+
 class RunResume(_Body):
     max_steps: int | None = Field(default=None, ge=1, description="Train on to this many steps in all.")
 
@@ -289,6 +314,31 @@ class BaseModelOut(_Answer):
                                           "in that folder or it is registered again.")
 
 
+class LicenceFileNotCopied(_Answer):
+    name: str
+    bytes: int
+
+
+class LicenceOut(_Answer):
+    license: str | None = Field(description="The licence id its README.md's front matter names (e.g. apache-2.0, "
+                                            "llama3.1); null when none.")
+    license_name: str | None = Field(description="The licence's name there (for license: other); null when none.")
+    license_link: str | None = Field(description="Where its terms are, as that front matter says; null when none.")
+    files: list[str] = Field(description="Its licence files (LICENSE, NOTICE, USE_POLICY.md, …) an export copies "
+                                         "beside its model card.")
+    not_copied: list[LicenceFileNotCopied] = Field(description="Licence files too large for an export to copy (over "
+                                                               "1 MiB): copy them by hand before sharing a model.")
+    stated: bool = Field(description="Whether the folder states any licence at all (a licence named or a file).")
+    built_with_llama: bool = Field(description="Its licence asks a derivative to display \"Built with Llama\" (an "
+                                               "export's card says it).")
+
+
+class BaseModelDetail(BaseModelOut):
+    licence: LicenceOut | None = Field(description="The licence facts an export carries into its model card, read "
+                                                   "from the model's folder; null when that folder may not be read "
+                                                   "by this project (gone, or another project's).")
+
+
 class BaseModelList(_Answer):
     base_models: list[BaseModelOut]
 
@@ -346,6 +396,10 @@ class DatasetOut(_Answer):
     id: str
     name: str
     kind: Literal["text", "sft", "preference", "prompts"]
+    source: str = Field(description="Where the rows came from (\"\" when not given): an address, a Hugging Face hub "
+                                    "id or words.")
+    licence: str = Field(description="The terms the rows are under (\"\" when not stated).")
+    description: str
     created_at: datetime
 
 

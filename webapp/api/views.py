@@ -253,7 +253,7 @@ def _version_json(version: DatasetVersion, *, review_campaign: Campaign | None =
 
 def _dataset_json(dataset: Dataset, *, versions: bool = False) -> dict[str, Any]:
     body = {"id": dataset.public_id, "name": dataset.name, "kind": dataset.kind,
-            "created_at": dataset.created_at.isoformat()}
+            **dataset_selectors.dataset_about(dataset=dataset), "created_at": dataset.created_at.isoformat()}
     if versions:
         listed = list(dataset_selectors.version_list(dataset=dataset))
         campaigns = review_selectors.export_campaigns(project=dataset.project, versions=listed)
@@ -485,7 +485,7 @@ def base_model_detail(request: HttpRequest, slug: str, model_id: str) -> HttpRes
                                                min_role=Role.VIEWER if request.method == "GET" else Role.MEMBER)
     base_model = basemodel_selectors.basemodel_get(project=project, public_id=model_id)
     if request.method == "GET":
-        return JsonResponse(_base_model_json(base_model))
+        return JsonResponse({**_base_model_json(base_model), "licence": _licence_json(base_model)})
     delete_files = _query_flag(request, "delete_files")
     basemodel_selectors.ensure_may_unregister_base_model(membership=membership, base_model=base_model)
     if delete_files:
@@ -496,6 +496,18 @@ def base_model_detail(request: HttpRequest, slug: str, model_id: str) -> HttpRes
         return _error(500, detail=f"unregistered the base model, but its folder {removal.path} could not be deleted "
                                   f"({removal.error}); ask an administrator to remove it")
     return HttpResponse(status=204)
+
+
+def _licence_json(base_model) -> dict[str, Any] | None:
+    """The licence facts the base model's page shows (``base_model_licence``); None for a folder the project may not
+    read, whose README.md and files may be another project's."""
+    if basemodel_selectors.base_model_refusal(base_model=base_model):
+        return None
+    licence = basemodel_selectors.base_model_licence(base_model=base_model)
+    return {"license": licence.get("license"), "license_name": licence.get("license_name"),
+            "license_link": licence.get("license_link"), "files": licence["files"],
+            "not_copied": licence["not_copied"], "stated": licence["stated"],
+            "built_with_llama": licence["built_with_llama"]}
 
 
 def _query_flag(request: HttpRequest, name: str) -> bool:
@@ -597,16 +609,23 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
                      "mapping_inherited_from": int(inherited[0]) if inherited and inherited[0] != "-" else None}, sent)
 
 
-@api_view(("GET", "DELETE"))
+@api_view(("GET", "PATCH", "DELETE"))
 def dataset_detail(request: HttpRequest, slug: str, dataset_id: str) -> HttpResponse:
-    """GET: a dataset and its versions. DELETE: the dataset with every version and their files (an owner, or
-    the member who made it and uploaded each version; a 400 naming the work that still reads one)."""
+    """GET: a dataset and its versions. PATCH ``{"source", "licence", "description"}`` (any of them; members): what
+    the dataset page's "About this dataset" changes, by the same service; all or nothing. DELETE: the dataset with
+    every version and their files (an owner, or the member who made it and uploaded each version; a 400 naming the
+    work that still reads one)."""
     if request.method == "GET":
         project, _membership = get_project_for_user(request.user, slug)
         return JsonResponse(_dataset_json(dataset_selectors.dataset_get(project=project, public_id=dataset_id),
                                           versions=True))
     project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     dataset = dataset_selectors.dataset_get(project=project, public_id=dataset_id)
+    if request.method == "PATCH":
+        body = _body(request, schemas.DatasetUpdate)
+        dataset = dataset_services.dataset_about_update(dataset=dataset, user=request.user,
+                                                        **body.model_dump(include=body.model_fields_set))
+        return JsonResponse(_dataset_json(dataset, versions=True))
     dataset_selectors.ensure_may_delete_dataset(membership=membership, dataset=dataset,
                                                 versions=list(dataset_selectors.version_list(dataset=dataset)))
     dataset_services.dataset_delete(dataset=dataset, actor=request.user)

@@ -4,7 +4,7 @@ from django import forms
 
 from jaxengine.data import formats
 from webapp.datasets.models import KIND_CHOICES
-from webapp.datasets.services import empty_upload_message
+from webapp.datasets.services import ABOUT_MAX_CHARS, empty_upload_message
 from webapp.datasets.uploads import one_file_per_upload_message
 
 FORMAT_CHOICES = [("", "From the file extension")] + [(fmt.value, fmt.value.upper()) for fmt in formats.FileFormat]
@@ -100,3 +100,15 @@ class TokenStatisticsForm(forms.Form):
     def __init__(self, *args, base_models, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["base_model"].choices = [(model.public_id, model.name) for model in base_models]
+
+
+class DatasetAboutForm(forms.Form):
+    """"About this dataset": where its rows came from and under which terms, carried into the model cards of runs
+    launched on it since (``services.dataset_about_update`` checks and stores it)."""
+
+    source = forms.CharField(max_length=ABOUT_MAX_CHARS["source"], required=False, help_text=(
+        "An address (https://…), a Hugging Face hub id (org/name) or words; blank if unknown."))
+    licence = forms.CharField(max_length=ABOUT_MAX_CHARS["licence"], required=False, help_text=(
+        "The terms the rows are under, e.g. cc-by-4.0, or the name of an agreement."))
+    description = forms.CharField(max_length=ABOUT_MAX_CHARS["description"], required=False,
+                                  widget=forms.Textarea(attrs={"rows": 3}))

@@ -90,6 +90,19 @@ def dataset_get(*, project: Project, public_id: str) -> Dataset:
     return dataset
 
 
+def dataset_about(*, dataset: Dataset) -> dict[str, str]:
+    """What "About this dataset" says of ``dataset``: its ``source``, ``licence`` and ``description`` ("" where not
+    given), as a run's launch records them for its model card (``runs.selectors.run_provenance``)."""
+    return {"source": dataset.source, "licence": dataset.licence, "description": dataset.description}
+
+
+def dataset_source_link(*, dataset: Dataset) -> str | None:
+    """The dataset's source as a page links it: an http(s) address; None for anything else, shown as text."""
+    from jaxengine.model_card import is_web_address
+
+    return dataset.source if is_web_address(dataset.source) else None
+
+
 def version_list(*, dataset: Dataset) -> QuerySet[DatasetVersion]:
     return dataset.versions.select_related("created_by").order_by("-number")
 

@@ -30,7 +30,7 @@ from webapp.basemodels.models import BaseModel
 from webapp.basemodels.selectors import base_model_refusal
 from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
-from webapp.core.text import checked_json, checked_name
+from webapp.core.text import checked_json, checked_name, checked_text, typed_text
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.datasets.selectors import (PROMPT_READ_ONCE_QUEUED, TURN_SPLITS_QUEUED, dataset_named, shown_statistics,
                                       version_readers)
@@ -55,6 +55,9 @@ TOKEN_STATISTICS_MAX_ROWS = 20_000
 PROMPT_AND_CHOSEN = "prompt + chosen"
 PROMPT_AND_REJECTED = "prompt + rejected"
 DATASET_NAME_MAX = Dataset._meta.get_field("name").max_length
+# What a dataset's "About this dataset" holds (``dataset_about_update``), in the order its form and log name them.
+ABOUT_FIELDS = ("source", "licence", "description")
+ABOUT_MAX_CHARS = {field: Dataset._meta.get_field(field).max_length for field in ABOUT_FIELDS}
 
 
 def _send(task_name: str, args: list[Any]) -> None:
@@ -123,6 +126,50 @@ def dataset_create(*, project: Project, name: str, kind: str, user: AbstractBase
         raise ValidationError({"name": _name_taken(project, taken)}) from None
     if record:
         activity_record(project=project, actor=user, verb=Verb.DATASET_CREATED, target=dataset)
+    return dataset
+
+
+def _checked_line(value: str, *, field: str, example: str) -> str:
+    """A one-line field of "About this dataset" (``source``, ``licence``): stripped, as a name is checked
+    (``checked_name``), and on one line: the model card writes it on one."""
+    line = checked_name(value, field=field, max_length=ABOUT_MAX_CHARS[field])
+    if "\n" in line or "\r" in line:
+        raise ValidationError({field: f"the {field} is one line; put it on one, e.g. {example}, and say more in the "
+                                      "description"})
+    return line
+
+
+def _checked_about(*, source: str | None, licence: str | None, description: str | None) -> dict[str, str]:
+    """The fields given, checked as ``dataset_about_update`` stores them."""
+    checked = {}
+    if source is not None:
+        checked["source"] = _checked_line(source, field="source",
+                                          example="https://example.org/data or org/name on the Hugging Face hub")
+    if licence is not None:
+        checked["licence"] = _checked_line(licence, field="licence", example="cc-by-4.0")
+    if description is not None:
+        checked["description"] = checked_text(typed_text(description).strip(), field="description",
+                                              max_length=ABOUT_MAX_CHARS["description"])
+    return checked
+
+
+@transaction.atomic
+def dataset_about_update(*, dataset: Dataset, user: AbstractBaseUser | None, source: str | None = None,
+                         licence: str | None = None, description: str | None = None) -> Dataset:
+    """Set what "About this dataset" says: where its rows came from (``source``), under which terms (``licence``)
+    and in words (``description``); None leaves a field as it is, "" clears it. All or nothing: a refusal
+    (``ValidationError`` naming the field) changes none. Logged (the names of the fields changed, not their text)
+    when something changed. Runs launched since carry them into their model cards (``runs.selectors.run_provenance``);
+    callers check that the user is a member (as for an upload)."""
+    checked = _checked_about(source=source, licence=licence, description=description)
+    dataset = Dataset.objects.select_for_update(of=("self",)).select_related("project").get(pk=dataset.pk)
+    changed = [field for field, value in checked.items() if getattr(dataset, field) != value]
+    for field in changed:
+        setattr(dataset, field, checked[field])
+    if changed:
+        dataset.save(update_fields=changed)
+        activity_record(project=dataset.project, actor=user, verb=Verb.DATASET_CHANGED, target=dataset,
+                        details={"changed": changed})
     return dataset
 
 

@@ -10,6 +10,7 @@ urlpatterns = [
     path("p/<slug:slug>/datasets/<str:public_id>/", views.dataset_detail, name="detail"),
     path("p/<slug:slug>/datasets/<str:public_id>/upload/", views.version_upload, name="version_upload"),
     path("p/<slug:slug>/datasets/<str:public_id>/delete/", views.dataset_delete, name="delete"),
+    path("p/<slug:slug>/datasets/<str:public_id>/about/", views.dataset_about, name="about"),
     path("p/<slug:slug>/datasets/<str:public_id>/compare/", views.version_compare, name="compare"),
     path("p/<slug:slug>/datasets/<str:public_id>/v/<int:number>/", views.version_detail, name="version"),
     path("p/<slug:slug>/datasets/<str:public_id>/v/<int:number>/download/", views.version_download, name="download"),

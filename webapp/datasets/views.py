@@ -28,7 +28,7 @@ from webapp.core.sse import session_access_lost
 from webapp.core.streaming import download_label, file_download
 from webapp.core.submissions import deleted_once_or_refused, form_send_once, sent_once_or_refused
 from webapp.datasets import selectors, services
-from webapp.datasets.forms import TokenStatisticsForm, UploadForm, mapping_field_name
+from webapp.datasets.forms import DatasetAboutForm, TokenStatisticsForm, UploadForm, mapping_field_name
 from webapp.datasets.models import Dataset, VersionStatus
 from webapp.core.disk_free import upload_room_refusal
 from webapp.datasets.uploads import (LimitedUploadHandler, body_too_large, file_too_large_message,
@@ -165,7 +165,13 @@ def _render_upload(request, project, membership, form, dataset, *, error: str | 
 def dataset_detail(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug)
     dataset = selectors.dataset_get(project=project, public_id=public_id)
+    return _render_detail(request, project, membership, dataset)
+
+
+def _render_detail(request, project, membership, dataset, *, about_form: DatasetAboutForm | None = None,
+                   status: int = 200) -> HttpResponse:
     versions = list(selectors.version_list(dataset=dataset))
+    can_edit = membership.can(Role.MEMBER)
     return render(
         request,
         "datasets/detail.html",
@@ -173,14 +179,37 @@ def dataset_detail(request: HttpRequest, slug: str, public_id: str) -> HttpRespo
             "project": project,
             "membership": membership,
             "dataset": dataset,
+            "source_link": selectors.dataset_source_link(dataset=dataset),
+            "about_form": about_form or (DatasetAboutForm(initial=selectors.dataset_about(dataset=dataset))
+                                         if can_edit else None),
             "versions": versions,
             "version_rows": selectors.with_previous_ready(versions=versions),
             # numbers count on past deleted versions: never one a run's history names
             "next_number": services.next_version_number(dataset=dataset),
-            "can_upload": membership.can(Role.MEMBER),
+            "can_upload": can_edit,
             "can_delete": selectors.may_delete_dataset(membership=membership, dataset=dataset, versions=versions),
         },
+        status=status,
     )
+
+
+@login_required
+@require_POST
+def dataset_about(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
+    """Save "About this dataset" (members, as for an upload); a refusal shows the form again as it was sent,
+    naming the field, and changes nothing."""
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    dataset = selectors.dataset_get(project=project, public_id=public_id)
+    form = DatasetAboutForm(request.POST)
+    if form.is_valid():
+        try:
+            services.dataset_about_update(dataset=dataset, user=request.user, **form.cleaned_data)
+        except ValidationError as error:
+            add_service_errors(form, error)
+        else:
+            messages.success(request, f"Saved what {isolated(dataset.name)} is about.")
+            return redirect("datasets:detail", project.slug, dataset.public_id)
+    return _render_detail(request, project, membership, dataset, about_form=form, status=400)
 
 
 @login_required

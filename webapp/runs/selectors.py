@@ -40,6 +40,7 @@ from webapp.core.disk_usage import folder_usage
 from webapp.core.keyset import KeysetPage, keyset_page
 from webapp.core.model_refs import spec_ref
 from webapp.datasets.models import DatasetVersion, VersionStatus
+from webapp.datasets.selectors import dataset_about
 from webapp.projects.models import Membership, Project, Role
 from webapp.runs import channels
 from webapp.runs.downsampling import SeriesBuckets, bucket_width
@@ -1791,20 +1792,33 @@ def run_memory_check(*, run: Run) -> MemoryCheck | None:
                         reward_base_model=reward_base_model(project=run.project, spec=run.spec or {}))
 
 
+def _about_at_launch(run: Run, public_id: str, *, now: dict[str, str]) -> dict[str, str]:
+    """The source, licence and description of dataset version ``public_id``'s dataset as ``run``'s launch recorded
+    them (``services._save_planned``); ``now`` (the dataset's today, or {} when it is gone) for a run launched before
+    they were recorded."""
+    recorded = (run.dataset_names or {}).get(public_id)
+    if isinstance(recorded, dict) and "licence" in recorded:
+        return {key: str(recorded.get(key) or "") for key in ("source", "licence", "description")}
+    return now
+
+
 def run_provenance(*, run: Run) -> dict[str, Any]:
     """What the engine cannot know of ``run`` for its exports' model cards (``jaxengine.model_card``): project, run name
     and id, author, Temper version, its base model's and the run it started from's name and id (where they still
-    exist; the base model is the root of a chain of runs), and its dataset versions with their use, name, number and rows (a version deleted
-    since by the name its launch recorded, its rows unknown)."""
+    exist; the base model is the root of a chain of runs), and its dataset versions with their use, name, number and
+    rows (a version deleted since by the name its launch recorded, its rows unknown), and the source, licence and
+    description their datasets had at launch (``_about_at_launch``)."""
     from jaxengine import __version__ as temper_version
 
     datasets = [{"use": use or "data", "name": version.dataset.name, "version": version.number,
-                 "id": version.public_id, "rows": version.row_count} for use, version in run.datasets_by_use()]
+                 "id": version.public_id, "rows": version.row_count,
+                 **_about_at_launch(run, version.public_id, now=dataset_about(dataset=version.dataset))}
+                for use, version in run.datasets_by_use()]
     for use, ref in run.deleted_references():
         if use != "model":
             recorded = _recorded_name(run, use, ref) or {}
             datasets.append({"use": use, "name": recorded.get("name", ref), "version": recorded.get("number"),
-                             "id": ref, "rows": None})
+                             "id": ref, "rows": None, **_about_at_launch(run, ref, now={})})
     provenance = {"project": run.project.name, "run_name": run.name, "run_id": run.public_id,
                   "author": run.created_by.get_username() if run.created_by else "", "temper_version": temper_version,
                   "datasets": datasets}

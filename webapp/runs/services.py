@@ -1109,7 +1109,9 @@ def _save_planned(*, public_id: str, project: Project, plan: RunPlan, user: Abst
         base_model=plan.base_model, source_run=plan.source_run,
         total_steps=plan.resolved["train"].get("max_steps"), hosts=plan.resolved.get("hosts", 1),
         stamped_template_date=plan.stamped_template_date or "",
-        dataset_names={version.public_id: {"name": version.dataset.name, "number": version.number}
+        # With what "About this dataset" says at launch: the model card names the terms the run trained under.
+        dataset_names={version.public_id: {"name": version.dataset.name, "number": version.number,
+                                           **dataset_selectors.dataset_about(dataset=version.dataset)}
                        for version in plan.dataset_versions},
     )
     run_tags_write(run=run, tags=tags)

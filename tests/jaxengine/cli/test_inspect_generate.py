@@ -2,6 +2,7 @@
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -730,3 +731,23 @@ def test_generate_without_max_new_tokens_fits_the_answer_to_the_context(model_di
     assert capsys.readouterr().err.endswith(" tokens and at least one new token: together past the model's context "
                                             f"length (256, max_position_embeddings in {model_dir / 'config.json'}); "
                                             "shorten the prompt or lower --max-new-tokens\n")
+
+
+def test_inspect_names_the_licence_an_export_carries(tmp_path, model_dir, capsys):
+    assert main(["inspect", "--model", str(model_dir), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["licence"] == {"files": [], "not_copied": []}
+    assert main(["inspect", "--model", str(model_dir)]) == 0
+    assert "licence        not stated (no license in README.md's front matter" in capsys.readouterr().out
+
+    licensed = tmp_path / "licensed"
+    shutil.copytree(model_dir, licensed)
+    (licensed / "README.md").write_text("---\nlicense: llama3.1\nlicense_link: https://llama.example/terms\n---\n# x\n")
+    (licensed / "LICENSE").write_text("terms")
+    (licensed / "USE_POLICY.md").write_text("policy")
+    assert main(["inspect", "--model", str(licensed), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["licence"] == {
+        "license": "llama3.1", "license_link": "https://llama.example/terms", "files": ["LICENSE", "USE_POLICY.md"],
+        "not_copied": []}
+    assert main(["inspect", "--model", str(licensed)]) == 0
+    assert ("licence        llama3.1, https://llama.example/terms; files: LICENSE, USE_POLICY.md"
+            in capsys.readouterr().out)

@@ -77,12 +77,13 @@ def test_the_provenance_names_the_project_the_run_its_author_its_base_model_and_
         "author": team.teammate.get_username(), "temper_version": None,
         "base_model": {"name": catalog.base_model.name, "id": catalog.base_model.public_id},
         "datasets": [{"use": use, "name": "chats", "version": catalog.sft.number, "id": catalog.sft.public_id,
-                      "rows": catalog.sft.row_count} for use in ("train", "eval")]}
+                      "rows": catalog.sft.row_count, "source": "", "licence": "", "description": ""}
+                     for use in ("train", "eval")]}
     assert provenance["temper_version"]
     catalog.sft.delete()  # a version deleted since: named as the launch recorded it
     datasets = selectors.run_provenance(run=Run.objects.get(pk=run.pk))["datasets"]
     assert datasets == [{"use": use, "name": "chats", "version": catalog.sft.number, "id": catalog.sft.public_id,
-                         "rows": None} for use in ("train", "eval")]
+                         "rows": None, "source": "", "licence": "", "description": ""} for use in ("train", "eval")]
 
 
 def test_the_provenance_of_a_run_started_from_a_run_names_that_run_and_the_base_model_at_the_root(team, catalog):
