@@ -43,11 +43,12 @@ class Dataset(NameKeyModel):
     last_version_number = models.PositiveIntegerField(default=0)
     # Where the rows came from and under which terms: carried into the model card of every run trained on it
     # (``runs.selectors.run_provenance``), edited by members (``services.dataset_about_update``).
-    source = models.CharField(max_length=500, blank=True, default="", help_text=(
+    # db_default: rows written by code from before these columns (a migration's older model) get "".
+    source = models.CharField(max_length=500, blank=True, default="", db_default="", help_text=(
         "Where the data came from: an address (https://…), a Hugging Face hub id (org/name) or words."))
-    licence = models.CharField(max_length=100, blank=True, default="", help_text=(
+    licence = models.CharField(max_length=100, blank=True, default="", db_default="", help_text=(
         "The terms it is under, short: a licence id such as cc-by-4.0, or words."))
-    description = models.TextField(max_length=2000, blank=True, default="")
+    description = models.TextField(max_length=2000, blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["name"]

@@ -34,7 +34,9 @@ DESCRIPTION_MAX_CHARS = 2_000
 class Project(models.Model):
     name = models.CharField(max_length=100)
     slug = models.SlugField(max_length=50, unique=True)
-    description = models.TextField(blank=True, max_length=DESCRIPTION_MAX_CHARS, help_text=(
+    # db_default: a row written by code from before the column (a migration's older model, a process not yet
+    # restarted) gets "" rather than a NOT NULL error.
+    description = models.TextField(blank=True, default="", db_default="", max_length=DESCRIPTION_MAX_CHARS, help_text=(
         "What the project is for, as plain text (line breaks kept, no Markdown); its owners change it on its "
         "Settings page."))
     created_at = models.DateTimeField(auto_now_add=True)

@@ -13,16 +13,16 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='dataset',
             name='description',
-            field=models.TextField(blank=True, default='', max_length=2000),
+            field=models.TextField(blank=True, default='', db_default='', max_length=2000),
         ),
         migrations.AddField(
             model_name='dataset',
             name='licence',
-            field=models.CharField(blank=True, default='', help_text='The terms it is under, short: a licence id such as cc-by-4.0, or words.', max_length=100),
+            field=models.CharField(blank=True, default='', db_default='', help_text='The terms it is under, short: a licence id such as cc-by-4.0, or words.', max_length=100),
         ),
         migrations.AddField(
             model_name='dataset',
             name='source',
-            field=models.CharField(blank=True, default='', help_text='Where the data came from: an address (https://…), a Hugging Face hub id (org/name) or words.', max_length=500),
+            field=models.CharField(blank=True, default='', db_default='', help_text='Where the data came from: an address (https://…), a Hugging Face hub id (org/name) or words.', max_length=500),
         ),
     ]

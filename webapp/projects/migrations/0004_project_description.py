@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='project',
             name='description',
-            field=models.TextField(blank=True, help_text='What the project is for, as plain text (line breaks kept, no Markdown); its owners change it on its Settings page.', max_length=2000),
+            field=models.TextField(blank=True, default='', db_default='', help_text='What the project is for, as plain text (line breaks kept, no Markdown); its owners change it on its Settings page.', max_length=2000),
         ),
     ]
