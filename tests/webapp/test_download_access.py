@@ -5,6 +5,7 @@ its last byte. The stream ends short, so the client sees an unfinished file (few
 a tar without its end)."""
 import logging
 import re
+import socket
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
@@ -20,7 +21,11 @@ from webapp.projects.services import membership_remove
 from webapp.runs import services as run_services
 from webapp.runs.models import Artifact, ArtifactKind
 
-SIZE = 4 * CHUNK_BYTES + 1
+# Larger than what the server can have written ahead into its socket's send buffer (Linux grows it up to
+# net.ipv4.tcp_wmem's 4 MiB) while the client reads its first chunk: the rest waits on the client, past the access check.
+SIZE = 16 * CHUNK_BYTES + 1
+# The client's receive buffer, fixed (Linux otherwise grows it up to net.ipv4.tcp_rmem's maximum, 32 MiB on some hosts).
+CLIENT_RECEIVE_BUFFER = 256 * 1024
 
 
 def remove_from_project(team) -> None:
@@ -92,6 +97,8 @@ def test_a_download_cut_on_purpose_is_one_plain_line_in_the_servers_log(team, mo
     _page, api = download(team, monkeypatch)
     _token, secret = token_create(user=team.viewer, name="laptop")
     connection = http.client.HTTPConnection("127.0.0.1", served, timeout=30)
+    connection.connect()
+    connection.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, CLIENT_RECEIVE_BUFFER)
     connection.request("GET", api, headers={"Authorization": f"Bearer {secret}"})
     whole = connection.getresponse().read()  # not cut: whole, as before
     assert len(whole) == SIZE if download is dataset_file else len(whole) > SIZE
