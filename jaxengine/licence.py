@@ -43,21 +43,28 @@ def is_licence_file_name(name: str) -> bool:
     return normalized.startswith(_LICENCE_PREFIXES) or bool(_TERMS_WORD.search(normalized))
 
 
+def split_front_matter(text: str) -> tuple[str | None, str]:
+    """(the YAML between a README.md's opening ``---`` line and the next ``---`` or ``...`` line, the Markdown after
+    it) of ``text``; ``(None, text)`` when it opens no front matter or never closes it. A byte-order mark and CRLF
+    line ends are allowed (hub READMEs have both); the model cards Temper writes are read back the same way."""
+    lines = text.lstrip("\ufeff").splitlines()
+    if not lines or lines[0].rstrip() != "---":
+        return None, text
+    for number, line in enumerate(lines[1:], start=1):
+        if line.rstrip() in ("---", "..."):
+            return "\n".join(lines[1:number]), "\n".join(lines[number + 1:])
+    return None, text
+
+
 def front_matter_text(readme: Path) -> str | None:
-    """The YAML between README.md's opening ``---`` line and the next ``---`` line; None when it has none, it
-    cannot be read, or the closing line is not within its first MiB."""
+    """``split_front_matter``'s YAML of the file ``readme``; None when it has none, it cannot be read, or the closing
+    line is not within its first MiB."""
     try:
         with readme.open("rb") as file:
             head = file.read(_FRONT_MATTER_MAX_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return None
-    lines = head.lstrip("\ufeff").splitlines()
-    if not lines or lines[0].rstrip() != "---":
-        return None
-    for number, line in enumerate(lines[1:], start=1):
-        if line.rstrip() in ("---", "..."):
-            return "\n".join(lines[1:number])
-    return None
+    return split_front_matter(head)[0]
 
 
 def front_matter_licence(text: str | None) -> dict[str, str]:

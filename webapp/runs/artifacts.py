@@ -25,6 +25,7 @@ from pathlib import Path
 from django.conf import settings
 from django.http import Http404, StreamingHttpResponse
 
+from jaxengine import licence
 from jaxengine.model_card import CARD_FILE
 from jaxengine.words import counted, named
 from webapp.core.bidi import isolated
@@ -124,9 +125,8 @@ def model_card_text(artifact: Artifact) -> str:
 
 def split_front_matter(card: str) -> tuple[str, str]:
     """(YAML front matter, Markdown body) of a model card; ``("", card)`` for a card without front matter."""
-    if card.startswith("---\n") and (end := card.find("\n---\n", 4)) >= 0:
-        return card[4:end], card[end + 5:]
-    return "", card
+    front_matter, body = licence.split_front_matter(card)
+    return front_matter or "", body
 
 
 def downloaded_files(directory: Path, *, kind: str) -> list[Path]:
