@@ -342,6 +342,43 @@ def test_an_owners_final_text_survives_a_refusal_and_a_resolution_made_meanwhile
         context.close()
 
 
+def test_an_owners_final_text_survives_the_item_going_back_to_review_meanwhile(browser, live_server, default_worker):
+    """Another owner raised the reviews per item while this one was writing a conflict's final text: the resolution
+    was refused with a redirect saying "item 1 is in review, not in conflict; only conflicts are resolved" and the
+    text was gone. The item comes back with the text as typed, to copy, a note saying why and what becomes of it,
+    and no label buttons to be refused again."""
+    from webapp.review import services as review_services
+
+    team = make_team()
+    carol = make_user("carol")
+    project_services.membership_add(project=team.project, user=carol, role=Role.MEMBER)
+    campaign, item = edited_differently(team, carol, ("right answer one", "the right answer: 1"), default_worker)
+    written = "right answer 1 <b>as I wrote it</b>"
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = log_in(context, live_server.url, team.owner.username)
+        page.goto(f"{live_server.url}/p/alpha/review/{campaign.public_id}/conflicts/")
+        final = page.locator("fieldset.final-text[data-side=a]")
+        final.get_by_label("write the final text:").check()
+        final.get_by_label("The final text of response A").fill(written)
+        review_services.campaign_update(campaign=campaign, guidelines="", required_reviews=3,  # meanwhile, elsewhere
+                                        reviewers=[team.teammate, carol, team.owner])
+        with page.expect_navigation():
+            page.get_by_role("button", name="A better").click()
+        assert page.locator(".messages").inner_text() == (
+            "Item 1 is not resolved: see why below (what you chose is kept there to copy).")
+        card = page.locator(f"article.conflict[data-item={item.public_id}]")
+        assert card.get_by_role("alert").inner_text() == (
+            "Item 1 is no longer in conflict. It went back to review for 3 answers (the campaign asks for 3 reviews "
+            "per item now), and comes back to the conflicts page if its reviewers still disagree then.")
+        assert final.get_by_label("The final text of response A").input_value() == written
+        assert card.get_by_role("button").count() == 0
+        item.refresh_from_db()
+        assert (item.status, item.resolved_label) == (ItemStatus.IN_REVIEW, "")
+    finally:
+        context.close()
+
+
 def test_the_letter_keys_answer_with_caps_lock_on(browser, live_server, default_worker):
     """QA: with Caps Lock on, 1 and 2 answered but t, b, s and e did nothing at all (the page looked for the
     key "t" and was sent "T"); the letters now answer in either case."""

@@ -1300,8 +1300,7 @@ def conflict_resolve(*, item: Item, label: str, user: AbstractBaseUser, shown_la
     item = Item.objects.select_for_update(of=("self",)).select_related("resolved_by").get(pk=item.pk)
     # A resolved conflict may be resolved again (the owner changes their mind); nothing else may.
     if item.status != ItemStatus.CONFLICT and not item.resolved_label:
-        raise ValidationError({"item": f"item {item.sequence} is {item.get_status_display().lower()}, "
-                                       "not in conflict; only conflicts are resolved"})
+        raise ValidationError({"item": left_conflict_reason(item)})
     open_sides = open_edit_sides(item_answers(item))
     if blank := blank_final_texts(item, texts, sides=open_sides):
         raise ValidationError(blank)
@@ -1326,6 +1325,21 @@ def conflict_resolve(*, item: Item, label: str, user: AbstractBaseUser, shown_la
     item.status = ItemStatus.COMPLETE
     item.save(update_fields=["resolved_label", "resolved_a", "resolved_b", "resolved_by", "resolved_at", "status"])
     return item
+
+
+def left_conflict_reason(item: Item) -> str:
+    """Why unresolved ``item`` is no longer a conflict to resolve, and what becomes of it: its page was drawn while it
+    was one, and since then an owner raised the reviews per item (it went back to review) or a reviewer changed their
+    answer (its reviewers agree)."""
+    if item.status == ItemStatus.COMPLETE:
+        label = final_label(item, item.reviews.all())
+        return (f"item {item.sequence} is no longer in conflict. Its reviewers agree now (an answer was changed): it is "
+                f"complete with their label, {Label(label).label if label else 'none'}, and there is nothing to "
+                "resolve.")
+    required = item.campaign.required_reviews
+    return (f"item {item.sequence} is no longer in conflict. It went back to review for {required} answers (the "
+            f"campaign asks for {required} reviews per item now), and comes back to the conflicts page if its "
+            "reviewers still disagree then.")
 
 
 # --- Export ----------------------------------------------------------------------------------------------

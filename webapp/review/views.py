@@ -439,19 +439,23 @@ def conflict_resolve(request: HttpRequest, slug: str, public_id: str, item_id: s
         return redirect(f"{reverse('review:resolve', args=[project.slug, campaign.public_id, item.public_id])}"
                         f"?{urlencode({'label': label})}")
     except ValidationError as error:
-        if refused_texts := {field: ValidationError(messages_).messages
-                             for field, messages_ in getattr(error, "error_dict", {}).items()
-                             if field in ("text_a", "text_b")}:
-            if form.cleaned_data["confirming"] and item.resolved_label:
+        # Refused for its final texts, or for the item no longer being a conflict (it went back to review, or its
+        # reviewers agree now, while the page was open): the page comes back with what was chosen, to fix or copy.
+        if refused_fields := {field: ValidationError(messages_).messages
+                              for field, messages_ in getattr(error, "error_dict", {}).items()
+                              if field in ("text_a", "text_b", "item")}:
+            if form.cleaned_data["confirming"] and item.resolved_label and "item" not in refused_fields:
                 return _confirm_resolution_change(request, project, membership, campaign, item, label,
-                                                  refused=refused_texts)
-            messages.error(request, f"Item {item.sequence} is not resolved: see its final texts below (what you "
+                                                  refused=refused_fields)
+            messages.error(request, f"Item {item.sequence} is not resolved: see why below (what you chose is kept "
+                                    "there to copy)." if "item" in refused_fields else
+                                    f"Item {item.sequence} is not resolved: see its final texts below (what you "
                                     "chose is kept).")
             refused = selectors.conflict_entry(item=item).with_refusal(
                 sent={name: request.POST.get(name, "") for name in ("pick_a", "pick_b", "text_a", "text_b")
                       if name in request.POST} | {name: form.cleaned_data[name]
                                                   for name in ("shown_label", "shown_resolution")},
-                errors=refused_texts)
+                errors=refused_fields)
             return _render_conflicts_page(request, project, membership, campaign, refused=refused, status=400)
         messages.error(request, " ".join(error.messages))
     else:

@@ -476,3 +476,58 @@ def test_kept_texts_are_bounded_and_go_stale():
                              | {"item-12": "changed"}, now=now)
     # item-3 is a day old; item-12's resolution changed since; the rest stand.
     assert sorted(fresh) == sorted(f"item-{number}" for number in range(4, 12))
+
+
+def test_a_resolution_refused_as_the_item_went_back_to_review_keeps_what_was_typed_and_says_why(
+        campaign, items, team, carol, client_for):
+    """A conflict that left the conflicts page while its owner was writing its final text (another owner raised the
+    reviews per item: back to review) refused the resolution with a redirect and "item 1 is in review, not in
+    conflict; only conflicts are resolved": what the owner had written was gone, and nothing said what to do. The page
+    comes back (400) with the item's form as sent, saying why it cannot be resolved now and what happens to it, without
+    the buttons that would only be refused again."""
+    from django.urls import reverse
+
+    item = items[1]
+    answer(item, team.teammate, "a", **edit_of(item, team.teammate, "a", "four"))
+    answer(item, carol, "b", **edit_of(item, carol, "a", "IV"))
+    owner = client_for(team.owner)
+    conflicts = reverse("review:conflicts", args=[campaign.project.slug, campaign.public_id])
+    assert f'data-item="{item.public_id}"' in owner.get(conflicts).content.decode()
+    services.campaign_update(campaign=campaign, guidelines="", required_reviews=3,
+                             reviewers=[team.teammate, carol, team.owner])  # another owner, meanwhile
+    resolve = reverse("review:resolve", args=[campaign.project.slug, campaign.public_id, item.public_id])
+    written = "4 <i>as I wrote it</i>\n"
+    response = owner.post(resolve, {"label": "b", "shown_label": "", "pick_a": "", "text_a": written})
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "Item 1 is not resolved: see why below (what you chose is kept there to copy)." in page
+    card = page.split(f'data-item="{item.public_id}"')[1].split("</article>")[0]
+    assert ("Item 1 is no longer in conflict. It went back to review for 3 answers (the campaign asks for 3 reviews "
+            "per item now), and comes back to the conflicts page if its reviewers still disagree then.") in card
+    assert f'<textarea name="text_a" rows="4" aria-label="The final text of response A">\n{escape(written)}</textarea>' \
+        in card
+    assert '<input type="radio" name="pick_a" value="" required checked>' in card
+    assert "<i>as I wrote" not in page
+    assert '<button type="submit" name="label"' not in card
+    item.refresh_from_db()
+    assert (item.status, item.resolved_label, item.resolved_a) == (ItemStatus.IN_REVIEW, "", None)
+
+
+def test_a_resolution_refused_as_the_reviewers_agree_now_says_so(campaign, items, team, carol, client_for):
+    """A reviewer changed their answer while the owner was deciding: the reviewers agree, the item is complete with
+    their label, and the refusal said only "item 2 is complete, not in conflict; only conflicts are resolved"."""
+    from django.urls import reverse
+
+    item = items[2]
+    answer(item, team.teammate, "a")
+    answer(item, carol, "b")
+    services.review_change(item=item, user=carol, choice=choice_for(item, carol, "a"))
+    resolve = reverse("review:resolve", args=[campaign.project.slug, campaign.public_id, item.public_id])
+    response = client_for(team.owner).post(resolve, {"label": "b", "shown_label": ""})
+    assert response.status_code == 400
+    card = response.content.decode().split(f'data-item="{item.public_id}"')[1].split("</article>")[0]
+    assert ("Item 2 is no longer in conflict. Its reviewers agree now (an answer was changed): it is complete with "
+            "their label, A better, and there is nothing to resolve.") in card
+    assert '<button type="submit" name="label"' not in card
+    item.refresh_from_db()
+    assert (item.status, item.resolved_label) == (ItemStatus.COMPLETE, "")
