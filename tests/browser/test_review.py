@@ -369,8 +369,9 @@ def test_an_owners_final_text_survives_the_item_going_back_to_review_meanwhile(b
             "Item 1 is not resolved: see why below (what you chose is kept there to copy).")
         card = page.locator(f"article.conflict[data-item={item.public_id}]")
         assert card.get_by_role("alert").inner_text() == (
-            "Item 1 is no longer in conflict. It went back to review for 3 answers (the campaign asks for 3 reviews "
-            "per item now), and comes back to the conflicts page if its reviewers still disagree then.")
+            "Item 1 is not in conflict: it is in review, for 3 answers (the campaign's reviews per item; an owner may "
+            "have raised them since this page was loaded). It comes to the conflicts page if its reviewers disagree "
+            "once they have answered.")
         assert final.get_by_label("The final text of response A").input_value() == written
         assert card.get_by_role("button").count() == 0
         item.refresh_from_db()

@@ -1328,18 +1328,18 @@ def conflict_resolve(*, item: Item, label: str, user: AbstractBaseUser, shown_la
 
 
 def left_conflict_reason(item: Item) -> str:
-    """Why unresolved ``item`` is no longer a conflict to resolve, and what becomes of it: its page was drawn while it
-    was one, and since then an owner raised the reviews per item (it went back to review) or a reviewer changed their
-    answer (its reviewers agree)."""
+    """Why unresolved ``item`` is not a conflict to resolve, and what becomes of it. The conflicts page may have shown
+    it as one: since then an owner may have raised the reviews per item (it went back to review) or a reviewer changed
+    their answer (its reviewers agree)."""
     if item.status == ItemStatus.COMPLETE:
         label = final_label(item, item.reviews.all())
-        return (f"item {item.sequence} is no longer in conflict. Its reviewers agree now (an answer was changed): it is "
-                f"complete with their label, {Label(label).label if label else 'none'}, and there is nothing to "
-                "resolve.")
+        return (f"item {item.sequence} is not in conflict: its reviewers agree (one may have changed their answer since "
+                f"this page was loaded), so it is complete with their label, {Label(label).label if label else 'none'}; "
+                "there is nothing to resolve.")
     required = item.campaign.required_reviews
-    return (f"item {item.sequence} is no longer in conflict. It went back to review for {required} answers (the "
-            f"campaign asks for {required} reviews per item now), and comes back to the conflicts page if its "
-            "reviewers still disagree then.")
+    return (f"item {item.sequence} is not in conflict: it is {item.get_status_display().lower()}, for {required} "
+            "answers (the campaign's reviews per item; an owner may have raised them since this page was loaded). It "
+            "comes to the conflicts page if its reviewers disagree once they have answered.")
 
 
 # --- Export ----------------------------------------------------------------------------------------------

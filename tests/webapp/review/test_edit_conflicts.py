@@ -502,8 +502,9 @@ def test_a_resolution_refused_as_the_item_went_back_to_review_keeps_what_was_typ
     page = response.content.decode()
     assert "Item 1 is not resolved: see why below (what you chose is kept there to copy)." in page
     card = page.split(f'data-item="{item.public_id}"')[1].split("</article>")[0]
-    assert ("Item 1 is no longer in conflict. It went back to review for 3 answers (the campaign asks for 3 reviews "
-            "per item now), and comes back to the conflicts page if its reviewers still disagree then.") in card
+    assert ("Item 1 is not in conflict: it is in review, for 3 answers (the campaign&#x27;s reviews per item; an owner "
+            "may have raised them since this page was loaded). It comes to the conflicts page if its reviewers "
+            "disagree once they have answered.") in card
     assert f'<textarea name="text_a" rows="4" aria-label="The final text of response A">\n{escape(written)}</textarea>' \
         in card
     assert '<input type="radio" name="pick_a" value="" required checked>' in card
@@ -526,8 +527,8 @@ def test_a_resolution_refused_as_the_reviewers_agree_now_says_so(campaign, items
     response = client_for(team.owner).post(resolve, {"label": "b", "shown_label": ""})
     assert response.status_code == 400
     card = response.content.decode().split(f'data-item="{item.public_id}"')[1].split("</article>")[0]
-    assert ("Item 2 is no longer in conflict. Its reviewers agree now (an answer was changed): it is complete with "
-            "their label, A better, and there is nothing to resolve.") in card
+    assert ("Item 2 is not in conflict: its reviewers agree (one may have changed their answer since this page was "
+            "loaded), so it is complete with their label, A better; there is nothing to resolve.") in card
     assert '<button type="submit" name="label"' not in card
     item.refresh_from_db()
     assert (item.status, item.resolved_label) == (ItemStatus.COMPLETE, "")

@@ -563,7 +563,7 @@ def test_a_reviewer_unticked_in_settings_gives_back_the_item_they_held(team, car
 
 def test_only_conflicts_are_resolved(campaign, team):
     item = Item.objects.get(campaign=campaign, sequence=1)
-    with pytest.raises(ValidationError, match="item 1 is pending, not in conflict"):
+    with pytest.raises(ValidationError, match="item 1 is not in conflict: it is pending, for 2 answers"):
         services.conflict_resolve(item=item, label="a", user=team.owner)
 
 
