@@ -20,6 +20,7 @@ which the card's Licence section lists.
 from __future__ import annotations
 
 import datetime
+import filecmp
 import json
 import math
 import os
@@ -43,6 +44,20 @@ _MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_\[\]#!|])")
 _HTML_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 # Spec sections whose knobs the card lists for the task that has one.
 _TASK_SECTIONS = ("dpo", "reward", "grpo", "ppo")
+# What each task trains a model to do, for the "Intended use and limitations" section.
+_TASK_PURPOSES = {
+    "pretrain": "continuing text like its training data (next-token prediction, not tuned to follow instructions)",
+    "sft": "answering as the replies in its training data do (supervised fine-tuning)",
+    "reward": "scoring replies to a prompt as its preference data ranks them (a reward model: it writes no text)",
+    "dpo": "preferring replies like the chosen ones of its preference pairs over the rejected ones (DPO)",
+    "grpo": "writing replies that its reward scores highly (reinforcement learning by GRPO)",
+    "ppo": "writing replies that its reward scores highly (reinforcement learning by PPO)",
+}
+# The run's notes are the team's own words on its purpose; the card quotes their start only, as one line of text.
+NOTES_EXCERPT_CHARACTERS = 300
+EVALUATED_ON_TRAINING_DATA = ("The evaluation figures were measured on the training data (data.eval is data.train): "
+                              "they say how well the model fits what it was trained on, not how it does on rows it "
+                              "has not seen.")
 
 
 # ----------------------------------------------------------------------------------------------- gathering the facts
@@ -126,6 +141,26 @@ def results_at(rows: Iterable[dict[str, Any]], *, step: int, best_metric: str, h
     }
 
 
+def same_content(first: str | Path, second: str | Path) -> bool:
+    """Whether two data files hold the same bytes (the same file, or a copy of it); False when either cannot be
+    read. Compared byte by byte, which stops at the first difference and at differing sizes before reading."""
+    try:
+        return os.path.samefile(first, second) or filecmp.cmp(first, second, shallow=False)
+    except OSError:
+        return False
+
+
+def evaluated_on_training_data(spec_data: dict[str, Any], provenance: dict[str, Any]) -> bool:
+    """Whether a run's ``data.eval`` is its ``data.train``: the web app's provenance names the same dataset version
+    for both uses, or the two files hold the same bytes (a run from the command line, or a version uploaded twice)."""
+    datasets = [dataset for dataset in provenance.get("datasets") or [] if isinstance(dataset, dict)]
+    ids = {use: {dataset.get("id") for dataset in datasets if dataset.get("use") == use and dataset.get("id")}
+           for use in ("train", "eval")}
+    if ids["train"] & ids["eval"]:
+        return True
+    return bool(spec_data.get("eval")) and same_content(spec_data["train"], spec_data["eval"])
+
+
 def card_facts(*, run_dir: str | Path, spec: Any, step: int, base_model_dir: str | Path, adapter: bool,
                data_summary: dict[str, Any] | None = None, provenance: dict[str, Any] | None = None,
                exported_at: datetime.datetime | None = None) -> dict[str, Any]:
@@ -133,7 +168,8 @@ def card_facts(*, run_dir: str | Path, spec: Any, step: int, base_model_dir: str
     spec (a ``JobSpec``) is ``spec``; ``adapter``: the PEFT adapter folder's card rather than the merged model's.
     ``data_summary``: the engine's counts of the data (``summary.json``'s ``data``; read from there when not given);
     ``provenance``: the web app's (default: the run's ``provenance.json``). ``licence``: the base model folder's
-    (``licence.read_licence``), the files of which the export copies (``licence.copy_licence_files``)."""
+    (``licence.read_licence``), the files of which the export copies (``licence.copy_licence_files``).
+    ``evaluated_on_training_data``: ``evaluated_on_training_data``'s answer, read while the data files are there."""
     import jaxengine
     from jaxengine.spec import best_metric_for
 
@@ -148,6 +184,7 @@ def card_facts(*, run_dir: str | Path, spec: Any, step: int, base_model_dir: str
         except (OSError, ValueError, AttributeError):
             data_summary = None
     metric, higher_is_better = best_metric_for(spec)
+    provenance = read_provenance(run_dir) if provenance is None else provenance
     return {
         "kind": "adapter" if adapter else "merged",
         "spec": spec.model_dump(mode="json"),
@@ -157,7 +194,8 @@ def card_facts(*, run_dir: str | Path, spec: Any, step: int, base_model_dir: str
         **results_at(read_metric_rows(run_dir / "metrics.jsonl"), step=step, best_metric=metric,
                      higher_is_better=higher_is_better),
         "data": data_summary if isinstance(data_summary, dict) else {},
-        "provenance": read_provenance(run_dir) if provenance is None else provenance,
+        "provenance": provenance,
+        "evaluated_on_training_data": evaluated_on_training_data(spec.data.model_dump(mode="json"), provenance),
         "engine_version": jaxengine.__version__,
         "exported_at": (exported_at or datetime.datetime.now(datetime.timezone.utc)).isoformat(timespec="seconds"),
     }
@@ -363,6 +401,8 @@ def _results_lines(facts: dict[str, Any]) -> list[str]:
         lines += [f"Training metrics at step {format_number(train_metrics['step'])}:", ""]
         lines += _table(_metric_rows(train_metrics), header=("metric", "value")) + [""]
     if eval_metrics:
+        if facts.get("evaluated_on_training_data"):
+            lines += [f"**Warning:** {EVALUATED_ON_TRAINING_DATA}", ""]
         lines += [f"Evaluation at step {format_number(eval_metrics['step'])}"
                   + ("" if eval_metrics["step"] == facts["step"] else f" (the last before step {format_number(facts['step'])})")
                   + ":", ""]
@@ -472,6 +512,48 @@ def licence_lines(licence: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _training_data_names(facts: dict[str, Any]) -> str:
+    """The training data as the Data section names it: the web app's dataset names, else the spec's file name."""
+    datasets = (facts.get("provenance") or {}).get("datasets") or []
+    names = [str(dataset.get("name")) for dataset in datasets
+             if isinstance(dataset, dict) and dataset.get("use") == "train" and dataset.get("name")]
+    if not names and facts["spec"]["data"].get("train"):
+        names = [Path(facts["spec"]["data"]["train"]).name]
+    return inline_text(", ".join(dict.fromkeys(names))) if names else "data the card has no record of"
+
+
+def notes_excerpt(notes: Any, *, limit: int = NOTES_EXCERPT_CHARACTERS) -> str:
+    """The start of a run's Markdown notes as one line of plain text (``inline_text``): whitespace runs become one
+    space, cut at a word before ``limit`` characters with an ellipsis; '' for no notes."""
+    text = " ".join(str(notes or "").split())
+    if len(text) > limit:
+        text = text[:limit].rsplit(" ", 1)[0].rstrip(" .,;:") + "…"
+    return inline_text(text) if text else ""
+
+
+def intended_use_lines(facts: dict[str, Any]) -> list[str]:
+    """The "Intended use and limitations" section's body: what the run trained the model for and on, that nothing
+    evaluated its safety, that it inherits the base model's licence and limitations, a warning where its evaluation
+    data is its training data, and the start of the run's notes where it has some (the team's word on its purpose)."""
+    spec = facts["spec"]
+    task = spec["task"]
+    purpose = _TASK_PURPOSES.get(task, inline_text(task))
+    registered = _named((facts.get("provenance") or {}).get("base_model"))
+    base = (code_span(facts["base_model"]) if facts.get("base_model")
+            else registered if registered else "the base model")
+    lines = [f"Trained for {purpose}, on {_training_data_names(facts)}. Use it for that kind of task on data like "
+             "that; for anything else it has not been trained or measured.", "",
+             "- Not evaluated for safety: Temper measured only the figures under Results. No test of harmful, biased "
+             "or false output was run; evaluate it for your use before deploying it.",
+             f"- It inherits the licence and the limitations of {base}: what that model must not be used for, or "
+             "does badly, holds for this one too. Read its card and the Licence section below."]
+    if facts.get("evaluated_on_training_data"):
+        lines.append(f"- {EVALUATED_ON_TRAINING_DATA}")
+    if excerpt := notes_excerpt((facts.get("provenance") or {}).get("notes")):
+        lines += ["", "From the run's notes:", "", f"> {excerpt}"]
+    return lines
+
+
 def _provenance_lines(facts: dict[str, Any]) -> list[str]:
     provenance = facts.get("provenance") or {}
     lines = []
@@ -508,11 +590,13 @@ def _summary_line(facts: dict[str, Any]) -> str:
 
 def build_model_card(facts: dict[str, Any]) -> str:
     """The model card's text (``README.md``) from ``facts`` (``card_facts``' dict, or one written by hand): YAML front
-    matter, a summary line, then Licence, Training, Data, Results, Serving copy, How to use and Provenance sections."""
+    matter, a summary line, then Intended use and limitations, Licence, Training, Data, Results, Serving copy, How to use
+    and Provenance sections."""
     spec = facts["spec"]
     knobs = _task_knobs(spec)
     lines = [front_matter(facts), f"# {inline_text((facts.get('provenance') or {}).get('run_name') or 'Temper model')}",
-             "", _summary_line(facts), "", "## Licence", "", *licence_lines(facts.get("licence")), "",
+             "", _summary_line(facts), "", "## Intended use and limitations", "", *intended_use_lines(facts), "",
+             "## Licence", "", *licence_lines(facts.get("licence")), "",
              "## Training", "", *_table(_training_rows(spec) + knobs), "",
              "## Data", "", *_datasets_lines(facts), "", "## Results", "", *_results_lines(facts), "",
              SERVING_COPY_HEADING, "", *serving_copy_lines(facts.get("serving_copy")), "",

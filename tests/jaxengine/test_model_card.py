@@ -8,7 +8,8 @@ import markdown
 import pytest
 import yaml
 
-from jaxengine.model_card import build_model_card, format_number, inline_text, results_at, with_serving_copy
+from jaxengine.model_card import (build_model_card, evaluated_on_training_data, format_number, inline_text, results_at,
+                                  with_serving_copy)
 
 HOSTILE = "chats\n---\n# <script>alert(1)</script> | [x](javascript:alert(1)) *bold*"
 
@@ -58,7 +59,8 @@ def test_it_writes_front_matter_and_every_section_in_order():
     meta, body = split_card(build_model_card(facts()))
     assert meta == {"library_name": "transformers", "base_model": "Qwen/Qwen3-0.6B", "tags": ["temper", "dpo", "lora"],
                     "pipeline_tag": "text-generation", "model_name": "dpo | beta sweep"}
-    assert list(sections(body)) == ["Licence", "Training", "Data", "Results", "Serving copy", "How to use", "Provenance"]
+    assert list(sections(body)) == ["Intended use and limitations", "Licence", "Training", "Data", "Results",
+                                    "Serving copy", "How to use", "Provenance"]
     assert body.startswith("# dpo \\| beta sweep\n\nA model post-trained from `Qwen/Qwen3-0.6B` with Temper by the run "
                            "dpo \\| beta sweep: dpo by LoRA, checkpoint of step 1,200.\n")
 
@@ -136,7 +138,8 @@ def test_hostile_names_stay_text_in_the_markdown_and_the_yaml():
     meta, body = split_card(card)
     assert meta["model_name"] == " ".join(HOSTILE.split())  # one line, read back as written
     assert card.count("\n---\n") == 1 and "<script>" not in body  # the YAML holds it as a quoted string
-    assert list(sections(body)) == ["Licence", "Training", "Data", "Results", "Serving copy", "How to use", "Provenance"]
+    assert list(sections(body)) == ["Intended use and limitations", "Licence", "Training", "Data", "Results",
+                                    "Serving copy", "How to use", "Provenance"]
     assert [line for line in body.splitlines() if line.startswith("# ")] == [f"# {inline_text(HOSTILE)}"]
     html = markdown.markdown(body, extensions=["tables"])  # as the run page's renderer reads it
     assert "<script>" not in html and "<a " not in html and "<strong>" not in html and html.count("<h1>") == 1
@@ -257,8 +260,8 @@ def test_a_hostile_licence_name_and_link_stay_text():
     assert meta["license_name"] == " ".join(HOSTILE.split()) and card.count("\n---\n") == 1
     html = markdown.markdown(body, extensions=["tables"])
     assert "<script>" not in html and "<a " not in html and "<b>" not in html and html.count("<h1>") == 1
-    assert list(sections(body)) == ["Licence", "Training", "Data", "Results", "Serving copy", "How to use",
-                                    "Provenance"]
+    assert list(sections(body)) == ["Intended use and limitations", "Licence", "Training", "Data", "Results",
+                                    "Serving copy", "How to use", "Provenance"]
 
 
 def with_datasets(*datasets):
@@ -297,8 +300,8 @@ def test_hostile_sources_licences_and_descriptions_stay_text_and_the_yaml_parses
                                            "licence": "---\nlicense: mit", "description": "---"}))
     meta, body = split_card(card)
     assert card.count("\n---\n") == 1 and "datasets" not in meta
-    assert list(sections(body)) == ["Licence", "Training", "Data", "Results", "Serving copy", "How to use",
-                                    "Provenance"]
+    assert list(sections(body)) == ["Intended use and limitations", "Licence", "Training", "Data", "Results",
+                                    "Serving copy", "How to use", "Provenance"]
     html = markdown.markdown(body, extensions=["tables"])
     assert "<script>" not in html and "<a " not in html and "<strong>" not in html and html.count("<h1>") == 1
     assert "<hr" not in html and "<h2>Data</h2>" in html
@@ -318,3 +321,55 @@ def test_only_hub_id_sources_go_into_the_front_matters_datasets_each_once():
     no_hub = split_card(build_model_card(with_datasets({"use": "train", "name": "a", "id": "dv_1",
                                                         "source": "our wiki"})))[0]
     assert "datasets" not in no_hub
+
+
+def test_intended_use_says_what_it_was_trained_for_on_what_and_that_safety_was_not_evaluated():
+    use = sections(split_card(build_model_card(facts()))[1])["Intended use and limitations"]
+    assert use.startswith("\n\nTrained for preferring replies like the chosen ones of its preference pairs over the "
+                          "rejected ones (DPO), on prefs. ")
+    assert "- Not evaluated for safety: Temper measured only the figures under Results." in use
+    assert "- It inherits the licence and the limitations of `Qwen/Qwen3-0.6B`:" in use
+    assert "measured on the training data" not in use and "notes" not in use
+    reward = sections(split_card(build_model_card(facts(spec=lora_spec(task="reward", dpo=None), provenance={})))[1])
+    assert reward["Intended use and limitations"].startswith(
+        "\n\nTrained for scoring replies to a prompt as its preference data ranks them (a reward model: it writes no "
+        "text), on train.jsonl. ")
+    registered = facts(base_model=None, provenance={**facts()["provenance"], "base_model": {"name": "our base",
+                                                                                           "id": "bm_1"}})
+    assert ("the limitations of our base (`bm_1`):"
+            in sections(split_card(build_model_card(registered))[1])["Intended use and limitations"])
+
+
+def test_the_runs_notes_are_quoted_short_and_as_text():
+    notes = "# Goal\n\nTeach the <script>alert(1)</script> bot *refunds* [x](javascript:alert(1)).\n\n" + "word " * 200
+    card = build_model_card(facts(provenance={**facts()["provenance"], "notes": notes}))
+    use = sections(split_card(card)[1])["Intended use and limitations"]
+    quoted = use.split("From the run's notes:\n\n> ")[1].strip()
+    assert "\n" not in quoted and quoted.endswith("word…") and len(quoted) < 400
+    html = markdown.markdown(use)
+    assert "<script>" not in html and "<a " not in html and "<em>" not in html and "<h1>" not in html
+    assert "<blockquote>" in html and "Teach the &lt;script&gt;alert(1)&lt;/script&gt; bot *refunds*" in html
+
+
+def test_evaluation_on_the_training_data_is_said_in_results_and_limitations():
+    card = build_model_card(facts(evaluated_on_training_data=True))
+    parts = sections(split_card(card)[1])
+    warning = "measured on the training data (data.eval is data.train)"
+    assert warning in parts["Intended use and limitations"]
+    assert parts["Results"].index(warning) < parts["Results"].index("Evaluation at step 1,200:")
+
+
+def test_the_evaluation_data_is_the_training_data_for_one_version_or_the_same_bytes(tmp_path):
+    train, copy, other = tmp_path / "train.jsonl", tmp_path / "copy.jsonl", tmp_path / "other.jsonl"
+    train.write_text('{"prompt": "a", "completion": "b"}\n')
+    copy.write_text(train.read_text())
+    other.write_text('{"prompt": "a", "completion": "c"}\n')
+    one_version = {"datasets": [{"use": "train", "id": "dv_1"}, {"use": "eval", "id": "dv_1"}]}
+    assert evaluated_on_training_data({"train": "/gone/a", "eval": "/gone/b"}, one_version)
+    assert evaluated_on_training_data({"train": str(train), "eval": str(train)}, {})
+    assert evaluated_on_training_data({"train": str(train), "eval": str(copy)}, {})
+    assert not evaluated_on_training_data({"train": str(train), "eval": str(other)}, {})
+    assert not evaluated_on_training_data({"train": str(train), "eval": None}, {})
+    assert not evaluated_on_training_data({"train": str(train), "eval": str(tmp_path / "missing")}, {})
+    two_versions = {"datasets": [{"use": "train", "id": "dv_1"}, {"use": "eval", "id": "dv_2"}]}
+    assert not evaluated_on_training_data({"train": str(train), "eval": str(other)}, two_versions)

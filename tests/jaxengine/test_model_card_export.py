@@ -67,6 +67,9 @@ def test_a_runs_export_and_adapter_carry_their_cards_with_the_web_apps_provenanc
     assert re.search(r"Best step by eval/loss: [12](, | \(this export\), )", body)
     assert "- run: card run (`run_card1`)" in body and "- exported step: 2" in body
     assert "No serving copy has been made of this export." in body
+    # The provenance names two versions, but the spec's data.train and data.eval are one file: its bytes tell.
+    assert "**Warning:** The evaluation figures were measured on the training data" in body
+    assert "Trained for answering as the replies in its training data do (supervised fine-tuning)" in body
     adapter_meta, _ = split_card((trained_run / "export" / "adapter" / CARD_FILE).read_text())
     assert adapter_meta["library_name"] == "peft" and adapter_meta["tags"] == ["temper", "sft", "lora"]
 

@@ -434,7 +434,7 @@ def test_a_model_that_cannot_load_is_not_prepared_and_nothing_raises(redis_db, t
     assert "no-such-model" in outcome["error"] and "missing" not in serve._servers
 
 
-def test_a_succeeded_runs_serving_copy_is_written_with_its_figures(model_dir, tmp_path, settings):
+def test_a_succeeded_runs_serving_copy_is_written_with_its_figures(db, model_dir, tmp_path, settings):
     import json
     import shutil
 

@@ -86,7 +86,7 @@ CHECKPOINT_REFUSED = {"409": _json("Refused, nothing deleted: `{\"detail\": mess
                                     "(the run is queued, running or stopping; the checkpoint is being exported, or a "
                                     "serving copy of it is being written).", schemas.Detail)}
 # Every body the API answers with (webapp.api.schemas), the components the responses refer to.
-ANSWERS = (schemas.ProjectList, schemas.ProjectOut, schemas.BaseModelList, schemas.BaseModelOut, schemas.BaseModelDetail,
+ANSWERS = (schemas.ProjectList, schemas.ProjectOut, schemas.BaseModelList, schemas.BaseModelOut,
            schemas.DatasetList, schemas.DatasetDetail,
            schemas.DatasetComparison, schemas.DatasetVersionOut, schemas.UploadOut, schemas.RunPage, schemas.RunDetail, schemas.RunOut,
            schemas.SweepOut, schemas.MetricSeries, schemas.MetricsLogged, schemas.SampleList, schemas.SamplesStored, schemas.RunLog,
@@ -303,12 +303,13 @@ def build_document() -> dict[str, Any]:
                                 f"character, a description over {DESCRIPTION_MAX_CHARS:,} characters", [SLUG],
                                 body=schemas.ProjectUpdate, answer=schemas.ProjectOut),
         },
-        f"{base}/base-models/": {"get": _operation("List the project's base models (the bm_… ids a run's model names)",
+        f"{base}/base-models/": {"get": _operation("List the project's base models (the bm_… ids a run's model names), "
+                                                   "each with the licence its exports carry, as its detail answers",
                                                    [SLUG], answer=schemas.BaseModelList),
                                  "post": {**model_upload_operation, "requestBody": model_upload}},
         f"{base}/base-models/{{model_id}}/": {
             "get": _operation("A base model: architecture, size, tokenizer, and the licence its exports carry",
-                              [SLUG, BASE_MODEL], answer=schemas.BaseModelDetail),
+                              [SLUG, BASE_MODEL], answer=schemas.BaseModelOut),
             "delete": _operation("Unregister a base model and remove its serving copies; its directory stays unless "
                                  "delete_files is true (an owner, or the member who registered it; 400 while runs, a "
                                  "pipeline, its serving copy or a review campaign still need it, cancelled or failed "

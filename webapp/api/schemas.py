@@ -295,25 +295,6 @@ class ProjectList(_Answer):
     projects: list[ProjectOut] = Field(description="The projects the token's user belongs to, by name.")
 
 
-class BaseModelOut(_Answer):
-    id: str = Field(description="bm_… id: what a spec's model names.")
-    name: str
-    architecture: str
-    model_type: str
-    parameter_count: int
-    context_length: int | None
-    vocab_size: int | None
-    tokenizer_type: str
-    dtype: str
-    size_bytes: int
-    uploaded: bool = Field(description="Temper unpacked it from an uploaded archive into the project's own folder: "
-                                       "an owner's DELETE with ?delete_files=true may delete that folder with it.")
-    created_at: datetime
-    folder_gone: bool = Field(description="Its folder was deleted from disk since it was registered: a run whose "
-                                          "model names it is refused (400 on model) until its files are put back "
-                                          "in that folder or it is registered again.")
-
-
 class LicenceFileNotCopied(_Answer):
     name: str
     bytes: int
@@ -333,7 +314,23 @@ class LicenceOut(_Answer):
                                                "export's card says it).")
 
 
-class BaseModelDetail(BaseModelOut):
+class BaseModelOut(_Answer):
+    id: str = Field(description="bm_… id: what a spec's model names.")
+    name: str
+    architecture: str
+    model_type: str
+    parameter_count: int
+    context_length: int | None
+    vocab_size: int | None
+    tokenizer_type: str
+    dtype: str
+    size_bytes: int
+    uploaded: bool = Field(description="Temper unpacked it from an uploaded archive into the project's own folder: "
+                                       "an owner's DELETE with ?delete_files=true may delete that folder with it.")
+    created_at: datetime
+    folder_gone: bool = Field(description="Its folder was deleted from disk since it was registered: a run whose "
+                                          "model names it is refused (400 on model) until its files are put back "
+                                          "in that folder or it is registered again.")
     licence: LicenceOut | None = Field(description="The licence facts an export carries into its model card, read "
                                                    "from the model's folder; null when that folder may not be read "
                                                    "by this project (gone, or another project's).")

@@ -295,13 +295,15 @@ def _card_url(request: HttpRequest, run: Run, artifact: Artifact) -> str | None:
 
 def _base_model_json(model, *, listing: bool = False) -> dict[str, Any]:
     # folder_gone: as the launch form lists it (``runs.selectors.model_choices``), the launch refusing it; ``listing``
-    # every model of the project, the answer model_dir_gone keeps for listings.
+    # every model of the project, the answer model_dir_gone keeps for listings. The list, the detail and an upload's
+    # answer are this one dict, licence included (schemas.BaseModelOut).
     return {"id": model.public_id, "name": model.name, "architecture": model.architecture,
             "model_type": model.model_type, "parameter_count": model.parameter_count,
             "context_length": model.context_length, "vocab_size": model.vocab_size,
             "tokenizer_type": model.tokenizer_type, "dtype": model.dtype, "size_bytes": model.size_bytes,
             "uploaded": model.uploaded, "created_at": model.created_at.isoformat(),
-            "folder_gone": basemodel_selectors.model_dir_gone(model.path, listing=listing)}
+            "folder_gone": basemodel_selectors.model_dir_gone(model.path, listing=listing),
+            "licence": _licence_json(model)}
 
 
 # What a project's listing links to: the lists a script starts from (``api:<name>``), keyed as its answer names them.
@@ -485,7 +487,7 @@ def base_model_detail(request: HttpRequest, slug: str, model_id: str) -> HttpRes
                                                min_role=Role.VIEWER if request.method == "GET" else Role.MEMBER)
     base_model = basemodel_selectors.basemodel_get(project=project, public_id=model_id)
     if request.method == "GET":
-        return JsonResponse({**_base_model_json(base_model), "licence": _licence_json(base_model)})
+        return JsonResponse(_base_model_json(base_model))
     delete_files = _query_flag(request, "delete_files")
     basemodel_selectors.ensure_may_unregister_base_model(membership=membership, base_model=base_model)
     if delete_files:

@@ -11,8 +11,9 @@ from webapp.chat.selectors import ModelChoice, TemplateVariable
 from webapp.chat.services import (MESSAGE_MAX_CHARS, TEMPLATE_VARIABLE_MAX_CHARS, checked_template_variables,
                                   unread_variable_problem)
 from webapp.chat.openai_api import MAX_STOP_SEQUENCES
+from webapp.core.forms import TypedTextField
 from webapp.core.model_refs import chat_ref
-from webapp.core.text import checked_text, typed_text
+from webapp.core.text import checked_text
 
 
 # The Thinking control where one setting serves two models, an arena battle's and a generated review campaign's: each
@@ -88,13 +89,6 @@ def typed_template_value(text: str, variable: TemplateVariable):
             raise ValueError(f"{text!r} is not a number, as the model's own value {variable.default} is; give one"
                              ) from None
     return text
-
-
-class TypedTextField(forms.CharField):
-    """Text for the model, typed in a textarea: its line breaks as typed (``typed_text``), not as the form sent them."""
-
-    def to_python(self, value):
-        return typed_text(super().to_python(value))
 
 
 # A stop sequence may hold what one line of a box cannot ("\n\nUser:", a tab): written as these escapes.

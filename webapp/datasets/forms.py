@@ -3,6 +3,7 @@ from __future__ import annotations
 from django import forms
 
 from jaxengine.data import formats
+from webapp.core.forms import TypedTextField
 from webapp.datasets.models import KIND_CHOICES
 from webapp.datasets.services import ABOUT_MAX_CHARS, empty_upload_message
 from webapp.datasets.uploads import one_file_per_upload_message
@@ -110,5 +111,5 @@ class DatasetAboutForm(forms.Form):
         "An address (https://…), a Hugging Face hub id (org/name) or words; blank if unknown."))
     licence = forms.CharField(max_length=ABOUT_MAX_CHARS["licence"], required=False, help_text=(
         "The terms the rows are under, e.g. cc-by-4.0, or the name of an agreement."))
-    description = forms.CharField(max_length=ABOUT_MAX_CHARS["description"], required=False,
-                                  widget=forms.Textarea(attrs={"rows": 3}))
+    description = TypedTextField(max_length=ABOUT_MAX_CHARS["description"], required=False,
+                                 widget=forms.Textarea(attrs={"rows": 3}))

@@ -1806,8 +1806,9 @@ def run_provenance(*, run: Run) -> dict[str, Any]:
     """What the engine cannot know of ``run`` for its exports' model cards (``jaxengine.model_card``): project, run name
     and id, author, Temper version, its base model's and the run it started from's name and id (where they still
     exist; the base model is the root of a chain of runs), and its dataset versions with their use, name, number and
-    rows (a version deleted since by the name its launch recorded, its rows unknown), and the source, licence and
-    description their datasets had at launch (``_about_at_launch``)."""
+    rows (a version deleted since by the name its launch recorded, its rows unknown), the source, licence and
+    description their datasets had at launch (``_about_at_launch``), and the run's notes where it has some (as they are
+    when the worker starts the run or exports a checkpoint)."""
     from jaxengine import __version__ as temper_version
 
     datasets = [{"use": use or "data", "name": version.dataset.name, "version": version.number,
@@ -1826,4 +1827,6 @@ def run_provenance(*, run: Run) -> dict[str, Any]:
         provenance["base_model"] = {"name": run.base_model.name, "id": run.base_model.public_id}
     if run.source_run is not None:
         provenance["source_run"] = {"name": run.source_run.name, "id": run.source_run.public_id}
+    if run.notes.strip():
+        provenance["notes"] = run.notes  # the card quotes their start (``model_card.notes_excerpt``)
     return provenance

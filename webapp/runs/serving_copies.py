@@ -469,12 +469,34 @@ def automatic_copy_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
     from webapp.runs.services import log_line
 
     (run_dir,) = arguments
-    # A run's directory is DATA_ROOT/runs/<its public id> (runs.services.run_output_dir).
-    run = Run.objects.filter(public_id=Path(str(run_dir)).name).first()
+    run = _run_of_directory(run_dir)
     if run is None:
         return False
     log_line(run, lost.note(doing="writing the serving copy of its final model", work="the copy"), level="warning")
     return True
+
+
+def _run_of_directory(run_dir: Any) -> Run | None:
+    # A run's directory is DATA_ROOT/runs/<its public id> (runs.services.run_output_dir).
+    return Run.objects.select_related("project").filter(public_id=Path(str(run_dir)).name).first()
+
+
+def automatic_copy_ended(*, run_dir: str, scheme: str, error: str = "") -> None:
+    """Tell the project's ``export.ready``/``export.failed`` webhooks that the copy a run's success queued
+    (``quantize_run``) was written or failed (``error``: the engine's words, said as the run page says them), as
+    ``_copy_end`` tells them of a copy asked for by hand: the same payload, of a row that stands for the copy and is
+    not saved, since the run page reads this copy from its directory. Nothing for a run deleted meanwhile, nor once
+    its final model's copy has a row (given up by a page, or asked for again): that row's end is the one told."""
+    run = _run_of_directory(run_dir)
+    if run is None or ServingCopy.objects.filter(run=run, step__isnull=True).exists():
+        return
+    if error:
+        from webapp.runs.reporting import in_project_terms  # reporting builds on the services this module's users do
+
+        error = in_project_terms(run, error)[:4000]
+    webhooks.serving_copy_ended(copy=ServingCopy(
+        project_id=run.project_id, run=run, step=None, scheme=scheme, error_message=error,
+        status=ServingCopyStatus.FAILED if error else ServingCopyStatus.READY))
 
 
 @transaction.atomic

@@ -834,16 +834,18 @@ def _fail(events: _Events | _ChoiceEvents, request, message: str, *, code: str |
 @app.task(name="worker.tasks.serve.quantize_run", acks_late=True)
 def quantize_run(run_dir: str) -> dict:
     """Write a succeeded run's serving copy ``export/quantized/`` (scheme ``TEMPER_SERVE_QUANTIZE``) with its
-    memory, perplexity and greedy-agreement figures in ``quantization.json``; the chat serves it from then on.
+    memory, perplexity and greedy-agreement figures in ``quantization.json``; the chat serves it from then on. Its
+    end is told to the project's export webhooks as a copy asked for by hand is (``automatic_copy_ended``).
     Acknowledged when done: a worker lost while writing leaves the message to another (the copy is written
     aside and renamed into place, so writing it again is safe)."""
     from jaxengine.data.formats import Entry
     from jaxengine.quantize import quantize_run_export
-    from webapp.runs.serving_copies import SERVING_COPY_ERROR_FILE
+    from webapp.runs.serving_copies import SERVING_COPY_ERROR_FILE, automatic_copy_ended
 
     error_file = Path(run_dir) / SERVING_COPY_ERROR_FILE
+    scheme = settings.TEMPER_SERVE_QUANTIZE
     try:
-        description = quantize_run_export(run_dir, scheme_name=settings.TEMPER_SERVE_QUANTIZE, entry=Entry.LAUNCH)
+        description = quantize_run_export(run_dir, scheme_name=scheme, entry=Entry.LAUNCH)
     except Exception as error:  # the merged export still serves; the run page says why there is no copy
         logger.exception("serving copy of %s failed", run_dir)
         message = f"{type(error).__name__}: {error}"
@@ -851,10 +853,12 @@ def quantize_run(run_dir: str) -> dict:
             error_file.write_text(message)
         except OSError:
             logger.exception("the reason could not be written to %s", error_file)
+        automatic_copy_ended(run_dir=run_dir, scheme=scheme, error=message)
         return {"error": message}
     finally:  # it loaded a model twice over and compiled its scoring
         drop_retired_programs_past_high_water()
     error_file.unlink(missing_ok=True)
+    automatic_copy_ended(run_dir=run_dir, scheme=scheme)
     description.pop("modules", None)
     return description
 

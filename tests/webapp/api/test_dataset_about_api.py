@@ -68,8 +68,9 @@ def test_the_openapi_document_describes_the_patch_and_the_licence(world):
     components = document["components"]["schemas"]
     assert {"source", "licence", "description"} <= set(components["DatasetOut"]["properties"])
     base_model = document["paths"]["/api/v1/projects/{slug}/base-models/{model_id}/"]["get"]
-    assert base_model["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith(
-        "/BaseModelDetail")
+    assert base_model["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/BaseModelOut")
+    assert components["BaseModelOut"]["properties"]["licence"]  # the list's items carry it too
+    assert components["BaseModelList"]["properties"]["base_models"]["items"]["$ref"].endswith("/BaseModelOut")
     assert {"license", "license_name", "license_link", "files"} <= set(components["LicenceOut"]["properties"])
 
 
@@ -88,7 +89,7 @@ def test_a_base_model_answers_the_licence_its_exports_carry(world, models_root):
                                "license_link": "https://www.llama.com/llama3_2/license/", "files": ["LICENSE"],
                                "not_copied": [{"name": "NOTICE", "bytes": 2 << 20}], "stated": True,
                                "built_with_llama": True}
-    TypeAdapter(schemas.BaseModelDetail).validate_json(json.dumps(body))
+    TypeAdapter(schemas.BaseModelOut).validate_json(json.dumps(body))
 
     bare = models_root / "bare"
     bare.mkdir()
@@ -105,3 +106,12 @@ def test_a_base_model_answers_the_licence_its_exports_carry(world, models_root):
     body = apis["viewer"].call("GET", f"/api/v1/projects/alpha/base-models/{borrowed.public_id}/")[1]
     assert body["licence"] is None and "secret-terms" not in json.dumps(body)
     assert apis["outsider"].call("GET", f"/api/v1/projects/alpha/base-models/{licensed.public_id}/")[0] == 404
+
+    # The list answers each model's licence as its detail does (one serializer), against the document's schema.
+    status, listed = apis["viewer"].call("GET", "/api/v1/projects/alpha/base-models/")
+    assert status == 200, listed
+    TypeAdapter(schemas.BaseModelList).validate_json(json.dumps(listed))
+    for model in (licensed, unstated, borrowed):
+        detail = apis["viewer"].call("GET", f"/api/v1/projects/alpha/base-models/{model.public_id}/")[1]
+        assert [one for one in listed["base_models"] if one["id"] == model.public_id] == [detail]
+    assert "secret-terms" not in json.dumps(listed)

@@ -94,3 +94,24 @@ def test_the_provenance_of_a_run_started_from_a_run_names_that_run_and_the_base_
     provenance = selectors.run_provenance(run=second)
     assert provenance["source_run"] == {"name": "carded", "id": first.public_id}
     assert provenance["base_model"] == {"name": catalog.base_model.name, "id": catalog.base_model.public_id}
+
+
+def test_the_runs_notes_reach_the_card_as_quoted_text_and_the_page_shows_them_escaped(team, catalog, client_for):
+    from tests.jaxengine.test_model_card import facts
+    from jaxengine.model_card import build_model_card
+
+    run = exported_run(team, catalog)
+    Run.objects.filter(pk=run.pk).update(notes="## Why\n\nTo answer refunds <img src=x onerror=alert(1)> "
+                                               "[here](javascript:alert(2)) politely.")
+    provenance = selectors.run_provenance(run=Run.objects.get(pk=run.pk))
+    assert provenance["notes"].startswith("## Why")
+    card = build_model_card(facts(provenance=provenance, evaluated_on_training_data=True))
+    (Path(run.artifacts.get().path) / "README.md").write_text(card)
+    page = client_for(team.viewer).get(f"/p/{team.project.slug}/runs/{run.public_id}/artifacts/model/card/")
+    body = page.content.decode().split('<article class="card model-card markdown">')[1].split("</article>")[0]
+    assert "<h2>Intended use and limitations</h2>" in body
+    assert ("<blockquote>\n<p>## Why To answer refunds &lt;img src=x onerror=alert(1)&gt; [here](javascript:alert(2)) "
+            "politely.</p>\n</blockquote>") in body
+    assert "<img" not in body and "javascript:" not in body.replace("[here](javascript:alert(2))", "")
+    assert "The evaluation figures were measured on the training data" in body
+    assert "notes" not in selectors.run_provenance(run=exported_run(team, catalog))

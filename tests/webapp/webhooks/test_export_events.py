@@ -208,3 +208,40 @@ def test_the_page_offers_the_events_grouped_each_with_its_line_and_saves_them(te
                                               "events": ["review.exported", "export.failed", "export.ready"]})
     assert added.status_code == 302
     assert Webhook.objects.get().events == ["export.ready", "export.failed", "review.exported"]
+
+
+def test_a_runs_automatic_serving_copy_sends_export_ready_or_failed_as_one_asked_for_does(
+        team, finished_run, receiver, export_hooks, settings, tmp_path, django_capture_on_commit_callbacks):
+    """QA: the copy written when a run succeeds (``quantize_run``, which has no row) ended silently, where the same
+    copy made again from the run page sent ``export.ready`` or ``export.failed``."""
+    import shutil
+
+    from jaxengine.spec import dump_spec, parse_spec
+    from tests.factories import build_tiny_model_dir
+    from worker.tasks import serve
+
+    run = finished_run
+    settings.TEMPER_SERVE_QUANTIZE = "int8"
+    run.output_dir.mkdir(parents=True)
+    with django_capture_on_commit_callbacks(execute=True):  # no spec.yaml in the run's directory: it fails
+        failure = serve.quantize_run(str(run.output_dir))
+    shutil.copytree(build_tiny_model_dir(tmp_path / "tiny"), run.output_dir / "export")
+    rows = tmp_path / "eval.jsonl"
+    rows.write_text('{"prompt": "Hello there", "completion": " general"}\n')
+    spec = parse_spec({"task": "sft", "model": str(tmp_path / "tiny"), "output_dir": str(run.output_dir),
+                       "data": {"train": str(rows), "eval": str(rows)}, "train": {"max_steps": 1}})
+    (run.output_dir / "spec.yaml").write_text(dump_spec(spec))
+    with django_capture_on_commit_callbacks(execute=True):
+        written = serve.quantize_run(str(run.output_dir))
+    assert "error" not in written, written
+
+    (failed_path, failed_event, failed), (ready_path, ready_event, ready) = sent_objects(receiver)
+    assert (failed_path, failed_event, ready_path, ready_event) == ("/failed", "export.failed", "/ready",
+                                                                  "export.ready")
+    final_model = {"type": "serving_copy", "id": run.public_id, "name": "<b>first</b> final model (int8)",
+                   "scheme": "int8", "run": run.public_id, "step": None, "base_model": None,
+                   "url": f"{SITE}/p/alpha/runs/{run.public_id}/"}
+    assert ready == {**final_model, "status": "ready", "error": ""}
+    assert failed == {**final_model, "status": "failed", "error": failed["error"]}
+    assert failed["error"] == failure["error"] and "spec.yaml: no such file" in failed["error"]
+    assert not ServingCopy.objects.exists()  # the page still reads the automatic copy from its directory
