@@ -28,6 +28,11 @@ from tests.xdist_scheduling import pytest_handlecrashitem, pytest_xdist_make_sch
 
 import pytest  # noqa: E402
 
+from tests import fast_flush  # noqa: E402
+
+# Transactional tests' teardown empties the tables without remaking content types and permissions (see the module).
+fast_flush.install()
+
 
 @pytest.fixture(scope="module", autouse=True)
 def _compiled_programs_freed_after_each_module():
