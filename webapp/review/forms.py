@@ -11,6 +11,7 @@ from webapp.chat.forms import (THINKING_CHOICES, THINKING_HELP, VARIABLE_PREFIX,
                                thinking_choice)
 from webapp.chat.selectors import TemplateVariable, chat_template_variables, model_choices, thinking_defaults
 from webapp.core.bidi import isolated
+from webapp.core.forms import TypedTextField
 from webapp.core.text import LONG_TEXT_MAX_CHARS
 from webapp.review.models import MAX_REQUIRED_REVIEWS, Choice, Label
 from webapp.review.selectors import default_required_reviews, possible_reviewers, prompt_sources
@@ -153,7 +154,7 @@ class ReviewForm(forms.Form):
     choice = forms.ChoiceField(choices=Choice.choices)
     edited_first = forms.CharField(required=False, strip=False, widget=forms.Textarea)
     edited_second = forms.CharField(required=False, strip=False, widget=forms.Textarea)
-    comment = forms.CharField(required=False, max_length=5000, widget=forms.Textarea(attrs={"rows": 2}))
+    comment = TypedTextField(required=False, max_length=5000, widget=forms.Textarea(attrs={"rows": 2}))
 
 
 RESOLUTION_CHOICES = [(label.value, label.label) for label in Label if label != Label.SKIP]
