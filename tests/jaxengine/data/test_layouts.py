@@ -196,3 +196,44 @@ def test_read_layout_leaves_temper_rows_and_other_kinds_alone():
     # The prompts kind keeps every column as a reference value: an 'instruction' there is one.
     prompts = ColumnMapping(kind=DatasetKind.PROMPTS)
     assert read({"prompt": "q", "instruction": "i"}, prompts) == {"instruction": "i", "prompt": "q"}
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from tests import factories
+
+    return factories.build_tiny_model_dir(tmp_path_factory.mktemp("tiny-layouts"))
+
+
+def test_sft_on_an_alpaca_file_trains_the_tokens_of_the_same_rows_in_temper_layout(tiny_model, tmp_path):
+    """A short sft run through jaxengine on an Alpaca file: its examples' token ids and loss masks are those of the
+    same rows written as Temper's prompt/completion, and the run trains on them as on those."""
+    from jaxengine.data import pipeline
+    from jaxengine.job import run_job
+    from jaxengine.spec import parse_spec
+    from jaxengine.tokenizer import load_tokenizer
+
+    alpaca = [{"instruction": f"Add {i} and {i}.", "input": f"Answer with digits ({i})." if i % 2 else "",
+               "output": f"{2 * i}"} for i in range(4)]
+    own = [{"prompt": row["instruction"] + (f"\n{row['input']}" if row["input"] else ""), "completion": row["output"]}
+           for row in alpaca]
+    paths = {"alpaca": write_jsonl(tmp_path / "alpaca.jsonl", alpaca), "own": write_jsonl(tmp_path / "own.jsonl", own)}
+    tokenizer = load_tokenizer(tiny_model)
+    encoded = {name: pipeline.encode_rows(list(pipeline.read_examples(path, kind="sft")), task="sft",
+                                          tokenizer=tokenizer, max_seq_len=64)[0] for name, path in paths.items()}
+    assert len(encoded["alpaca"]) == 4
+    for read, written in zip(encoded["alpaca"], encoded["own"]):
+        assert read.ids.tolist() == written.ids.tolist() and read.loss_mask.tolist() == written.loss_mask.tolist()
+        assert any(read.loss_mask.tolist()) and not all(read.loss_mask.tolist())
+
+    summaries = {}
+    for name, path in paths.items():
+        spec = parse_spec({"task": "sft", "model": str(tiny_model), "output_dir": str(tmp_path / f"run-{name}"),
+                           "data": {"train": str(path), "max_seq_len": 64}, "peft": {"method": "none"},
+                           "train": {"max_steps": 2, "batch_size": 2, "seed": 0}})
+        summaries[name] = run_job(spec, progress_bar=False)
+    assert summaries["alpaca"]["status"] == "succeeded" and summaries["alpaca"]["step"] == 2
+    assert summaries["alpaca"]["data"]["train"] == summaries["own"]["data"]["train"]
+    losses = {name: [json.loads(line)["loss"] for line in (tmp_path / f"run-{name}/metrics.jsonl").read_text().splitlines()]
+              for name in paths}
+    assert losses["alpaca"] == losses["own"] and len(losses["alpaca"]) == 2
