@@ -237,3 +237,18 @@ def test_sft_on_an_alpaca_file_trains_the_tokens_of_the_same_rows_in_temper_layo
     losses = {name: [json.loads(line)["loss"] for line in (tmp_path / f"run-{name}/metrics.jsonl").read_text().splitlines()]
               for name in paths}
     assert losses["alpaca"] == losses["own"] and len(losses["alpaca"]) == 2
+
+
+def test_the_readme_examples_of_each_layout_are_read_as_it_says(tmp_path):
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("**LLaMA-Factory's layouts (ShareGPT, Alpaca).**"):]
+    sharegpt, alpaca = [[json.loads(line) for line in block.split("\n") if line.strip()]
+                        for block in re.findall(r"```json\n(.*?)```", section, re.S)[:2]]
+    assert read(sharegpt[0])["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert read(sharegpt[1], PREFERENCE)["chosen"] == [{"role": "assistant", "content": "7"}]
+    assert read(alpaca[0]) == {"prompt": "Translate to English.\nchat", "completion": "cat"}
+    assert [turn["role"] for turn in read(alpaca[1])["messages"]] == ["system", "user", "assistant", "user",
+                                                                        "assistant"]
