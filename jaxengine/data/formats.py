@@ -92,8 +92,10 @@ KIND_FIELDS: dict[DatasetKind, tuple[str, ...]] = {
 
 KIND_DESCRIPTIONS: dict[DatasetKind, str] = {
     DatasetKind.TEXT: "raw text for continued pre-training: a 'text' column",
-    DatasetKind.SFT: "supervised fine-tuning: 'prompt' and 'completion', or 'messages' (a chat)",
-    DatasetKind.PREFERENCE: "preference pairs: 'prompt', 'chosen' and 'rejected' (strings or chats)",
+    DatasetKind.SFT: ("supervised fine-tuning: 'prompt' and 'completion', or 'messages' (a chat), or LLaMA-Factory's "
+                      "ShareGPT or Alpaca layout"),
+    DatasetKind.PREFERENCE: ("preference pairs: 'prompt', 'chosen' and 'rejected' (strings or chats), or "
+                             "LLaMA-Factory's ShareGPT or Alpaca layout"),
     DatasetKind.PROMPTS: "prompts for RL: 'prompt' plus optional reference columns such as 'answer'",
 }
 
