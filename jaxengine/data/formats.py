@@ -1617,7 +1617,13 @@ def check_record(
         if (not mapping.columns and mapping.kind in (DatasetKind.SFT, DatasetKind.PREFERENCE)
                 and type(value) is dict):
             layout, read, problems = read_layout(value, mapping.kind, cells_are_strings=cells_are_strings)
-            if layout is not None or problems:
+            if layout is None and problems:  # a row mixing layouts
+                # One that holds Temper's own fields whole was read in Temper's layout, its other columns left aside,
+                # before other layouts were read: still so, so that a version ready then reads as it did.
+                example, own_problems = _check_record(value, mapping=mapping, cells_are_strings=cells_are_strings,
+                                                      source=source, read_once=read_once)
+                return (example, []) if not own_problems else (None, problems)
+            if layout is not None:
                 if problems:
                     return None, problems
                 example, problems = _check_record(read, mapping=mapping, cells_are_strings=cells_are_strings,

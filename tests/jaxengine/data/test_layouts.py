@@ -92,6 +92,11 @@ def test_an_alpaca_preference_row_is_its_prompt_and_both_answers():
 def test_temper_rows_and_mapped_rows_are_read_as_before():
     row = {"prompt": "q", "completion": "a", "input": "ignored column"}
     assert read(row) == {"prompt": "q", "completion": "a"}
+    # A row holding Temper's own fields whole beside another layout's was read in Temper's layout before other
+    # layouts were read (a version ready then still is); where Temper's fields are not whole, the mix is refused.
+    assert read({**row, "instruction": "i", "output": "o", "conversations": "x"}) == {"prompt": "q", "completion": "a"}
+    assert read({"prompt": "q", "chosen": "a", "rejected": "b", "instruction": "i"}, PREFERENCE) == {
+        "prompt": "q", "chosen": "a", "rejected": "b"}
     mapped = ColumnMapping(kind=DatasetKind.SFT, columns={"prompt": "instruction", "completion": "output"})
     assert read({"instruction": "q", "input": "more", "output": "a"}, mapped) == {"prompt": "q", "completion": "a"}
 
@@ -116,7 +121,7 @@ def test_temper_rows_and_mapped_rows_are_read_as_before():
     ({"conversations": [turn("human", "q"), turn("gpt", "a")], "instruction": "q", "output": "a"}, SFT,
      [("instruction", "mixed_layouts")], "the row mixes two layouts: 'conversations' (ShareGPT) and 'instruction' "
                                          "(Alpaca); a row is read in one layout"),
-    ({"instruction": "q", "output": "a", "prompt": "q", "completion": "a"}, SFT, [("prompt", "mixed_layouts")],
+    ({"instruction": "q", "output": "a", "prompt": "q"}, SFT, [("prompt", "mixed_layouts")],
      "'instruction' (Alpaca) and 'prompt' (Temper's own)"),
     ({"instruction": "q", "input": "x"}, SFT, [("output", "missing_field")],
      "missing 'output': an Alpaca row (instruction, input, output) needs the answer to train on in 'output'"),
