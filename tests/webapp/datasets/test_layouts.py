@@ -116,3 +116,17 @@ def test_a_row_mixing_layouts_fails_the_upload_naming_its_row_and_field(team, cl
     assert (error["line"], error["row"], error["field"], error["code"]) == (2, 2, "instruction", "mixed_layouts")
     assert "the row mixes two layouts: 'conversations' (ShareGPT) and 'instruction' (Alpaca)" in error["message"]
     assert "mixes two layouts" in html.unescape(page_of(client, version))
+
+
+def test_an_alpaca_version_compares_with_the_same_rows_in_temper_layout_as_unchanged(team):
+    """Versions are compared as training reads them: a version re-uploaded in Temper's own layout, one row changed,
+    differs from its Alpaca version by that row alone."""
+    from tests.webapp.datasets.test_compare import upload
+    from webapp.datasets import selectors
+
+    first = upload(team, jsonl(ALPACA_ROWS))
+    second = upload(team, jsonl([{"prompt": "Translate to English.\nchat", "completion": "cat"},
+                                 {"prompt": "Say hello.", "completion": "Hi!"}]), dataset=first.dataset)
+    assert first.status == second.status == VersionStatus.READY
+    differences = selectors.version_differences(a=first, b=second)
+    assert (differences.unchanged, differences.removed.tolist(), differences.added.tolist()) == (1, [2], [2])
