@@ -1617,26 +1617,53 @@ def check_record(
         if (not mapping.columns and mapping.kind in (DatasetKind.SFT, DatasetKind.PREFERENCE)
                 and type(value) is dict):
             layout, read, problems = read_layout(value, mapping.kind, cells_are_strings=cells_are_strings)
-            if layout is None and problems:  # a row mixing layouts
-                # One that holds Temper's own fields whole was read in Temper's layout, its other columns left aside,
-                # before other layouts were read: still so, so that a version ready then reads as it did.
-                example, own_problems = _check_record(value, mapping=mapping, cells_are_strings=cells_are_strings,
-                                                      source=source, read_once=read_once)
-                return (example, []) if not own_problems else (None, problems)
-            if layout is not None:
-                if problems:
-                    return None, problems
-                example, problems = _check_record(read, mapping=mapping, cells_are_strings=cells_are_strings,
-                                                  source=source, read_once=read_once)
-                if layouts is not None and not problems:
-                    layouts.pending = layout
-                return example, [(_layout_field(layout, value, field_name), code, message)
-                                 for field_name, code, message in problems]
+            if layout is not None or problems:
+                return _check_layout_row(value, layout, read, problems, mapping=mapping,
+                                         cells_are_strings=cells_are_strings, source=source, read_once=read_once,
+                                         layouts=layouts)
         return _check_record(value, mapping=mapping, cells_are_strings=cells_are_strings, source=source,
                              read_once=read_once)
     except _LoneSurrogateCell as cell:
         field_name = cell.args[0]
         return None, [(field_name, "wrong_type", f"its JSON list holds {LONE_SURROGATE}")]
+
+
+def _check_layout_row(
+    value: dict, layout: Layout | None, read: dict[str, Any] | None, problems: list[Problem], *, mapping: ColumnMapping,
+    cells_are_strings: bool, source: DataSource, read_once: PromptsReadOnce | None, layouts: LayoutsRead | None,
+) -> tuple[dict[str, Any] | None, list[Problem]]:
+    """``check_record`` of a row that ``read_layout`` read in ``layout`` (as ``read``, or with ``problems``), or
+    found mixing layouts (``layout`` None): the row so read checked as any row, its problems named by its own
+    fields."""
+    if layout is None:
+        # A row holding Temper's own fields whole was read in Temper's layout, its other columns left aside, before
+        # other layouts were read: still so, so that a version ready then reads as it did.
+        example, own_problems = _check_record(value, mapping=mapping, cells_are_strings=cells_are_strings,
+                                              source=source, read_once=read_once)
+        return (example, []) if not own_problems else (None, problems)
+    if (other := _layout_row_kind(value, layout)) is not None and other is not mapping.kind:
+        fields = "'chosen' and 'rejected'" if other is DatasetKind.PREFERENCE else "no 'chosen' and 'rejected'"
+        return None, [("chosen" if other is DatasetKind.PREFERENCE else _layout_field(layout, value, "messages"),
+                       "wrong_kind", f"the row is in {LAYOUT_NAMES[layout]}'s layout with {fields}, a row of the "
+                                     f"{other} kind: {source.kind_advice(kind=mapping.kind, other=other)}")]
+    if problems:
+        return None, problems
+    example, problems = _check_record(read, mapping=mapping, cells_are_strings=cells_are_strings, source=source,
+                                      read_once=read_once)
+    if layouts is not None and not problems:
+        layouts.pending = layout
+    return example, [(_layout_field(layout, value, field_name), code, message) for field_name, code, message in problems]
+
+
+def _layout_row_kind(value: Mapping[str, Any], layout: Layout) -> DatasetKind | None:
+    """The kind of a row in another tool's layout by its fields: preference with 'chosen' and 'rejected', sft with
+    Alpaca's 'output' or ShareGPT's conversation alone."""
+    if value.get("chosen") is not None and value.get("rejected") is not None:
+        return DatasetKind.PREFERENCE
+    if value.get("chosen") is None and value.get("rejected") is None and (
+            layout is Layout.SHAREGPT or value.get("output") is not None):
+        return DatasetKind.SFT
+    return None
 
 
 def _check_record(

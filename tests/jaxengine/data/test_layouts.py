@@ -257,3 +257,20 @@ def test_the_readme_examples_of_each_layout_are_read_as_it_says(tmp_path):
     assert read(alpaca[0]) == {"prompt": "Translate to English.\nchat", "completion": "cat"}
     assert [turn["role"] for turn in read(alpaca[1])["messages"]] == ["system", "user", "assistant", "user",
                                                                         "assistant"]
+
+
+@pytest.mark.parametrize(("row", "mapping", "field_name", "words"), [
+    ({"conversations": [turn("human", "q")], "chosen": turn("gpt", "a"), "rejected": turn("gpt", "b")}, SFT,
+     "chosen", "the row is in ShareGPT's layout with 'chosen' and 'rejected', a row of the preference kind: if the "
+               "file holds preference rows, upload it as a dataset of kind preference"),
+    ({"instruction": "q", "chosen": "a", "rejected": "b"}, SFT, "chosen", "Alpaca's layout with 'chosen' and "
+                                                                          "'rejected', a row of the preference kind"),
+    ({"instruction": "q", "input": "", "output": "a"}, PREFERENCE, "instruction",
+     "the row is in Alpaca's layout with no 'chosen' and 'rejected', a row of the sft kind: if the file holds sft "
+     "rows, upload it as a dataset of kind sft"),
+    ({"conversations": [turn("human", "q"), turn("gpt", "a")]}, PREFERENCE, "conversations", "a row of the sft kind"),
+])
+def test_a_layout_row_of_the_other_kind_says_which_kind_to_choose(row, mapping, field_name, words):
+    found, messages = problems_of(row, mapping)
+    assert found == [(field_name, "wrong_kind")]
+    assert words in messages[0]
