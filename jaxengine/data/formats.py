@@ -1919,18 +1919,31 @@ def read_layout(record: Mapping[str, Any], kind: DatasetKind, *, cells_are_strin
     problems: list[Problem] = []
     _check_no_tools(record, problems)
     if found[0][0] == LAYOUT_NAMES[Layout.SHAREGPT]:
-        field_name = found[0][1]
-        turns = _sharegpt_turns(_layout_cell(record[field_name], field_name, cells_are_strings), field_name,
-                                problems)
-        if turns and turns[0]["role"] != "system":
-            turns[:0] = _system_turn(record, problems)
-        if kind is DatasetKind.SFT:
-            return Layout.SHAREGPT, ({"messages": turns} if not problems else None), problems
-        read = {"prompt": turns}
-        for side in ("chosen", "rejected"):
-            if (answer := _sharegpt_answer(record.get(side), side, cells_are_strings, problems)) is not None:
-                read[side] = answer
+        read = _read_sharegpt(record, found[0][1], kind, cells_are_strings, problems)
         return Layout.SHAREGPT, (read if not problems else None), problems
+    read = _read_alpaca(record, kind, cells_are_strings, problems)
+    return Layout.ALPACA, (read if not problems else None), problems
+
+
+def _read_sharegpt(record: Mapping[str, Any], field_name: str, kind: DatasetKind, cells_are_strings: bool,
+                   problems: list[Problem]) -> dict[str, Any]:
+    """A row in ShareGPT's layout, its conversation in ``field_name``, in Temper's fields (``read_layout``)."""
+    turns = _sharegpt_turns(_layout_cell(record[field_name], field_name, cells_are_strings), field_name, problems)
+    if turns and turns[0]["role"] != "system":
+        turns[:0] = _system_turn(record, problems)
+    if kind is DatasetKind.SFT:
+        return {"messages": turns}
+    read = {"prompt": turns}
+    for side in ("chosen", "rejected"):
+        if (answer := _sharegpt_answer(record.get(side), side, cells_are_strings, problems)) is not None:
+            read[side] = answer
+    return read
+
+
+def _read_alpaca(record: Mapping[str, Any], kind: DatasetKind, cells_are_strings: bool,
+                 problems: list[Problem]) -> dict[str, Any]:
+    """A row in Alpaca's layout in Temper's fields (``read_layout``): a prompt and a completion, or a chat where it
+    has a system or a history."""
     turns = _system_turn(record, problems) + _alpaca_history(
         _layout_cell(record.get("history"), "history", cells_are_strings), problems)
     prompt = _alpaca_prompt(record, problems)
@@ -1938,21 +1951,20 @@ def read_layout(record: Mapping[str, Any], kind: DatasetKind, *, cells_are_strin
     for name in answers:
         if record.get(name) is None:
             problems.append((name, "missing_field", (
-                f"missing '{name}': an Alpaca row (instruction, input, "
-                f"{'output' if kind is DatasetKind.SFT else 'chosen, rejected'}) needs "
+                f"missing '{name}': an Alpaca row (instruction, input, {', '.join(answers)}) needs "
                 f"{'the answer to train on' if name == 'output' else f'its {name} answer'} in '{name}'; give it or "
                 "drop the row")))
         elif kind is DatasetKind.SFT:
             _check_string(record[name], name, problems)
     if problems:
-        return Layout.ALPACA, None, problems
+        return {}
     if kind is DatasetKind.SFT:
         if not turns:
-            return Layout.ALPACA, {"prompt": prompt, "completion": record["output"]}, problems
-        return Layout.ALPACA, {"messages": [*turns, {"role": "user", "content": prompt},
-                                            {"role": "assistant", "content": record["output"]}]}, problems
-    return Layout.ALPACA, {"prompt": [*turns, {"role": "user", "content": prompt}] if turns else prompt,
-                           "chosen": record["chosen"], "rejected": record["rejected"]}, problems
+            return {"prompt": prompt, "completion": record["output"]}
+        return {"messages": [*turns, {"role": "user", "content": prompt},
+                             {"role": "assistant", "content": record["output"]}]}
+    return {"prompt": [*turns, {"role": "user", "content": prompt}] if turns else prompt,
+            "chosen": record["chosen"], "rejected": record["rejected"]}
 
 
 def _layout_field(layout: Layout, record: Mapping[str, Any], field_name: str | None) -> str | None:
@@ -2053,8 +2065,9 @@ def _alpaca_prompt(record: Mapping[str, Any], problems: list[Problem]) -> str:
 
 
 def _alpaca_history(history: Any, problems: list[Problem]) -> list[dict]:
-    """An Alpaca row's ``history`` ([[user, assistant], ...], the turns before its instruction) as Temper's turns."""
-    if history is None or history == []:
+    """An Alpaca row's ``history`` ([[user, assistant], ...], the turns before its instruction) as Temper's turns;
+    none where it is missing or empty (an empty CSV cell too)."""
+    if history is None or history == [] or history == "":
         return []
     if type(history) is not list:
         problems.append(("history", "wrong_type", f"must be a list of [user, assistant] pairs, got "

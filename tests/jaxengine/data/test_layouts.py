@@ -274,3 +274,17 @@ def test_a_layout_row_of_the_other_kind_says_which_kind_to_choose(row, mapping, 
     found, messages = problems_of(row, mapping)
     assert found == [(field_name, "wrong_kind")]
     assert words in messages[0]
+
+
+def test_an_alpaca_csv_with_empty_cells_reads_as_its_jsonl(tmp_path):
+    """A CSV cell is a string: an empty input, system or history cell is none, as a missing one is."""
+    with open(tmp_path / "alpaca.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["instruction", "input", "output", "system", "history"])
+        writer.writerow(["Translate.", "chat", "cat", "", ""])
+        writer.writerow(["And 3+3?", "", "6", "Be brief.", json.dumps([["2+2?", "4"]])])
+    assert list(iter_examples(tmp_path / "alpaca.csv", fmt=FileFormat.CSV, mapping=SFT)) == [
+        {"prompt": "Translate.\nchat", "completion": "cat"},
+        {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
+                      {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3+3?"},
+                      {"role": "assistant", "content": "6"}]}]
