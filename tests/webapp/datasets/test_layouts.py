@@ -130,3 +130,21 @@ def test_an_alpaca_version_compares_with_the_same_rows_in_temper_layout_as_uncha
     assert first.status == second.status == VersionStatus.READY
     differences = selectors.version_differences(a=first, b=second)
     assert (differences.unchanged, differences.removed.tolist(), differences.added.tolist()) == (1, [2], [2])
+
+
+def test_a_review_campaign_loads_a_sharegpt_preference_version_as_temper_reads_it(team):
+    from tests.webapp.factories import make_ready_version
+    from webapp.review import services as review_services
+    from webapp.review.models import Item
+
+    rows = [{"conversations": [turn("human", "Name a prime.")], "chosen": turn("gpt", "Seven."),
+             "rejected": turn("gpt", "Eight.")}]
+    version = make_ready_version(team.project, name="pairs", kind="preference", rows=rows, user=team.owner)
+    assert version.status == VersionStatus.READY, version.errors
+    campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=1,
+                                               reviewers=[team.teammate], source_version=version, user=team.owner)
+    review_services.campaign_load_items(campaign_id=campaign.pk)
+    [item] = Item.objects.filter(campaign=campaign)
+    assert item.prompt == [{"role": "user", "content": "Name a prime."}]
+    assert {json.dumps(item.response_a), json.dumps(item.response_b)} == {
+        json.dumps([{"role": "assistant", "content": answer}]) for answer in ("Seven.", "Eight.")}
