@@ -88,6 +88,8 @@ def render_text(path: Path, report: formats.ValidationReport) -> str:
         lines.append(f"{where}: {text} [{issue.code}]")
     if report.ok:
         lines.append(f"{path}: ok, {counted(report.row_count, 'row')}")
+        for layout, found in report.statistics.get("layouts", {}).items():
+            lines.append(f"  {formats.layout_note(layout, found['count'])}")
         for name, summary in report.statistics["fields"].items():
             lines.append(f"  {name}: mean {summary['mean']}, p50 {summary['p50']}, p90 {summary['p90']}, "
                          f"max {summary['max']} {'turns' if name.endswith('.turns') else 'characters'}")

@@ -92,8 +92,10 @@ KIND_FIELDS: dict[DatasetKind, tuple[str, ...]] = {
 
 KIND_DESCRIPTIONS: dict[DatasetKind, str] = {
     DatasetKind.TEXT: "raw text for continued pre-training: a 'text' column",
-    DatasetKind.SFT: "supervised fine-tuning: 'prompt' and 'completion', or 'messages' (a chat)",
-    DatasetKind.PREFERENCE: "preference pairs: 'prompt', 'chosen' and 'rejected' (strings or chats)",
+    DatasetKind.SFT: ("supervised fine-tuning: 'prompt' and 'completion', or 'messages' (a chat), or LLaMA-Factory's "
+                      "ShareGPT or Alpaca layout"),
+    DatasetKind.PREFERENCE: ("preference pairs: 'prompt', 'chosen' and 'rejected' (strings or chats), or "
+                             "LLaMA-Factory's ShareGPT or Alpaca layout"),
     DatasetKind.PROMPTS: "prompts for RL: 'prompt' plus optional reference columns such as 'answer'",
 }
 
@@ -1480,9 +1482,8 @@ def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> boo
             problems.append((where, "wrong_type", f"must be an object with 'role' and 'content', got {_json_type(message)}"))
             continue
         if "role" not in message and "content" not in message and "from" in message and "value" in message:
-            problems.append((where, "bad_role", "the message is ShareGPT's {from, value}, not {role, content}: write "
-                                                "each as {\"role\": ..., \"content\": ...} with the roles human → user, "
-                                                "gpt → assistant, system → system"))
+            # Read as ShareGPT's layout only as a whole row, without a column mapping (``read_layout``).
+            problems.append((where, "bad_role", SHAREGPT_TURN_HERE))
             continue
         role = message.get("role")
         if type(role) is not str or role not in ROLES:  # a list or an object is no key of a set: TypeError
@@ -1493,9 +1494,7 @@ def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> boo
         if (calls := next((key for key in _TOOL_CALL_KEYS if message.get(key) is not None), None)) is not None:
             # Beside text, the calls were dropped without a word; alone, the turn was "missing content".
             problems.append((f"{where}.{calls}", "tool_calls",
-                             f"the turn holds tool calls ('{calls}'), which Temper does not train on: it reads the text "
-                             "turns of system, user and assistant only; remove the tool calls and the tool turns that "
-                             "answer them, or write them into the turns' text"))
+                             f"the turn holds tool calls ('{calls}'), {_TOOL_TURNS_ADVICE}"))
         elif content is _MISSING or content is None:
             problems.append((f"{where}.content", "missing_field", "the message has no 'content'"))
         elif type(content) is list and content and all(type(part) is dict and "type" in part for part in content):
@@ -1507,12 +1506,21 @@ def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> boo
     return has_assistant
 
 
+SHAREGPT_TURN_HERE = (
+    "the message is ShareGPT's {from, value}, not {role, content}: a row in ShareGPT's layout ('conversations' of "
+    "such turns, and for a preference row 'chosen' and 'rejected' as such turns) is read as LLaMA-Factory reads it "
+    "where no column is mapped; give the rows so, without a column mapping, or write each message as "
+    "{\"role\": ..., \"content\": ...} with the roles human → user, gpt → assistant, system → system")
+
+
 # Roles of other chat formats that mean one of Temper's: ShareGPT's, Gemma's, OpenAI's newer name for system.
 _ROLE_SYNONYMS = {"human": "user", "gpt": "assistant", "bot": "assistant", "model": "assistant",
                   "developer": "system"}
 # Roles of a tool's result: OpenAI's (tool, the older function), Llama 3.1's (ipython).
 _TOOL_ROLES = frozenset({"tool", "function", "ipython", "tool_result"})
 _TOOL_CALL_KEYS = ("tool_calls", "function_call")
+_TOOL_TURNS_ADVICE = ("which Temper does not train on: it reads the text turns of system, user and assistant only; "
+                      "remove the tool calls and the tool turns that answer them, or write them into the turns' text")
 _TEXT_TURN_KEYS = frozenset({"role", "content"})
 
 
@@ -1598,16 +1606,78 @@ def _not_an_object(value: Any, kind: DatasetKind) -> str:
 
 def check_record(
     value: Any, *, mapping: ColumnMapping, cells_are_strings: bool = False, source: DataSource = WEB_UPLOAD,
-    read_once: PromptsReadOnce | None = None,
+    read_once: PromptsReadOnce | None = None, layouts: LayoutsRead | None = None,
 ) -> tuple[dict[str, Any] | None, list[Problem]]:
     """Turn one raw record into an example of ``mapping.kind``, or return the problems found (``_check_record``;
-    a CSV cell whose JSON list holds a lone surrogate escape is the row's one problem, named by its field)."""
+    a CSV cell whose JSON list holds a lone surrogate escape is the row's one problem, named by its field). An sft
+    or preference row given without a column mapping in another tool's layout (``read_layout``) is read into
+    Temper's fields first, its problems named by its own fields; ``layouts`` (validation's count) is told its
+    layout."""
     try:
+        if (type(value) is dict and _may_hold_other_layout(value) and not mapping.columns
+                and mapping.kind in _LAYOUT_KINDS):
+            layout, read, problems = read_layout(value, mapping.kind, cells_are_strings=cells_are_strings)
+            if layout is not None or problems:
+                return _check_layout_row(value, layout, read, problems, mapping=mapping,
+                                         cells_are_strings=cells_are_strings, source=source, read_once=read_once,
+                                         layouts=layouts)
         return _check_record(value, mapping=mapping, cells_are_strings=cells_are_strings, source=source,
                              read_once=read_once)
     except _LoneSurrogateCell as cell:
         field_name = cell.args[0]
         return None, [(field_name, "wrong_type", f"its JSON list holds {LONE_SURROGATE}")]
+
+
+_LAYOUT_KINDS = (DatasetKind.SFT, DatasetKind.PREFERENCE)
+
+
+def _may_hold_other_layout(row: dict) -> bool:
+    """Whether a row may be in another tool's layout (``read_layout``): the few key lookups that let every row of
+    Temper's own layout, most rows, pass without it (it doubled the time of a row's checks)."""
+    if "conversations" in row or "instruction" in row:
+        return True
+    messages = row.get("messages")
+    if type(messages) is list:
+        return bool(messages) and type(messages[0]) is dict and "from" in messages[0]
+    return type(messages) is str and '"from"' in messages
+
+
+def _check_layout_row(
+    value: dict, layout: Layout | None, read: dict[str, Any] | None, problems: list[Problem], *, mapping: ColumnMapping,
+    cells_are_strings: bool, source: DataSource, read_once: PromptsReadOnce | None, layouts: LayoutsRead | None,
+) -> tuple[dict[str, Any] | None, list[Problem]]:
+    """``check_record`` of a row that ``read_layout`` read in ``layout`` (as ``read``, or with ``problems``), or
+    found mixing layouts (``layout`` None): the row so read checked as any row, its problems named by its own
+    fields."""
+    if layout is None:
+        # A row holding Temper's own fields whole was read in Temper's layout, its other columns left aside, before
+        # other layouts were read: still so, so that a version ready then reads as it did.
+        example, own_problems = _check_record(value, mapping=mapping, cells_are_strings=cells_are_strings,
+                                              source=source, read_once=read_once)
+        return (example, []) if not own_problems else (None, problems)
+    if (other := _layout_row_kind(value, layout)) is not None and other is not mapping.kind:
+        fields = "'chosen' and 'rejected'" if other is DatasetKind.PREFERENCE else "no 'chosen' and 'rejected'"
+        return None, [("chosen" if other is DatasetKind.PREFERENCE else _layout_field(layout, value, "messages"),
+                       "wrong_kind", f"the row is in {LAYOUT_NAMES[layout]}'s layout with {fields}, a row of the "
+                                     f"{other} kind: {source.kind_advice(kind=mapping.kind, other=other)}")]
+    if problems:
+        return None, problems
+    example, problems = _check_record(read, mapping=mapping, cells_are_strings=cells_are_strings, source=source,
+                                      read_once=read_once)
+    if layouts is not None and not problems:
+        layouts.pending = layout
+    return example, [(_layout_field(layout, value, field_name), code, message) for field_name, code, message in problems]
+
+
+def _layout_row_kind(value: Mapping[str, Any], layout: Layout) -> DatasetKind | None:
+    """The kind of a row in another tool's layout by its fields: preference with 'chosen' and 'rejected', sft with
+    Alpaca's 'output' or ShareGPT's conversation alone."""
+    if value.get("chosen") is not None and value.get("rejected") is not None:
+        return DatasetKind.PREFERENCE
+    if value.get("chosen") is None and value.get("rejected") is None and (
+            layout is Layout.SHAREGPT or value.get("output") is not None):
+        return DatasetKind.SFT
+    return None
 
 
 def _check_record(
@@ -1774,6 +1844,292 @@ class PromptsReadOnce:
 
     def to_dict(self) -> dict[str, Any]:
         return {"count": self.count, "rows": self.rows}
+
+
+# --------------------------------------------------------------------------------------------
+# Other tools' layouts: LLaMA-Factory's two (hiyouga/LLaMA-Factory data/README.md, "Alpaca Format" and "Sharegpt
+# Format"), which many Hugging Face hub datasets are written in, read into Temper's own fields by ``read_layout``
+# before a row's checks, so that every reader of examples (validation, previews, statistics, training, compares,
+# review campaigns, launch checks) reads them alike.
+
+
+class Layout(StrEnum):
+    """A row layout of another tool that ``read_layout`` reads as that tool reads it."""
+
+    SHAREGPT = "sharegpt"
+    ALPACA = "alpaca"
+
+
+# How a layout is named on the version page and by jaxengine validate-data: "ShareGPT layout: read as ...".
+LAYOUT_NAMES = {Layout.SHAREGPT: "ShareGPT", Layout.ALPACA: "Alpaca"}
+
+# ShareGPT's roles (LLaMA-Factory's tags user_tag human, assistant_tag gpt, system_tag system, and the names of
+# OpenAI's and Gemma's turns that ShareGPT files also hold) and Temper's role for each.
+_SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                   "model": "assistant", "system": "system"}
+# LLaMA-Factory's function_tag and observation_tag (a tool call and its result), and the tool roles of other formats.
+_SHAREGPT_TOOL_ROLES = {"function_call": "a tool call", "observation": "a tool's result",
+                        **{role: "a tool's result" for role in _TOOL_ROLES}}
+
+
+def _layout_cell(value: Any, field_name: str, cells_are_strings: bool) -> Any:
+    """A layout's list field (conversations, history) as read from a CSV cell: the JSON list it holds."""
+    if not cells_are_strings:
+        return value
+    try:
+        return _maybe_chat(value)
+    except _LoneSurrogateCell:
+        raise _LoneSurrogateCell(field_name) from None
+
+
+def _sharegpt_field(record: Mapping[str, Any], cells_are_strings: bool) -> str | None:
+    """The field holding a row's ShareGPT conversation: 'conversations', or 'messages' whose turns are
+    {from, value} (LLaMA-Factory's messages column, default conversations); None for a row of another layout."""
+    if record.get("conversations") is not None:
+        return "conversations"
+    messages = record.get("messages")
+    if type(messages) is str and '"from"' not in messages:  # a CSV cell of Temper's chat: not decoded twice
+        return None
+    messages = _layout_cell(messages, "messages", cells_are_strings)
+    if type(messages) is list and messages and type(messages[0]) is dict and "from" in messages[0] \
+            and "role" not in messages[0]:
+        return "messages"
+    return None
+
+
+def _layouts_in(record: Mapping[str, Any], kind: DatasetKind, cells_are_strings: bool) -> list[tuple[str, str]]:
+    """(layout name, the field that shows it) of each layout whose prompt side ``record`` holds, in the order
+    ShareGPT, Alpaca, Temper's own."""
+    found = []
+    if (sharegpt := _sharegpt_field(record, cells_are_strings)) is not None:
+        found.append((LAYOUT_NAMES[Layout.SHAREGPT], sharegpt))
+    if record.get("instruction") is not None:
+        found.append((LAYOUT_NAMES[Layout.ALPACA], "instruction"))
+    own = ("prompt", "messages") if kind is DatasetKind.SFT else ("prompt",)
+    if (field_name := next((name for name in own if record.get(name) is not None and name != sharegpt), None)):
+        found.append(("Temper's own", field_name))
+    return found
+
+
+def read_layout(record: Mapping[str, Any], kind: DatasetKind, *, cells_are_strings: bool = False,
+                ) -> tuple[Layout | None, dict[str, Any] | None, list[Problem]]:
+    """The one reading of a row written in another tool's layout (sft and preference rows read without a column
+    mapping): ``(layout, the row in Temper's own fields, problems)``; ``(None, None, [])`` for a row in Temper's own
+    layout, read as it is. The row so read is then checked as any row of ``kind`` (``check_record``).
+
+    ShareGPT (LLaMA-Factory's ``formatting: sharegpt``): ``conversations`` (or ``messages``) a list of {from, value}
+    turns, human/user → user, gpt/assistant/model → assistant, system → system; a top-level ``system`` text becomes
+    a first system turn, unless the first turn is one (it wins, as LLaMA-Factory has it). A preference row's
+    conversation is its prompt, ``chosen`` and ``rejected`` one {from, value} turn each (or a list of them).
+    Alpaca (LLaMA-Factory's default ``formatting: alpaca``): the prompt is ``instruction``, then a line break and
+    ``input`` where it is not empty (LLaMA-Factory's "instruction\\ninput"), the answer ``output`` (a preference
+    row's ``chosen`` and ``rejected``); ``system`` a first system turn, ``history`` a list of [user, assistant]
+    pairs the turns before. Tool turns and tool descriptions are refused, as in Temper's own chats."""
+    found = _layouts_in(record, kind, cells_are_strings)
+    if len(found) > 1:
+        (first, first_field), (second, second_field) = found[:2]
+        return None, None, [(second_field, "mixed_layouts", (
+            f"the row mixes two layouts: '{first_field}' ({first}) and '{second_field}' ({second}); a row is read in "
+            f"one layout: keep the fields of one and drop the other's, or put such rows in a file of their own"))]
+    if not found or found[0][0] == "Temper's own":
+        return None, None, []
+    problems: list[Problem] = []
+    _check_no_tools(record, problems)
+    if found[0][0] == LAYOUT_NAMES[Layout.SHAREGPT]:
+        read = _read_sharegpt(record, found[0][1], kind, cells_are_strings, problems)
+        return Layout.SHAREGPT, (read if not problems else None), problems
+    read = _read_alpaca(record, kind, cells_are_strings, problems)
+    return Layout.ALPACA, (read if not problems else None), problems
+
+
+def _read_sharegpt(record: Mapping[str, Any], field_name: str, kind: DatasetKind, cells_are_strings: bool,
+                   problems: list[Problem]) -> dict[str, Any]:
+    """A row in ShareGPT's layout, its conversation in ``field_name``, in Temper's fields (``read_layout``)."""
+    turns = _sharegpt_turns(_layout_cell(record[field_name], field_name, cells_are_strings), field_name, problems)
+    if turns and turns[0]["role"] != "system":
+        turns[:0] = _system_turn(record, problems)
+    if kind is DatasetKind.SFT:
+        return {"messages": turns}
+    read = {"prompt": turns}
+    for side in ("chosen", "rejected"):
+        if (answer := _sharegpt_answer(record.get(side), side, cells_are_strings, problems)) is not None:
+            read[side] = answer
+    return read
+
+
+def _read_alpaca(record: Mapping[str, Any], kind: DatasetKind, cells_are_strings: bool,
+                 problems: list[Problem]) -> dict[str, Any]:
+    """A row in Alpaca's layout in Temper's fields (``read_layout``): a prompt and a completion, or a chat where it
+    has a system or a history."""
+    turns = _system_turn(record, problems) + _alpaca_history(
+        _layout_cell(record.get("history"), "history", cells_are_strings), problems)
+    prompt = _alpaca_prompt(record, problems)
+    answers = ("output",) if kind is DatasetKind.SFT else ("chosen", "rejected")
+    for name in answers:
+        if record.get(name) is None:
+            problems.append((name, "missing_field", (
+                f"missing '{name}': an Alpaca row (instruction, input, {', '.join(answers)}) needs "
+                f"{'the answer to train on' if name == 'output' else f'its {name} answer'} in '{name}'; give it or "
+                "drop the row")))
+        elif kind is DatasetKind.SFT:
+            _check_string(record[name], name, problems)
+    if problems:
+        return {}
+    if kind is DatasetKind.SFT:
+        if not turns:
+            return {"prompt": prompt, "completion": record["output"]}
+        return {"messages": [*turns, {"role": "user", "content": prompt},
+                             {"role": "assistant", "content": record["output"]}]}
+    return {"prompt": [*turns, {"role": "user", "content": prompt}] if turns else prompt,
+            "chosen": record["chosen"], "rejected": record["rejected"]}
+
+
+def _layout_field(layout: Layout, record: Mapping[str, Any], field_name: str | None) -> str | None:
+    """The field of a row in ``layout`` that Temper's field ``field_name`` of the row so read came from, for naming
+    the problems its checks find there ('messages' is ShareGPT's 'conversations', 'completion' Alpaca's 'output')."""
+    if layout is Layout.SHAREGPT and field_name in ("messages", "prompt"):
+        return "conversations" if record.get("conversations") is not None else "messages"
+    if layout is Layout.ALPACA:
+        return {"prompt": "instruction", "completion": "output", "messages": "instruction"}.get(field_name, field_name)
+    return field_name
+
+
+def _check_no_tools(record: Mapping[str, Any], problems: list[Problem]) -> None:
+    """LLaMA-Factory's ``tools`` column, the tool descriptions its template puts before a chat: refused, as tool
+    turns are, where it holds any (an empty text or list, as files without tools often have, is none)."""
+    if record.get("tools") not in (None, "", "[]", []):
+        problems.append(("tools", "tool_calls", f"holds tool descriptions, {_TOOL_TURNS_ADVICE}"))
+
+
+def _system_turn(record: Mapping[str, Any], problems: list[Problem]) -> list[dict]:
+    """A row's top-level ``system`` as its first turn; none where it is missing or empty (LLaMA-Factory's "")."""
+    system = record.get("system")
+    if system is None or system == "":
+        return []
+    _check_string(system, "system", problems)
+    return [{"role": "system", "content": system}]
+
+
+def _sharegpt_turn(turn: Any, where: str, problems: list[Problem]) -> dict | None:
+    """One {from, value} turn as Temper's {role, content}; None, its problems told, where it cannot be."""
+    if type(turn) is not dict:
+        problems.append((where, "wrong_type", f"must be a {{from, value}} turn, got {_json_type(turn)}"))
+        return None
+    if "from" not in turn:
+        what = ("a {role, content} message among ShareGPT's {from, value} turns: write every turn of the row the "
+                "same way" if "role" in turn else "the turn has no 'from': give its role (human, gpt or system)")
+        problems.append((f"{where}.from", "bad_role", what))
+        return None
+    source_role, content = turn["from"], turn.get("value")
+    role = _SHAREGPT_ROLES.get(source_role) if type(source_role) is str else None
+    if type(source_role) is str and source_role in _SHAREGPT_TOOL_ROLES:
+        problems.append((f"{where}.from", "tool_calls",
+                         f"is '{source_role}', {_SHAREGPT_TOOL_ROLES[source_role]}, {_TOOL_TURNS_ADVICE}"))
+    elif role is None:
+        problems.append((f"{where}.from", "bad_role", (
+            f"is {source_role!r}, not a role of ShareGPT's layout: use human (or user), gpt (or assistant, model) "
+            "or system")))
+    if content is None:
+        problems.append((f"{where}.value", "missing_field", "the turn has no 'value': give the turn's text"))
+    else:
+        _check_string(content, f"{where}.value", problems)
+    return {"role": role, "content": content} if role is not None else None
+
+
+def _sharegpt_turns(turns: Any, field_name: str, problems: list[Problem]) -> list[dict]:
+    """A ShareGPT conversation as Temper's turns; its problems named by turn (``conversations[2].from``)."""
+    if type(turns) is not list:
+        problems.append((field_name, "wrong_type", f"must be a list of {{from, value}} turns, got {_json_type(turns)}"))
+        return []
+    if not turns:
+        problems.append((field_name, "empty_messages", "is an empty list; a chat needs at least one turn"))
+        return []
+    read = [_sharegpt_turn(turn, f"{field_name}[{index}]", problems) for index, turn in enumerate(turns)]
+    return [turn for turn in read if turn is not None]
+
+
+def _sharegpt_answer(answer: Any, side: str, cells_are_strings: bool, problems: list[Problem]) -> list[dict] | None:
+    """A ShareGPT preference row's ``chosen`` or ``rejected``: one {from, value} turn (LLaMA-Factory's layout) or a
+    list of them, as Temper's turns."""
+    if answer is None:
+        problems.append((side, "missing_field", (
+            f"missing '{side}': a ShareGPT preference row (conversations, chosen, rejected) needs its {side} answer "
+            f"as a {{from, value}} turn in '{side}'; give it or drop the row")))
+        return None
+    if cells_are_strings and type(answer) is str and answer.lstrip().startswith(("{", "[")):
+        try:
+            answer = _loads_with_lone_surrogates(answer)
+        except (ValueError, RecursionError):
+            pass
+    if type(answer) is list:
+        return _sharegpt_turns(answer, side, problems)
+    turn = _sharegpt_turn(answer, side, problems)
+    return [turn] if turn is not None else None
+
+
+def _alpaca_prompt(record: Mapping[str, Any], problems: list[Problem]) -> str:
+    """An Alpaca row's prompt: ``instruction``, and ``input`` after a line break where it is not empty, as
+    LLaMA-Factory joins them ("\\n".join of the two, an empty input left out)."""
+    instruction, query = record["instruction"], record.get("input")
+    _check_string(instruction, "instruction", problems)
+    if query is None or query == "":
+        return instruction
+    if type(query) is not str:
+        _check_string(query, "input", problems)
+        return instruction
+    _check_no_nul(query, "input", problems)
+    return f"{instruction}\n{query}" if type(instruction) is str else instruction
+
+
+def _alpaca_history(history: Any, problems: list[Problem]) -> list[dict]:
+    """An Alpaca row's ``history`` ([[user, assistant], ...], the turns before its instruction) as Temper's turns;
+    none where it is missing or empty (an empty CSV cell too)."""
+    if history is None or history == [] or history == "":
+        return []
+    if type(history) is not list:
+        problems.append(("history", "wrong_type", f"must be a list of [user, assistant] pairs, got "
+                                                  f"{_json_type(history)}"))
+        return []
+    turns = []
+    for index, pair in enumerate(history):
+        if type(pair) is not list or len(pair) != 2:
+            got = f"a list of {len(pair)}" if type(pair) is list else _json_type(pair)
+            problems.append((f"history[{index}]", "wrong_type",
+                             f"must be a [user, assistant] pair of texts, got {got}"))
+            continue
+        for role, text, position in (("user", pair[0], 0), ("assistant", pair[1], 1)):
+            _check_string(text, f"history[{index}][{position}]", problems)
+            turns.append({"role": role, "content": text})
+    return turns
+
+
+@dataclass
+class LayoutsRead:
+    """Rows read in another tool's layout (``read_layout``), counted per layout for the version page and
+    validate-data, which say how they were read. ``check_record`` sets ``pending`` to a row's layout; ``add``,
+    called with that row's number, counts it."""
+
+    counts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pending: Layout | None = None
+
+    def add(self, example: Mapping[str, Any], row: int) -> None:
+        if self.pending is not None:
+            found = self.counts.setdefault(self.pending.value, {"count": 0, "rows": []})
+            found["count"] += 1
+            if len(found["rows"]) < ROWS_SHOWN:
+                found["rows"].append(row)
+            self.pending = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.counts
+
+
+def layout_note(layout: str, count: int) -> str | None:
+    """What the version page and validate-data say of ``count`` rows read in ``layout`` (a ``Layout`` value)."""
+    if layout not in LAYOUT_NAMES:
+        return None
+    return (f"{LAYOUT_NAMES[Layout(layout)]} layout: read as LLaMA-Factory reads it "
+            f"({count:,} row{'s' if count != 1 else ''}).")
 
 
 # --------------------------------------------------------------------------------------------
@@ -2170,6 +2526,7 @@ class _Pass:
     one_sided: OneSidedChats | None = None
     identical: IdenticalPairs | None = None
     read_once: PromptsReadOnce | None = None
+    layouts: LayoutsRead | None = None
     shapes: ChatShapes | None = None
     turn_splits: TurnSplits | None = None
 
@@ -2211,10 +2568,12 @@ def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping,
         state.shapes = ChatShapes(kind=mapping.kind)
     if mapping.kind is DatasetKind.SFT and state.turn_splits is None:
         state.turn_splits = TurnSplits()
+    if mapping.kind in (DatasetKind.SFT, DatasetKind.PREFERENCE) and state.layouts is None:
+        state.layouts = LayoutsRead()
     # Looked up once, not on every row.
     add_duplicate = state.duplicates.add
-    collectors = [collector.add for collector in (state.read_once, state.one_sided, state.identical, state.shapes,
-                                                  state.turn_splits) if collector is not None]
+    collectors = [collector.add for collector in (state.read_once, state.layouts, state.one_sided, state.identical,
+                                                  state.shapes, state.turn_splits) if collector is not None]
     try:
         for item in items:
             if type(item) is Issue:
@@ -2226,7 +2585,7 @@ def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping,
             if not state.columns and type(value) is dict:
                 state.columns = tuple(value)
             example, problems = check_record(value, mapping=mapping, cells_are_strings=cells_are_strings,
-                                             source=source, read_once=state.read_once)
+                                             source=source, read_once=state.read_once, layouts=state.layouts)
             if problems:
                 for field_name, code, message in problems:
                     if len(state.errors) < state.max_errors:
@@ -2284,6 +2643,8 @@ def validate_file(
             statistics["chat_shapes"] = state.shapes.to_dict()
         if state.turn_splits is not None:
             statistics["turn_splits"] = state.turn_splits.to_dict()
+        if state.layouts is not None and state.layouts.counts:  # only where a row was read in another tool's layout
+            statistics["layouts"] = state.layouts.to_dict()
     return ValidationReport(
         row_count=state.rows,
         error_count=state.error_count,

@@ -382,6 +382,10 @@ class DatasetVersionOut(_Answer):
                                                    "and rows; a version checked before such rows were so read has "
                                                    "none, and its lengths count the prompt in each side, until its "
                                                    "page has it counted again), "
+                                                   "for sft and preference data given in LLaMA-Factory's ShareGPT "
+                                                   "or Alpaca layout, the rows read so (layouts: per layout, "
+                                                   "sharegpt or alpaca, count and rows; absent where every row is "
+                                                   "in Temper's own layout), "
                                                    "and for chats, those of a shape some chat templates refuse "
                                                    "(chat_shapes: system_later, same_role_twice, assistant_first; "
                                                    "count and rows each); {} before.")

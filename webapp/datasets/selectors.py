@@ -414,7 +414,8 @@ def token_split_note(token_statistics: dict[str, Any]) -> str | None:
 
 def statistics_notes(statistics: dict[str, Any]) -> list[str]:
     """What a ready version's validation counted besides lengths, one sentence each for its page: exact duplicate
-    rows, preference rows read with their prompt once (UltraFeedback's layout, ``formats.read_prompt_once``),
+    rows, rows read in another tool's layout (ShareGPT's, Alpaca's: ``formats.read_layout``), preference rows read
+    with their prompt once (UltraFeedback's layout, ``formats.read_prompt_once``),
     preference chats with no assistant turn, preference rows whose chosen is their rejected, chats of a
     shape some chat templates refuse (``formats.CHAT_SHAPES``) and sft conversations of several assistant turns,
     which some templates train one turn per example (``formats.TurnSplits``). Nothing for versions validated
@@ -426,6 +427,9 @@ def statistics_notes(statistics: dict[str, Any]) -> list[str]:
         notes.append(f"{count:,} row{'s' if count != 1 else ''} repeat{'s' if count == 1 else ''} an earlier row "
                      f"exactly ({repeats}{', …' if count > len(duplicates.get('rows') or []) else ''})." if count
                      else "No row repeats another exactly.")
+    for layout, found in (statistics.get("layouts") or {}).items():
+        if (count := found.get("count")) and (note := formats.layout_note(layout, count)):
+            notes.append(note)
     if count := ((statistics.get("prompt_read_once") or {}).get("count")):
         notes.append(f"{count:,} row{'s' if count != 1 else ''} repeat{'s its' if count == 1 else ' their'} prompt in "
                      "chosen and rejected (UltraFeedback's layout): read once, as TRL does.")

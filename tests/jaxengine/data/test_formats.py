@@ -832,8 +832,12 @@ def test_a_sharegpt_chat_is_named_with_the_change_it_needs(tmp_path):
     assert [(issue.code, issue.field) for issue in report.errors] == [("bad_role", "messages[0]"),
                                                                        ("bad_role", "messages[1]")]
     assert report.errors[0].message == (
-        "the message is ShareGPT's {from, value}, not {role, content}: write each as {\"role\": ..., \"content\": ...} "
-        "with the roles human → user, gpt → assistant, system → system")
+        "the message is ShareGPT's {from, value}, not {role, content}: a row in ShareGPT's layout ('conversations' of "
+        "such turns, and for a preference row 'chosen' and 'rejected' as such turns) is read as LLaMA-Factory reads "
+        "it where no column is mapped; give the rows so, without a column mapping, or write each message as "
+        "{\"role\": ..., \"content\": ...} with the roles human → user, gpt → assistant, system → system")
+    # Without the mapping, the row is read in ShareGPT's layout (tests/jaxengine/data/test_layouts.py).
+    assert validate_file(path, fmt=FileFormat.JSONL, mapping=SFT).ok
 
 
 def test_a_chat_written_as_a_python_list_says_to_write_json(tmp_path):

@@ -259,7 +259,8 @@ class TestUpload:
         first = make_version(team)
         page = client_for(team.owner).get(f"/p/alpha/datasets/{first.dataset.public_id}/upload/").content.decode()
         assert ('<p class="version-kind">Kind <span class="badge">sft</span>: supervised fine-tuning: '
-                "&#x27;prompt&#x27; and &#x27;completion&#x27;, or &#x27;messages&#x27; (a chat).</p>") in page
+                "&#x27;prompt&#x27; and &#x27;completion&#x27;, or &#x27;messages&#x27; (a chat), or LLaMA-Factory&#x27;s "
+                "ShareGPT or Alpaca layout.</p>") in page
 
     def test_a_new_version_starts_from_the_last_version_s_column_mapping(self, team, client_for):
         first = services.dataset_create_with_upload(
