@@ -16,7 +16,9 @@ class ProjectCreateForm(forms.Form):
 
 
 class ProjectSettingsForm(forms.Form):
-    name = forms.CharField(max_length=100)
+    # Not required here: a blank name is the service's to refuse, in the words the API gives too (the browser still
+    # asks for one first).
+    name = forms.CharField(max_length=100, required=False, widget=forms.TextInput(attrs={"required": True}))
     # Its length is the service's to check: a browser sends each line break as two characters (CRLF).
     description = forms.CharField(
         required=False, widget=forms.Textarea(attrs={"rows": 5}),

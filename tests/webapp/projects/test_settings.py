@@ -1,9 +1,11 @@
 """The project's Settings page (``/p/<slug>/settings/``): owners rename and describe the project (the slug stays);
 members and viewers get 403, outsiders 404; the overview shows the description under the name and the project list
 its first words, escaped."""
+from django.test import Client
 from django.utils.html import escape
 
 from webapp.activity.models import Activity, Verb
+from webapp.api.services import token_create
 from webapp.projects.models import Project
 
 PAGE = "/p/alpha/settings/"
@@ -66,3 +68,20 @@ def test_the_list_shows_a_one_line_excerpt(team, client_for):
     page = client_for(team.owner).get("/").content.decode()
     excerpt = page.split('class="muted project-excerpt text">')[1].split("</small>")[0]
     assert excerpt.startswith("First words. ") and excerpt.endswith("…") and len(excerpt) == 120
+
+
+def test_a_blank_name_is_refused_in_the_services_words(team, client_for):
+    # The page said Django's generic "This field is required."; the API and the service say what is wrong.
+    client = client_for(team.owner)
+    for blank in ("", "   "):
+        response = client.post(PAGE, {"name": blank, "description": "kept text"})
+        assert response.status_code == 400
+        page = response.content.decode()
+        assert "the project name must not be empty" in page and "This field is required." not in page
+        assert 'id="id_name_error"' in page and "\nkept text</textarea>" in page
+    token = token_create(user=team.owner, name="settings")[1]
+    api = Client(headers={"Authorization": f"Bearer {token}"}).patch(
+        "/api/v1/projects/alpha/", {"name": " "}, content_type="application/json")
+    assert api.status_code == 400 and api.json()["errors"]["name"] == ["the project name must not be empty"]
+    assert Project.objects.get(pk=team.project.pk).name == "Project alpha"
+    assert not Activity.objects.filter(verb=Verb.PROJECT_CHANGED).exists()
