@@ -1,6 +1,7 @@
 """The project's Settings page (``/p/<slug>/settings/``): owners rename and describe the project (the slug stays);
 members and viewers get 403, outsiders 404; the overview shows the description under the name and the project list
 its first words, escaped."""
+from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils.html import escape
 
@@ -85,3 +86,22 @@ def test_a_blank_name_is_refused_in_the_services_words(team, client_for):
     assert api.status_code == 400 and api.json()["errors"]["name"] == ["the project name must not be empty"]
     assert Project.objects.get(pk=team.project.pk).name == "Project alpha"
     assert not Activity.objects.filter(verb=Verb.PROJECT_CHANGED).exists()
+
+
+def test_the_admin_site_shows_name_and_description_read_only_pointing_to_the_settings_page(team, client_for):
+    # Saved there, a rename skipped project_update's checks and left no activity entry.
+    Project.objects.filter(pk=team.project.pk).update(description="<b>not bold</b>")
+    client = client_for(get_user_model().objects.create_superuser("root", password="unused-password"))
+    address = f"/admin/projects/project/{team.project.pk}/change/"
+    page = client.get(address).content.decode()
+    assert 'name="name"' not in page and 'name="description"' not in page
+    assert "Project alpha" in page and escape("<b>not bold</b>") in page and "<b>not bold</b>" not in page
+    assert f'href="{PAGE}"' in page
+    response = client.post(address, {"name": "Renamed in admin", "description": "<i>changed</i>",
+                                     "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"})
+    assert response.status_code == 302
+    project = Project.objects.get(pk=team.project.pk)
+    assert (project.name, project.description) == ("Project alpha", "<b>not bold</b>")
+    assert not Activity.objects.filter(verb=Verb.PROJECT_CHANGED).exists()
+    # A new project is still named in the admin: the add page has no Settings page to point to.
+    assert 'name="name"' in client.get("/admin/projects/project/add/").content.decode()
