@@ -208,6 +208,8 @@ def details_text(details: dict[str, Any]) -> str:
     def shown(key: str, value: Any) -> str:
         if key.endswith("bytes_freed") and isinstance(value, int):
             return str(filesizeformat(value)).replace("\xa0", " ")
+        if isinstance(value, bool):  # before str(): a hook turned off read "active: False"
+            return "yes" if value else "no"
         if isinstance(value, list):
             return ", ".join(map(str, value))
         return str(value)
