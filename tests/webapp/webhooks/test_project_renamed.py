@@ -56,6 +56,6 @@ def test_a_rename_by_the_rest_api_tells_them_too(team, client, receiver, sent, d
 def test_the_webhooks_page_and_the_openapi_document_offer_it(team, client_for, client):
     assert "project.renamed" in EVENT_GROUPS["Project"]
     page = client_for(team.owner).get("/p/alpha/webhooks/").content.decode()
-    assert 'value="project.renamed"' in page
+    assert 'value="project.renamed"' in page and "an owner renames the project." in page
     schemas = client.get("/api/v1/openapi.json").json()["components"]["schemas"]
     assert "project.renamed" in schemas["WebhookCreate"]["properties"]["events"]["items"]["enum"]
