@@ -45,16 +45,19 @@ class ActivityFilters:
 
     @classmethod
     def from_query(cls, query: Any) -> ActivityFilters:
-        """The filters of a page's or the API's query; a ``ValidationError`` naming ``kind`` for a kind the log has
-        no entries of, which would read as "nobody did anything"."""
-        kind = query.get("kind", "").strip()
+        """The filters of a page's or the API's query; a ``ValidationError`` naming ``kind`` and ``action`` for a kind
+        or an action the log has no entries of, which would read as "nobody did anything" (both at once: fixed one by
+        one, the second would come as a surprise)."""
+        kind, action = query.get("kind", "").strip(), query.get("action", "").strip()
+        problems = {}
         if kind and kind not in TargetKind.values:
-            raise ValidationError({"kind": f"{kind!r} is not a kind of object the activity log names; use one of "
-                                           f"{', '.join(TargetKind.values)}, or leave it out for all"})
-        action = query.get("action", "").strip()
+            problems["kind"] = (f"{kind!r} is not a kind of object the activity log names; use one of "
+                                f"{', '.join(TargetKind.values)}, or leave it out for all")
         if action and action not in ACTIONS:
-            raise ValidationError({"action": f"{action!r} is not something the activity log records; use one of "
-                                             f"{', '.join(ACTIONS)}, or leave it out for all"})
+            problems["action"] = (f"{action!r} is not something the activity log records; use one of "
+                                  f"{', '.join(ACTIONS)}, or leave it out for all")
+        if problems:
+            raise ValidationError(problems)
         return cls(actor=query.get("actor", "").strip(), action=action, kind=kind)
 
 

@@ -298,3 +298,14 @@ def test_a_rare_action_of_one_kind_is_read_from_the_kind_and_verb_index(team, cl
     for sql in entry_reads:
         plan = plan_of(sql)
         assert "activity_kind_verb_newest" in plan and "TEMP B-TREE" not in plan, (sql, plan)
+
+
+def test_every_bad_filter_is_named_at_once(team, client_for, client):
+    """QA (an edited address): a bad kind and a bad action were refused naming the kind alone; fixed, the action's
+    refusal came next."""
+    page = client_for(team.viewer).get(f"{PAGE}?kind=nothing&action=zapped")
+    assert page.status_code == 400
+    text = html.unescape(page.content.decode())
+    assert "'nothing' is not a kind of object" in text and "'zapped' is not something the activity log records" in text
+    answer = api_get(client, team.viewer, f"{API}?kind=nothing&action=zapped")
+    assert answer.status_code == 400 and {"kind", "action"} <= answer.json()["errors"].keys()
