@@ -105,3 +105,13 @@ def test_the_admin_site_shows_name_and_description_read_only_pointing_to_the_set
     assert not Activity.objects.filter(verb=Verb.PROJECT_CHANGED).exists()
     # A new project is still named in the admin: the add page has no Settings page to point to.
     assert 'name="name"' in client.get("/admin/projects/project/add/").content.decode()
+
+
+def test_a_long_name_is_refused_in_the_services_words(team, client_for):
+    # Past the form's max_length the page said Django's "Ensure this value has at most 100 characters (it has 101)."
+    response = client_for(team.owner).post(PAGE, {"name": "n" * 101, "description": ""})
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "101 characters; at most 100" in page and "Ensure this value" not in page
+    assert 'maxlength="100"' in page  # the browser still stops at 100
+    assert Project.objects.get(pk=team.project.pk).name == "Project alpha"
