@@ -37,8 +37,15 @@ class ProjectAdmin(admin.ModelAdmin):
         return ["name", "slug", "description", "settings_page"] if obj is not None else ["name", "slug",
                                                                                         "description"]
 
-    @admin.display(description="Rename or describe")
+    def has_delete_permission(self, request, obj=None):
+        # Deleted here, a project skipped services.project_delete: no refusal while its work is in flight, and its
+        # dataset files and run directories stayed on disk. Its Settings page's danger zone deletes it (an
+        # administrator adds themselves as an owner below first, for a project whose owners have left).
+        return False
+
+    @admin.display(description="Rename, describe or delete")
     def settings_page(self, project: Project) -> str:
         address = reverse("projects:settings", args=[project.slug])
-        return format_html('on the project\'s <a href="{}">Settings page</a> (owners), which checks the name and '
-                           'logs the change in its activity log', address)
+        return format_html('on the project\'s <a href="{}">Settings page</a> (owners; deleting in its danger zone), '
+                           'which checks the name, logs the change in its activity log and removes a deleted '
+                           'project\'s files', address)

@@ -115,3 +115,18 @@ def test_a_long_name_is_refused_in_the_services_words(team, client_for):
     assert "101 characters; at most 100" in page and "Ensure this value" not in page
     assert 'maxlength="100"' in page  # the browser still stops at 100
     assert Project.objects.get(pk=team.project.pk).name == "Project alpha"
+
+
+def test_the_admin_site_deletes_no_project_pointing_to_the_settings_page(team, client_for, tmp_path, settings):
+    # Deleted there, a project went without project_delete: no refusal while its work was in flight, and its dataset
+    # files and run directories stayed on disk with nothing pointing to them.
+    client = client_for(get_user_model().objects.create_superuser("root", password="unused-password"))
+    change = f"/admin/projects/project/{team.project.pk}/change/"
+    page = client.get(change).content.decode()
+    assert f"/admin/projects/project/{team.project.pk}/delete/" not in page and "danger zone" in page
+    assert client.post(f"/admin/projects/project/{team.project.pk}/delete/", {"post": "yes"}).status_code == 403
+    listing = client.get("/admin/projects/project/").content.decode()
+    assert 'value="delete_selected"' not in listing
+    assert client.post("/admin/projects/project/", {"action": "delete_selected", "_selected_action": [team.project.pk],
+                                                    "post": "yes"}).status_code in (200, 302)
+    assert Project.objects.filter(pk=team.project.pk).exists()
