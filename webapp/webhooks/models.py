@@ -109,6 +109,7 @@ class WebhookDelivery(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-pk"]
+        verbose_name_plural = "webhook deliveries"  # the admin made it "deliverys"
         indexes = [models.Index(fields=["webhook", "-created_at"], name="webhook_delivery_newest")]
 
     def __str__(self) -> str:

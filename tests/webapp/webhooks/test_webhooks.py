@@ -515,3 +515,12 @@ def test_the_edit_page_heading_names_the_hooks_host_escaped(team, client_for):
     Webhook.objects.filter(pk=webhook.pk).update(url="https://<b>x</b>.example/")  # as no form saves it
     page = client_for(team.owner).get(f"/p/alpha/webhooks/{webhook.public_id}/").content.decode()
     assert "to &lt;b&gt;x&lt;" in page and "<b>x" not in page
+
+
+
+def test_the_admin_index_spells_webhook_deliveries(client_for):
+    from django.contrib.auth import get_user_model
+
+    client = client_for(get_user_model().objects.create_superuser("root", password="unused-password"))
+    page = client.get("/admin/").content.decode()
+    assert "Webhook deliveries" in page and "deliverys" not in page
