@@ -309,3 +309,11 @@ def test_every_bad_filter_is_named_at_once(team, client_for, client):
     assert "'nothing' is not a kind of object" in text and "'zapped' is not something the activity log records" in text
     answer = api_get(client, team.viewer, f"{API}?kind=nothing&action=zapped")
     assert answer.status_code == 400 and {"kind", "action"} <= answer.json()["errors"].keys()
+
+
+def test_a_person_with_no_entries_stays_shown_in_the_filter(team, client_for):
+    """QA (a link with ``?actor=`` of someone who did nothing here): the page said "No activity matches these
+    filters" while its person filter showed "anyone", the name asked for gone from the form."""
+    page = client_for(team.viewer).get(f"{PAGE}?actor=%3Cb%3Eghost%3C/b%3E").content.decode()
+    assert 'id="activity-empty">No activity matches these filters.' in page
+    assert "<option selected>&lt;b&gt;ghost&lt;/b&gt;</option>" in page
