@@ -6,8 +6,8 @@ one in ten naming a run that still exists (the rest name objects deleted since),
 deletion (of a run or a dataset: the rare ``?action=deleted``), plus another project's ``--entries`` entries (an index
 that does not start with the project would read them too). Then requests, through Django's in-process
 test client (middleware, session or token, access check, queries, template), the page's first page, a page deep in
-the log (by its cursor), the page filtered to the rare person, to one kind and to the rare action (deleted), and the
-API's first page, its rare person and its rare action; prints each one's median and 95th percentile wall time over ``--requests`` requests after a warm-up, its
+the log (by its cursor), the page filtered to the rare person, to one kind, to the rare action (deleted), to a run's
+deletions and to a common person's deletions, and the API's first page, its rare person, its rare action, a run's deletions and a common person's; prints each one's median and 95th percentile wall time over ``--requests`` requests after a warm-up, its
 median CPU time and its number of SQL queries.
 
     .venv/bin/python bench/activity_page.py [--entries 100000] [--people 20] [--rare 30] [--deleted-every 1000]
@@ -122,9 +122,13 @@ def main() -> None:
             ("page, kind=member", page, "/p/bench/activity/?kind=member"),
             ("page, action=deleted", page, "/p/bench/activity/?action=deleted"),
             ("page, kind=run&action=deleted", page, "/p/bench/activity/?kind=run&action=deleted"),
+            ("page, a common person's deletions", page, "/p/bench/activity/?actor=person-00&action=deleted"),
             ("API, newest 50", api, "/api/v1/projects/bench/activity/"),
             ("API, the rare person", api, "/api/v1/projects/bench/activity/?actor=rare-person"),
-            ("API, action=deleted", api, "/api/v1/projects/bench/activity/?action=deleted")):
+            ("API, action=deleted", api, "/api/v1/projects/bench/activity/?action=deleted"),
+            ("API, kind=run&action=deleted", api, "/api/v1/projects/bench/activity/?kind=run&action=deleted"),
+            ("API, a common person's deletions", api,
+             "/api/v1/projects/bench/activity/?actor=person-00&action=deleted")):
         durations, cpu, _size, queries = timed(client, url, requests=args.requests, warmup=args.warmup)
         durations.sort()
         print(f"{name:<44} {statistics.median(durations) * 1e3:>10.1f} "

@@ -34,6 +34,10 @@ def test_an_owner_adds_a_webhook_sends_a_test_and_sees_it_delivered(page, live_s
     expect(row).to_have_count(1)
     expect(row.locator(".delivery-status")).to_have_text("delivered")
     expect(row.locator(".delivery-code")).to_have_text("200")
+    # QA: the receiver's answer (200 characters kept, most of them one unbroken word, as a JSON answer or a token is)
+    # stretched the table past the card, Redeliver out of sight behind a scroll bar.
+    card_box, button_box = card.bounding_box(), row.get_by_role("button", name="Redeliver").bounding_box()
+    assert button_box["x"] + button_box["width"] <= card_box["x"] + card_box["width"], (button_box, card_box)
 
     card = page.locator(f"section[data-webhook='{webhook.public_id}']")
     card.get_by_text("Show").click()

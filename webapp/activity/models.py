@@ -82,12 +82,15 @@ class Activity(models.Model):
 
     class Meta:
         # Newest first: the whole log; one person's (the person filter, and the names it offers, read from the index
-        # alone); one kind's; one verb's (the action filter: "deleted" is a handful of verbs, each read newest first).
-        # Without the last three a filter to a rare person, kind or action reads the project's whole log.
+        # alone); one kind's; one verb's (the action filter: "deleted" is a handful of verbs, each read newest first);
+        # one verb of one kind's (both filters: "who deleted a run"). Without the last four a filter to a rare person,
+        # kind or action reads the project's whole log, and a rare action of a common kind all that kind's entries.
         indexes = [models.Index(fields=["project", "-created_at", "-id"], name="activity_project_newest"),
                    models.Index(fields=["project", "actor_name", "-created_at", "-id"], name="activity_actor_newest"),
                    models.Index(fields=["project", "target_kind", "-created_at", "-id"], name="activity_kind_newest"),
-                   models.Index(fields=["project", "verb", "-created_at", "-id"], name="activity_verb_newest")]
+                   models.Index(fields=["project", "verb", "-created_at", "-id"], name="activity_verb_newest"),
+                   models.Index(fields=["project", "target_kind", "verb", "-created_at", "-id"],
+                                name="activity_kind_verb_newest")]
 
     def __str__(self) -> str:
         return f"{self.actor_name or 'manage.py'} {self.verb} {self.target_id}"

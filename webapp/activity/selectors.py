@@ -45,16 +45,19 @@ class ActivityFilters:
 
     @classmethod
     def from_query(cls, query: Any) -> ActivityFilters:
-        """The filters of a page's or the API's query; a ``ValidationError`` naming ``kind`` for a kind the log has
-        no entries of, which would read as "nobody did anything"."""
-        kind = query.get("kind", "").strip()
+        """The filters of a page's or the API's query; a ``ValidationError`` naming ``kind`` and ``action`` for a kind
+        or an action the log has no entries of, which would read as "nobody did anything" (both at once: fixed one by
+        one, the second would come as a surprise)."""
+        kind, action = query.get("kind", "").strip(), query.get("action", "").strip()
+        problems = {}
         if kind and kind not in TargetKind.values:
-            raise ValidationError({"kind": f"{kind!r} is not a kind of object the activity log names; use one of "
-                                           f"{', '.join(TargetKind.values)}, or leave it out for all"})
-        action = query.get("action", "").strip()
+            problems["kind"] = (f"{kind!r} is not a kind of object the activity log names; use one of "
+                                f"{', '.join(TargetKind.values)}, or leave it out for all")
         if action and action not in ACTIONS:
-            raise ValidationError({"action": f"{action!r} is not something the activity log records; use one of "
-                                             f"{', '.join(ACTIONS)}, or leave it out for all"})
+            problems["action"] = (f"{action!r} is not something the activity log records; use one of "
+                                  f"{', '.join(ACTIONS)}, or leave it out for all")
+        if problems:
+            raise ValidationError(problems)
         return cls(actor=query.get("actor", "").strip(), action=action, kind=kind)
 
 
@@ -79,11 +82,11 @@ def activity_list(*, project: Project, filters: ActivityFilters) -> QuerySet[Act
 
 def _newest_of_each_verb(entries: QuerySet[Activity], verbs: list[str], count: int) -> list[Activity]:
     """The newest ``count`` of ``entries`` (ordered newest first) whose verb is one of ``verbs``: the newest
-    ``count`` of each verb, read from the (project, verb, newest) index, merged. One ``verb IN (…)`` query is read
-    by SQLite along the project's whole log, newest first (that order spares it a sort), until it finds ``count``: a
-    rare action ("deleted", 0.1% of a log) read 100,000 entries for 50 (bench/RESULTS.md). Not with a kind: SQLite
-    then reads each verb along that kind's index, all of it for a verb of another kind (a dataset's deletion among
-    runs), where one query stops at ``count``."""
+    ``count`` of each verb, read from the (project, verb, newest) index, or with a kind the (project, kind, verb,
+    newest) one, merged. One ``verb IN (…)`` query is read by SQLite along the project's whole log, or that kind's,
+    newest first (that order spares it a sort), until it finds ``count``: a rare action ("deleted", 0.1% of a log)
+    read 100,000 entries for 50 (bench/RESULTS.md). A verb of another kind than the one asked (a dataset's deletion
+    among runs) finds nothing in the index at once."""
     found = [entry for verb in verbs for entry in entries.filter(verb=verb)[:count]]
     return sorted(found, key=lambda entry: (entry.created_at, entry.pk), reverse=True)[:count]
 
@@ -92,12 +95,11 @@ def activity_page(*, project: Project, filters: ActivityFilters, after: tuple[st
                   limit: int) -> KeysetPage[Activity]:
     """The ``limit`` entries of ``activity_list`` (newest first) after the one whose (time as ISO text, id) is
     ``after``."""
-    verb_by_verb = bool(filters.action) and not filters.kind
-    entries = activity_list(project=project, filters=replace(filters, action="") if verb_by_verb else filters)
+    entries = activity_list(project=project, filters=replace(filters, action=""))
     if after is not None:
         created_at, last_id = after
         entries = entries.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))
-    if verb_by_verb:
+    if filters.action:
         entries = _newest_of_each_verb(entries, verbs_of(filters.action), limit + 1)
     return keyset_page(entries, limit=limit, key=lambda entry: (entry.created_at.isoformat(), entry.pk))
 
@@ -209,6 +211,8 @@ def details_text(details: dict[str, Any]) -> str:
     def shown(key: str, value: Any) -> str:
         if key.endswith("bytes_freed") and isinstance(value, int):
             return str(filesizeformat(value)).replace("\xa0", " ")
+        if isinstance(value, bool):  # before str(): a hook turned off read "active: False"
+            return "yes" if value else "no"
         if isinstance(value, list):
             return ", ".join(map(str, value))
         return str(value)

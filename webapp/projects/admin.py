@@ -1,4 +1,6 @@
 from django.contrib import admin
+from django.urls import reverse
+from django.utils.html import format_html
 
 from webapp.projects.models import Membership, Project
 
@@ -27,4 +29,23 @@ class ProjectAdmin(admin.ModelAdmin):
         # A slug is fixed once the project exists: it names the project's folder of the models root
         # (projects/<slug>/), where its registered models' stored paths point. Renamed, the folder would keep the
         # old name, and the next project given that slug would see the models in it.
-        return ["slug"] if obj is not None else []
+        # The name and the description change on the project's Settings page alone (services.project_update): saved
+        # here, they skipped its checks (invisible characters, length) and left no entry in the activity log.
+        return ["slug", "name", "description", "settings_page"] if obj is not None else []
+
+    def get_fields(self, request, obj=None):
+        return ["name", "slug", "description", "settings_page"] if obj is not None else ["name", "slug",
+                                                                                        "description"]
+
+    def has_delete_permission(self, request, obj=None):
+        # Deleted here, a project skipped services.project_delete: no refusal while its work is in flight, and its
+        # dataset files and run directories stayed on disk. Its Settings page's danger zone deletes it (an
+        # administrator adds themselves as an owner below first, for a project whose owners have left).
+        return False
+
+    @admin.display(description="Rename, describe or delete")
+    def settings_page(self, project: Project) -> str:
+        address = reverse("projects:settings", args=[project.slug])
+        return format_html('on the project\'s <a href="{}">Settings page</a> (owners; deleting in its danger zone), '
+                           'which checks the name, logs the change in its activity log and removes a deleted '
+                           'project\'s files', address)

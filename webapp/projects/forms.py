@@ -3,7 +3,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib.auth import get_user_model
 
-from webapp.projects.models import DESCRIPTION_MAX_CHARS, Role
+from webapp.projects.models import DESCRIPTION_MAX_CHARS, Project, Role
 
 
 class ProjectCreateForm(forms.Form):
@@ -16,7 +16,10 @@ class ProjectCreateForm(forms.Form):
 
 
 class ProjectSettingsForm(forms.Form):
-    name = forms.CharField(max_length=100)
+    # Neither required nor limited here: a blank or long name is the service's to refuse, in the words the API gives
+    # too (the browser still asks for one, of at most 100 characters, first).
+    name = forms.CharField(required=False, widget=forms.TextInput(attrs={
+        "required": True, "maxlength": Project._meta.get_field("name").max_length}))
     # Its length is the service's to check: a browser sends each line break as two characters (CRLF).
     description = forms.CharField(
         required=False, widget=forms.Textarea(attrs={"rows": 5}),

@@ -21,6 +21,7 @@ from webapp.core.bidi import isolated
 from webapp.core.text import checked_name, checked_text, typed_text
 from webapp.projects.models import DESCRIPTION_MAX_CHARS, Membership, Project, Role
 from webapp.projects.selectors import project_readers
+from webapp.webhooks import services as webhooks
 
 SLUG_MAX_LENGTH = 50
 SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,48}[a-z0-9])?$")
@@ -87,7 +88,8 @@ def project_update(*, project: Project, user: AbstractBaseUser | None, name: str
     """Rename ``project`` and set its description, by the name rules of ``project_create``; all or nothing.
     The slug never changes: addresses, API clients, run directories and the models root's ``projects/<slug>/``
     name it. A change is one entry of the activity log naming the fields changed (a rename with both names;
-    never the description's text); a save that changes nothing records none."""
+    never the description's text), and a rename is told to the project's ``project.renamed`` webhooks; a save that
+    changes nothing records none."""
     name, description = _checked_project_name(name), _checked_description(description)
     project = Project.objects.select_for_update(of=("self",)).get(pk=project.pk)
     changed = [field for field, value in (("name", name), ("description", description))
@@ -95,13 +97,16 @@ def project_update(*, project: Project, user: AbstractBaseUser | None, name: str
     if not changed:
         return project
     details: dict[str, object] = {"changed": changed}
+    name_was = project.name
     if "name" in changed:
         # Keys growing in length: PostgreSQL's jsonb keeps keys by length, then bytes, and the log shows them in the
         # order it reads them.
-        details |= {"name_was": project.name, "renamed_to": name}
+        details |= {"name_was": name_was, "renamed_to": name}
     project.name, project.description = name, description
     project.save(update_fields=changed)
     activity_record(project=project, actor=user, verb=Verb.PROJECT_CHANGED, details=details)
+    if "name" in changed:
+        webhooks.project_renamed(project=project, name_was=name_was, user=user)
     return project
 
 

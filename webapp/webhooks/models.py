@@ -33,6 +33,9 @@ EVENT_GROUPS = {
     "Review": {
         "review.exported": "review.exported: a review campaign's export became a dataset version, or failed",
     },
+    "Project": {
+        "project.renamed": "project.renamed: an owner renamed the project (the old name, the new, and who)",
+    },
 }
 EVENTS = {event: line for events in EVENT_GROUPS.values() for event, line in events.items()}
 PING = "ping"
@@ -106,6 +109,7 @@ class WebhookDelivery(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-pk"]
+        verbose_name_plural = "webhook deliveries"  # the admin made it "deliverys"
         indexes = [models.Index(fields=["webhook", "-created_at"], name="webhook_delivery_newest")]
 
     def __str__(self) -> str:

@@ -21,7 +21,7 @@ SLACK_DETAIL_CHARS = 300
 # The object's kind in a sentence: "Run <link|name> failed".
 KIND_WORDS = {"run": "Run", "pipeline": "Pipeline", "dataset_version": "Dataset version", "webhook": "Webhook",
               "checkpoint_export": "Checkpoint export", "serving_copy": "Serving copy",
-              "review_export": "Export of review campaign"}
+              "review_export": "Export of review campaign", "project": "Project"}
 
 
 def run_subject(run) -> dict[str, Any]:
@@ -93,6 +93,13 @@ def review_export_subject(export) -> dict[str, Any]:
             "error": export.error if export.status != "done" else ""}
 
 
+def project_renamed_subject(project, *, name_was: str, actor: str | None) -> dict[str, Any]:
+    """A project an owner renamed: its new ``name``, ``name_was`` and the ``actor``'s username (None: manage.py). Its
+    id is the slug, which a rename leaves as it is."""
+    return {"type": "project", "id": project.slug, "name": project.name, "status": "renamed", "name_was": name_was,
+            "actor": actor, "path": reverse("projects:detail", args=[project.slug]), "error": ""}
+
+
 def webhook_subject(webhook) -> dict[str, Any]:
     """Send test's object: the hook itself, linking to the project's Webhooks page."""
     return {"type": "webhook", "id": webhook.public_id, "name": "test message", "status": "active" if webhook.active
@@ -128,6 +135,10 @@ def slack_text(sent: dict[str, Any]) -> str:
     line = f"[{slack_escaped(sent['project'])}] {kind} {link} {slack_escaped(subject['status'])}"
     if made := subject.get("dataset_version"):  # a review export done: the version to train on, as the JSON names it
         line += f": dataset version {slack_escaped(made['name'])}"
+    if "name_was" in subject:  # a rename: from what, and by whom
+        line += f": was {slack_escaped(subject['name_was'])}"
+        if subject["actor"]:
+            line += f", by {slack_escaped(subject['actor'])}"
     detail = " ".join(subject.get("error", "").split())  # one line, whatever the error held
     if detail:
         cut = detail[:SLACK_DETAIL_CHARS] + ("…" if len(detail) > SLACK_DETAIL_CHARS else "")

@@ -264,6 +264,14 @@ def review_export_ended(*, export) -> list[WebhookDelivery]:
                         describe=lambda: payloads.review_export_subject(export))
 
 
+def project_renamed(*, project: Project, name_was: str, user: AbstractBaseUser | None) -> list[WebhookDelivery]:
+    """``project.renamed`` for ``project``, renamed from ``name_was`` by ``user`` (None: manage.py), in the rename's
+    transaction (``projects.services.project_update``)."""
+    actor = user.get_username() if user is not None and user.is_authenticated else None
+    return event_record(project_id=project.pk, event="project.renamed",
+                        describe=lambda: payloads.project_renamed_subject(project, name_was=name_was, actor=actor))
+
+
 def webhook_ping(*, webhook: Webhook, now: datetime | None = None) -> WebhookDelivery:
     """Send test: a ``ping`` delivery to ``webhook``, sent at once (its retries, if it fails, by the worker)."""
     deliveries = event_record(project_id=webhook.project_id, event=PING,

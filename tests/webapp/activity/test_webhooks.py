@@ -92,3 +92,15 @@ def test_a_hook_links_to_its_edit_page_for_owners_only(team, client_for, client)
     services.webhook_delete(webhook=webhook, user=team.owner)
     owners = what_cell(client_for(team.owner).get(PAGE).content.decode(), webhook.public_id)
     assert "<a " not in owners and "(deleted)" in owners
+
+
+def test_a_hook_turned_off_reads_in_words_in_the_log(team, client_for):
+    """QA (a member reading the log): a hook turned off read "active: False", Python's word for it."""
+    owner = client_for(team.owner)
+    webhook = added(owner)
+    assert owner.post(f"{HOOKS}{webhook.public_id}/", {"url": SECRET_PATH, "events": ["run.failed", "export.failed"],
+                                                       "format": "slack"}).status_code == 302  # "active" unticked
+    page = client_for(team.viewer).get(PAGE).content.decode()
+    details = re.search(r'<small class="muted details">(.*?)</small>', page).group(1)
+    # In the order the database gives the keys (PostgreSQL's jsonb: by length).
+    assert sorted(details.split("; ")) == ["active: no", "changed: active"]

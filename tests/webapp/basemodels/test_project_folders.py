@@ -126,6 +126,6 @@ def test_a_projects_slug_cannot_change_so_its_folder_and_models_stay_its_own(tea
         "name": "Renamed", "slug": "gamma", "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"})
     assert response.status_code == 302
     team.project.refresh_from_db()
-    assert (team.project.name, team.project.slug) == ("Renamed", "alpha")
+    assert (team.project.name, team.project.slug) == ("Project alpha", "alpha")  # both read-only there
     assert resolve_model_dir("projects/alpha/own-ft", models_root=models_root,
                              project_slug=team.project.slug) == Path(model.path)

@@ -1,9 +1,12 @@
 """The project's Settings page (``/p/<slug>/settings/``): owners rename and describe the project (the slug stays);
 members and viewers get 403, outsiders 404; the overview shows the description under the name and the project list
 its first words, escaped."""
+from django.contrib.auth import get_user_model
+from django.test import Client
 from django.utils.html import escape
 
 from webapp.activity.models import Activity, Verb
+from webapp.api.services import token_create
 from webapp.projects.models import Project
 
 PAGE = "/p/alpha/settings/"
@@ -66,3 +69,64 @@ def test_the_list_shows_a_one_line_excerpt(team, client_for):
     page = client_for(team.owner).get("/").content.decode()
     excerpt = page.split('class="muted project-excerpt text">')[1].split("</small>")[0]
     assert excerpt.startswith("First words. ") and excerpt.endswith("…") and len(excerpt) == 120
+
+
+def test_a_blank_name_is_refused_in_the_services_words(team, client_for):
+    # The page said Django's generic "This field is required."; the API and the service say what is wrong.
+    client = client_for(team.owner)
+    for blank in ("", "   "):
+        response = client.post(PAGE, {"name": blank, "description": "kept text"})
+        assert response.status_code == 400
+        page = response.content.decode()
+        assert "the project name must not be empty" in page and "This field is required." not in page
+        assert 'id="id_name_error"' in page and "\nkept text</textarea>" in page
+    token = token_create(user=team.owner, name="settings")[1]
+    api = Client(headers={"Authorization": f"Bearer {token}"}).patch(
+        "/api/v1/projects/alpha/", {"name": " "}, content_type="application/json")
+    assert api.status_code == 400 and api.json()["errors"]["name"] == ["the project name must not be empty"]
+    assert Project.objects.get(pk=team.project.pk).name == "Project alpha"
+    assert not Activity.objects.filter(verb=Verb.PROJECT_CHANGED).exists()
+
+
+def test_the_admin_site_shows_name_and_description_read_only_pointing_to_the_settings_page(team, client_for):
+    # Saved there, a rename skipped project_update's checks and left no activity entry.
+    Project.objects.filter(pk=team.project.pk).update(description="<b>not bold</b>")
+    client = client_for(get_user_model().objects.create_superuser("root", password="unused-password"))
+    address = f"/admin/projects/project/{team.project.pk}/change/"
+    page = client.get(address).content.decode()
+    assert 'name="name"' not in page and 'name="description"' not in page
+    assert "Project alpha" in page and escape("<b>not bold</b>") in page and "<b>not bold</b>" not in page
+    assert f'href="{PAGE}"' in page
+    response = client.post(address, {"name": "Renamed in admin", "description": "<i>changed</i>",
+                                     "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"})
+    assert response.status_code == 302
+    project = Project.objects.get(pk=team.project.pk)
+    assert (project.name, project.description) == ("Project alpha", "<b>not bold</b>")
+    assert not Activity.objects.filter(verb=Verb.PROJECT_CHANGED).exists()
+    # A new project is still named in the admin: the add page has no Settings page to point to.
+    assert 'name="name"' in client.get("/admin/projects/project/add/").content.decode()
+
+
+def test_a_long_name_is_refused_in_the_services_words(team, client_for):
+    # Past the form's max_length the page said Django's "Ensure this value has at most 100 characters (it has 101)."
+    response = client_for(team.owner).post(PAGE, {"name": "n" * 101, "description": ""})
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "101 characters; at most 100" in page and "Ensure this value" not in page
+    assert 'maxlength="100"' in page  # the browser still stops at 100
+    assert Project.objects.get(pk=team.project.pk).name == "Project alpha"
+
+
+def test_the_admin_site_deletes_no_project_pointing_to_the_settings_page(team, client_for, tmp_path, settings):
+    # Deleted there, a project went without project_delete: no refusal while its work was in flight, and its dataset
+    # files and run directories stayed on disk with nothing pointing to them.
+    client = client_for(get_user_model().objects.create_superuser("root", password="unused-password"))
+    change = f"/admin/projects/project/{team.project.pk}/change/"
+    page = client.get(change).content.decode()
+    assert f"/admin/projects/project/{team.project.pk}/delete/" not in page and "danger zone" in page
+    assert client.post(f"/admin/projects/project/{team.project.pk}/delete/", {"post": "yes"}).status_code == 403
+    listing = client.get("/admin/projects/project/").content.decode()
+    assert 'value="delete_selected"' not in listing
+    assert client.post("/admin/projects/project/", {"action": "delete_selected", "_selected_action": [team.project.pk],
+                                                    "post": "yes"}).status_code in (200, 302)
+    assert Project.objects.filter(pk=team.project.pk).exists()

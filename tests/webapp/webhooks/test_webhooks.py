@@ -515,3 +515,37 @@ def test_the_edit_page_heading_names_the_hooks_host_escaped(team, client_for):
     Webhook.objects.filter(pk=webhook.pk).update(url="https://<b>x</b>.example/")  # as no form saves it
     page = client_for(team.owner).get(f"/p/alpha/webhooks/{webhook.public_id}/").content.decode()
     assert "to &lt;b&gt;x&lt;" in page and "<b>x" not in page
+
+
+
+def test_the_admin_index_spells_webhook_deliveries(client_for):
+    from django.contrib.auth import get_user_model
+
+    client = client_for(get_user_model().objects.create_superuser("root", password="unused-password"))
+    page = client.get("/admin/").content.decode()
+    assert "Webhook deliveries" in page and "deliverys" not in page
+
+
+def test_the_admin_site_shows_hooks_read_only(team, client_for):
+    """QA: saved, added or deleted in the admin site, a hook skipped webhook_create/update/delete: its address was not
+    checked, its events could be any text, it could move to another project, and the project's activity log, where
+    every change of where its data goes is recorded, said nothing."""
+    from django.contrib.auth import get_user_model
+
+    from webapp.activity.models import Activity, Verb
+
+    webhook = services.webhook_create(project=team.project, url="https://example.org/hook", events=["run.failed"],
+                                      format="json", user=team.owner)
+    client = client_for(get_user_model().objects.create_superuser("root", password="unused-password"))
+    change = f"/admin/webhooks/webhook/{webhook.pk}/change/"
+    page = client.get(change).content.decode()
+    assert page.count("https://example.org/hook") and 'name="url"' not in page and "/p/alpha/webhooks/" in page
+    assert client.post(change, {"url": "http://169.254.169.254/", "events": '["anything"]', "format": "json",
+                                "project": team.outsider_project.pk, "active": "on"}).status_code == 403
+    assert client.post(f"/admin/webhooks/webhook/{webhook.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert client.get("/admin/webhooks/webhook/add/").status_code == 403
+    webhook.refresh_from_db()
+    assert (webhook.url, webhook.events, webhook.project_id) == ("https://example.org/hook", ["run.failed"],
+                                                                 team.project.pk)
+    assert list(Activity.objects.filter(verb__startswith="webhook.").values_list("verb", flat=True)) == [
+        Verb.WEBHOOK_CREATED]
