@@ -275,6 +275,7 @@ class ProjectLinks(_Answer):
     datasets: str = Field(description="The project's datasets (GET datasets/).")
     runs: str = Field(description="The project's runs (GET runs/; POST launches one).")
     pipelines: str = Field(description="The project's pipelines (GET pipelines/).")
+    evaluations: str = Field(description="The project's evaluations (GET evaluations/; POST queues one).")
     activity: str = Field(description="The project's activity log (GET activity/).")
     webhooks: str | None = Field(default=None, description="The project's webhooks (GET webhooks/): owners only, the "
                                                            "key left out for members and viewers.")
@@ -577,6 +578,44 @@ class PipelineOut(_Answer):
                                           "does not).")
     stages: list[dict[str, Any]] = Field(description="The stages as sent, each with its run's id under run (null "
                                                      "until it starts).")
+
+
+class EvaluationCreate(_Body):
+    """Evaluate a model of the project on a ready dataset version, as the New evaluation page does."""
+
+    model: str = Field(description="The model as the chat names it: a base model (bm_…), a succeeded run's model "
+                                   "(run_…) or an exported checkpoint (run_…:step-N or run_…@N).")
+    dataset_version: str = Field(description="A ready dataset version (dv_…): prompts with an 'answer' column (exact "
+                                             "match of greedy completions) or sft (mean completion loss).")
+    row_limit: int = Field(default=200, description="Score the first rows only (1 to 5,000).")
+    max_new_tokens: int = Field(default=32, description="Exact match: tokens per greedy completion (1 to 1,024).")
+    group_by: str = Field(default="", description="Exact match: a column whose values each get their own figure "
+                                                  "(e.g. task); empty for none.")
+
+
+class EvaluationOut(_Answer):
+    id: str = Field(description="ev_…")
+    model: str = Field(description="The model's reference (bm_…, run_…, run_…:step-N).")
+    model_label: str
+    dataset_version: str | None = Field(description="dv_…; null once the version was deleted.")
+    version_label: str
+    metric: Literal["exact_match", "loss"]
+    row_limit: int
+    max_new_tokens: int
+    group_by: str
+    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    result: dict[str, Any] = Field(description="Once succeeded: jaxengine eval's object (metric, value, count, groups "
+                                               "with group_by, the first completions as examples); {} before.")
+    error: str = Field(description="Why it failed, or who cancelled it; empty otherwise.")
+    created_by: str | None
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+
+
+class EvaluationList(_Answer):
+    evaluations: list[EvaluationOut]
+    next: str | None = Field(description="The address of the next page; null on the last.")
 
 
 class PipelineList(_Answer):

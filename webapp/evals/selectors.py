@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404
 
 from webapp.core.bidi import isolated
+from webapp.core.keyset import KeysetPage, keyset_page
 from webapp.datasets.models import DatasetVersion
 from webapp.evals.models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationStatus, Metric
 from webapp.projects.models import Project
@@ -16,6 +17,17 @@ from webapp.projects.models import Project
 def evaluation_list(*, project: Project) -> QuerySet[Evaluation]:
     """The project's evaluations, newest first."""
     return Evaluation.objects.filter(project=project).select_related("created_by").order_by("-created_at", "-id")
+
+
+def evaluation_page(*, project: Project, after: tuple[str, int] | None, limit: int) -> KeysetPage[Evaluation]:
+    """The ``limit`` evaluations of ``evaluation_list`` (newest first) after the one whose (creation time as ISO
+    text, id) is ``after`` (``webapp.core.keyset``)."""
+    evaluations = evaluation_list(project=project)
+    if after is not None:
+        created_at, last_id = after
+        evaluations = evaluations.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))
+    return keyset_page(evaluations, limit=limit, key=lambda evaluation: (evaluation.created_at.isoformat(),
+                                                                         evaluation.pk))
 
 
 def evaluation_get(*, project: Project, public_id: str) -> Evaluation:
