@@ -625,7 +625,7 @@ class PipelineList(_Answer):
 
 class ActivityTarget(_Answer):
     kind: str = Field(description="run, sweep, pipeline, dataset, dataset_version, base_model, member, chat_token, "
-                                  "campaign or webhook.")
+                                  "campaign, evaluation or webhook.")
     id: str = Field(description="Its public id (run_…, ds_…, wh_…; a sweep's tag; a member's username; a project "
                                 "token's first characters).")
     label: str = Field(description="Its name when it was done (a webhook's: the host of its address).")
