@@ -2,7 +2,9 @@
 deletion of a model or a dataset version must wait for."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db.models import Q, QuerySet
 from django.http import Http404
@@ -82,6 +84,16 @@ def group_rows(evaluation: Evaluation) -> list[tuple[str, float, int]]:
     """``(group, value, count)`` of a succeeded exact-match evaluation grouped by a column, groups sorted."""
     groups = evaluation.result.get("groups") or {}
     return [(name, group["value"], group["count"]) for name, group in sorted(groups.items())]
+
+
+def example_rows(evaluation: Evaluation) -> list[dict[str, str]]:
+    """The first completions of a succeeded exact-match evaluation as text to show (escaped by the template): a
+    prompt given as a chat (a list of turns) as its JSON, not Python's list notation."""
+    def shown(value: Any) -> str:
+        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=1)
+
+    return [{"prompt": shown(example["prompt"]), "answer": shown(example["answer"]), "text": example["text"]}
+            for example in evaluation.result.get("examples", [])]
 
 
 def _active() -> QuerySet[Evaluation]:

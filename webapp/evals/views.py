@@ -69,7 +69,7 @@ def evaluation_detail(request: HttpRequest, slug: str, public_id: str) -> HttpRe
     evaluation = selectors.evaluation_get(project=project, public_id=public_id)
     return render(request, "evals/detail.html", {
         "project": project, "membership": membership, "evaluation": evaluation,
-        "groups": selectors.group_rows(evaluation), "examples": evaluation.result.get("examples", [])})
+        "groups": selectors.group_rows(evaluation), "examples": selectors.example_rows(evaluation)})
 
 
 @login_required

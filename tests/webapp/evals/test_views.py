@@ -60,13 +60,15 @@ def test_the_result_shows_groups_and_escaped_examples(team, client_for, base_mod
     services.evaluation_finish(evaluation_id=evaluation.pk, result={
         "metric": "exact_match", "value": 0.5, "count": 6, "by": "task",
         "groups": {"count": {"value": 1.0, "count": 3}, "sum": {"value": 0.0, "count": 3}},
-        "examples": [{"prompt": "<b>bold</b> prompt", "answer": "<i>1</i>", "text": "<script>alert(1)</script>"}]})
+        "examples": [{"prompt": "<b>bold</b> prompt", "answer": "<i>1</i>", "text": "<script>alert(1)</script>"},
+                     {"prompt": [{"role": "user", "content": "Hi"}], "answer": "2", "text": "2"}]})
     detail = reverse("evals:detail", args=[team.project.slug, evaluation.public_id])
     page = client_for(team.viewer).get(detail).content.decode()
     assert 'data-value="0.5"' in page and 'http-equiv="refresh"' not in page
     assert "<td><bdi>count</bdi></td><td class=\"num\">1.0000</td><td class=\"num\">3</td>" in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert(1)" not in page
     assert "&lt;b&gt;bold&lt;/b&gt; prompt" in page and "&lt;i&gt;1&lt;/i&gt;" in page
+    assert "&quot;role&quot;: &quot;user&quot;" in page  # a chat prompt as JSON, not as Python's list
     listed = client_for(team.viewer).get(reverse("evals:list", args=[team.project.slug])).content.decode()
     assert "Side by side" in listed and 'data-value="0.5"' in listed
 
