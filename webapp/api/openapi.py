@@ -519,7 +519,7 @@ def build_document() -> dict[str, Any]:
         f"{base}/evaluations/{{evaluation_id}}/": {
             "get": _operation("An evaluation: status, settings, and its result once it has succeeded",
                               [SLUG, EVALUATION], answer=schemas.EvaluationOut),
-            "delete": _with_409(_operation("Delete an evaluation that has ended (members and owners)",
+            "delete": _with_409(_operation("Delete an evaluation that has ended (an owner, or the member who launched it)",
                                            [SLUG, EVALUATION], status="204", response="Nothing: deleted"),
                                 "Refused, nothing deleted: `{\"detail\": message}`: it is queued or running; cancel "
                                 "it first"),

@@ -1365,14 +1365,15 @@ def evaluations(request: HttpRequest, slug: str) -> JsonResponse:
 
 @api_view(("GET", "DELETE"))
 def evaluation_detail(request: HttpRequest, slug: str, evaluation_id: str) -> HttpResponse:
-    """GET: one evaluation, its result once it has succeeded. DELETE: delete one that has ended (members and
-    owners; 409 while it is queued or running: cancel it first)."""
+    """GET: one evaluation, its result once it has succeeded. DELETE: delete one that has ended (an owner, or the
+    member who launched it; 409 while it is queued or running: cancel it first)."""
     if request.method == "GET":
         project, _membership = get_project_for_user(request.user, slug)
         return JsonResponse(_evaluation_json(evaluation_selectors.evaluation_get(project=project,
                                                                                  public_id=evaluation_id)))
-    project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     evaluation = evaluation_selectors.evaluation_get(project=project, public_id=evaluation_id)
+    evaluation_selectors.ensure_may_delete_evaluation(membership=membership, evaluation=evaluation)
     try:
         evaluation_services.evaluation_delete(evaluation=evaluation, user=request.user)
     except ValidationError as error:

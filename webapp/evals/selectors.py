@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
@@ -13,7 +14,7 @@ from webapp.core.bidi import isolated
 from webapp.core.keyset import KeysetPage, keyset_page
 from webapp.datasets.models import DatasetVersion
 from webapp.evals.models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationStatus, Metric
-from webapp.projects.models import Project
+from webapp.projects.models import Membership, Project, Role
 
 
 def evaluation_list(*, project: Project) -> QuerySet[Evaluation]:
@@ -39,6 +40,18 @@ def evaluation_get(*, project: Project, public_id: str) -> Evaluation:
     if evaluation is None:
         raise Http404("no such evaluation")
     return evaluation
+
+
+def may_delete_evaluation(*, membership: Membership, evaluation: Evaluation) -> bool:
+    """As a run: an owner may delete any evaluation, a member one they launched, a viewer none."""
+    return membership.can(Role.OWNER) or (membership.can(Role.MEMBER)
+                                          and evaluation.created_by_id == membership.user_id)
+
+
+def ensure_may_delete_evaluation(*, membership: Membership, evaluation: Evaluation) -> None:
+    """``PermissionDenied`` saying who may, unless ``membership`` may delete ``evaluation`` (pages and API)."""
+    if not may_delete_evaluation(membership=membership, evaluation=evaluation):
+        raise PermissionDenied("only an owner, or the member who launched it, may delete an evaluation")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -69,6 +69,7 @@ def evaluation_detail(request: HttpRequest, slug: str, public_id: str) -> HttpRe
     evaluation = selectors.evaluation_get(project=project, public_id=public_id)
     return render(request, "evals/detail.html", {
         "project": project, "membership": membership, "evaluation": evaluation,
+        "can_delete": selectors.may_delete_evaluation(membership=membership, evaluation=evaluation),
         "groups": selectors.group_rows(evaluation), "examples": selectors.example_rows(evaluation)})
 
 
@@ -90,11 +91,12 @@ def evaluation_cancel(request: HttpRequest, slug: str, public_id: str) -> HttpRe
 @login_required
 @require_POST
 def evaluation_delete(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
-    project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     listed = reverse("evals:list", args=[project.slug])
 
     def delete() -> str:  # looked up here: a second click finds it gone and lands where the first did
         evaluation = selectors.evaluation_get(project=project, public_id=public_id)
+        selectors.ensure_may_delete_evaluation(membership=membership, evaluation=evaluation)
         services.evaluation_delete(evaluation=evaluation, user=request.user)
         messages.success(request, f"Deleted the evaluation of {isolated(evaluation.model_label)}.")
         return listed

@@ -89,6 +89,25 @@ def test_a_member_cancels_then_deletes_one(team, client_for, base_model, prompts
     assert not Evaluation.objects.exists()
 
 
+def test_only_an_owner_or_its_launcher_deletes_one(team, client_for, base_model, prompts_version):
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Role
+    from tests.webapp.factories import make_user
+
+    carol = make_user("carol")
+    project_services.membership_add(project=team.project, user=carol, role=Role.MEMBER)
+    evaluation = create(team, base_model, prompts_version)  # the teammate's
+    services.evaluation_cancel(evaluation=evaluation, user=team.teammate)
+    detail = reverse("evals:detail", args=[team.project.slug, evaluation.public_id])
+    delete = reverse("evals:delete", args=[team.project.slug, evaluation.public_id])
+    assert 'id="delete-confirm"' not in client_for(carol).get(detail).content.decode()
+    assert client_for(carol).post(delete).status_code == 403
+    assert 'id="delete-confirm"' in client_for(team.owner).get(detail).content.decode()
+    assert Evaluation.objects.exists()
+    assert client_for(team.owner).post(delete).status_code == 302
+    assert not Evaluation.objects.exists()
+
+
 def test_a_run_and_a_base_model_page_offer_evaluate(team, client_for, base_model):
     page = client_for(team.teammate).get(reverse("basemodels:detail", args=[team.project.slug,
                                                                             base_model.public_id])).content.decode()
