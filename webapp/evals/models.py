@@ -53,6 +53,9 @@ class Evaluation(models.Model):
     # ``jaxengine.evaluate``'s object: metric, value, count, groups (exact match with group_by), examples.
     result = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True, default="")
+    # A word on a scoring under way that is no failure: its serve worker was lost and it starts over
+    # (``services.evaluation_requeued``). Its outcome clears it; ``error`` holds failures.
+    notice = models.TextField(blank=True, default="")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)

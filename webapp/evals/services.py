@@ -11,8 +11,10 @@ from __future__ import annotations
 import itertools
 import logging
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -31,6 +33,7 @@ from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.evals.models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationStatus, Metric
 from webapp.projects.models import Project
 from webapp.projects.services import project_lock
+from webapp.workers.deliveries import LostWorker, task_deliveries
 
 logger = logging.getLogger(__name__)
 
@@ -150,9 +153,10 @@ def evaluation_create(*, project: Project, model_ref: str, version: DatasetVersi
 
 
 def evaluation_start(*, evaluation_id: int) -> Evaluation | None:
-    """The serve worker takes up a queued evaluation (running from now); None when it is no longer queued
-    (cancelled or deleted before its message was taken up, or a redelivered message of one already started)."""
-    if not Evaluation.objects.filter(pk=evaluation_id, status=EvaluationStatus.QUEUED).update(
+    """The serve worker takes up a queued evaluation, or a running one whose message was queued again because the
+    worker scoring it died (``workers.deliveries.deliveries_restore_orphaned``): running from now. None when it has
+    ended (cancelled, or deleted, before its message was taken up)."""
+    if not Evaluation.objects.filter(pk=evaluation_id, status__in=ACTIVE_EVALUATION_STATUSES).update(
             status=EvaluationStatus.RUNNING, started_at=timezone.now()):
         return None
     return Evaluation.objects.select_related("project", "dataset_version__dataset").get(pk=evaluation_id)
@@ -162,16 +166,44 @@ def evaluation_finish(*, evaluation_id: int, result: dict[str, Any]) -> bool:
     """Record a running evaluation's result (``jaxengine.evaluate``'s object). Whether it was recorded: not for
     one cancelled or deleted meanwhile."""
     return Evaluation.objects.filter(pk=evaluation_id, status=EvaluationStatus.RUNNING).update(
-        status=EvaluationStatus.SUCCEEDED, result=result, finished_at=timezone.now()) > 0
+        status=EvaluationStatus.SUCCEEDED, result=result, notice="", finished_at=timezone.now()) > 0
 
 
 def evaluation_fail(*, evaluation_id: int, reason: str) -> bool:
     """A running evaluation could not be scored: it fails with ``reason`` (shown on its page)."""
     updated = Evaluation.objects.filter(pk=evaluation_id, status=EvaluationStatus.RUNNING).update(
-        status=EvaluationStatus.FAILED, error=reason, finished_at=timezone.now())
+        status=EvaluationStatus.FAILED, error=reason, notice="", finished_at=timezone.now())
     if updated:
         logger.warning("evaluation %s failed: %s", evaluation_id, reason)
     return updated > 0
+
+
+def evaluation_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
+    """Say on an evaluation under way that its serve worker was lost and it was queued again
+    (``workers.deliveries.FIRST_LOSS_NOTES``), in its ``notice``; its outcome clears it. Whether it was said (not for
+    one that ended meanwhile)."""
+    (evaluation_id,) = arguments
+    return Evaluation.objects.filter(pk=evaluation_id, status__in=ACTIVE_EVALUATION_STATUSES).update(
+        notice=lost.note(doing="scoring this evaluation", work="the scoring")) > 0
+
+
+WORKERS_LOST = ("scoring it stopped two serve workers in turn (killed, out of memory, or their host lost); it is not "
+                "scored again: evaluate on fewer rows, with fewer new tokens or a smaller model, or ask for serve "
+                "workers with more memory")
+
+
+def evaluations_fail_abandoned(*, now: datetime | None = None) -> list[int]:
+    """Fail each running evaluation whose message lost two serve workers in turn (run by every worker's reaper,
+    ``worker/reaper.py``): a dead worker's message is queued again once (``deliveries_restore_orphaned``), and one
+    that kills its next worker too (out of memory) would be left to Celery's visibility timeout, an hour, the
+    evaluation saying meanwhile that it runs and holding its model. Returns the ids failed."""
+    now = now or timezone.now()
+    running = list(Evaluation.objects.filter(status=EvaluationStatus.RUNNING).values_list("pk", flat=True))
+    if not running or (deliveries := task_deliveries(task=EVALUATION_TASK, now=now)) is None:
+        return []
+    abandoned = deliveries.abandoned(delivered_before=now - timedelta(seconds=django_settings.TEMPER_RUN_LOST_SECONDS))
+    return [evaluation_id for evaluation_id in running
+            if (evaluation_id,) in abandoned and evaluation_fail(evaluation_id=evaluation_id, reason=WORKERS_LOST)]
 
 
 @transaction.atomic

@@ -101,8 +101,8 @@ def test_a_queued_evaluation_keeps_its_model_version_and_project_until_it_ends(t
 def test_cancel_drops_the_workers_result_and_is_refused_once_ended(team, base_model, prompts_version):
     evaluation = create(team, base_model, prompts_version)
     assert services.evaluation_start(evaluation_id=evaluation.pk) is not None
-    assert services.evaluation_start(evaluation_id=evaluation.pk) is None  # a redelivered message does nothing
     services.evaluation_cancel(evaluation=evaluation, user=team.teammate)
+    assert services.evaluation_start(evaluation_id=evaluation.pk) is None  # a message still queued does nothing
     assert not services.evaluation_finish(evaluation_id=evaluation.pk, result={"metric": "exact_match", "value": 1})
     evaluation.refresh_from_db()
     assert evaluation.status == EvaluationStatus.CANCELLED and evaluation.result == {}
