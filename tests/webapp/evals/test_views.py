@@ -3,10 +3,12 @@ the detail page refreshes while the evaluation is under way and escapes model ou
 from django.urls import reverse
 
 from tests.webapp.evals.conftest import create
-from tests.webapp.factories import form_token
+from tests.webapp.factories import form_token, make_user
 from webapp.core.bidi import isolated
 from webapp.evals import services
 from webapp.evals.models import Evaluation, EvaluationStatus
+from webapp.projects import services as project_services
+from webapp.projects.models import Role
 
 
 def post_form(client, team, base_model, version, **overrides):
@@ -90,10 +92,6 @@ def test_a_member_cancels_then_deletes_one(team, client_for, base_model, prompts
 
 
 def test_only_an_owner_or_its_launcher_deletes_one(team, client_for, base_model, prompts_version):
-    from webapp.projects import services as project_services
-    from webapp.projects.models import Role
-    from tests.webapp.factories import make_user
-
     carol = make_user("carol")
     project_services.membership_add(project=team.project, user=carol, role=Role.MEMBER)
     evaluation = create(team, base_model, prompts_version)  # the teammate's
