@@ -14,6 +14,17 @@ from typing import Any
 from jaxengine import rewards
 
 
+def load_for_scoring(model_dir):
+    """``(model, tokenizer)`` of a model directory as ``jaxengine eval`` and the web app's evaluations score it:
+    in float32, a quantized serving copy (a run's ``export/quantized/``) as the chat serves it."""
+    import jax.numpy as jnp
+
+    from jaxengine.serving import load_serving_weights
+    from jaxengine.tokenizer import load_tokenizer
+
+    return load_serving_weights(model_dir, compute_dtype=jnp.float32), load_tokenizer(model_dir)
+
+
 def exact_match(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int = 32, batch_size: int = 64,
                 by: str | None = None) -> dict[str, Any]:
     """``score_exact_match`` of the greedy completions of ``rows`` (each with ``prompt`` and ``answer``)."""

@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "webapp.runs",
     "webapp.api",
     "webapp.review",
+    "webapp.evals",
     "webapp.chat",
     "webapp.webhooks",
     "webapp.activity",

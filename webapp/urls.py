@@ -23,6 +23,7 @@ urlpatterns = [
     path("", include("webapp.runs.urls")),
     path("", include("webapp.api.urls")),
     path("", include("webapp.review.urls")),
+    path("", include("webapp.evals.urls")),
     path("", include("webapp.chat.urls")),
     path("", include("webapp.webhooks.urls")),
     path("", include("webapp.activity.urls")),

@@ -17,7 +17,8 @@ the next step, which would hand the message to a live worker first), and the mes
 outright held are queued again at once instead of after Celery's hour-long visibility timeout
 (``webapp.workers.deliveries``), what each works on saying so; a dataset version whose check killed two workers in turn is failed with that reason
 (``webapp.datasets.services.versions_fail_abandoned``), and a review export that wrote it is told, and so are a
-review campaign's item load and export (``webapp.review.services.review_work_fail_abandoned``). Webhook deliveries
+review campaign's item load and export (``webapp.review.services.review_work_fail_abandoned``) and an
+evaluation's scoring (``webapp.evals.services.evaluations_fail_abandoned``). Webhook deliveries
 overdue by ten minutes have their task sent again (``webapp.webhooks.services.deliveries_resend_overdue``). Every worker (default,
 train, serve) runs it, so a lost run is found while any worker is up; the conditional update in the service makes concurrent reapers safe.
 The thread lives in the main process, which a forked pool child's death does not take down; each
@@ -34,6 +35,7 @@ from django.conf import settings
 from webapp.runs.pipelines import pipelines_fail_lost_exports
 from webapp.runs.placement import runs_place_waiting, runs_replace_unstarted
 from webapp.datasets.services import versions_fail_abandoned
+from webapp.evals.services import evaluations_fail_abandoned
 from webapp.review.services import export_settle, generations_settle_lost, review_work_fail_abandoned
 from webapp.runs.services import checkpoint_exports_fail_lost, runs_reap_lost, runs_requeue_lost_messages
 from webapp.webhooks.services import deliveries_resend_overdue
@@ -77,6 +79,7 @@ class Reaper:
                 for version in versions_fail_abandoned():  # logs each one
                     export_settle(version_id=version.pk)  # as the check's own task does after it
                 review_work_fail_abandoned()  # logs each one
+                evaluations_fail_abandoned()  # logs each one
                 deliveries_restore_orphaned()  # logs each one
                 deliveries_resend_overdue()  # logs each one
         except Exception:  # a failed check must never take the worker down; the next one retries

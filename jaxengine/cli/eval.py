@@ -138,16 +138,11 @@ def _eval(args: argparse.Namespace) -> int:
         if missing is not None:
             raise CliError(f"--data {args.data}: row {missing} has no '{args.by}' column to group --by")
 
-    import jax.numpy as jnp
-
     from jaxengine import evaluate
-    from jaxengine.serving import load_serving_weights
-    from jaxengine.tokenizer import load_tokenizer
 
     # A quantized serving copy (export/quantized/) is scored as the chat serves it, as generate reads it;
-    # loaded as a plain checkpoint it was refused as one missing its kernels. float32, as before.
-    model = load_serving_weights(model_dir, compute_dtype=jnp.float32)
-    tokenizer = load_tokenizer(model_dir)
+    # loaded as a plain checkpoint it was refused as one missing its kernels.
+    model, tokenizer = evaluate.load_for_scoring(model_dir)
     if args.metric == "exact_match":
         result = evaluate.exact_match(model, tokenizer, rows, max_new_tokens=args.max_new_tokens, by=args.by)
     else:

@@ -49,6 +49,7 @@ from webapp.chat import arena
 from webapp.chat import selectors as chat_selectors
 from webapp.chat import services as chat_services
 from webapp.chat.tokens import project_token_create
+from webapp.evals import services as evaluation_services
 from webapp.projects.models import Membership, Role
 from webapp.review import services as review_services
 from webapp.runs import pipelines
@@ -86,6 +87,7 @@ class World:
     pipeline: Any
     campaign: Any
     item: Any
+    evaluation: Any
     conversation: Any
     message: Any
     battle: Any
@@ -103,7 +105,7 @@ class World:
         """What would show that an answer leaked the project: its name, its members' names and
         every object's id."""
         objects = [self.base_model, self.sft, self.sft.dataset, self.run, self.pipeline, self.campaign, self.item,
-                   self.conversation, self.message, self.battle, self.battle.side_a, self.battle.side_b,
+                   self.evaluation, self.conversation, self.message, self.battle, self.battle.side_a, self.battle.side_b,
                    self.webhook, self.delivery]
         team = self.team
         return ({obj.public_id for obj in objects} | {team.project.name, PRIVATE_TEXT}
@@ -174,6 +176,14 @@ def _pipeline(world):
 
 def _campaign(world):
     return {"slug": world.slug, "public_id": world.campaign.public_id}
+
+
+def _evaluation(world):
+    return {"slug": world.slug, "public_id": world.evaluation.public_id}
+
+
+def _api_evaluation(world):
+    return {"slug": world.slug, "evaluation_id": world.evaluation.public_id}
 
 
 def _item(world):
@@ -330,6 +340,13 @@ ROUTES: dict[str, Route] = {
     "review:resolve": Route(kwargs=_item, methods={"GET": OWNER, "POST": OWNER}),
     "review:export": Route(kwargs=_campaign, methods={"POST": OWNER}),
 
+    # Evaluating spends the serve worker's time: the member role, as the chat.
+    "evals:list": Route(kwargs=_project, methods=READ),
+    "evals:create": Route(kwargs=_project, methods={"GET": MEMBER, "POST": MEMBER}),
+    "evals:detail": Route(kwargs=_evaluation, methods=READ),
+    "evals:cancel": Route(kwargs=_evaluation, methods={"POST": MEMBER}),
+    "evals:delete": Route(kwargs=_evaluation, methods={"POST": MEMBER}),  # refused: it is queued
+
     # Chatting spends accelerator time: the member role. Conversations and battles are their author's.
     "chat:list": Route(kwargs=_project, methods={"GET": MEMBER, "POST": MEMBER}),
     "chat:token_create": Route(kwargs=_project, methods={"POST": MEMBER}),
@@ -401,6 +418,9 @@ ROUTES: dict[str, Route] = {
     "api:pipelines": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ_MEMBER_WRITE),
     "api:pipeline": Route(auth=Auth.API_TOKEN, kwargs=_pipeline, methods=READ),
     "api:pipeline_cancel": Route(auth=Auth.API_TOKEN, kwargs=_pipeline, methods={"POST": MEMBER}),
+    "api:evaluations": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ_MEMBER_WRITE),
+    "api:evaluation": Route(auth=Auth.API_TOKEN, kwargs=_api_evaluation, methods={"GET": VIEWER, "DELETE": MEMBER}),
+    "api:evaluation_cancel": Route(auth=Auth.API_TOKEN, kwargs=_api_evaluation, methods={"POST": MEMBER}),
     # The /v1/ tokens of the Chat page, by a REST token: the member role, each the teammate's own.
     "api:chat_tokens": Route(auth=Auth.API_TOKEN, kwargs=_project, methods={"GET": MEMBER, "POST": MEMBER}),
     "api:chat_token": Route(auth=Auth.API_TOKEN, kwargs=_chat_token, methods={"DELETE": MEMBER}, private=True),
@@ -493,6 +513,9 @@ def world(team, queued, settings) -> World:
     campaign = review_services.campaign_create(project=project, name="pass 1", guidelines="", required_reviews=1,
                                                reviewers=[teammate], source_version=preference, user=team.owner)
     campaign = review_services.campaign_load_items(campaign_id=campaign.pk)
+    evaluation = evaluation_services.evaluation_create(
+        project=project, model_ref=base_model.public_id, version=sft,
+        settings=evaluation_services.EvaluationSettings(), user=teammate)
     choices = chat_selectors.model_choices(project=project)
     conversation = chat_services.conversation_create(project=project, user=teammate, model=choices[0])
     message = chat_services.message_send(conversation=conversation, model=choices[0], content=PRIVATE_TEXT)
@@ -518,7 +541,7 @@ def world(team, queued, settings) -> World:
     secrets[Auth.PROJECT_TOKEN, "viewer"] = project_token_create(user=team.viewer, project=project, name="old")[1]
     Membership.objects.filter(project=project, user=team.viewer).update(role=VIEWER)
     return World(team=team, base_model=base_model, sft=sft, run=run, pipeline=pipeline, campaign=campaign,
-                 item=campaign.items.first(), conversation=conversation, message=message, battle=battle,
+                 item=campaign.items.first(), evaluation=evaluation, conversation=conversation, message=message, battle=battle,
                  webhook=webhook, delivery=delivery,
                  spare_project_token=project_token_create(user=teammate, project=project, name="spare")[0],
                  spare_api_token=token_create(user=teammate, name="spare")[0], secrets=secrets)

@@ -47,6 +47,9 @@ class Verb(models.TextChoices):
     CAMPAIGN_CREATED = "campaign.created", "created"
     CAMPAIGN_DELETED = "campaign.deleted", "deleted"
     CAMPAIGN_EXPORTED = "campaign.exported", "exported"
+    EVALUATION_LAUNCHED = "evaluation.launched", "launched"
+    EVALUATION_CANCELLED = "evaluation.cancelled", "cancelled"
+    EVALUATION_DELETED = "evaluation.deleted", "deleted"
     # Where the project's data is sent: each change is a security matter (webapp.webhooks.services).
     WEBHOOK_CREATED = "webhook.created", "added"
     WEBHOOK_CHANGED = "webhook.changed", "changed"
@@ -64,6 +67,7 @@ class TargetKind(models.TextChoices):
     MEMBER = "member", "member"
     CHAT_TOKEN = "chat_token", "project token"
     CAMPAIGN = "campaign", "review campaign"
+    EVALUATION = "evaluation", "evaluation"
     WEBHOOK = "webhook", "webhook"
 
 

@@ -18,6 +18,7 @@ from webapp.basemodels.models import BaseModel
 from webapp.chat.models import ProjectToken
 from webapp.core.keyset import KeysetPage, keyset_page
 from webapp.datasets.models import Dataset, DatasetVersion
+from webapp.evals.models import Evaluation
 from webapp.projects.models import Membership, Project, Role, role_at_least
 from webapp.review.models import Campaign
 from webapp.runs.models import Pipeline, Run, RunTag
@@ -177,6 +178,7 @@ _ADDRESSES: dict[str, Callable[[Project, set[str]], dict[str, str | None]]] = {
     TargetKind.DATASET: _by_public_id(Dataset, "datasets:detail"),
     TargetKind.BASE_MODEL: _by_public_id(BaseModel, "basemodels:detail"),
     TargetKind.CAMPAIGN: _by_public_id(Campaign, "review:detail"),
+    TargetKind.EVALUATION: _by_public_id(Evaluation, "evals:detail"),
     TargetKind.DATASET_VERSION: _versions,
     TargetKind.SWEEP: _sweeps,
     TargetKind.MEMBER: _members,

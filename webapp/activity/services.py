@@ -32,6 +32,7 @@ _DESCRIBERS = {
                                                 f"{version.dataset.name} v{version.number}"),
     "basemodels.BaseModel": lambda base_model: (TargetKind.BASE_MODEL, base_model.public_id, base_model.name),
     "review.Campaign": lambda campaign: (TargetKind.CAMPAIGN, campaign.public_id, campaign.name),
+    "evals.Evaluation": lambda evaluation: (TargetKind.EVALUATION, evaluation.public_id, str(evaluation)),
     "chat.ProjectToken": lambda token: (TargetKind.CHAT_TOKEN, f"{token.prefix}…", token.name),
     "projects.Membership": lambda membership: (TargetKind.MEMBER, membership.user.get_username(),
                                                membership.user.get_username()),

@@ -20,6 +20,8 @@ from webapp.runs.selectors import MAX_POINTS, METRIC_SORT, METRICS_MAX_POINTS, R
 REF = "#/components/schemas/{model}"
 SLUG = {"name": "slug", "in": "path", "required": True, "schema": {"type": "string"}, "description": "Project slug."}
 RUN = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}, "description": "Run id (run_…)."}
+EVALUATION = {"name": "evaluation_id", "in": "path", "required": True, "schema": {"type": "string"},
+              "description": "Evaluation id (ev_…)."}
 PIPELINE = {"name": "pipeline_id", "in": "path", "required": True, "schema": {"type": "string"},
             "description": "Pipeline id (pl_…)."}
 DATASET = {"name": "dataset_id", "in": "path", "required": True, "schema": {"type": "string"},
@@ -90,7 +92,8 @@ ANSWERS = (schemas.ProjectList, schemas.ProjectOut, schemas.BaseModelList, schem
            schemas.DatasetList, schemas.DatasetDetail,
            schemas.DatasetComparison, schemas.DatasetVersionOut, schemas.UploadOut, schemas.RunPage, schemas.RunDetail, schemas.RunOut,
            schemas.SweepOut, schemas.MetricSeries, schemas.MetricsLogged, schemas.SampleList, schemas.SamplesStored, schemas.RunLog,
-           schemas.PipelineList, schemas.PipelineOut, schemas.ChatTokenList, schemas.ChatTokenCreated,
+           schemas.PipelineList, schemas.PipelineOut, schemas.EvaluationList, schemas.EvaluationOut,
+           schemas.ChatTokenList, schemas.ChatTokenCreated,
            schemas.ProjectStorage, schemas.CheckpointsPruned, schemas.CheckpointList, schemas.CheckpointExportQueued,
            schemas.CheckpointServingCopyQueued, schemas.WebhookList, schemas.WebhookOut, schemas.DeliveryList,
            schemas.DeliveryOut, schemas.ProjectPruneState,
@@ -124,6 +127,11 @@ def _operation(summary: str, parameters: list, *, body: type[BaseModel] | None =
     return operation
 
 
+def _with_409(operation: dict[str, Any], why: str) -> dict[str, Any]:
+    operation["responses"]["409"] = _json(why, schemas.Detail)
+    return operation
+
+
 def _query(name: str, description: str, kind: str = "string") -> dict[str, Any]:
     return {"name": name, "in": "query", "required": False, "schema": {"type": kind}, "description": description}
 
@@ -154,7 +162,7 @@ def build_document() -> dict[str, Any]:
     for model in (schemas.RunCreate, schemas.RunResume, schemas.RunRetry, schemas.RunDuplicate, schemas.CheckpointsPrune,
                   schemas.CheckpointExport, schemas.CheckpointServingCopy,
                   schemas.MetricsLog, schemas.SamplesLog, schemas.RunFinish,
-                  schemas.ChatTokenCreate, schemas.ProjectUpdate, schemas.WebhookCreate, schemas.WebhookUpdate, schemas.WebhookSecret,
+                  schemas.ChatTokenCreate, schemas.EvaluationCreate, schemas.ProjectUpdate, schemas.WebhookCreate, schemas.WebhookUpdate, schemas.WebhookSecret,
                   schemas.WebhookTest, schemas.DeliveryRedeliver, schemas.StoragePruneRequest,
                   JobSpec, PipelineDocument, *ANSWERS):
         schema = model.model_json_schema(ref_template=REF)
@@ -497,6 +505,28 @@ def build_document() -> dict[str, Any]:
             "Cancel a running pipeline: its current stage's run is cancelled (a queued one at once, a training one "
             "after its current step), an export stage not yet writing is dropped (400 while it writes its serving "
             "copy, and once the pipeline has ended)", [SLUG, PIPELINE], answer=schemas.PipelineOut)},
+        f"{base}/evaluations/": {
+            "get": _operation("List evaluations, newest first (every member, viewers too)", [SLUG],
+                              query=_page_query("evaluations"),
+                              response="`{\"evaluations\": [...], \"next\": url}`: follow `next` (null on the "
+                                       "last page) for the page after", answer=schemas.EvaluationList),
+            "post": _operation("Evaluate a model on a ready dataset version (members and owners): everything is "
+                               "checked first (400 naming the field: the model, the version's kind and rows, the "
+                               "group-by column's values), then the serve worker scores it", [SLUG, IDEMPOTENCY_KEY],
+                               body=schemas.EvaluationCreate, status="202", response="the evaluation, queued",
+                               answer=schemas.EvaluationOut),
+        },
+        f"{base}/evaluations/{{evaluation_id}}/": {
+            "get": _operation("An evaluation: status, settings, and its result once it has succeeded",
+                              [SLUG, EVALUATION], answer=schemas.EvaluationOut),
+            "delete": _with_409(_operation("Delete an evaluation that has ended (an owner, or the member who launched it)",
+                                           [SLUG, EVALUATION], status="204", response="Nothing: deleted"),
+                                "Refused, nothing deleted: `{\"detail\": message}`: it is queued or running; cancel "
+                                "it first"),
+        },
+        f"{base}/evaluations/{{evaluation_id}}/cancel/": {"post": _with_409(_operation(
+            "Cancel a queued or running evaluation (members and owners)", [SLUG, EVALUATION],
+            answer=schemas.EvaluationOut), "Refused: `{\"detail\": message}`: it has ended already")},
         f"{base}/chat-tokens/": {
             "get": _operation("Your own tokens of the OpenAI-compatible API (/v1/) for the project, newest first, "
                               "without their secrets (members and owners, as on the Chat page)", [SLUG],

@@ -275,6 +275,7 @@ class ProjectLinks(_Answer):
     datasets: str = Field(description="The project's datasets (GET datasets/).")
     runs: str = Field(description="The project's runs (GET runs/; POST launches one).")
     pipelines: str = Field(description="The project's pipelines (GET pipelines/).")
+    evaluations: str = Field(description="The project's evaluations (GET evaluations/; POST queues one).")
     activity: str = Field(description="The project's activity log (GET activity/).")
     webhooks: str | None = Field(default=None, description="The project's webhooks (GET webhooks/): owners only, the "
                                                            "key left out for members and viewers.")
@@ -579,6 +580,44 @@ class PipelineOut(_Answer):
                                                      "until it starts).")
 
 
+class EvaluationCreate(_Body):
+    """Evaluate a model of the project on a ready dataset version, as the New evaluation page does."""
+
+    model: str = Field(description="The model as the chat names it: a base model (bm_…), a succeeded run's model "
+                                   "(run_…) or an exported checkpoint (run_…:step-N or run_…@N).")
+    dataset_version: str = Field(description="A ready dataset version (dv_…): prompts with an 'answer' column (exact "
+                                             "match of greedy completions) or sft (mean completion loss).")
+    row_limit: int = Field(default=200, description="Score the first rows only (1 to 5,000).")
+    max_new_tokens: int = Field(default=32, description="Exact match: tokens per greedy completion (1 to 1,024).")
+    group_by: str = Field(default="", description="Exact match: a column whose values each get their own figure "
+                                                  "(e.g. task); empty for none.")
+
+
+class EvaluationOut(_Answer):
+    id: str = Field(description="ev_…")
+    model: str = Field(description="The model's reference (bm_…, run_…, run_…:step-N).")
+    model_label: str
+    dataset_version: str | None = Field(description="dv_…; null once the version was deleted.")
+    version_label: str
+    metric: Literal["exact_match", "loss"]
+    row_limit: int
+    max_new_tokens: int
+    group_by: str
+    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    result: dict[str, Any] = Field(description="Once succeeded: jaxengine eval's object (metric, value, count, groups "
+                                               "with group_by, the first completions as examples); {} before.")
+    error: str = Field(description="Why it failed, or who cancelled it; empty otherwise.")
+    created_by: str | None
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+
+
+class EvaluationList(_Answer):
+    evaluations: list[EvaluationOut]
+    next: str | None = Field(description="The address of the next page; null on the last.")
+
+
 class PipelineList(_Answer):
     pipelines: list[PipelineOut]
     next: str | None = Field(description="The address of the next page; null on the last.")
@@ -586,7 +625,7 @@ class PipelineList(_Answer):
 
 class ActivityTarget(_Answer):
     kind: str = Field(description="run, sweep, pipeline, dataset, dataset_version, base_model, member, chat_token, "
-                                  "campaign or webhook.")
+                                  "campaign, evaluation or webhook.")
     id: str = Field(description="Its public id (run_…, ds_…, wh_…; a sweep's tag; a member's username; a project "
                                 "token's first characters).")
     label: str = Field(description="Its name when it was done (a webhook's: the host of its address).")

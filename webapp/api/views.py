@@ -48,6 +48,8 @@ from webapp.core.submissions import (IDEMPOTENCY_HEADER, IdempotencyKeyReused, S
 from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
+from webapp.evals import selectors as evaluation_selectors
+from webapp.evals import services as evaluation_services
 from webapp.core.disk_free import upload_room_refusal
 from webapp.datasets.uploads import (LimitedUploadHandler, body_too_large, file_too_large_message,
                                      name_as_uploaded, one_file_per_upload_message, upload_cut_short_message)
@@ -308,7 +310,7 @@ def _base_model_json(model, *, listing: bool = False) -> dict[str, Any]:
 
 # What a project's listing links to: the lists a script starts from (``api:<name>``), keyed as its answer names them.
 PROJECT_LISTS = {"base_models": "api:base_models", "datasets": "api:datasets", "runs": "api:runs",
-                 "pipelines": "api:pipelines", "activity": "api:activity"}
+                 "pipelines": "api:pipelines", "evaluations": "api:evaluations", "activity": "api:activity"}
 
 
 # Listed for owners only: the other roles get 403 there (a hook's address and secret are secrets).
@@ -1317,3 +1319,76 @@ def openapi(request: HttpRequest) -> JsonResponse:
     if request.method not in ("GET", "HEAD"):
         return _method_not_allowed(request, ("GET", "HEAD"))
     return JsonResponse(build_document())
+
+
+def _evaluation_json(evaluation) -> dict[str, Any]:
+    version = evaluation.dataset_version
+    return {"id": evaluation.public_id, "model": evaluation.model_ref, "model_label": evaluation.model_label,
+            "dataset_version": version.public_id if version is not None else None,
+            "version_label": evaluation.version_label, "metric": evaluation.metric, "row_limit": evaluation.row_limit,
+            "max_new_tokens": evaluation.max_new_tokens, "group_by": evaluation.group_by,
+            "status": evaluation.status, "result": evaluation.result, "error": evaluation.error,
+            "created_by": evaluation.created_by.get_username() if evaluation.created_by else None,
+            "created_at": evaluation.created_at.isoformat(),
+            "started_at": evaluation.started_at.isoformat() if evaluation.started_at else None,
+            "finished_at": evaluation.finished_at.isoformat() if evaluation.finished_at else None}
+
+
+@api_view(("GET", "POST"), query=paging.QUERY)
+def evaluations(request: HttpRequest, slug: str) -> JsonResponse:
+    """GET: the project's evaluations, newest first, a page at a time (``limit``, and the ``next`` link). POST
+    ``{"model", "dataset_version", "row_limit"?, "max_new_tokens"?, "group_by"?}``: check everything and queue the
+    evaluation on the serve worker (202), as the New evaluation page does (members and owners)."""
+    if request.method == "GET":
+        project, _membership = get_project_for_user(request.user, slug)
+        asked = paging.page_query(request, sort="evaluations")
+        page = evaluation_selectors.evaluation_page(project=project, after=asked.after, limit=asked.limit)
+        return JsonResponse({"evaluations": [_evaluation_json(evaluation) for evaluation in page.rows],
+                             "next": paging.next_link(request, sort="evaluations", after=page.next_after)})
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    body = _body(request, schemas.EvaluationCreate)
+    # A version of another project is answered as a missing one: its id is not the caller's to learn of.
+    version = (DatasetVersion.objects.select_related("dataset")
+               .filter(dataset__project=project, public_id=body.dataset_version).first())
+    if version is None:
+        raise ValidationError({"dataset_version": f"{body.dataset_version!r} is not a dataset version of "
+                                                  f"{project.slug} (dv_…)"})
+    settings_sent = evaluation_services.EvaluationSettings(row_limit=body.row_limit,
+                                                           max_new_tokens=body.max_new_tokens,
+                                                           group_by=body.group_by.strip())
+    sent = request_send_once(request, create=lambda: evaluation_services.evaluation_create(
+        project=project, model_ref=body.model, version=version, settings=settings_sent,
+        user=request.user).public_id)
+    return _created(_evaluation_json(evaluation_selectors.evaluation_get(project=project, public_id=sent.result)),
+                    sent, status=202)
+
+
+@api_view(("GET", "DELETE"))
+def evaluation_detail(request: HttpRequest, slug: str, evaluation_id: str) -> HttpResponse:
+    """GET: one evaluation, its result once it has succeeded. DELETE: delete one that has ended (an owner, or the
+    member who launched it; 409 while it is queued or running: cancel it first)."""
+    if request.method == "GET":
+        project, _membership = get_project_for_user(request.user, slug)
+        return JsonResponse(_evaluation_json(evaluation_selectors.evaluation_get(project=project,
+                                                                                 public_id=evaluation_id)))
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    evaluation = evaluation_selectors.evaluation_get(project=project, public_id=evaluation_id)
+    evaluation_selectors.ensure_may_delete_evaluation(membership=membership, evaluation=evaluation)
+    try:
+        evaluation_services.evaluation_delete(evaluation=evaluation, user=request.user)
+    except ValidationError as error:
+        return _error(409, detail="; ".join(error.messages))
+    return HttpResponse(status=204)
+
+
+@api_view(("POST",))
+def evaluation_cancel(request: HttpRequest, slug: str, evaluation_id: str) -> JsonResponse:
+    """Cancel a queued or running evaluation (members and owners; 409 once it has ended)."""
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    evaluation = evaluation_selectors.evaluation_get(project=project, public_id=evaluation_id)
+    try:
+        evaluation = evaluation_services.evaluation_cancel(evaluation=evaluation, user=request.user)
+    except ValidationError as error:
+        return _error(409, detail="; ".join(error.messages))
+    return JsonResponse(_evaluation_json(evaluation_selectors.evaluation_get(project=project,
+                                                                             public_id=evaluation.public_id)))

@@ -201,9 +201,10 @@ def base_model_readers(*, base_model: BaseModel) -> list[str]:
     queued or training from it, runs stopped short that may still be resumed or retried from it
     (``stopped_runs_needing``), running pipelines whose stages name it, its serving copy being written,
     review campaigns generating answers with it (or cancelled, while the serve worker still answers with it),
-    chat and arena answers being written with it."""
+    evaluations of it queued or running, chat and arena answers being written with it."""
     # Imported here: these apps' models import this one's.
     from webapp.chat.selectors import answers_being_written
+    from webapp.evals.selectors import model_evaluation_readers
     from webapp.review.selectors import generation_readers
     from webapp.runs.models import ACTIVE_STATUSES, Pipeline, PipelineStatus, Run, ServingCopyStatus
 
@@ -220,6 +221,8 @@ def base_model_readers(*, base_model: BaseModel) -> list[str]:
     if base_model.serving_copies.filter(status=ServingCopyStatus.WRITING).exists():
         readers.append("a serving copy of it is being written; wait until it is ready")
     readers.extend(generation_readers(project_id=base_model.project_id, model_id=base_model.public_id, model="it"))
+    readers.extend(model_evaluation_readers(project_id=base_model.project_id, model_id=base_model.public_id,
+                                            model="it"))
     readers.extend(answers_being_written(project_id=base_model.project_id, ref=base_model.public_id))
     return readers
 

@@ -160,8 +160,10 @@ def ensure_may_delete_dataset(*, membership: Membership, dataset: Dataset, versi
 def version_readers(*, versions: list[DatasetVersion]) -> list[str]:
     """What still reads one of ``versions`` (the work a deletion would break), one sentence each: runs
     queued or training on it, review campaigns loading their items from it or generating answers to its
-    prompts, running pipelines whose stages name it, and serving copies being written against it."""
+    prompts, running pipelines whose stages name it, serving copies being written against it, and evaluations
+    queued or running on it."""
     # Imported here: these apps' models import this one's.
+    from webapp.evals.selectors import version_evaluation_readers
     from webapp.review.models import Campaign, CampaignStatus
     from webapp.runs.models import ACTIVE_STATUSES, Pipeline, PipelineStatus, Run, ServingCopy, ServingCopyStatus
 
@@ -190,6 +192,7 @@ def version_readers(*, versions: list[DatasetVersion]) -> list[str]:
     for copy in ServingCopy.objects.filter(eval_version__in=versions, status=ServingCopyStatus.WRITING):
         readers.append("a serving copy is being written that measures itself on "
                        f"{isolated(str(by_pk[copy.eval_version_id]))}; wait until it is ready")
+    readers.extend(version_evaluation_readers(versions=versions))
     return readers
 
 

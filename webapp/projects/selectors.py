@@ -92,12 +92,14 @@ def project_readers(*, project: Project) -> list[str]:
     """Work in flight in ``project`` (what deleting it would pull from under a worker), one sentence each:
     runs queued or running, running pipelines, review campaigns loading or generating (or cancelled while the
     serve worker still answers them) and exports of them being written, serving copies (a run's first one too)
-    and checkpoint exports being written, chat and arena answers being written, /v1 completions being answered. A dataset version being checked holds nothing: its
+    and checkpoint exports being written, chat and arena answers being written, /v1 completions being answered,
+    evaluations queued or running. A dataset version being checked holds nothing: its
     check drops the result of a deleted one."""
     # Imported here: these apps' models import this one's.
     from webapp.chat.models import Message, MessageStatus
     from webapp.chat.selectors import api_generations_answered
     from webapp.chat.services import answer_is_lost
+    from webapp.evals.selectors import project_evaluation_readers
     from webapp.review.models import Campaign, CampaignStatus, Export, ExportStatus
     from webapp.review.selectors import stopping_generations
     from webapp.runs.models import (ACTIVE_STATUSES, CheckpointExport, CheckpointExportStatus, Pipeline,
@@ -133,4 +135,5 @@ def project_readers(*, project: Project) -> list[str]:
         readers.append("a chat or arena answer is still being written; wait for it to finish")
     if api_generations_answered(project_id=project.pk).exists():
         readers.append("a /v1 completion is being answered; wait for it to finish")
+    readers.extend(project_evaluation_readers(project=project))
     return readers

@@ -1388,8 +1388,9 @@ def run_readers(*, run: Run) -> list[str]:
     itself while queued or running, runs queued or training from its model or scored by it (a reward model), a
     running pipeline it is a stage of or whose stages name it, its serving copies and checkpoint exports being
     written, review campaigns generating with its model (or cancelled, while the serve worker still answers with
-    it), chat and arena answers being written with it."""
+    it), evaluations of its model queued or running, chat and arena answers being written with it."""
     from webapp.chat.selectors import answers_being_written  # the chat is built on runs
+    from webapp.evals.selectors import model_evaluation_readers
     from webapp.review.selectors import generation_readers
 
     readers = []
@@ -1418,6 +1419,7 @@ def run_readers(*, run: Run) -> list[str]:
     if run.checkpoint_exports.filter(status=CheckpointExportStatus.EXPORTING).exists():
         readers.append("a checkpoint of it is being exported; wait until it is done")
     readers.extend(generation_readers(project_id=run.project_id, model_id=run.public_id, model="its model"))
+    readers.extend(model_evaluation_readers(project_id=run.project_id, model_id=run.public_id, model="its model"))
     readers.extend(answers_being_written(project_id=run.project_id, ref=run.public_id))
     return readers
 

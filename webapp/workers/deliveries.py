@@ -155,6 +155,7 @@ FIRST_LOSS_NOTES = {
     "worker.tasks.train.export_stage": "webapp.runs.pipelines.export_stage_requeued",
     "worker.tasks.serve.make_serving_copy": "webapp.runs.serving_copies.serving_copy_requeued",
     "worker.tasks.serve.quantize_run": "webapp.runs.serving_copies.automatic_copy_requeued",
+    "worker.tasks.evals.run_evaluation": "webapp.evals.services.evaluation_requeued",
 }
 
 

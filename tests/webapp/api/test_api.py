@@ -46,6 +46,7 @@ def test_it_lists_the_projects_a_token_reaches(world):
         "datasets": f"{apis['viewer'].base}/api/v1/projects/alpha/datasets/",
         "runs": f"{apis['viewer'].base}/api/v1/projects/alpha/runs/",
         "pipelines": f"{apis['viewer'].base}/api/v1/projects/alpha/pipelines/",
+        "evaluations": f"{apis['viewer'].base}/api/v1/projects/alpha/evaluations/",
         "activity": f"{apis['viewer'].base}/api/v1/projects/alpha/activity/"}  # no webhooks: the owners' (403)
     # Scoped to the caller: the outsider sees its own project, not alpha; by name, each with its own role.
     assert [project["slug"] for project in apis["outsider"].call("GET", "/api/v1/projects/")[1]["projects"]] == [

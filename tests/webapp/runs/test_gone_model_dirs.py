@@ -298,9 +298,10 @@ def test_the_run_page_says_its_export_is_gone_for_good_once_its_run_folder_is(te
     client = client_for(team.teammate)
     page = page_of(client, run)
     assert 'id="chat-with-run"' in page and 'id="launch-from-run"' in page and 'id="export-gone"' not in page
+    assert f'href="/p/alpha/evaluations/new/?model={run.public_id}" id="evaluate-run"' in page
     shutil.rmtree(run.output_dir)
     page = page_of(client, run)
-    assert 'id="chat-with-run"' not in page and 'id="launch-from-run"' not in page
+    assert 'id="chat-with-run"' not in page and 'id="launch-from-run"' not in page and 'id="evaluate-run"' not in page
     assert f"?model={run.public_id}&amp;" not in page and 'action="/p/alpha/runs/{run.public_id}/export/"' not in page
     gone = html.escape(f"The model run {isolated('first')} ({run.public_id}) exported is gone from disk: its export "
                        "folder was deleted since, so runs no longer start from it and the chat does not serve it. It "

@@ -1,0 +1,84 @@
+"""Evaluations through the REST API: what the pages do, by the same services and with the same refusals; every
+answer is what the OpenAPI document says (strict)."""
+import json
+
+from django.test import Client
+from pydantic import TypeAdapter
+
+from tests.webapp.factories import make_ready_version
+from webapp.api import schemas
+from webapp.api.services import token_create
+from webapp.evals import services
+from webapp.evals.models import Evaluation, EvaluationStatus
+
+BASE = "/api/v1/projects/alpha/evaluations/"
+
+
+def api(user):
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=user, name='test')[1]}")
+
+    def call(method, path, body=None):
+        response = getattr(client, method.lower())(path, json.dumps(body) if body is not None else None,
+                                                   content_type="application/json")
+        return response.status_code, response.json() if response.content else None
+    return call
+
+
+def valid(schema: str, body) -> None:
+    TypeAdapter(getattr(schemas, schema)).validate_json(json.dumps(body))
+
+
+def test_a_member_queues_reads_cancels_and_deletes_one(team, base_model, prompts_version, sent_tasks,
+                                                       django_capture_on_commit_callbacks):
+    member = api(team.teammate)
+    with django_capture_on_commit_callbacks(execute=True):
+        status, made = member("POST", BASE, {"model": base_model.public_id,
+                                             "dataset_version": prompts_version.public_id, "row_limit": 4,
+                                             "group_by": "task"})
+    assert status == 202, made
+    valid("EvaluationOut", made)
+    assert (made["status"], made["metric"], made["row_limit"], made["max_new_tokens"], made["group_by"]) == (
+        "queued", "exact_match", 4, 32, "task")
+    assert sent_tasks == [(services.EVALUATION_TASK, [Evaluation.objects.get().pk], "serve")]
+    status, listed = api(team.viewer)("GET", BASE)
+    assert status == 200 and [one["id"] for one in listed["evaluations"]] == [made["id"]]
+    valid("EvaluationList", listed)
+    assert member("DELETE", f"{BASE}{made['id']}/")[0] == 409  # queued: cancel first
+    status, cancelled = member("POST", f"{BASE}{made['id']}/cancel/")
+    assert status == 200 and cancelled["status"] == "cancelled"
+    valid("EvaluationOut", cancelled)
+    assert member("POST", f"{BASE}{made['id']}/cancel/")[0] == 409
+    assert member("DELETE", f"{BASE}{made['id']}/") == (204, None)
+    assert not Evaluation.objects.exists()
+
+
+def test_it_rejects_bad_input_naming_the_field(team, base_model, prompts_version, sent_tasks):
+    member = api(team.teammate)
+    theirs = make_ready_version(team.outsider_project, name="theirs", kind="prompts",
+                                rows=[{"prompt": "a", "answer": "b"}])
+    for body, field in (({"model": base_model.public_id, "dataset_version": theirs.public_id}, "dataset_version"),
+                        ({"model": "bm_nope", "dataset_version": prompts_version.public_id}, "model"),
+                        ({"model": base_model.public_id, "dataset_version": prompts_version.public_id,
+                          "row_limit": 0}, "row_limit"),
+                        ({"model": base_model.public_id, "dataset_version": prompts_version.public_id,
+                          "row_limit": "4"}, "row_limit"),
+                        ({"model": base_model.public_id}, "dataset_version")):
+        status, answer = member("POST", BASE, body)
+        assert status == 400 and field in answer["errors"], (body, answer)
+        valid("FieldErrors", answer)
+    assert not Evaluation.objects.exists() and sent_tasks == []
+
+
+def test_it_requires_access(team, base_model, prompts_version, sent_tasks):
+    evaluation = services.evaluation_create(project=team.project, model_ref=base_model.public_id,
+                                            version=prompts_version, settings=services.EvaluationSettings(),
+                                            user=team.teammate)
+    body = {"model": base_model.public_id, "dataset_version": prompts_version.public_id}
+    assert api(team.viewer)("POST", BASE, body)[0] == 403
+    assert api(team.viewer)("POST", f"{BASE}{evaluation.public_id}/cancel/")[0] == 403
+    outsider = api(team.outsider)
+    for method, path in (("GET", BASE), ("POST", BASE), ("GET", f"{BASE}{evaluation.public_id}/"),
+                         ("DELETE", f"{BASE}{evaluation.public_id}/"),
+                         ("POST", f"{BASE}{evaluation.public_id}/cancel/")):
+        assert outsider(method, path, body if method == "POST" else None)[0] == 404, (method, path)
+    assert Evaluation.objects.get().status == EvaluationStatus.QUEUED

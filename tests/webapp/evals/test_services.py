@@ -1,0 +1,145 @@
+"""Creating an evaluation: everything checked before a row is saved, each refusal naming its field; queued on the
+serve queue once committed; cancel, delete, the readers that keep its model and version from deletion."""
+import pytest
+from django.core.exceptions import ValidationError
+
+from tests.webapp.evals.conftest import create
+from tests.webapp.factories import make_base_model, make_ready_version
+from webapp.activity.models import Activity, Verb
+from webapp.basemodels.selectors import base_model_readers
+from webapp.datasets.models import VersionStatus
+from webapp.datasets.selectors import version_readers
+from webapp.evals import selectors, services
+from webapp.evals.models import Evaluation, EvaluationStatus, Metric
+from webapp.projects.selectors import project_readers
+
+
+def test_it_queues_an_exact_match_evaluation_on_the_serve_queue(team, base_model, prompts_version, sent_tasks,
+                                                                django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        evaluation = create(team, base_model, prompts_version, row_limit=4, max_new_tokens=8, group_by="task")
+    assert evaluation.public_id.startswith("ev_")
+    assert (evaluation.status, evaluation.metric, evaluation.row_limit, evaluation.group_by) == (
+        EvaluationStatus.QUEUED, Metric.EXACT_MATCH, 4, "task")
+    assert evaluation.model_label == "Base model: falcon" and evaluation.version_label == str(prompts_version)
+    assert sent_tasks == [(services.EVALUATION_TASK, [evaluation.pk], "serve")]
+    assert Activity.objects.filter(verb=Verb.EVALUATION_LAUNCHED, target_id=evaluation.public_id).exists()
+
+
+def test_an_sft_version_is_scored_by_loss(team, base_model, sft_version):
+    assert create(team, base_model, sft_version).metric == Metric.LOSS
+
+
+@pytest.mark.parametrize(("change", "field", "words"), [
+    ({"model_ref": "bm_nosuchmodel"}, "model", "is not a model of alpha"),
+    ({"row_limit": 0}, "row_limit", "rows must be 1 to"),
+    ({"max_new_tokens": 5000}, "max_new_tokens", "max new tokens must be 1 to 1024"),
+    ({"group_by": "colour"}, "group_by", "row 1 of sums v1 has no 'colour' value"),
+])
+def test_it_rejects_bad_input_naming_the_field(team, base_model, prompts_version, sent_tasks, change, field, words):
+    arguments = {"model_ref": base_model.public_id, "row_limit": 6, "max_new_tokens": 8, "group_by": ""} | change
+    with pytest.raises(ValidationError) as refused:
+        services.evaluation_create(
+            project=team.project, model_ref=arguments["model_ref"], version=prompts_version,
+            settings=services.EvaluationSettings(row_limit=arguments["row_limit"],
+                                                 max_new_tokens=arguments["max_new_tokens"],
+                                                 group_by=arguments["group_by"]),
+            user=team.teammate)
+    assert words in " ".join(refused.value.message_dict[field])
+    assert not Evaluation.objects.exists() and sent_tasks == []
+
+
+def test_it_rejects_a_prompts_version_without_answers_naming_the_row(team, base_model, sent_tasks):
+    version = make_ready_version(team.project, name="bare", kind="prompts",
+                                 rows=[{"prompt": "a", "answer": "b"}, {"prompt": "c"}], user=team.owner)
+    with pytest.raises(ValidationError) as refused:
+        create(team, base_model, version)
+    assert "row 2 of bare v1 has no 'answer' text" in refused.value.message_dict["dataset_version"][0]
+    assert not Evaluation.objects.exists()
+
+
+def test_it_rejects_a_version_of_another_project_or_not_ready_or_of_another_kind(team, base_model):
+    elsewhere = make_ready_version(team.outsider_project, name="theirs", kind="prompts",
+                                   rows=[{"prompt": "a", "answer": "b"}])
+    pairs = make_ready_version(team.project, name="pairs", kind="preference",
+                               rows=[{"prompt": "a", "chosen": "b", "rejected": "c"}])
+    checking = make_ready_version(team.project, name="new", kind="sft")
+    checking.status = VersionStatus.VALIDATING
+    checking.save()
+    for version, words in ((elsewhere, "choose a dataset version of this project"),
+                           (pairs, "is a preference dataset"), (checking, "choose it once it is ready")):
+        with pytest.raises(ValidationError) as refused:
+            create(team, base_model, version)
+        assert words in refused.value.message_dict["dataset_version"][0]
+    assert not Evaluation.objects.exists()
+
+
+def test_group_by_is_for_exact_match_only(team, base_model, sft_version):
+    with pytest.raises(ValidationError) as refused:
+        create(team, base_model, sft_version, group_by="task")
+    assert "exact match" in refused.value.message_dict["group_by"][0]
+
+
+def test_a_model_of_another_project_is_no_model(team, prompts_version):
+    theirs = make_base_model(team.outsider_project, name="theirs", path="/models/theirs")
+    with pytest.raises(ValidationError) as refused:
+        create(team, theirs, prompts_version)
+    assert "is not a model of alpha" in refused.value.message_dict["model"][0]
+
+
+def test_a_queued_evaluation_keeps_its_model_version_and_project_until_it_ends(team, base_model, prompts_version):
+    evaluation = create(team, base_model, prompts_version)
+    for readers in (base_model_readers(base_model=base_model), version_readers(versions=[prompts_version]),
+                    project_readers(project=team.project)):
+        assert any(evaluation.public_id in sentence for sentence in readers), readers
+    services.evaluation_cancel(evaluation=evaluation, user=team.owner)
+    assert base_model_readers(base_model=base_model) == []
+    assert version_readers(versions=[prompts_version]) == []
+    assert Activity.objects.filter(verb=Verb.EVALUATION_CANCELLED, target_id=evaluation.public_id).exists()
+
+
+def test_cancel_drops_the_workers_result_and_is_refused_once_ended(team, base_model, prompts_version):
+    evaluation = create(team, base_model, prompts_version)
+    assert services.evaluation_start(evaluation_id=evaluation.pk) is not None
+    services.evaluation_cancel(evaluation=evaluation, user=team.teammate)
+    assert services.evaluation_start(evaluation_id=evaluation.pk) is None  # a message still queued does nothing
+    assert not services.evaluation_finish(evaluation_id=evaluation.pk, result={"metric": "exact_match", "value": 1})
+    evaluation.refresh_from_db()
+    assert evaluation.status == EvaluationStatus.CANCELLED and evaluation.result == {}
+    with pytest.raises(ValidationError, match="nothing to cancel"):
+        services.evaluation_cancel(evaluation=evaluation, user=team.teammate)
+
+
+def test_delete_is_refused_while_queued(team, base_model, prompts_version):
+    evaluation = create(team, base_model, prompts_version)
+    with pytest.raises(ValidationError, match="cancel it first"):
+        services.evaluation_delete(evaluation=evaluation, user=team.owner)
+    services.evaluation_cancel(evaluation=evaluation, user=team.owner)
+    services.evaluation_delete(evaluation=evaluation, user=team.owner)
+    assert not Evaluation.objects.exists()
+    assert Activity.objects.filter(verb=Verb.EVALUATION_DELETED, target_id=evaluation.public_id).exists()
+
+
+def finished(evaluation, value, count=6):
+    services.evaluation_start(evaluation_id=evaluation.pk)
+    services.evaluation_finish(evaluation_id=evaluation.pk, result={"metric": evaluation.metric, "value": value,
+                                                                    "count": count, "examples": []})
+    return Evaluation.objects.get(pk=evaluation.pk)
+
+
+def test_models_on_the_same_rows_stand_side_by_side_best_first(team, base_model, prompts_version, sft_version):
+    other = make_base_model(team.project, name="heron", path="/models/heron")
+    older = finished(create(team, base_model, prompts_version), 0.1)
+    falcon = finished(create(team, base_model, prompts_version), 0.5)
+    heron = finished(create(team, other, prompts_version), 0.75)
+    fewer_rows = finished(create(team, other, prompts_version, row_limit=3), 1.0, count=3)
+    losses = [finished(create(team, model, sft_version), value) for model, value in ((base_model, 2.0), (other, 1.5))]
+    tables = selectors.comparison_tables(evaluations=list(selectors.evaluation_list(project=team.project)))
+    rows = {(table.version_label, table.metric, table.row_limit): [evaluation.pk for evaluation in table.evaluations]
+            for table in tables}
+    assert rows == {
+        ("sums v1", "exact_match", 200): [heron.pk, falcon.pk],  # the newest of each model, higher first
+        ("sums v1", "exact_match", 3): [fewer_rows.pk],
+        ("chats v1", "loss", 200): [losses[1].pk, losses[0].pk],  # lower first
+    }
+    assert older.pk not in rows[("sums v1", "exact_match", 200)]

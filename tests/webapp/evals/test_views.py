@@ -1,0 +1,112 @@
+"""Evaluation pages: members create (from the form, prefilled from a model's page), viewers read, outsiders get 404;
+the detail page refreshes while the evaluation is under way and escapes model output and dataset text."""
+from django.urls import reverse
+
+from tests.webapp.evals.conftest import create
+from tests.webapp.factories import form_token, make_user
+from webapp.core.bidi import isolated
+from webapp.evals import services
+from webapp.evals.models import Evaluation, EvaluationStatus
+from webapp.projects import services as project_services
+from webapp.projects.models import Role
+
+
+def post_form(client, team, base_model, version, **overrides):
+    url = reverse("evals:create", args=[team.project.slug])
+    data = {"model": base_model.public_id, "dataset_version": version.public_id, "row_limit": 4,
+            "max_new_tokens": 8, "group_by": ""} | overrides
+    return client.post(url, data)
+
+
+def test_a_member_creates_one_from_the_form(team, client_for, base_model, prompts_version, sent_tasks):
+    url = reverse("evals:create", args=[team.project.slug])
+    page = client_for(team.teammate).get(f"{url}?model={base_model.public_id}").content.decode()
+    assert f'<option value="{base_model.public_id}" selected>' in page
+    assert f"{isolated('sums')} v1 (prompts, 6 rows)" in page
+    response = post_form(client_for(team.teammate), team, base_model, prompts_version, group_by="task")
+    evaluation = Evaluation.objects.get()
+    assert response.status_code == 302
+    assert response.url == reverse("evals:detail", args=[team.project.slug, evaluation.public_id])
+    assert (evaluation.row_limit, evaluation.max_new_tokens, evaluation.group_by) == (4, 8, "task")
+    page = client_for(team.viewer).get(response.url).content.decode()
+    assert "Waiting for a serve worker" in page and 'http-equiv="refresh"' in page
+
+
+def test_the_form_names_the_field_the_service_rejects(team, client_for, base_model, prompts_version):
+    response = post_form(client_for(team.teammate), team, base_model, prompts_version, group_by="colour")
+    assert response.status_code == 400
+    assert "has no &#x27;colour&#x27; value to group by" in response.content.decode()
+    assert not Evaluation.objects.exists()
+
+
+def test_it_requires_access(team, client_for, base_model, prompts_version):
+    evaluation = create(team, base_model, prompts_version)
+    detail = reverse("evals:detail", args=[team.project.slug, evaluation.public_id])
+    listed = reverse("evals:list", args=[team.project.slug])
+    for url in (detail, listed, reverse("evals:create", args=[team.project.slug])):
+        assert client_for(team.outsider).get(url).status_code == 404
+    assert client_for(team.viewer).get(detail).status_code == 200
+    assert client_for(team.viewer).get(listed).status_code == 200
+    assert client_for(team.viewer).get(reverse("evals:create", args=[team.project.slug])).status_code == 403
+    assert post_form(client_for(team.viewer), team, base_model, prompts_version).status_code == 403
+    assert client_for(team.viewer).post(reverse("evals:cancel", args=[team.project.slug,
+                                                                      evaluation.public_id])).status_code == 403
+    outsider_url = reverse("evals:detail", args=[team.outsider_project.slug, evaluation.public_id])
+    assert client_for(team.outsider).get(outsider_url).status_code == 404  # not found through their own project
+    assert Evaluation.objects.count() == 1
+
+
+def test_the_result_shows_groups_and_escaped_examples(team, client_for, base_model, prompts_version):
+    evaluation = create(team, base_model, prompts_version, group_by="task")
+    services.evaluation_start(evaluation_id=evaluation.pk)
+    services.evaluation_finish(evaluation_id=evaluation.pk, result={
+        "metric": "exact_match", "value": 0.5, "count": 6, "by": "task",
+        "groups": {"count": {"value": 1.0, "count": 3}, "sum": {"value": 0.0, "count": 3}},
+        "examples": [{"prompt": "<b>bold</b> prompt", "answer": "<i>1</i>", "text": "<script>alert(1)</script>"},
+                     {"prompt": [{"role": "user", "content": "Hi"}], "answer": "2", "text": "2"}]})
+    detail = reverse("evals:detail", args=[team.project.slug, evaluation.public_id])
+    page = client_for(team.viewer).get(detail).content.decode()
+    assert 'data-value="0.5"' in page and 'http-equiv="refresh"' not in page
+    assert "<td><bdi>count</bdi></td><td class=\"num\">1.0000</td><td class=\"num\">3</td>" in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert(1)" not in page
+    assert "&lt;b&gt;bold&lt;/b&gt; prompt" in page and "&lt;i&gt;1&lt;/i&gt;" in page
+    assert "&quot;role&quot;: &quot;user&quot;" in page  # a chat prompt as JSON, not as Python's list
+    listed = client_for(team.viewer).get(reverse("evals:list", args=[team.project.slug])).content.decode()
+    assert "Side by side" in listed and 'data-value="0.5"' in listed
+
+
+def test_a_member_cancels_then_deletes_one(team, client_for, base_model, prompts_version):
+    evaluation = create(team, base_model, prompts_version)
+    member = client_for(team.teammate)
+    detail = reverse("evals:detail", args=[team.project.slug, evaluation.public_id])
+    cancel = reverse("evals:cancel", args=[team.project.slug, evaluation.public_id])
+    page = member.get(detail).content.decode()
+    response = member.post(cancel, {"submission_token": form_token(page, after=cancel)}, follow=True)
+    assert response.redirect_chain == [(detail, 302)]
+    assert Evaluation.objects.get().status == EvaluationStatus.CANCELLED
+    page = response.content.decode()
+    delete = reverse("evals:delete", args=[team.project.slug, evaluation.public_id])
+    response = member.post(delete, {"submission_token": form_token(page, after=delete)})
+    assert response.url == reverse("evals:list", args=[team.project.slug])
+    assert not Evaluation.objects.exists()
+
+
+def test_only_an_owner_or_its_launcher_deletes_one(team, client_for, base_model, prompts_version):
+    carol = make_user("carol")
+    project_services.membership_add(project=team.project, user=carol, role=Role.MEMBER)
+    evaluation = create(team, base_model, prompts_version)  # the teammate's
+    services.evaluation_cancel(evaluation=evaluation, user=team.teammate)
+    detail = reverse("evals:detail", args=[team.project.slug, evaluation.public_id])
+    delete = reverse("evals:delete", args=[team.project.slug, evaluation.public_id])
+    assert 'id="delete-confirm"' not in client_for(carol).get(detail).content.decode()
+    assert client_for(carol).post(delete).status_code == 403
+    assert 'id="delete-confirm"' in client_for(team.owner).get(detail).content.decode()
+    assert Evaluation.objects.exists()
+    assert client_for(team.owner).post(delete).status_code == 302
+    assert not Evaluation.objects.exists()
+
+
+def test_a_run_and_a_base_model_page_offer_evaluate(team, client_for, base_model):
+    page = client_for(team.teammate).get(reverse("basemodels:detail", args=[team.project.slug,
+                                                                            base_model.public_id])).content.decode()
+    assert f'{reverse("evals:create", args=[team.project.slug])}?model={base_model.public_id}' in page

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from django import forms
+
+from webapp.chat.forms import ModelRefField
+from webapp.chat.selectors import model_choices
+from webapp.evals.services import MAX_NEW_TOKENS, MAX_ROWS
+from webapp.projects.models import Project
+from webapp.review.selectors import prompt_sources
+
+
+class EvaluationForm(forms.Form):
+    """A new evaluation (``services.evaluation_create``): the chat's models, the prompts and sft versions a review
+    campaign may take its prompts from (a run's eval set first)."""
+
+    model = ModelRefField(help_text="A base model, a succeeded run's model or an exported checkpoint, as the chat "
+                                    "serves it.", error_messages={"required": "Choose the model to evaluate."})
+    dataset_version = forms.ChoiceField(
+        label="Dataset version", help_text="A prompts dataset with an 'answer' column is scored by exact match of "
+                                           "greedy completions; an sft dataset by the mean loss of its completions.",
+        error_messages={"required": "Choose the dataset version to evaluate on."})
+    row_limit = forms.IntegerField(min_value=1, max_value=MAX_ROWS, initial=200, label="Rows",
+                                   help_text="The first rows of the version.")
+    max_new_tokens = forms.IntegerField(min_value=1, max_value=MAX_NEW_TOKENS, initial=32, label="Max new tokens",
+                                        help_text="Per greedy completion (exact match).")
+    group_by = forms.CharField(max_length=100, required=False, label="Group by column",
+                               help_text="Exact match only: a column (e.g. task) whose values each get a figure.")
+
+    def __init__(self, *args, project: Project, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["model"].choices = [(choice.ref, choice.option_label) for choice in model_choices(project=project)]
+        sources = prompt_sources(project=project)
+        self.versions = {version.public_id: version for version, _label in sources}
+        self.fields["dataset_version"].choices = [(version.public_id, label) for version, label in sources]

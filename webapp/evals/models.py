@@ -1,0 +1,77 @@
+"""Evaluations: one model of a project scored on one dataset version by ``jaxengine.evaluate``.
+
+Design note. An evaluation copies what it needs to be read later (the model's label and reference, the
+version's label, the metric, the settings) so that its result still reads once the model or the version is
+deleted: a version deleted after the evaluation leaves ``dataset_version`` empty and ``version_label`` behind.
+Models compared on "the same data" are those scored on the same version, by the same metric, on the same first
+``row_limit`` rows (``selectors.comparison_tables``).
+"""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from webapp.core.ids import PUBLIC_ID_MAX_LENGTH, new_public_id
+from webapp.datasets.models import DatasetVersion
+from webapp.projects.models import Project
+
+
+def new_evaluation_id() -> str:
+    return new_public_id("ev")
+
+
+class EvaluationStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+ACTIVE_EVALUATION_STATUSES = (EvaluationStatus.QUEUED, EvaluationStatus.RUNNING)
+
+
+class Metric(models.TextChoices):
+    EXACT_MATCH = "exact_match", "exact match"
+    LOSS = "loss", "loss"
+
+
+class Evaluation(models.Model):
+    public_id = models.CharField(max_length=PUBLIC_ID_MAX_LENGTH, unique=True, default=new_evaluation_id)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="evaluations")
+    # The chat's model reference (``webapp.chat.selectors.model_choice``): bm_…, run_… or run_…:<step>.
+    model_ref = models.CharField(max_length=200)
+    model_label = models.CharField(max_length=300)
+    dataset_version = models.ForeignKey(DatasetVersion, on_delete=models.SET_NULL, null=True, blank=True,
+                                        related_name="evaluations")
+    version_label = models.CharField(max_length=300)
+    metric = models.CharField(max_length=20, choices=Metric.choices)
+    row_limit = models.PositiveIntegerField()
+    max_new_tokens = models.PositiveIntegerField()
+    group_by = models.CharField(max_length=100, blank=True, default="")
+    status = models.CharField(max_length=12, choices=EvaluationStatus.choices, default=EvaluationStatus.QUEUED)
+    # ``jaxengine.evaluate``'s object: metric, value, count, groups (exact match with group_by), examples.
+    result = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True, default="")
+    # A word on a scoring under way that is no failure: its serve worker was lost and it starts over
+    # (``services.evaluation_requeued``). Its outcome clears it; ``error`` holds failures.
+    notice = models.TextField(blank=True, default="")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["project", "-created_at"], name="evaluation_newest")]
+
+    def __str__(self) -> str:
+        return f"{self.model_label} on {self.version_label}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_EVALUATION_STATUSES
+
+    @property
+    def value(self) -> float | None:
+        return self.result.get("value") if self.status == EvaluationStatus.SUCCEEDED else None

@@ -1,0 +1,140 @@
+"""Reads of evaluations: the project's list, one by id, the side-by-side comparison, and the evaluations a
+deletion of a model or a dataset version must wait for."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q, QuerySet
+from django.http import Http404
+
+from webapp.core.bidi import isolated
+from webapp.core.keyset import KeysetPage, keyset_page
+from webapp.datasets.models import DatasetVersion
+from webapp.evals.models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationStatus, Metric
+from webapp.projects.models import Membership, Project, Role
+
+
+def evaluation_list(*, project: Project) -> QuerySet[Evaluation]:
+    """The project's evaluations, newest first."""
+    return Evaluation.objects.filter(project=project).select_related("created_by").order_by("-created_at", "-id")
+
+
+def evaluation_page(*, project: Project, after: tuple[str, int] | None, limit: int) -> KeysetPage[Evaluation]:
+    """The ``limit`` evaluations of ``evaluation_list`` (newest first) after the one whose (creation time as ISO
+    text, id) is ``after`` (``webapp.core.keyset``)."""
+    evaluations = evaluation_list(project=project)
+    if after is not None:
+        created_at, last_id = after
+        evaluations = evaluations.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))
+    return keyset_page(evaluations, limit=limit, key=lambda evaluation: (evaluation.created_at.isoformat(),
+                                                                         evaluation.pk))
+
+
+def evaluation_get(*, project: Project, public_id: str) -> Evaluation:
+    """The evaluation ``public_id`` of ``project``; 404 for one of another project, as for none."""
+    evaluation = (Evaluation.objects.select_related("project", "created_by", "dataset_version__dataset")
+                  .filter(project=project, public_id=public_id).first())
+    if evaluation is None:
+        raise Http404("no such evaluation")
+    return evaluation
+
+
+def may_delete_evaluation(*, membership: Membership, evaluation: Evaluation) -> bool:
+    """As a run: an owner may delete any evaluation, a member one they launched, a viewer none."""
+    return membership.can(Role.OWNER) or (membership.can(Role.MEMBER)
+                                          and evaluation.created_by_id == membership.user_id)
+
+
+def ensure_may_delete_evaluation(*, membership: Membership, evaluation: Evaluation) -> None:
+    """``PermissionDenied`` saying who may, unless ``membership`` may delete ``evaluation`` (pages and API)."""
+    if not may_delete_evaluation(membership=membership, evaluation=evaluation):
+        raise PermissionDenied("only an owner, or the member who launched it, may delete an evaluation")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Comparison:
+    """The succeeded evaluations on the same rows of one version by one metric, best first: exact match highest
+    first, loss lowest first. Only the newest of each model is shown (an evaluation made again supersedes)."""
+
+    version_label: str
+    metric: str
+    row_limit: int
+    evaluations: list[Evaluation] = field(default_factory=list)
+
+    @property
+    def metric_label(self) -> str:
+        return Metric(self.metric).label
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric == Metric.EXACT_MATCH
+
+
+def comparison_tables(*, evaluations: list[Evaluation]) -> list[Comparison]:
+    """``evaluations`` (newest first) grouped so that models scored on the same data stand side by side: by
+    version, metric and rows read. Tables in the order of their newest evaluation."""
+    tables: dict[tuple, Comparison] = {}
+    seen: set[tuple] = set()
+    for evaluation in evaluations:
+        if evaluation.status != EvaluationStatus.SUCCEEDED:
+            continue
+        key = (evaluation.dataset_version_id or evaluation.version_label, evaluation.metric, evaluation.row_limit)
+        if (key, evaluation.model_ref) in seen:
+            continue
+        seen.add((key, evaluation.model_ref))
+        table = tables.setdefault(key, Comparison(version_label=evaluation.version_label, metric=evaluation.metric,
+                                                  row_limit=evaluation.row_limit))
+        table.evaluations.append(evaluation)
+    for table in tables.values():
+        table.evaluations.sort(key=lambda evaluation: evaluation.result["value"], reverse=table.higher_is_better)
+    return list(tables.values())
+
+
+def group_rows(evaluation: Evaluation) -> list[tuple[str, float, int]]:
+    """``(group, value, count)`` of a succeeded exact-match evaluation grouped by a column, groups sorted."""
+    groups = evaluation.result.get("groups") or {}
+    return [(name, group["value"], group["count"]) for name, group in sorted(groups.items())]
+
+
+def example_rows(evaluation: Evaluation) -> list[dict[str, str]]:
+    """The first completions of a succeeded exact-match evaluation as text to show (escaped by the template): a
+    prompt given as a chat (a list of turns) as its JSON, not Python's list notation."""
+    def shown(value: Any) -> str:
+        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=1)
+
+    return [{"prompt": shown(example["prompt"]), "answer": shown(example["answer"]), "text": example["text"]}
+            for example in evaluation.result.get("examples", [])]
+
+
+def _active() -> QuerySet[Evaluation]:
+    return Evaluation.objects.filter(status__in=ACTIVE_EVALUATION_STATUSES).order_by("created_at")
+
+
+def _sentence(evaluation: Evaluation, what: str) -> str:
+    return (f"evaluation {evaluation.public_id} of {isolated(evaluation.model_label)} is {evaluation.status} "
+            f"{what}; cancel it or wait for it to finish")
+
+
+def model_evaluation_readers(*, project_id: int, model_id: str, model: str) -> list[str]:
+    """The queued or running evaluations of the model ``model_id`` (a base model's id, or a run's, which covers its
+    checkpoints), one sentence each for a deletion of it to refuse; ``model`` names it ("it", "its model"). A
+    cancelled one holds nothing: its worker's result is dropped, and a model deleted under its load fails it
+    unseen."""
+    return [_sentence(evaluation, f"with {model}")
+            for evaluation in _active().filter(project_id=project_id)
+            if evaluation.model_ref.split(":")[0] == model_id]
+
+
+def version_evaluation_readers(*, versions: list[DatasetVersion]) -> list[str]:
+    """The queued or running evaluations reading one of ``versions``, one sentence each."""
+    return [_sentence(evaluation, f"on {isolated(evaluation.version_label)}")
+            for evaluation in _active().filter(dataset_version__in=versions)]
+
+
+def project_evaluation_readers(*, project: Project) -> list[str]:
+    """The project's queued or running evaluations, one sentence each."""
+    return [_sentence(evaluation, f"on {isolated(evaluation.version_label)}")
+            for evaluation in _active().filter(project=project)]

@@ -1,0 +1,234 @@
+"""Writes of evaluations: create (checked whole before anything is saved), start, finish, fail, cancel, delete.
+
+Callers check project access first (``get_project_for_user``; the member role to create, cancel and delete).
+An evaluation is scored by the ``serve`` worker (``worker.tasks.evals``), as serving copies and review campaigns'
+answers are: it is the worker the web app has load models on its behalf, sized for them, while ``default``
+workers (dataset checks, housekeeping) need not hold a model's memory nor an accelerator, and ``train`` workers
+are a run's alone.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+from kombu.exceptions import OperationalError
+
+from jaxengine.data import formats
+from jaxengine.evaluate import group_labels
+from jaxengine.words import with_article
+from webapp.activity.models import Verb
+from webapp.activity.services import activity_record
+from webapp.celery import app as celery_app
+from webapp.chat.selectors import model_choice
+from webapp.core.bidi import isolated
+from webapp.datasets.models import DatasetVersion, VersionStatus
+from webapp.evals.models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationStatus, Metric
+from webapp.projects.models import Project
+from webapp.projects.services import project_lock
+from webapp.workers.deliveries import LostWorker, task_deliveries
+
+logger = logging.getLogger(__name__)
+
+EVALUATION_TASK = "worker.tasks.evals.run_evaluation"
+EVALUATION_QUEUE = "serve"
+MAX_ROWS = 5000
+MAX_NEW_TOKENS = 1024
+# What each dataset kind is scored by (``jaxengine.evaluate``): greedy completions against a prompts row's
+# ``answer``, or the mean loss of an sft row's completion.
+METRIC_OF_KIND = {formats.DatasetKind.PROMPTS: Metric.EXACT_MATCH, formats.DatasetKind.SFT: Metric.LOSS}
+ANSWER_COLUMN = "answer"
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluationSettings:
+    """How an evaluation reads and generates: the first ``row_limit`` rows; ``max_new_tokens`` per greedy
+    completion (exact match); ``group_by``: a column whose values each get their own figure (exact match), "" for
+    none."""
+
+    row_limit: int = 200
+    max_new_tokens: int = 32
+    group_by: str = ""
+
+    def __post_init__(self):
+        problems = {}
+        if not 1 <= self.row_limit <= MAX_ROWS:
+            problems["row_limit"] = f"rows must be 1 to {MAX_ROWS:,}, got {self.row_limit}"
+        if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
+            problems["max_new_tokens"] = f"max new tokens must be 1 to {MAX_NEW_TOKENS}, got {self.max_new_tokens}"
+        if len(self.group_by) > 100:
+            problems["group_by"] = "the group-by column's name must be at most 100 characters"
+        if problems:
+            raise ValidationError(problems)
+
+
+def _send(evaluation_id: int) -> None:
+    try:
+        celery_app.send_task(EVALUATION_TASK, args=[evaluation_id], queue=EVALUATION_QUEUE)
+    except OperationalError:  # it stays queued; its page says so, and it can be cancelled
+        logger.exception("could not queue evaluation %s: is Redis (REDIS_URL) up?", evaluation_id)
+
+
+def version_rows(*, version: DatasetVersion, metric: str, row_limit: int) -> list[dict[str, Any]]:
+    """The first ``row_limit`` rows of ``version`` as ``jaxengine.evaluate`` scores them: a prompts row with its
+    reference under ``answer``, an sft row as training reads it. A ``ValidationError`` keyed ``dataset_version``
+    naming the row where one cannot be scored, or the file when it cannot be read."""
+    mapping = formats.ColumnMapping(kind=version.dataset.kind, columns=version.column_mapping)
+    try:
+        rows = list(itertools.islice(formats.iter_examples(
+            version.absolute_path, fmt=formats.FileFormat(version.format), mapping=mapping), row_limit))
+    except (OSError, formats.DatasetFormatError) as error:
+        raise ValidationError({"dataset_version": f"{version} cannot be read: {error}"}) from None
+    if not rows:
+        raise ValidationError({"dataset_version": f"{version} has no rows to score"})
+    if metric == Metric.EXACT_MATCH:
+        for number, row in enumerate(rows, 1):
+            if not isinstance(row.get(ANSWER_COLUMN), str):
+                raise ValidationError({"dataset_version": (
+                    f"row {number} of {version} has no '{ANSWER_COLUMN}' text (its columns: "
+                    f"{', '.join(sorted(row))}); exact match compares each greedy completion with the row's "
+                    f"'{ANSWER_COLUMN}': upload a version with that column")})
+    return rows
+
+
+def _check_group_by(rows: list[dict[str, Any]], *, group_by: str, metric: str, version: DatasetVersion) -> None:
+    if not group_by:
+        return
+    if metric != Metric.EXACT_MATCH:
+        raise ValidationError({"group_by": "groups are scored for exact match (a prompts dataset) only; leave the "
+                                           "group-by column empty for an sft dataset"})
+    try:
+        group_labels(rows, group_by, source=str(version))
+    except ValueError as error:
+        raise ValidationError({"group_by": str(error).removeprefix("data.eval_group_by: ")}) from None
+
+
+def _checked_version(project: Project, version: DatasetVersion) -> str:
+    """The metric ``version`` is scored by, or a ``ValidationError`` saying why it cannot be."""
+    if version.dataset.project_id != project.pk:
+        raise ValidationError({"dataset_version": "choose a dataset version of this project"})
+    metric = METRIC_OF_KIND.get(version.dataset.kind)
+    if metric is None:
+        raise ValidationError({"dataset_version": (
+            f"{version} is {with_article(version.dataset.kind)} dataset; evaluations score a prompts dataset with "
+            "an 'answer' column (exact match) or an sft dataset (loss)")})
+    if version.status != VersionStatus.READY:
+        raise ValidationError({"dataset_version": f"{version} {version.status_phrase}; choose it once it is ready"})
+    return metric
+
+
+@transaction.atomic
+def evaluation_create(*, project: Project, model_ref: str, version: DatasetVersion, settings: EvaluationSettings,
+                      user: AbstractBaseUser | None) -> Evaluation:
+    """Queue the scoring of the model ``model_ref`` (as the chat's model picker names it: a base model, a succeeded
+    run's model, an exported checkpoint; its serving copy where it has one, as the chat serves it) on the first
+    rows of ``version``: exact match of greedy completions for a prompts version, mean completion loss for an sft
+    one. Everything is checked first (the rows read, the group-by column's values), and a ``ValidationError``
+    names the field; the ``serve`` worker is sent it once the row is committed."""
+    project_lock(project=project, doing="as the evaluation was being created")
+    choice = model_choice(project=project, ref=model_ref)
+    if choice is None:
+        raise ValidationError({"model": f"{model_ref!r} is not a model of {project.slug}: choose a base model, a "
+                                        "succeeded run or an exported checkpoint"})
+    if choice.refused:
+        raise ValidationError({"model": choice.refused})
+    metric = _checked_version(project, version)
+    rows = version_rows(version=version, metric=metric, row_limit=settings.row_limit)
+    _check_group_by(rows, group_by=settings.group_by, metric=metric, version=version)
+    evaluation = Evaluation.objects.create(
+        project=project, model_ref=choice.ref, model_label=choice.label, dataset_version=version,
+        version_label=str(version), metric=metric, row_limit=settings.row_limit,
+        max_new_tokens=settings.max_new_tokens, group_by=settings.group_by, created_by=user)
+    activity_record(project=project, actor=user, verb=Verb.EVALUATION_LAUNCHED, target=evaluation,
+                    details={"metric": metric})
+    transaction.on_commit(lambda: _send(evaluation.pk))
+    return evaluation
+
+
+def evaluation_start(*, evaluation_id: int) -> Evaluation | None:
+    """The serve worker takes up a queued evaluation, or a running one whose message was queued again because the
+    worker scoring it died (``workers.deliveries.deliveries_restore_orphaned``): running from now. None when it has
+    ended (cancelled, or deleted, before its message was taken up)."""
+    if not Evaluation.objects.filter(pk=evaluation_id, status__in=ACTIVE_EVALUATION_STATUSES).update(
+            status=EvaluationStatus.RUNNING, started_at=timezone.now()):
+        return None
+    return Evaluation.objects.select_related("project", "dataset_version__dataset").get(pk=evaluation_id)
+
+
+def evaluation_finish(*, evaluation_id: int, result: dict[str, Any]) -> bool:
+    """Record a running evaluation's result (``jaxengine.evaluate``'s object). Whether it was recorded: not for
+    one cancelled or deleted meanwhile."""
+    return Evaluation.objects.filter(pk=evaluation_id, status=EvaluationStatus.RUNNING).update(
+        status=EvaluationStatus.SUCCEEDED, result=result, notice="", finished_at=timezone.now()) > 0
+
+
+def evaluation_fail(*, evaluation_id: int, reason: str) -> bool:
+    """A running evaluation could not be scored: it fails with ``reason`` (shown on its page)."""
+    updated = Evaluation.objects.filter(pk=evaluation_id, status=EvaluationStatus.RUNNING).update(
+        status=EvaluationStatus.FAILED, error=reason, notice="", finished_at=timezone.now())
+    if updated:
+        logger.warning("evaluation %s failed: %s", evaluation_id, reason)
+    return updated > 0
+
+
+def evaluation_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
+    """Say on an evaluation under way that its serve worker was lost and it was queued again
+    (``workers.deliveries.FIRST_LOSS_NOTES``), in its ``notice``; its outcome clears it. Whether it was said (not for
+    one that ended meanwhile)."""
+    (evaluation_id,) = arguments
+    return Evaluation.objects.filter(pk=evaluation_id, status__in=ACTIVE_EVALUATION_STATUSES).update(
+        notice=lost.note(doing="scoring this evaluation", work="the scoring")) > 0
+
+
+WORKERS_LOST = ("scoring it stopped two serve workers in turn (killed, out of memory, or their host lost); it is not "
+                "scored again: evaluate on fewer rows, with fewer new tokens or a smaller model, or ask for serve "
+                "workers with more memory")
+
+
+def evaluations_fail_abandoned(*, now: datetime | None = None) -> list[int]:
+    """Fail each running evaluation whose message lost two serve workers in turn (run by every worker's reaper,
+    ``worker/reaper.py``): a dead worker's message is queued again once (``deliveries_restore_orphaned``), and one
+    that kills its next worker too (out of memory) would be left to Celery's visibility timeout, an hour, the
+    evaluation saying meanwhile that it runs and holding its model. Returns the ids failed."""
+    now = now or timezone.now()
+    running = list(Evaluation.objects.filter(status=EvaluationStatus.RUNNING).values_list("pk", flat=True))
+    if not running or (deliveries := task_deliveries(task=EVALUATION_TASK, now=now)) is None:
+        return []
+    abandoned = deliveries.abandoned(delivered_before=now - timedelta(seconds=django_settings.TEMPER_RUN_LOST_SECONDS))
+    return [evaluation_id for evaluation_id in running
+            if (evaluation_id,) in abandoned and evaluation_fail(evaluation_id=evaluation_id, reason=WORKERS_LOST)]
+
+
+@transaction.atomic
+def evaluation_cancel(*, evaluation: Evaluation, user: AbstractBaseUser) -> Evaluation:
+    """Stop a queued or running evaluation: cancelled at once; a message still queued then does nothing, and a
+    worker scoring it has its result dropped (``evaluation_finish``). Refused once it has ended."""
+    evaluation = Evaluation.objects.select_for_update(of=("self",)).get(pk=evaluation.pk)
+    if evaluation.status not in ACTIVE_EVALUATION_STATUSES:
+        raise ValidationError({"status": f"evaluation {evaluation.public_id} is {evaluation.status}: there is "
+                                         "nothing to cancel"})
+    evaluation.status = EvaluationStatus.CANCELLED
+    evaluation.error = f"{isolated(user.get_username())} cancelled it"
+    evaluation.finished_at = timezone.now()
+    evaluation.save(update_fields=["status", "error", "finished_at"])
+    activity_record(project=evaluation.project, actor=user, verb=Verb.EVALUATION_CANCELLED, target=evaluation)
+    return evaluation
+
+
+@transaction.atomic
+def evaluation_delete(*, evaluation: Evaluation, user: AbstractBaseUser) -> None:
+    """Delete an evaluation that has ended (a queued or running one is cancelled first, so that its worker's
+    result never lands on nothing)."""
+    evaluation = Evaluation.objects.select_for_update(of=("self",)).get(pk=evaluation.pk)
+    if evaluation.status in ACTIVE_EVALUATION_STATUSES:
+        raise ValidationError({"delete": f"evaluation {evaluation.public_id} is {evaluation.status}; cancel it "
+                                         "first"})
+    activity_record(project=evaluation.project, actor=user, verb=Verb.EVALUATION_DELETED, target=evaluation)
+    evaluation.delete()

@@ -1,0 +1,105 @@
+"""Evaluation pages: the list with its side-by-side comparison, the new-evaluation form, one evaluation.
+
+Everyone in the project reads evaluations; members and owners create, cancel and delete them. Every view starts
+with ``get_project_for_user``, so outsiders get 404. Model output and dataset text are rendered by autoescaped
+templates only."""
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
+
+from webapp.core.bidi import isolated
+from webapp.core.forms import add_service_errors
+from webapp.core.submissions import deleted_once_or_refused, form_send_once, sent_once_or_refused
+from webapp.evals import selectors, services
+from webapp.evals.forms import EvaluationForm
+from webapp.projects.access import get_project_for_user
+from webapp.projects.models import Role
+
+
+@login_required
+@require_http_methods(["GET"])
+def evaluation_list(request: HttpRequest, slug: str) -> HttpResponse:
+    project, membership = get_project_for_user(request.user, slug)
+    evaluations = list(selectors.evaluation_list(project=project))
+    return render(request, "evals/list.html", {
+        "project": project, "membership": membership, "evaluations": evaluations,
+        "comparisons": selectors.comparison_tables(evaluations=evaluations)})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def evaluation_create(request: HttpRequest, slug: str) -> HttpResponse:
+    """The form, prefilled from ``?model=`` (a run's or a base model's Evaluate… link) and ``?version=``."""
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    initial = {"model": request.GET.get("model", ""), "dataset_version": request.GET.get("version", "")}
+    form = EvaluationForm(request.POST or None, project=project, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+
+        def create() -> str:
+            evaluation = services.evaluation_create(
+                project=project, model_ref=data["model"], version=form.versions[data["dataset_version"]],
+                settings=services.EvaluationSettings(row_limit=data["row_limit"],
+                                                     max_new_tokens=data["max_new_tokens"],
+                                                     group_by=data["group_by"].strip()),
+                user=request.user)
+            messages.success(request, f"Evaluation of {isolated(evaluation.model_label)} queued.")
+            return reverse("evals:detail", args=[project.slug, evaluation.public_id])
+
+        try:
+            return redirect(form_send_once(request, create=create))
+        except ValidationError as error:
+            add_service_errors(form, error)
+    return render(request, "evals/create.html", {
+        "project": project, "membership": membership, "form": form,
+        "no_models": not form.fields["model"].choices, "no_versions": not form.versions},
+        status=400 if request.method == "POST" else 200)
+
+
+@login_required
+@require_http_methods(["GET"])
+def evaluation_detail(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
+    project, membership = get_project_for_user(request.user, slug)
+    evaluation = selectors.evaluation_get(project=project, public_id=public_id)
+    return render(request, "evals/detail.html", {
+        "project": project, "membership": membership, "evaluation": evaluation,
+        "can_delete": selectors.may_delete_evaluation(membership=membership, evaluation=evaluation),
+        "groups": selectors.group_rows(evaluation), "examples": selectors.example_rows(evaluation)})
+
+
+@login_required
+@require_POST
+def evaluation_cancel(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    evaluation = selectors.evaluation_get(project=project, public_id=public_id)
+    page = reverse("evals:detail", args=[project.slug, evaluation.public_id])
+
+    def cancel() -> str:
+        services.evaluation_cancel(evaluation=evaluation, user=request.user)
+        messages.success(request, f"Cancelled the evaluation of {isolated(evaluation.model_label)}.")
+        return page
+
+    return redirect(sent_once_or_refused(request, create=cancel, back=page))
+
+
+@login_required
+@require_POST
+def evaluation_delete(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    listed = reverse("evals:list", args=[project.slug])
+
+    def delete() -> str:  # looked up here: a second click finds it gone and lands where the first did
+        evaluation = selectors.evaluation_get(project=project, public_id=public_id)
+        selectors.ensure_may_delete_evaluation(membership=membership, evaluation=evaluation)
+        services.evaluation_delete(evaluation=evaluation, user=request.user)
+        messages.success(request, f"Deleted the evaluation of {isolated(evaluation.model_label)}.")
+        return listed
+
+    return redirect(deleted_once_or_refused(request, delete=delete, gone=listed,
+                                            back=reverse("evals:detail", args=[project.slug, public_id])))
