@@ -585,12 +585,16 @@ class EvaluationCreate(_Body):
 
     model: str = Field(description="The model as the chat names it: a base model (bm_…), a succeeded run's model "
                                    "(run_…) or an exported checkpoint (run_…:step-N or run_…@N).")
-    dataset_version: str = Field(description="A ready dataset version (dv_…): prompts with an 'answer' column (exact "
-                                             "match of greedy completions) or sft (mean completion loss).")
+    dataset_version: str = Field(description="A ready dataset version (dv_…): prompts with reference answers "
+                                             "(answer_column; exact match of greedy completions) or sft (mean "
+                                             "completion loss).")
     row_limit: int = Field(default=200, description="Score the first rows only (1 to 5,000).")
     max_new_tokens: int = Field(default=32, description="Exact match: tokens per greedy completion (1 to 1,024).")
     group_by: str = Field(default="", description="Exact match: a column whose values each get their own figure "
                                                   "(e.g. task); empty for none.")
+    answer_column: str = Field(default="answer", description="Exact match: the column of reference answers (as "
+                                                             "jaxengine eval's --answer-column); every row read must "
+                                                             "have it as text.")
 
 
 class EvaluationOut(_Answer):
@@ -603,6 +607,7 @@ class EvaluationOut(_Answer):
     row_limit: int
     max_new_tokens: int
     group_by: str
+    answer_column: str
     status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
     result: dict[str, Any] = Field(description="Once succeeded: jaxengine eval's object (metric, value, count, groups "
                                                "with group_by, the first completions as examples); {} before.")

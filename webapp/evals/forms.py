@@ -4,7 +4,7 @@ from django import forms
 
 from webapp.chat.forms import ModelRefField
 from webapp.chat.selectors import model_choices
-from webapp.evals.services import MAX_NEW_TOKENS, MAX_ROWS
+from webapp.evals.services import ANSWER_COLUMN, MAX_NEW_TOKENS, MAX_ROWS
 from webapp.projects.models import Project
 from webapp.review.selectors import prompt_sources
 
@@ -16,15 +16,21 @@ class EvaluationForm(forms.Form):
     model = ModelRefField(help_text="A base model, a succeeded run's model or an exported checkpoint, as the chat "
                                     "serves it.", error_messages={"required": "Choose the model to evaluate."})
     dataset_version = forms.ChoiceField(
-        label="Dataset version", help_text="A prompts dataset with an 'answer' column is scored by exact match of "
+        label="Dataset version", help_text="A prompts dataset with reference answers is scored by exact match of "
                                            "greedy completions; an sft dataset by the mean loss of its completions.",
         error_messages={"required": "Choose the dataset version to evaluate on."})
     row_limit = forms.IntegerField(min_value=1, max_value=MAX_ROWS, initial=200, label="Rows",
                                    help_text="The first rows of the version.")
     max_new_tokens = forms.IntegerField(min_value=1, max_value=MAX_NEW_TOKENS, initial=32, label="Max new tokens",
                                         help_text="Per greedy completion (exact match).")
+    answer_column = forms.CharField(max_length=100, initial=ANSWER_COLUMN, required=False, label="Answer column",
+                                    help_text="Exact match only: the prompts version's column of reference answers "
+                                              "(jaxengine eval's --answer-column); empty reads 'answer'.")
     group_by = forms.CharField(max_length=100, required=False, label="Group by column",
                                help_text="Exact match only: a column (e.g. task) whose values each get a figure.")
+
+    def clean_answer_column(self) -> str:
+        return self.cleaned_data["answer_column"].strip() or ANSWER_COLUMN
 
     def __init__(self, *args, project: Project, **kwargs):
         super().__init__(*args, **kwargs)

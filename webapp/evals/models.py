@@ -49,6 +49,8 @@ class Evaluation(models.Model):
     row_limit = models.PositiveIntegerField()
     max_new_tokens = models.PositiveIntegerField()
     group_by = models.CharField(max_length=100, blank=True, default="")
+    # Exact match: the column holding each row's reference answer (``jaxengine eval --answer-column``).
+    answer_column = models.CharField(max_length=100, default="answer")
     status = models.CharField(max_length=12, choices=EvaluationStatus.choices, default=EvaluationStatus.QUEUED)
     # ``jaxengine.evaluate``'s object: metric, value, count, groups (exact match with group_by), examples.
     result = models.JSONField(default=dict, blank=True)

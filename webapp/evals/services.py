@@ -33,6 +33,7 @@ from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.evals.models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationStatus, Metric
 from webapp.projects.models import Project
 from webapp.projects.services import project_lock
+from webapp.webhooks import services as webhooks
 from webapp.workers.deliveries import LostWorker, task_deliveries
 
 logger = logging.getLogger(__name__)
@@ -42,7 +43,8 @@ EVALUATION_QUEUE = "serve"
 MAX_ROWS = 5000
 MAX_NEW_TOKENS = 1024
 # What each dataset kind is scored by (``jaxengine.evaluate``): greedy completions against a prompts row's
-# ``answer``, or the mean loss of an sft row's completion.
+# reference answer (its ``answer`` column unless the evaluation names another), or the mean loss of an sft row's
+# completion.
 METRIC_OF_KIND = {formats.DatasetKind.PROMPTS: Metric.EXACT_MATCH, formats.DatasetKind.SFT: Metric.LOSS}
 ANSWER_COLUMN = "answer"
 
@@ -51,11 +53,12 @@ ANSWER_COLUMN = "answer"
 class EvaluationSettings:
     """How an evaluation reads and generates: the first ``row_limit`` rows; ``max_new_tokens`` per greedy
     completion (exact match); ``group_by``: a column whose values each get their own figure (exact match), "" for
-    none."""
+    none; ``answer_column``: the column of reference answers (exact match), as ``jaxengine eval --answer-column``."""
 
     row_limit: int = 200
     max_new_tokens: int = 32
     group_by: str = ""
+    answer_column: str = ANSWER_COLUMN
 
     def __post_init__(self):
         problems = {}
@@ -65,6 +68,9 @@ class EvaluationSettings:
             problems["max_new_tokens"] = f"max new tokens must be 1 to {MAX_NEW_TOKENS}, got {self.max_new_tokens}"
         if len(self.group_by) > 100:
             problems["group_by"] = "the group-by column's name must be at most 100 characters"
+        if not 1 <= len(self.answer_column) <= 100:
+            problems["answer_column"] = (f"name the column of reference answers (1 to 100 characters; "
+                                         f"'{ANSWER_COLUMN}' unless the version keeps them in another)")
         if problems:
             raise ValidationError(problems)
 
@@ -76,10 +82,12 @@ def _send(evaluation_id: int) -> None:
         logger.exception("could not queue evaluation %s: is Redis (REDIS_URL) up?", evaluation_id)
 
 
-def version_rows(*, version: DatasetVersion, metric: str, row_limit: int) -> list[dict[str, Any]]:
+def version_rows(*, version: DatasetVersion, metric: str, row_limit: int,
+                 answer_column: str = ANSWER_COLUMN) -> list[dict[str, Any]]:
     """The first ``row_limit`` rows of ``version`` as ``jaxengine.evaluate`` scores them: a prompts row with its
-    reference under ``answer``, an sft row as training reads it. A ``ValidationError`` keyed ``dataset_version``
-    naming the row where one cannot be scored, or the file when it cannot be read."""
+    reference (read from ``answer_column``) under ``answer``, an sft row as training reads it. A ``ValidationError``
+    keyed ``dataset_version`` naming the file when it cannot be read, or ``answer_column`` naming the row whose
+    reference is missing."""
     mapping = formats.ColumnMapping(kind=version.dataset.kind, columns=version.column_mapping)
     try:
         rows = list(itertools.islice(formats.iter_examples(
@@ -88,14 +96,18 @@ def version_rows(*, version: DatasetVersion, metric: str, row_limit: int) -> lis
         raise ValidationError({"dataset_version": f"{version} cannot be read: {error}"}) from None
     if not rows:
         raise ValidationError({"dataset_version": f"{version} has no rows to score"})
-    if metric == Metric.EXACT_MATCH:
-        for number, row in enumerate(rows, 1):
-            if not isinstance(row.get(ANSWER_COLUMN), str):
-                raise ValidationError({"dataset_version": (
-                    f"row {number} of {version} has no '{ANSWER_COLUMN}' text (its columns: "
-                    f"{', '.join(sorted(row))}); exact match compares each greedy completion with the row's "
-                    f"'{ANSWER_COLUMN}': upload a version with that column")})
-    return rows
+    if metric != Metric.EXACT_MATCH:
+        if answer_column != ANSWER_COLUMN:
+            raise ValidationError({"answer_column": "an answer column is read for exact match (a prompts dataset) "
+                                                    f"only; leave it '{ANSWER_COLUMN}' for an sft dataset"})
+        return rows
+    for number, row in enumerate(rows, 1):
+        if not isinstance(row.get(answer_column), str):
+            raise ValidationError({"answer_column": (
+                f"row {number} of {version} has no '{answer_column}' text (its columns: {', '.join(sorted(row))}); "
+                "exact match compares each greedy completion with the row's reference answer: name the column "
+                "that holds them, or upload a version with that column")})
+    return [{**row, ANSWER_COLUMN: row[answer_column]} for row in rows]
 
 
 def _check_group_by(rows: list[dict[str, Any]], *, group_by: str, metric: str, version: DatasetVersion) -> None:
@@ -140,12 +152,14 @@ def evaluation_create(*, project: Project, model_ref: str, version: DatasetVersi
     if choice.refused:
         raise ValidationError({"model": choice.refused})
     metric = _checked_version(project, version)
-    rows = version_rows(version=version, metric=metric, row_limit=settings.row_limit)
+    rows = version_rows(version=version, metric=metric, row_limit=settings.row_limit,
+                        answer_column=settings.answer_column)
     _check_group_by(rows, group_by=settings.group_by, metric=metric, version=version)
     evaluation = Evaluation.objects.create(
         project=project, model_ref=choice.ref, model_label=choice.label, dataset_version=version,
         version_label=str(version), metric=metric, row_limit=settings.row_limit,
-        max_new_tokens=settings.max_new_tokens, group_by=settings.group_by, created_by=user)
+        max_new_tokens=settings.max_new_tokens, group_by=settings.group_by, answer_column=settings.answer_column,
+        created_by=user)
     activity_record(project=project, actor=user, verb=Verb.EVALUATION_LAUNCHED, target=evaluation,
                     details={"metric": metric})
     transaction.on_commit(lambda: _send(evaluation.pk))
@@ -162,20 +176,34 @@ def evaluation_start(*, evaluation_id: int) -> Evaluation | None:
     return Evaluation.objects.select_related("project", "dataset_version__dataset").get(pk=evaluation_id)
 
 
+@transaction.atomic
 def evaluation_finish(*, evaluation_id: int, result: dict[str, Any]) -> bool:
-    """Record a running evaluation's result (``jaxengine.evaluate``'s object). Whether it was recorded: not for
-    one cancelled or deleted meanwhile."""
-    return Evaluation.objects.filter(pk=evaluation_id, status=EvaluationStatus.RUNNING).update(
+    """Record a running evaluation's result (``jaxengine.evaluate``'s object) and tell the project's
+    ``evaluation.succeeded`` webhooks. Whether it was recorded: not for one cancelled or deleted meanwhile, nor
+    twice."""
+    recorded = Evaluation.objects.filter(pk=evaluation_id, status=EvaluationStatus.RUNNING).update(
         status=EvaluationStatus.SUCCEEDED, result=result, notice="", finished_at=timezone.now()) > 0
+    if recorded:
+        _tell_webhooks(evaluation_id)
+    return recorded
 
 
+@transaction.atomic
 def evaluation_fail(*, evaluation_id: int, reason: str) -> bool:
-    """A running evaluation could not be scored: it fails with ``reason`` (shown on its page)."""
+    """A running evaluation could not be scored: it fails with ``reason`` (shown on its page), and the project's
+    ``evaluation.failed`` webhooks are told. Whether it failed here (not one that had ended already)."""
     updated = Evaluation.objects.filter(pk=evaluation_id, status=EvaluationStatus.RUNNING).update(
         status=EvaluationStatus.FAILED, error=reason, notice="", finished_at=timezone.now())
     if updated:
         logger.warning("evaluation %s failed: %s", evaluation_id, reason)
+        _tell_webhooks(evaluation_id)
     return updated > 0
+
+
+def _tell_webhooks(evaluation_id: int) -> None:
+    # Recorded in the transaction that ended it: only the update that changed the row gets here, so once per end.
+    webhooks.evaluation_ended(evaluation=Evaluation.objects.select_related("project", "dataset_version")
+                              .get(pk=evaluation_id))
 
 
 def evaluation_requeued(arguments: tuple, *, lost: LostWorker) -> bool:

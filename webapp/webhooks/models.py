@@ -33,6 +33,10 @@ EVENT_GROUPS = {
     "Review": {
         "review.exported": "review.exported: a review campaign's export became a dataset version, or failed",
     },
+    "Evaluations": {
+        "evaluation.succeeded": "evaluation.succeeded: an evaluation scored its model (the metric and its value)",
+        "evaluation.failed": "evaluation.failed: an evaluation could not score its model (why)",
+    },
     "Project": {
         "project.renamed": "project.renamed: an owner renamed the project (the old name, the new, and who)",
     },

@@ -21,7 +21,7 @@ SLACK_DETAIL_CHARS = 300
 # The object's kind in a sentence: "Run <link|name> failed".
 KIND_WORDS = {"run": "Run", "pipeline": "Pipeline", "dataset_version": "Dataset version", "webhook": "Webhook",
               "checkpoint_export": "Checkpoint export", "serving_copy": "Serving copy",
-              "review_export": "Export of review campaign", "project": "Project"}
+              "review_export": "Export of review campaign", "evaluation": "Evaluation", "project": "Project"}
 
 
 def run_subject(run) -> dict[str, Any]:
@@ -93,6 +93,19 @@ def review_export_subject(export) -> dict[str, Any]:
             "error": export.error if export.status != "done" else ""}
 
 
+def evaluation_subject(evaluation) -> dict[str, Any]:
+    """An evaluation that ended: ``succeeded`` (``value`` of ``metric`` over ``count`` rows) or ``failed``
+    (``error``); its name says which model on which version, as its page does."""
+    succeeded = evaluation.status == "succeeded"
+    version = evaluation.dataset_version
+    return {"type": "evaluation", "id": evaluation.public_id, "name": str(evaluation), "status": evaluation.status,
+            "model": evaluation.model_ref, "dataset_version": version.public_id if version is not None else None,
+            "metric": evaluation.metric, "value": evaluation.result.get("value") if succeeded else None,
+            "count": evaluation.result.get("count") if succeeded else None,
+            "path": reverse("evals:detail", args=[evaluation.project.slug, evaluation.public_id]),
+            "error": "" if succeeded else evaluation.error}
+
+
 def project_renamed_subject(project, *, name_was: str, actor: str | None) -> dict[str, Any]:
     """A project an owner renamed: its new ``name``, ``name_was`` and the ``actor``'s username (None: manage.py). Its
     id is the slug, which a rename leaves as it is."""
@@ -133,8 +146,10 @@ def slack_text(sent: dict[str, Any]) -> str:
     if sent["event"] == "ping":
         return f"[{slack_escaped(sent['project'])}] Temper webhook test: this hook works ({link})"
     line = f"[{slack_escaped(sent['project'])}] {kind} {link} {slack_escaped(subject['status'])}"
-    if made := subject.get("dataset_version"):  # a review export done: the version to train on, as the JSON names it
+    if subject["type"] == "review_export" and (made := subject["dataset_version"]):  # a review export done: the version to train on, as the JSON names it
         line += f": dataset version {slack_escaped(made['name'])}"
+    if subject["type"] == "evaluation" and subject["value"] is not None:  # what it scored, the point of the message
+        line += f": {slack_escaped(subject['metric'].replace('_', ' '))} {subject['value']:.4f}"
     if "name_was" in subject:  # a rename: from what, and by whom
         line += f": was {slack_escaped(subject['name_was'])}"
         if subject["actor"]:

@@ -8,8 +8,9 @@ therefore records and sends nothing, and recording never fails its caller: ``eve
 logs what went wrong instead of raising, so a broken hook cannot fail a run. Runs are hooked in one place,
 ``runs.services.publish_status``, which every change of a run's status calls (``run_ended`` keeps the ends);
 checkpoint exports in ``runs.services.checkpoint_export_finish``, serving copies in
-``runs.serving_copies._copy_end`` (every end of a serving copy's row) and review exports in ``review.services._export_end``, each when the
-end changes the row's status (a redelivered report of the same end is no second end).
+``runs.serving_copies._copy_end`` (every end of a serving copy's row), review exports in ``review.services._export_end``
+and evaluations in ``evals.services.evaluation_finish`` and ``evaluation_fail``, each when the end changes the row's
+status (a redelivered report of the same end is no second end).
 
 Sending (``delivery_attempt``) happens outside any transaction (a slow receiver holds no lock): the attempt is first
 claimed with a conditional ``UPDATE`` of its count, so a message delivered twice sends once; then one POST, 10 s at
@@ -262,6 +263,13 @@ def review_export_ended(*, export) -> list[WebhookDelivery]:
     ._export_end``)."""
     return event_record(project_id=export.campaign.project_id, event="review.exported",
                         describe=lambda: payloads.review_export_subject(export))
+
+
+def evaluation_ended(*, evaluation) -> list[WebhookDelivery]:
+    """``evaluation.succeeded`` or ``.failed`` for an evaluation that ended so (``evals.services.evaluation_finish``,
+    ``evaluation_fail``, each when its conditional update changed the row: a redelivered end is no second end)."""
+    return event_record(project_id=evaluation.project_id, event=f"evaluation.{evaluation.status}",
+                        describe=lambda: payloads.evaluation_subject(evaluation))
 
 
 def project_renamed(*, project: Project, name_was: str, user: AbstractBaseUser | None) -> list[WebhookDelivery]:

@@ -54,7 +54,8 @@ def score(evaluation: Evaluation) -> dict[str, Any]:
     version = evaluation.dataset_version
     if version is None:
         raise EvaluationError(f"the dataset version {evaluation.version_label} has been deleted")
-    rows = services.version_rows(version=version, metric=evaluation.metric, row_limit=evaluation.row_limit)
+    rows = services.version_rows(version=version, metric=evaluation.metric, row_limit=evaluation.row_limit,
+                                 answer_column=evaluation.answer_column)
     model, tokenizer = evaluate.load_for_scoring(_model_dir(evaluation))
     if evaluation.metric == Metric.EXACT_MATCH:
         return evaluate.exact_match(model, tokenizer, rows, max_new_tokens=evaluation.max_new_tokens,

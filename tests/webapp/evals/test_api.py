@@ -69,6 +69,20 @@ def test_it_rejects_bad_input_naming_the_field(team, base_model, prompts_version
     assert not Evaluation.objects.exists() and sent_tasks == []
 
 
+def test_it_reads_the_answer_column_sent_and_names_a_missing_one(team, base_model, sent_tasks):
+    version = make_ready_version(team.project, name="solved", kind="prompts",
+                                 rows=[{"prompt": "1 + 1?", "solution": "2"}])
+    member = api(team.teammate)
+    status, answer = member("POST", BASE, {"model": base_model.public_id, "dataset_version": version.public_id})
+    assert status == 400 and "row 1 of solved v1 has no 'answer' text" in answer["errors"]["answer_column"][0]
+    valid("FieldErrors", answer)
+    status, made = member("POST", BASE, {"model": base_model.public_id, "dataset_version": version.public_id,
+                                         "answer_column": "solution"})
+    assert status == 202 and made["answer_column"] == "solution", made
+    valid("EvaluationOut", made)
+    assert Evaluation.objects.get().answer_column == "solution"
+
+
 def test_it_requires_access(team, base_model, prompts_version, sent_tasks):
     evaluation = services.evaluation_create(project=team.project, model_ref=base_model.public_id,
                                             version=prompts_version, settings=services.EvaluationSettings(),

@@ -54,8 +54,32 @@ def test_it_rejects_a_prompts_version_without_answers_naming_the_row(team, base_
                                  rows=[{"prompt": "a", "answer": "b"}, {"prompt": "c"}], user=team.owner)
     with pytest.raises(ValidationError) as refused:
         create(team, base_model, version)
-    assert "row 2 of bare v1 has no 'answer' text" in refused.value.message_dict["dataset_version"][0]
+    assert "row 2 of bare v1 has no 'answer' text" in refused.value.message_dict["answer_column"][0]
     assert not Evaluation.objects.exists()
+
+
+def test_an_answer_column_names_where_the_references_are(team, base_model, sent_tasks):
+    """As ``jaxengine eval --answer-column``: the references read from that column, scored as ``answer``; a column
+    the rows lack, or one named for an sft version, is refused on the field, nothing saved."""
+    version = make_ready_version(team.project, name="solved", kind="prompts", user=team.owner,
+                                 rows=[{"prompt": "1 + 1?", "solution": "2"}, {"prompt": "2 + 2?", "solution": "4"}])
+    evaluation = create(team, base_model, version, answer_column="solution")
+    assert evaluation.answer_column == "solution"
+    rows = services.version_rows(version=version, metric=Metric.EXACT_MATCH, row_limit=5,
+                                 answer_column=evaluation.answer_column)
+    assert [row["answer"] for row in rows] == ["2", "4"]
+    sft = make_ready_version(team.project, name="chats", kind="sft", user=team.owner)
+    for target, column, words in ((version, "answer", "row 1 of solved v1 has no 'answer' text (its columns: "
+                                                      "prompt, solution)"),
+                                  (version, "reply", "row 1 of solved v1 has no 'reply' text"),
+                                  (sft, "solution", "for exact match (a prompts dataset) only")):
+        with pytest.raises(ValidationError) as refused:
+            create(team, base_model, target, answer_column=column)
+        assert words in refused.value.message_dict["answer_column"][0]
+    with pytest.raises(ValidationError) as refused:
+        services.EvaluationSettings(answer_column="")
+    assert "name the column of reference answers" in refused.value.message_dict["answer_column"][0]
+    assert Evaluation.objects.count() == 1
 
 
 def test_it_rejects_a_version_of_another_project_or_not_ready_or_of_another_kind(team, base_model):
