@@ -33,6 +33,7 @@ from webapp.datasets.models import Dataset, VersionStatus
 from webapp.core.disk_free import upload_room_refusal
 from webapp.datasets.uploads import (LimitedUploadHandler, body_too_large, file_too_large_message,
                                      upload_cut_short_message)
+from webapp.evals.services import METRIC_OF_KIND
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Membership, Project, Role
 from webapp.review.selectors import export_campaigns
@@ -254,6 +255,8 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
             token_form=TokenStatisticsForm(base_models=base_models) if base_models else None,
             # The launch page of each task that trains on this kind, this version chosen (runs:new's ?data=).
             launch_tasks=selectors.tasks_training_on(dataset.kind) if membership.can(Role.MEMBER) else [],
+            # The New evaluation page with this version chosen, for the kinds an evaluation scores.
+            can_evaluate=membership.can(Role.MEMBER) and dataset.kind in METRIC_OF_KIND,
         )
         if partner := selectors.comparison_partner(version=version):
             context.update(compare_with=partner, compare_pair=sorted((partner.number, version.number)))

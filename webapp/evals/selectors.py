@@ -17,9 +17,38 @@ from webapp.evals.models import ACTIVE_EVALUATION_STATUSES, Evaluation, Evaluati
 from webapp.projects.models import Membership, Project, Role
 
 
-def evaluation_list(*, project: Project) -> QuerySet[Evaluation]:
-    """The project's evaluations, newest first."""
-    return Evaluation.objects.filter(project=project).select_related("created_by").order_by("-created_at", "-id")
+def evaluation_list(*, project: Project, model_id: str = "") -> QuerySet[Evaluation]:
+    """The project's evaluations, newest first; with ``model_id`` (a base model's id, or a run's, which covers its
+    checkpoints), that model's alone."""
+    evaluations = Evaluation.objects.filter(project=project)
+    if model_id:
+        evaluations = evaluations.filter(_of_model(model_id))
+    return evaluations.select_related("created_by", "dataset_version__dataset").order_by("-created_at", "-id")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelEvaluations:
+    """The newest evaluations of one model (``newest``, at most a handful) and how many there are in all."""
+
+    newest: list[Evaluation]
+    count: int
+
+
+def model_evaluations(*, project: Project, model_id: str, limit: int = 5) -> ModelEvaluations:
+    """The ``limit`` newest evaluations of the model ``model_id`` (a run's covers its checkpoints), for its page."""
+    evaluations = evaluation_list(project=project, model_id=model_id)
+    return ModelEvaluations(newest=list(evaluations[:limit]), count=evaluations.count())
+
+
+def _of_model(model_id: str) -> Q:
+    # A model reference is the model's id, or a run's id and a checkpoint after a colon (chat.selectors.model_choice).
+    return Q(model_ref=model_id) | Q(model_ref__startswith=f"{model_id}:")
+
+
+def comparisons_with(tables: list[Comparison], *, model_id: str) -> list[Comparison]:
+    """The side-by-side tables in which the model ``model_id`` (as ``evaluation_list``'s) stands."""
+    return [table for table in tables
+            if any(evaluation.model_ref.split(":")[0] == model_id for evaluation in table.evaluations)]
 
 
 def evaluation_page(*, project: Project, after: tuple[str, int] | None, limit: int) -> KeysetPage[Evaluation]:

@@ -13,6 +13,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
+from webapp.chat.selectors import model_choice
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.submissions import deleted_once_or_refused, form_send_once, sent_once_or_refused
@@ -25,11 +26,21 @@ from webapp.projects.models import Role
 @login_required
 @require_http_methods(["GET"])
 def evaluation_list(request: HttpRequest, slug: str) -> HttpResponse:
+    """Every evaluation, or with ``?model=`` (a run's page's link) that model's, and the side-by-side tables it
+    stands in (the other models too: that is what they compare it with)."""
     project, membership = get_project_for_user(request.user, slug)
-    evaluations = list(selectors.evaluation_list(project=project))
+    every = list(selectors.evaluation_list(project=project))
+    comparisons = selectors.comparison_tables(evaluations=every)
+    model_id = request.GET.get("model", "").strip()
+    evaluations = every
+    if model_id:
+        evaluations = list(selectors.evaluation_list(project=project, model_id=model_id))
+        comparisons = selectors.comparisons_with(comparisons, model_id=model_id)
+    choice = model_choice(project=project, ref=model_id) if model_id else None
     return render(request, "evals/list.html", {
-        "project": project, "membership": membership, "evaluations": evaluations,
-        "comparisons": selectors.comparison_tables(evaluations=evaluations)})
+        "project": project, "membership": membership, "evaluations": evaluations, "comparisons": comparisons,
+        "model_id": model_id,
+        "model_label": choice.label if choice else (evaluations[0].model_label if evaluations else model_id)})
 
 
 @login_required
@@ -47,7 +58,8 @@ def evaluation_create(request: HttpRequest, slug: str) -> HttpResponse:
                 project=project, model_ref=data["model"], version=form.versions[data["dataset_version"]],
                 settings=services.EvaluationSettings(row_limit=data["row_limit"],
                                                      max_new_tokens=data["max_new_tokens"],
-                                                     group_by=data["group_by"].strip()),
+                                                     group_by=data["group_by"].strip(),
+                                                     answer_column=data["answer_column"]),
                 user=request.user)
             messages.success(request, f"Evaluation of {isolated(evaluation.model_label)} queued.")
             return reverse("evals:detail", args=[project.slug, evaluation.public_id])

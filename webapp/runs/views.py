@@ -36,6 +36,7 @@ from webapp.core.streaming import download_label
 from webapp.core.submissions import deleted_once_or_refused, form_send_once, sent_once_or_refused
 from webapp.core.text import LONG_TEXT_MAX_CHARS
 from webapp.core.views import post_answered_with_a_page
+from webapp.evals import selectors as evaluation_selectors
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
 from webapp.runs import artifacts, presets, reporting, selectors, services, serving_copies, sweeps
@@ -550,6 +551,7 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
                          if len(selectors.sample_steps(run=run, kind="eval")) > 1 else None),
         **_checkpoints_context(run, can_delete),
         "serving_copy": selectors.serving_copy(run=run),
+        "evaluations": evaluation_selectors.model_evaluations(project=project, model_id=run.public_id),
         # The chat offers a succeeded run's final model to members, archived runs' aside (chat_selectors.model_choices).
         # Nor one whose folder was deleted since (ModelChoice.gone): the chat would refuse it.
         "can_chat": (membership.can(Role.MEMBER) and not run.archived

@@ -1,14 +1,19 @@
 """Evaluation pages: members create (from the form, prefilled from a model's page), viewers read, outsiders get 404;
 the detail page refreshes while the evaluation is under way and escapes model output and dataset text."""
+from datetime import timedelta
+
 from django.urls import reverse
+from django.utils import timezone
 
 from tests.webapp.evals.conftest import create
-from tests.webapp.factories import form_token, make_user
+from tests.webapp.factories import form_token, make_ready_version, make_user
 from webapp.core.bidi import isolated
 from webapp.evals import services
 from webapp.evals.models import Evaluation, EvaluationStatus
 from webapp.projects import services as project_services
 from webapp.projects.models import Role
+from webapp.runs import services as run_services
+from webapp.runs.models import Run, RunStatus
 
 
 def post_form(client, team, base_model, version, **overrides):
@@ -110,3 +115,83 @@ def test_a_run_and_a_base_model_page_offer_evaluate(team, client_for, base_model
     page = client_for(team.teammate).get(reverse("basemodels:detail", args=[team.project.slug,
                                                                             base_model.public_id])).content.decode()
     assert f'{reverse("evals:create", args=[team.project.slug])}?model={base_model.public_id}' in page
+
+
+def test_the_form_reads_the_answer_column_and_names_a_missing_one(team, client_for, base_model):
+    version = make_ready_version(team.project, name="solved", kind="prompts",
+                                 rows=[{"prompt": "1 + 1?", "solution": "2"}])
+    member = client_for(team.teammate)
+    response = post_form(member, team, base_model, version)
+    assert response.status_code == 400
+    assert "row 1 of solved v1 has no &#x27;answer&#x27; text" in response.content.decode()
+    assert not Evaluation.objects.exists()
+    assert post_form(member, team, base_model, version, answer_column="solution").status_code == 302
+    assert Evaluation.objects.get().answer_column == "solution"
+
+
+def test_a_ready_prompts_or_sft_version_offers_evaluate_prefilled(team, client_for, prompts_version, sft_version):
+    pairs = make_ready_version(team.project, name="pairs", kind="preference",
+                               rows=[{"prompt": "a", "chosen": "b", "rejected": "c"}])
+    create_url = reverse("evals:create", args=[team.project.slug])
+
+    def version_page(user, version):
+        return client_for(user).get(reverse("datasets:version", args=[
+            team.project.slug, version.dataset.public_id, version.number])).content.decode()
+
+    for version in (prompts_version, sft_version):
+        assert f'href="{create_url}?version={version.public_id}">Evaluate a model on it' in version_page(
+            team.teammate, version)
+    assert "Evaluate a model on it" not in version_page(team.teammate, pairs)
+    assert "Evaluate a model on it" not in version_page(team.viewer, prompts_version)
+    form = client_for(team.teammate).get(f"{create_url}?version={sft_version.public_id}").content.decode()
+    assert f'<option value="{sft_version.public_id}" selected>' in form
+
+
+def evaluation_of(team, model_ref, version, *, value=None, minutes_ago=0):
+    evaluation = Evaluation.objects.create(
+        project=team.project, model_ref=model_ref, model_label=f"Run: {model_ref}", dataset_version=version,
+        version_label=str(version), metric="exact_match", row_limit=6, max_new_tokens=8,
+        status=EvaluationStatus.SUCCEEDED if value is not None else EvaluationStatus.FAILED,
+        result={"metric": "exact_match", "value": value, "count": 6} if value is not None else {},
+        created_by=team.teammate)
+    Evaluation.objects.filter(pk=evaluation.pk).update(created_at=timezone.now() - timedelta(minutes=minutes_ago))
+    return evaluation
+
+
+def a_run(team, base_model, sft_version):
+    return run_services.run_create(project=team.project, user=team.owner, name="first", spec={
+        "task": "sft", "model": base_model.public_id, "data": {"train": sft_version.public_id},
+        "train": {"max_steps": 10}})
+
+
+def test_a_run_page_lists_its_newest_evaluations_linking_to_them_all(team, client_for, base_model, prompts_version,
+                                                                     sft_version):
+    run = a_run(team, base_model, sft_version)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    mine = [evaluation_of(team, run.public_id, prompts_version, value=index / 10, minutes_ago=10 - index)
+            for index in range(6)]
+    checkpoint = evaluation_of(team, f"{run.public_id}:step-5", prompts_version, minutes_ago=0)  # failed
+    other = evaluation_of(team, base_model.public_id, prompts_version, value=0.9, minutes_ago=30)
+    page = client_for(team.viewer).get(reverse("runs:detail", args=[team.project.slug, run.public_id])).content.decode()
+    section = page[page.index('id="run-evaluations"'):]
+    section = section[:section.index("</section>")]
+    shown = [evaluation.public_id for evaluation in (checkpoint, *mine[::-1][:4])]
+    positions = [section.index(f"/evaluations/{public_id}/") for public_id in shown]
+    assert positions == sorted(positions)  # newest first
+    assert mine[0].public_id not in section and mine[1].public_id not in section and other.public_id not in section
+    assert 'data-value="0.5"' in section and "exact match: failed" in section
+    listed = reverse("evals:list", args=[team.project.slug])
+    assert f'href="{listed}?model={run.public_id}" id="run-evaluations-all">All 7 evaluations of this run' in section
+
+    filtered = client_for(team.viewer).get(f"{listed}?model={run.public_id}").content.decode()
+    table = filtered[filtered.index('id="evaluations"'):]
+    assert all(evaluation.public_id in table for evaluation in (*mine, checkpoint))
+    assert other.public_id not in table
+    assert "Side by side" in filtered and other.public_id in filtered  # what it stands beside, the base model too
+    assert other.public_id in client_for(team.viewer).get(listed).content.decode()
+
+
+def test_a_run_without_evaluations_shows_no_section(team, client_for, base_model, sft_version):
+    run = a_run(team, base_model, sft_version)
+    page = client_for(team.viewer).get(reverse("runs:detail", args=[team.project.slug, run.public_id])).content.decode()
+    assert 'id="run-evaluations"' not in page
