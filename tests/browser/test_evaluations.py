@@ -9,6 +9,7 @@ from tests.factories import build_tiny_model_dir
 from tests.webapp.factories import make_base_model, make_ready_version, make_team
 from webapp.core.bidi import isolated
 from webapp.evals.models import Evaluation
+from webapp.runs.models import Run, RunStatus
 
 pytestmark = pytest.mark.browser
 
@@ -53,5 +54,41 @@ def test_a_member_evaluates_a_base_model_and_sees_the_result(browser, live_serve
         page.get_by_role("link", name="Evaluations", exact=True).click()
         assert page.locator(".comparison").count() == 1
         assert page.locator(".comparison tbody tr").first.locator("td").first.inner_text() == "Base model: tiny"
+    finally:
+        context.close()
+
+
+def test_a_run_page_lists_its_evaluations_and_a_version_page_offers_one_at_phone_width(
+        browser, live_server, transactional_db, tmp_path):
+    """At 390 px: the run page's Evaluations table keeps each figure on one line and links to the list filtered to
+    the run; a ready prompts version's *Evaluate a model on it* opens the form with it chosen."""
+    base = live_server.url
+    team = make_team()
+    version = make_ready_version(team.project, name="colours", kind="prompts", rows=ROWS, user=team.owner)
+    other = make_ready_version(team.project, name="chats", kind="sft", user=team.owner)
+    run = Run.objects.create(project=team.project, name="sft", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=3, current_step=3)
+    for model_ref, value in ((run.public_id, 0.123456), (f"{run.public_id}:step-2", 0.5)):
+        Evaluation.objects.create(project=team.project, model_ref=model_ref, model_label=f"Run: sft {model_ref}",
+                                  dataset_version=version, version_label=str(version), metric="exact_match",
+                                  row_limit=4, max_new_tokens=8, status="succeeded", created_by=team.teammate,
+                                  result={"metric": "exact_match", "value": value, "count": 4})
+    context = browser.new_context(viewport={"width": 390, "height": 900})
+    try:
+        page = log_in(context, base, "alpha-teammate")
+        page.goto(f"{base}/p/alpha/runs/{run.public_id}/")
+        values = page.locator("#run-evaluations .eval-value")
+        assert values.all_inner_texts() == ["0.5000", "0.1235"]  # newest first
+        line_height = float(values.first.evaluate("element => parseFloat(getComputedStyle(element).lineHeight)"))
+        assert values.first.bounding_box()["height"] < 1.5 * line_height  # one line, not "0.500" over "0"
+        screenshot(page, "run-evaluations-390")
+        page.locator("#run-evaluations-all").click()
+        assert page.locator("#evaluations tbody tr").count() == 2
+        page.goto(f"{base}/p/alpha/datasets/{version.dataset.public_id}/v/1/")
+        page.get_by_role("link", name="Evaluate a model on it").click()
+        assert page.locator("#id_dataset_version option:checked").inner_text() == (
+            f"{isolated('colours')} v1 (prompts, 4 rows)")
+        assert other.public_id in page.locator("#id_dataset_version").inner_html()  # the others still offered
     finally:
         context.close()

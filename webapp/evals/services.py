@@ -136,6 +136,21 @@ def _checked_version(project: Project, version: DatasetVersion) -> str:
     return metric
 
 
+def version_refusal(*, project: Project, public_id: str) -> str:
+    """Why the dataset version ``public_id`` cannot be evaluated in ``project``, in ``evaluation_create``'s words, or
+    "" where it can: for a link (the New evaluation page's ``?version=``) naming one the form does not offer, which
+    would otherwise leave another version chosen without a word."""
+    version = DatasetVersion.objects.select_related("dataset").filter(dataset__project=project,
+                                                                      public_id=public_id).first()
+    if version is None:
+        return f"{public_id!r} is not a dataset version of this project"
+    try:
+        _checked_version(project, version)
+    except ValidationError as error:
+        return " ".join(error.messages)
+    return ""
+
+
 @transaction.atomic
 def evaluation_create(*, project: Project, model_ref: str, version: DatasetVersion, settings: EvaluationSettings,
                       user: AbstractBaseUser | None) -> Evaluation:

@@ -68,8 +68,12 @@ def evaluation_create(request: HttpRequest, slug: str) -> HttpResponse:
             return redirect(form_send_once(request, create=create))
         except ValidationError as error:
             add_service_errors(form, error)
+    asked_version = request.GET.get("version", "").strip()
     return render(request, "evals/create.html", {
         "project": project, "membership": membership, "form": form,
+        "version_refused": (services.version_refusal(project=project, public_id=asked_version)
+                            if request.method == "GET" and asked_version and asked_version not in form.versions
+                            else ""),
         "no_models": not form.fields["model"].choices, "no_versions": not form.versions},
         status=400 if request.method == "POST" else 200)
 

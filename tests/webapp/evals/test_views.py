@@ -8,6 +8,7 @@ from django.utils import timezone
 from tests.webapp.evals.conftest import create
 from tests.webapp.factories import form_token, make_ready_version, make_user
 from webapp.core.bidi import isolated
+from webapp.datasets.models import VersionStatus
 from webapp.evals import services
 from webapp.evals.models import Evaluation, EvaluationStatus
 from webapp.projects import services as project_services
@@ -179,7 +180,7 @@ def test_a_run_page_lists_its_newest_evaluations_linking_to_them_all(team, clien
     positions = [section.index(f"/evaluations/{public_id}/") for public_id in shown]
     assert positions == sorted(positions)  # newest first
     assert mine[0].public_id not in section and mine[1].public_id not in section and other.public_id not in section
-    assert 'data-value="0.5"' in section and "exact match: failed" in section
+    assert 'data-value="0.5"' in section and ">failed</a>" in section
     listed = reverse("evals:list", args=[team.project.slug])
     assert f'href="{listed}?model={run.public_id}" id="run-evaluations-all">All 7 evaluations of this run' in section
 
@@ -195,3 +196,16 @@ def test_a_run_without_evaluations_shows_no_section(team, client_for, base_model
     run = a_run(team, base_model, sft_version)
     page = client_for(team.viewer).get(reverse("runs:detail", args=[team.project.slug, run.public_id])).content.decode()
     assert 'id="run-evaluations"' not in page
+
+
+def test_a_link_to_a_version_that_cannot_be_evaluated_says_why(team, client_for, prompts_version):
+    broken = make_ready_version(team.project, name="broken", kind="prompts", rows=[{"prompt": "a", "answer": "b"}])
+    broken.status = VersionStatus.FAILED
+    broken.save()
+    url = reverse("evals:create", args=[team.project.slug])
+    page = client_for(team.teammate).get(f"{url}?version={broken.public_id}").content.decode()
+    assert 'id="version-refused"' in page and "broken v1 failed its check" in page
+    page = client_for(team.teammate).get(f"{url}?version=dv_nosuchversion").content.decode()
+    assert "&#x27;dv_nosuchversion&#x27; is not a dataset version of this project" in page
+    page = client_for(team.teammate).get(f"{url}?version={prompts_version.public_id}").content.decode()
+    assert 'id="version-refused"' not in page
