@@ -9,12 +9,15 @@ from typing import Any
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.http import Http404
+from django.urls import reverse
 
+from webapp.basemodels.models import BaseModel
 from webapp.core.bidi import isolated
 from webapp.core.keyset import KeysetPage, keyset_page
 from webapp.datasets.models import DatasetVersion
 from webapp.evals.models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationStatus, Metric
 from webapp.projects.models import Membership, Project, Role
+from webapp.runs.models import Run
 
 
 def evaluation_list(*, project: Project, model_id: str = "") -> QuerySet[Evaluation]:
@@ -69,6 +72,18 @@ def evaluation_get(*, project: Project, public_id: str) -> Evaluation:
     if evaluation is None:
         raise Http404("no such evaluation")
     return evaluation
+
+
+def model_page(*, evaluation: Evaluation) -> str:
+    """The page of the evaluation's model (a base model's, or the run's for its model or a checkpoint), "" once the
+    model has been deleted (its label is what is left)."""
+    model_id = evaluation.model_ref.split(":")[0]
+    if model_id.startswith("bm_") and BaseModel.objects.filter(project_id=evaluation.project_id,
+                                                               public_id=model_id).exists():
+        return reverse("basemodels:detail", args=[evaluation.project.slug, model_id])
+    if Run.objects.filter(project_id=evaluation.project_id, public_id=model_id).exists():
+        return reverse("runs:detail", args=[evaluation.project.slug, model_id])
+    return ""
 
 
 def may_delete_evaluation(*, membership: Membership, evaluation: Evaluation) -> bool:

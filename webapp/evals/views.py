@@ -86,6 +86,7 @@ def evaluation_detail(request: HttpRequest, slug: str, public_id: str) -> HttpRe
     return render(request, "evals/detail.html", {
         "project": project, "membership": membership, "evaluation": evaluation,
         "can_delete": selectors.may_delete_evaluation(membership=membership, evaluation=evaluation),
+        "model_page": selectors.model_page(evaluation=evaluation),
         "groups": selectors.group_rows(evaluation), "examples": selectors.example_rows(evaluation)})
 
 

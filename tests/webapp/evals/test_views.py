@@ -209,3 +209,15 @@ def test_a_link_to_a_version_that_cannot_be_evaluated_says_why(team, client_for,
     assert "&#x27;dv_nosuchversion&#x27; is not a dataset version of this project" in page
     page = client_for(team.teammate).get(f"{url}?version={prompts_version.public_id}").content.decode()
     assert 'id="version-refused"' not in page
+
+
+def test_the_detail_page_links_the_model_while_it_exists(team, client_for, base_model, prompts_version):
+    evaluation = create(team, base_model, prompts_version)
+    detail = reverse("evals:detail", args=[team.project.slug, evaluation.public_id])
+    page = client_for(team.viewer).get(detail).content.decode()
+    model_url = reverse("basemodels:detail", args=[team.project.slug, base_model.public_id])
+    assert f'<a href="{model_url}" id="evaluation-model">' in page
+    services.evaluation_cancel(evaluation=evaluation, user=team.teammate)
+    base_model.delete()
+    page = client_for(team.viewer).get(detail).content.decode()
+    assert 'id="evaluation-model"' not in page and "(deleted)" in page
