@@ -1,6 +1,6 @@
 """Evaluations scored by a real serve worker (thread pool) over a real Redis, from a tiny model directory: the
 value, count, groups and completions the web records are what ``jaxengine.evaluate`` gives for the same model on the
-same rows, called directly; a failure is said in words on the evaluation."""
+same rows, called directly (the references read from the answer column named); a failure is said in words on the evaluation."""
 from __future__ import annotations
 
 import pytest
@@ -60,8 +60,16 @@ def test_the_serve_worker_scores_exact_match_and_loss_as_the_engine_does(celery_
         settings=services.EvaluationSettings(row_limit=6, max_new_tokens=MAX_NEW_TOKENS, group_by="task"))
     loss = services.evaluation_create(project=team.project, model_ref=model.public_id, version=chats,
                                       settings=services.EvaluationSettings(row_limit=4), user=team.teammate)
+    # The same references under another column, named as jaxengine eval's --answer-column names it.
+    solved_rows = [{"prompt": row["prompt"], "solution": row["answer"], "task": row["task"]} for row in rows]
+    solved = make_ready_version(team.project, name="solved", kind="prompts", rows=solved_rows, user=team.owner)
+    by_column = services.evaluation_create(
+        project=team.project, model_ref=model.public_id, version=solved, user=team.teammate,
+        settings=services.EvaluationSettings(row_limit=6, max_new_tokens=MAX_NEW_TOKENS, group_by="task",
+                                             answer_column="solution"))
 
     exact, loss = finished(exact, celery_workers), finished(loss, celery_workers)
+    by_column = finished(by_column, celery_workers)
     assert exact.status == EvaluationStatus.SUCCEEDED, exact.error
     loaded, tokenizer = evaluate.load_for_scoring(model_dir)
     direct = evaluate.exact_match(loaded, tokenizer, rows, max_new_tokens=MAX_NEW_TOKENS, by="task")
@@ -69,6 +77,8 @@ def test_the_serve_worker_scores_exact_match_and_loss_as_the_engine_does(celery_
     assert direct["groups"]["other"]["value"] == 0.0
     assert direct["groups"]["kept"] == {"value": 1.0, "count": 3}, texts
     assert exact.started_at is not None and exact.finished_at >= exact.started_at
+    assert by_column.status == EvaluationStatus.SUCCEEDED, by_column.error
+    assert by_column.result == direct
 
     assert loss.status == EvaluationStatus.SUCCEEDED, loss.error
     direct_loss = evaluate.mean_loss(loaded, tokenizer, sft_rows[:4])
