@@ -1,14 +1,23 @@
 """The migration tests' one pattern: migrate back to where a migration has not run yet, make the rows it
-will find with the models of then, migrate forward, and read what it made of them."""
+will find with the models of then, migrate forward, and read what it made of them.
+
+Forward is the executor's own ``migrate`` to the latest migrations, not the ``migrate`` command: the command also
+renders the models of every app once more after migrating, for the ``post_migrate`` handlers, and runs them: they
+make the content types and permissions of models that lack them. After a migration test every model still has them
+(the test database was migrated whole, and transactional tests' teardown keeps them, tests/fast_flush.py), so those
+handlers would find nothing to do. Each migration back and forward is checked to leave the schema, the migrations
+recorded, the content types and the permissions as it found them (``described``, a few catalogue queries): as
+``migrate`` made them at the start of the session. 23 migration tests took 105-107 s instead of 131-133 s on SQLite
+(bench/RESULTS.md, "Test suite time, session 41")."""
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from django.apps.registry import Apps
-from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.db.migrations.recorder import MigrationRecorder
 
 
 @contextmanager
@@ -16,12 +25,58 @@ def migrated_back_to(*targets: tuple[str, str]) -> Iterator[Apps]:
     """The database at ``targets`` (``(app, migration)`` pairs, each app at that migration) for the block,
     which gets the historical models of that state (``apps.get_model``) to make rows with; after the block,
     even one that failed, the database is migrated forward to the latest migrations, so the tests after find
-    it whole. Needs ``pytest.mark.django_db(transaction=True)``: migrations do not run inside a test's
-    transaction."""
+    it whole (after a block that did not fail, an AssertionError says what differs if it is not as it was). Needs
+    ``pytest.mark.django_db(transaction=True)``: migrations do not run inside a test's transaction."""
+    found = described()
     executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
     executor.migrate(list(targets))
     try:
         yield executor.loader.project_state(list(targets)).apps
     finally:
-        call_command("migrate", verbosity=0)
+        migrate_to_latest()
+    left = described()
+    differences = {part: {"before": sorted(set(found[part]) - set(left[part]), key=repr),
+                          "after": sorted(set(left[part]) - set(found[part]), key=repr)}
+                   for part in found if found[part] != left[part]}
+    assert not differences, f"migrated back to {targets} and forward, the database is not as it was: {differences}"
+
+
+def migrate_to_latest() -> None:
+    """Apply every migration not applied yet, as ``migrate`` does, without its signals (see the module)."""
+    executor = MigrationExecutor(connection)  # a new loader: it reads which migrations are applied now
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+# A column's place among its table's columns, not its ordinal_position: PostgreSQL never reuses the position of a
+# dropped column, so one removed and added again (by any migration back and forward) comes back one further on.
+POSTGRES_SCHEMA = {
+    "columns": """SELECT table_name, column_name,
+                         ROW_NUMBER() OVER (PARTITION BY table_name ORDER BY ordinal_position), data_type,
+                         character_maximum_length, numeric_precision, is_nullable, column_default, is_identity,
+                         identity_generation
+                  FROM information_schema.columns WHERE table_schema = current_schema()""",
+    "indexes": "SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema()",
+    "constraints": """SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid), condeferrable,
+                             condeferred
+                      FROM pg_constraint WHERE connamespace = current_schema()::regnamespace""",
+}
+
+
+def described() -> dict[str, list[tuple]]:
+    """Every table, column, index and constraint as the database describes them (SQLite: the statements that make
+    them, as it keeps them), the migrations recorded as applied, and the content types and permissions."""
+    with connection.cursor() as cursor:
+        parts = {}
+        if connection.vendor == "sqlite":
+            cursor.execute("SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name != 'sqlite_sequence'")
+            parts["sqlite_master"] = cursor.fetchall()
+        else:
+            for part, query in POSTGRES_SCHEMA.items():
+                cursor.execute(query)
+                parts[part] = cursor.fetchall()
+        cursor.execute("SELECT app_label, model FROM django_content_type")
+        parts["content_types"] = cursor.fetchall()
+        cursor.execute("SELECT content_type_id, codename, name FROM auth_permission")
+        parts["permissions"] = cursor.fetchall()
+    parts["migrations"] = list(MigrationRecorder(connection).migration_qs.values_list("app", "name"))
+    return {part: sorted(rows, key=repr) for part, rows in parts.items()}

@@ -59,7 +59,8 @@ def test_a_backup_restores_into_a_fresh_installation_elsewhere(source, tmp_path)
     assert "1 user, 1 project, 1 dataset version, 1 base model, 1 run" in result.stdout
     old_data, new_data = source["environment"]["TEMPER_DATA"], target["TEMPER_DATA"]
     assert f"paths in the database moved from {old_data} to {new_data}" in result.stdout
-    assert json.loads(ok(run_in(target, "-c", DUMP))) == moved(source["rows"], old_data, new_data)
+    restored_rows = json.loads(ok(run_in(target, "-c", DUMP)))
+    assert restored_rows == moved(source["rows"], old_data, new_data)
     assert source["rows"]["activity"] == [["backed-up", "owner", "run.launched", source["run_id"]]]  # the log came back
     # Every file but those a backup leaves out, byte for byte; the restored folders are where the rows say.
     source_files = {name: digest for name, digest in file_digests(Path(old_data)).items()
@@ -71,7 +72,6 @@ def test_a_backup_restores_into_a_fresh_installation_elsewhere(source, tmp_path)
     assert f"runs/{source['run_id']}/checkpoints/10/state.bin" in restored_files
     assert not any("/.deleting-checkpoint-" in name for name in restored_files)  # a checkpoint being deleted
     assert "secret_key" in restored_files and (Path(new_data) / "secret_key").stat().st_mode & 0o777 == 0o600
-    restored_rows = json.loads(ok(run_in(target, "-c", DUMP)))
     assert all(Path(path).is_dir() for _run, _kind, path in restored_rows["artifacts"])
     assert all(Path(path).is_dir() for _id, path in restored_rows["base_models"])
 
@@ -168,12 +168,12 @@ def with_database_of(backup: Path, environment: dict[str, str], out: Path) -> Pa
     return with_member(backup, out, "database/temper.sqlite3", lambda _content: database.read_bytes())
 
 
-def test_a_checkpoint_deleted_while_the_backup_copies_it_is_left_out(tmp_path):
+def test_a_checkpoint_deleted_while_the_backup_copies_it_is_left_out(source, tmp_path):
     """The trainer deletes its older checkpoints as it saves newer ones (``keep_last``), file by file: a backup
     walking one meanwhile stored what was left of it (here its bare folders, as orbax's deleter leaves them last),
     and the restored run's resume failed on it ("checkpoint 20 cannot be read")."""
-    environment = installation(tmp_path / "source")
-    run_id = ok(run_in(environment, "-c", SEED)).strip().splitlines()[-1]
+    shutil.copytree(source["base"] / "data", tmp_path / "source" / "data")  # a seeded installation of its own
+    environment, run_id = installation(tmp_path / "source"), source["run_id"]
     checkpoints = Path(environment["TEMPER_DATA"]) / "runs" / run_id / "checkpoints"
     (checkpoints / "20" / "state" / "d").mkdir(parents=True)
     backup = tmp_path / "temper.tar"
@@ -272,10 +272,8 @@ from webapp.workers.services import worker_heartbeat_record, worker_mark_stopped
 worker_heartbeat_record(name="train@gpu-host-1", host="gpu-host-1", pid=4242, queues=["train"], devices={},
                         current_jobs=[], started_at=timezone.now())
 """
+# The same worker stopping cleanly, as its process does on its way out (worker/heartbeat.py).
 STOPPED = """
-import django
-django.setup()
-from webapp.workers.services import worker_mark_stopped
 worker_mark_stopped(name="train@gpu-host-1", pid=4242)
 """
 
@@ -299,8 +297,7 @@ def test_it_refuses_to_restore_under_a_live_worker_even_with_force(source, tmp_p
     assert result.returncode == 0, result.stderr
     assert "restoring under 1 live worker (--ignore-live-workers): train@gpu-host-1" in result.stderr
     # The restored database holds the backup's rows, no heartbeat: stopped cleanly, a worker refuses nothing.
-    ok(run_in(target, "-c", HEARTBEAT))
-    ok(run_in(target, "-c", STOPPED))
+    ok(run_in(target, "-c", HEARTBEAT + STOPPED))
     ok(run_in(target, "temper_restore", "--force", "--quiet", str(source["backup"])))
 
 
