@@ -28,6 +28,31 @@ def api_get(client, user, path):
     return client.get(path, HTTP_AUTHORIZATION=f"Bearer {secret}")
 
 
+def paged_through_its_index(team, client, url: str, index: str) -> list[str]:
+    """The target ids of every entry the API's pages from ``url`` list, read by a viewer's token; on SQLite each
+    query of the entries is checked to read ``index`` and to sort nothing whole (PostgreSQL plans by the table's
+    statistics, which a test's 90 rows do not give)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.webapp.chat.test_arena import plan_of
+
+    _row, secret = token_create(user=team.viewer, name="t")
+    read = []
+    with CaptureQueriesContext(connection) as queries:
+        while url:
+            answer = client.get(url, HTTP_AUTHORIZATION=f"Bearer {secret}").json()
+            read += [entry["target"]["id"] for entry in answer["activity"]]
+            url = answer["next"]
+    if connection.vendor == "sqlite":
+        entry_reads = [query["sql"] for query in queries if query["sql"].startswith('SELECT "activity_activity"."id"')]
+        assert entry_reads
+        for sql in entry_reads:
+            plan = plan_of(sql)
+            assert index in plan and "TEMP B-TREE" not in plan, (sql, plan)
+    return read
+
+
 def test_every_member_reads_it_and_outsiders_get_404(team, client_for, client):
     for user in (team.owner, team.teammate, team.viewer):
         page = client_for(user).get(PAGE)
@@ -239,32 +264,14 @@ def test_a_rare_action_is_read_from_its_verbs_index_page_after_page_in_order(tea
     """Bench (bench/activity_page.py): ``?action=deleted`` on a log where deletions are 0.1% of entries read the
     project's whole log newest first until 50 matched (one ``verb IN (…)`` query, ordered by the log's index). Each verb
     is read from the (project, verb, newest) index, none sorted whole; the pages merge them in the log's order."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    from tests.webapp.chat.test_arena import plan_of
-
     deletions = [Verb.RUN_DELETED, Verb.DATASET_DELETED, Verb.WEBHOOK_DELETED]
     with transaction.atomic():
         for index in range(90):
             verb = deletions[index % 3] if index % 2 else Verb.RUN_LAUNCHED
             activity_record(project=team.project, actor=team.owner, verb=verb, target=("run", f"x_{index:03}", "x"))
     deleted = [f"x_{index:03}" for index in reversed(range(90)) if index % 2]
-    _row, secret = token_create(user=team.viewer, name="t")
-    read, url = [], f"{API}?action=deleted&limit=20"
-    with CaptureQueriesContext(connection) as queries:
-        while url:
-            answer = client.get(url, HTTP_AUTHORIZATION=f"Bearer {secret}").json()
-            read += [entry["target"]["id"] for entry in answer["activity"]]
-            url = answer["next"]
-    assert read == deleted  # 45, newest first, in three pages: none twice, none left out
-    if connection.vendor != "sqlite":  # PostgreSQL plans by the table's statistics, which a test's 90 rows do not give
-        return
-    entry_reads = [query["sql"] for query in queries if query["sql"].startswith('SELECT "activity_activity"."id"')]
-    assert entry_reads
-    for sql in entry_reads:
-        plan = plan_of(sql)
-        assert "activity_verb_newest" in plan and "TEMP B-TREE" not in plan, (sql, plan)
+    # 45, newest first, in three pages: none twice, none left out
+    assert paged_through_its_index(team, client, f"{API}?action=deleted&limit=20", "activity_verb_newest") == deleted
 
 
 def test_a_rare_action_of_one_kind_is_read_from_the_kind_and_verb_index(team, client):
@@ -272,32 +279,15 @@ def test_a_rare_action_of_one_kind_is_read_from_the_kind_and_verb_index(team, cl
     the (project, kind, newest) index until 50 deletions matched (42 ms at 100,000 entries). Each verb is read from the
     (project, kind, verb, newest) index, a verb of another kind (a dataset's deletion) finding nothing at once, and the
     pages merge them in the log's order."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    from tests.webapp.chat.test_arena import plan_of
-
     with transaction.atomic():
         for index in range(90):
             verb, kind = ((Verb.RUN_DELETED, "run") if index % 3 == 1 else (Verb.DATASET_DELETED, "dataset")
                           if index % 3 == 2 else (Verb.RUN_LAUNCHED, "run"))
             activity_record(project=team.project, actor=team.owner, verb=verb, target=(kind, f"x_{index:03}", "x"))
     deleted_runs = [f"x_{index:03}" for index in reversed(range(90)) if index % 3 == 1]
-    _row, secret = token_create(user=team.viewer, name="t")
-    read, url = [], f"{API}?kind=run&action=deleted&limit=12"
-    with CaptureQueriesContext(connection) as queries:
-        while url:
-            answer = client.get(url, HTTP_AUTHORIZATION=f"Bearer {secret}").json()
-            read += [entry["target"]["id"] for entry in answer["activity"]]
-            url = answer["next"]
-    assert read == deleted_runs  # 30, newest first, in three pages: none twice, none left out
-    if connection.vendor != "sqlite":  # PostgreSQL plans by the table's statistics, which a test's 90 rows do not give
-        return
-    entry_reads = [query["sql"] for query in queries if query["sql"].startswith('SELECT "activity_activity"."id"')]
-    assert entry_reads
-    for sql in entry_reads:
-        plan = plan_of(sql)
-        assert "activity_kind_verb_newest" in plan and "TEMP B-TREE" not in plan, (sql, plan)
+    # 30, newest first, in three pages: none twice, none left out
+    assert paged_through_its_index(team, client, f"{API}?kind=run&action=deleted&limit=12",
+                                   "activity_kind_verb_newest") == deleted_runs
 
 
 def test_every_bad_filter_is_named_at_once(team, client_for, client):
