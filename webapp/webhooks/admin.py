@@ -33,5 +33,18 @@ class WebhookAdmin(admin.ModelAdmin):
 
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(admin.ModelAdmin):
+    """Read-only: a delivery is the record of what was sent where and what the receiver answered, which the project's
+    Webhooks page lists and whose payload its Redeliver sends again; changed here, it would say what never
+    happened."""
+
     list_display = ("public_id", "webhook", "event", "status", "attempts", "last_status_code", "created_at")
     list_filter = ("status", "event")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

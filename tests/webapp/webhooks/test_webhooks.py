@@ -526,6 +526,27 @@ def test_the_admin_index_spells_webhook_deliveries(client_for):
     assert "Webhook deliveries" in page and "deliverys" not in page
 
 
+def test_the_admin_site_shows_deliveries_read_only(team, client_for):
+    """A delivery is the record of what was sent where and what the receiver answered (the Webhooks page lists it and
+    Redeliver sends its payload again): changed in the admin site, the record would say what never happened."""
+    from django.contrib.auth import get_user_model
+
+    webhook = services.webhook_create(project=team.project, url="https://example.org/hook", events=["run.failed"],
+                                      format="json", user=team.owner)
+    delivery = WebhookDelivery.objects.create(webhook=webhook, event="run.failed", payload={"object": {"id": "run_x"}},
+                                              status="failed", last_status_code=500)
+    client = client_for(get_user_model().objects.create_superuser("root", password="unused-password"))
+    change = f"/admin/webhooks/webhookdelivery/{delivery.pk}/change/"
+    page = client.get(change).content.decode()
+    assert "run_x" in page and 'name="status"' not in page
+    assert client.post(change, {"webhook": webhook.pk, "event": "run.succeeded", "payload": "{}", "status": "sent",
+                                "attempts": 1, "last_status_code": 200}).status_code == 403
+    assert client.post(f"/admin/webhooks/webhookdelivery/{delivery.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert client.get("/admin/webhooks/webhookdelivery/add/").status_code == 403
+    delivery.refresh_from_db()
+    assert (delivery.event, delivery.status, delivery.last_status_code) == ("run.failed", "failed", 500)
+
+
 def test_the_admin_site_shows_hooks_read_only(team, client_for):
     """QA: saved, added or deleted in the admin site, a hook skipped webhook_create/update/delete: its address was not
     checked, its events could be any text, it could move to another project, and the project's activity log, where
