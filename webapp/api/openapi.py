@@ -507,7 +507,9 @@ def build_document() -> dict[str, Any]:
             "copy, and once the pipeline has ended)", [SLUG, PIPELINE], answer=schemas.PipelineOut)},
         f"{base}/evaluations/": {
             "get": _operation("List evaluations, newest first (every member, viewers too)", [SLUG],
-                              query=_page_query("evaluations"),
+                              query=[_query("model", "only this model's: a base model's id (bm_…) or a run's "
+                                                     "(run_…), a run's covering its exported checkpoints"),
+                                     *_page_query("evaluations")],
                               response="`{\"evaluations\": [...], \"next\": url}`: follow `next` (null on the "
                                        "last page) for the page after", answer=schemas.EvaluationList),
             "post": _operation("Evaluate a model on a ready dataset version (members and owners): everything is "

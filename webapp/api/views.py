@@ -1334,15 +1334,17 @@ def _evaluation_json(evaluation) -> dict[str, Any]:
             "finished_at": evaluation.finished_at.isoformat() if evaluation.finished_at else None}
 
 
-@api_view(("GET", "POST"), query=paging.QUERY)
+@api_view(("GET", "POST"), query=("model", *paging.QUERY))
 def evaluations(request: HttpRequest, slug: str) -> JsonResponse:
-    """GET: the project's evaluations, newest first, a page at a time (``limit``, and the ``next`` link). POST
+    """GET: the project's evaluations, newest first, a page at a time (``limit``, and the ``next`` link); with
+    ``model`` (a base model's or a run's id, a run's covering its checkpoints), that model's alone. POST
     ``{"model", "dataset_version", "row_limit"?, "max_new_tokens"?, "group_by"?, "answer_column"?}``: check everything and queue the
     evaluation on the serve worker (202), as the New evaluation page does (members and owners)."""
     if request.method == "GET":
         project, _membership = get_project_for_user(request.user, slug)
         asked = paging.page_query(request, sort="evaluations")
-        page = evaluation_selectors.evaluation_page(project=project, after=asked.after, limit=asked.limit)
+        page = evaluation_selectors.evaluation_page(project=project, after=asked.after, limit=asked.limit,
+                                                    model_id=request.GET.get("model", "").strip())
         return JsonResponse({"evaluations": [_evaluation_json(evaluation) for evaluation in page.rows],
                              "next": paging.next_link(request, sort="evaluations", after=page.next_after)})
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)

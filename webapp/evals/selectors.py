@@ -54,10 +54,11 @@ def comparisons_with(tables: list[Comparison], *, model_id: str) -> list[Compari
             if any(evaluation.model_ref.split(":")[0] == model_id for evaluation in table.evaluations)]
 
 
-def evaluation_page(*, project: Project, after: tuple[str, int] | None, limit: int) -> KeysetPage[Evaluation]:
-    """The ``limit`` evaluations of ``evaluation_list`` (newest first) after the one whose (creation time as ISO
-    text, id) is ``after`` (``webapp.core.keyset``)."""
-    evaluations = evaluation_list(project=project)
+def evaluation_page(*, project: Project, after: tuple[str, int] | None, limit: int,
+                    model_id: str = "") -> KeysetPage[Evaluation]:
+    """The ``limit`` evaluations of ``evaluation_list`` (newest first; with ``model_id``, that model's) after the one
+    whose (creation time as ISO text, id) is ``after`` (``webapp.core.keyset``)."""
+    evaluations = evaluation_list(project=project, model_id=model_id)
     if after is not None:
         created_at, last_id = after
         evaluations = evaluations.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))

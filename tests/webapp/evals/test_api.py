@@ -96,3 +96,22 @@ def test_it_requires_access(team, base_model, prompts_version, sent_tasks):
                          ("POST", f"{BASE}{evaluation.public_id}/cancel/")):
         assert outsider(method, path, body if method == "POST" else None)[0] == 404, (method, path)
     assert Evaluation.objects.get().status == EvaluationStatus.QUEUED
+
+
+def test_the_list_takes_a_model_and_keeps_it_in_its_next_link(team, prompts_version):
+    """``?model=`` as the Evaluations page takes it: a base model's evaluations, or a run's with its checkpoints'."""
+    def made(model_ref: str) -> str:
+        return Evaluation.objects.create(
+            project=team.project, model_ref=model_ref, model_label=model_ref, dataset_version=prompts_version,
+            version_label="v", metric="exact_match", row_limit=4, max_new_tokens=8).public_id
+
+    of_run = [made("run_a"), made("run_a:20"), made("run_a:10")]
+    made("bm_b"), made("run_ab")  # another model, and a run whose id only begins with the other's
+    viewer = api(team.viewer)
+    status, first = viewer("GET", f"{BASE}?model=run_a&limit=2")
+    assert status == 200, first
+    valid("EvaluationList", first)
+    status, second = viewer("GET", first["next"].split("testserver", 1)[1])
+    assert [one["id"] for one in first["evaluations"] + second["evaluations"]] == of_run[::-1]
+    assert second["next"] is None
+    assert [one["id"] for one in viewer("GET", f"{BASE}?model=bm_none")[1]["evaluations"]] == []
