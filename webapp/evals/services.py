@@ -131,6 +131,10 @@ def _checked_version(project: Project, version: DatasetVersion) -> str:
         raise ValidationError({"dataset_version": (
             f"{version} is {with_article(version.dataset.kind)} dataset; evaluations score a prompts dataset with "
             "an 'answer' column (exact match) or an sft dataset (loss)")})
+    if version.status == VersionStatus.FAILED:  # it never becomes ready: its problems are fixed in a new version
+        raise ValidationError({"dataset_version": (
+            f"{version} {version.status_phrase}; it will not be scored: upload the file corrected as a new version "
+            f"of {version.dataset.name} and evaluate on that")})
     if version.status != VersionStatus.READY:
         raise ValidationError({"dataset_version": f"{version} {version.status_phrase}; choose it once it is ready"})
     return metric

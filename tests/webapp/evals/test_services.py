@@ -90,8 +90,14 @@ def test_it_rejects_a_version_of_another_project_or_not_ready_or_of_another_kind
     checking = make_ready_version(team.project, name="new", kind="sft")
     checking.status = VersionStatus.VALIDATING
     checking.save()
+    # A version that failed its check never becomes ready: not told to wait for it.
+    failed = make_ready_version(team.project, name="broken", kind="sft")
+    failed.status = VersionStatus.FAILED
+    failed.save()
     for version, words in ((elsewhere, "choose a dataset version of this project"),
-                           (pairs, "is a preference dataset"), (checking, "choose it once it is ready")):
+                           (pairs, "is a preference dataset"), (checking, "choose it once it is ready"),
+                           (failed, "broken v1 failed its check; it will not be scored: upload the file corrected as "
+                                    "a new version of broken and evaluate on that")):
         with pytest.raises(ValidationError) as refused:
             create(team, base_model, version)
         assert words in refused.value.message_dict["dataset_version"][0]
