@@ -75,5 +75,10 @@ class Evaluation(models.Model):
         return self.status in ACTIVE_EVALUATION_STATUSES
 
     @property
+    def model_id(self) -> str:
+        """The id of the evaluated model: a base model's, or the run's for its model or one of its checkpoints."""
+        return self.model_ref.split(":")[0]
+
+    @property
     def value(self) -> float | None:
         return self.result.get("value") if self.status == EvaluationStatus.SUCCEEDED else None

@@ -51,7 +51,7 @@ def _of_model(model_id: str) -> Q:
 def comparisons_with(tables: list[Comparison], *, model_id: str) -> list[Comparison]:
     """The side-by-side tables in which the model ``model_id`` (as ``evaluation_list``'s) stands."""
     return [table for table in tables
-            if any(evaluation.model_ref.split(":")[0] == model_id for evaluation in table.evaluations)]
+            if any(evaluation.model_id == model_id for evaluation in table.evaluations)]
 
 
 def evaluation_page(*, project: Project, after: tuple[str, int] | None, limit: int,
@@ -78,7 +78,7 @@ def evaluation_get(*, project: Project, public_id: str) -> Evaluation:
 def model_page(*, evaluation: Evaluation) -> str:
     """The page of the evaluation's model (a base model's, or the run's for its model or a checkpoint), "" once the
     model has been deleted (its label is what is left)."""
-    model_id = evaluation.model_ref.split(":")[0]
+    model_id = evaluation.model_id
     if model_id.startswith("bm_") and BaseModel.objects.filter(project_id=evaluation.project_id,
                                                                public_id=model_id).exists():
         return reverse("basemodels:detail", args=[evaluation.project.slug, model_id])
@@ -169,8 +169,7 @@ def model_evaluation_readers(*, project_id: int, model_id: str, model: str) -> l
     cancelled one holds nothing: its worker's result is dropped, and a model deleted under its load fails it
     unseen."""
     return [_sentence(evaluation, f"with {model}")
-            for evaluation in _active().filter(project_id=project_id)
-            if evaluation.model_ref.split(":")[0] == model_id]
+            for evaluation in _active().filter(_of_model(model_id), project_id=project_id)]
 
 
 def version_evaluation_readers(*, versions: list[DatasetVersion]) -> list[str]:
