@@ -1,14 +1,17 @@
-"""Scoring a model directory on a dataset: greedy exact match on ``prompts`` rows, or mean token loss.
+"""Scoring a model directory on a dataset: greedy exact match on ``prompts`` rows, the reward functions
+of ``jaxengine.rewards`` on the same greedy completions, or mean token loss.
 
-Used by ``jaxengine eval``, an SFT run's ``eval/exact_match`` and the benchmarks. Prompts are rendered
-by ``encode_prompt``, exactly as SFT rendered them in training. A generation matches its row's
-``answer`` as the ``exact_match`` reward compares them (``answers_match``), so that a model gets the
-same figure from ``jaxengine eval`` as from the reward that scored the same completions in training.
+Used by ``jaxengine eval``, an SFT run's ``eval/exact_match``, the web app's evaluations and the benchmarks.
+Prompts are rendered by ``encode_prompt``, exactly as SFT rendered them in training. A generation matches its
+row's ``answer`` as the ``exact_match`` reward compares them (``answers_match``), so that a model gets the
+same figure from ``jaxengine eval`` as from the reward that scored the same completions in training; and
+``reward_scores`` scores with a GRPO/PPO run's own reward terms (``grpo.rewards``), so that a base model, an
+SFT run and an RL checkpoint are compared by what the RL run optimised.
 """
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jaxengine import rewards
@@ -28,6 +31,13 @@ def load_for_scoring(model_dir):
 def exact_match(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int = 32, batch_size: int = 64,
                 by: str | None = None) -> dict[str, Any]:
     """``score_exact_match`` of the greedy completions of ``rows`` (each with ``prompt`` and ``answer``)."""
+    texts = greedy_completions(model, tokenizer, rows, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    return score_exact_match(texts, rows, by=by)
+
+
+def greedy_completions(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int, batch_size: int = 64
+                       ) -> list[str]:
+    """The greedy completion of each row's ``prompt`` (rendered as SFT rendered it), ``batch_size`` at a time."""
     from jaxengine.data.pipeline import encode_prompt
     from jaxengine.models.transformer import inference_layout
     from jaxengine.sampler import Sampler, SamplingParams
@@ -38,7 +48,95 @@ def exact_match(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int =
     for start in range(0, len(rows), batch_size):
         chunk = rows[start : start + batch_size]
         texts += [g.text for g in sampler.generate([encode_prompt(tokenizer, row["prompt"]) for row in chunk], params)]
-    return score_exact_match(texts, rows, by=by)
+    return texts
+
+
+def reward_term_problems(items: Any) -> tuple[list[rewards.WeightedReward], dict[str, str]]:
+    """A list of reward terms written as a spec's ``grpo.rewards`` (``{name, weight, args}`` each), checked as the
+    spec checks them (``spec.RewardTermSpec``: a registered function, arguments that fit it), each function
+    once: (the terms, {} ) or ([], problems by key: ``""`` for the list, ``"<index>.<key>"`` for a term's, e.g.
+    ``"0.args.pattern"``)."""
+    from pydantic import ValidationError
+
+    from jaxengine.spec import RewardTermSpec
+
+    if not isinstance(items, (list, tuple)) or not items:
+        return [], {"": "give a list of reward functions, each {name, weight, args}, e.g. [{name: exact_match}]"}
+    terms, problems = [], {}
+    for index, item in enumerate(items):
+        try:
+            term = RewardTermSpec.model_validate(item)
+        except ValidationError as error:
+            problems.update(_term_problem(index, error))
+            continue
+        terms.append(rewards.WeightedReward(name=term.name, weight=term.weight, args=dict(term.args)))
+    names = [term.name for term in terms]
+    if not problems and len(set(names)) != len(names):
+        repeated = next(name for name in names if names.count(name) > 1)
+        problems[""] = f"{repeated} is given twice; give each reward function once, with its weight"
+    return ([], problems) if problems else (terms, {})
+
+
+def _term_problem(index: int, error) -> dict[str, str]:
+    """The first problem of a term's ``RewardTermSpec`` error under ``"<index>.<key>"``: the spec's own validator
+    says ``"args.<argument>: ..."`` in its message, a field's error names it in its location."""
+    first = error.errors(include_url=False)[0]
+    message = {"extra_forbidden": "unknown key; a reward term has name, weight and args",
+               "model_type": "give a mapping {name, weight, args}"}.get(first["type"],
+                                                                        str(first["msg"]).removeprefix("Value error, "))
+    location = ".".join(str(part) for part in first["loc"])
+    if not location:
+        key, separator, rest = message.partition(": ")
+        if separator and key.replace(".", "").replace("_", "").isalnum():
+            location, message = key, rest
+    return {f"{index}.{location}" if location else str(index): message}
+
+
+def unscorable_row(terms: Sequence[rewards.WeightedReward], rows: Sequence[Mapping[str, object]]) -> str | None:
+    """Why a row of ``rows`` cannot be scored by ``terms`` whatever the completion (its reference column missing,
+    or one the function cannot read), naming the row and the function; None when every row can be."""
+    if missing := rewards.missing_reference_column(terms, rows):
+        name, column, number = missing
+        return (f"row {number} has no '{column}' value, where {name} reads the reference answer (its "
+                "answer_column); give the column that holds the answers, or other data")
+    if unscorable := rewards.unscorable_reference(terms, rows):
+        name, number, problem = unscorable
+        return f"{name} cannot score row {number}: {problem}; correct the row, or give another answer_column"
+    return None
+
+
+def reward_scores(model, tokenizer, rows: Sequence[dict], terms: Sequence[rewards.WeightedReward], *,
+                  max_new_tokens: int, by: str | None = None, batch_size: int = 64) -> dict[str, Any]:
+    """``score_reward_terms`` of the greedy completions of ``rows`` (as ``exact_match`` generates them) by
+    ``terms``. A row no term can score is refused (ValueError naming it) before anything is generated: found
+    after, it cost the whole generation."""
+    if problem := unscorable_row(terms, rows):
+        raise ValueError(problem)
+    texts = greedy_completions(model, tokenizer, rows, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    return score_reward_terms(texts, rows, terms, by=by)
+
+
+def score_reward_terms(texts: Sequence[str], rows: Sequence[dict], terms: Sequence[rewards.WeightedReward], *,
+                       by: str | None = None) -> dict[str, Any]:
+    """The mean weighted total of ``terms`` over the completions ``texts`` of ``rows`` (``value``), each term's own
+    mean (``terms``, by function name, unweighted), the count, and the first five completions with their scores
+    (``examples``). With ``by``, ``groups`` gives the mean total, count and term means for each of its values."""
+    totals, by_term = rewards.score_rewards(terms, texts, rows)
+    result: dict[str, Any] = {
+        "metric": "rewards", "value": sum(totals) / max(len(totals), 1), "count": len(totals),
+        "terms": {name: sum(scores) / max(len(scores), 1) for name, scores in by_term.items()},
+        "examples": [{"prompt": row["prompt"], "answer": rewards.reference_answer(terms, row) or "", "text": text,
+                      "total": totals[index], "scores": {name: scores[index] for name, scores in by_term.items()}}
+                     for index, (row, text) in enumerate(list(zip(rows, texts))[:5])]}
+    if by is not None:
+        labels = [str(row[by]) for row in rows]
+        groups = mean_by(totals, labels)
+        for name, scores in by_term.items():
+            for label, group in mean_by(scores, labels).items():
+                groups[label].setdefault("terms", {})[name] = group["value"]
+        result["by"] = by
+        result["groups"] = groups
+    return result
 
 
 def score_exact_match(texts: Sequence[str], rows: Sequence[dict], *, by: str | None = None) -> dict[str, Any]:
