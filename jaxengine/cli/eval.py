@@ -1,11 +1,13 @@
-"""``jaxengine eval --model DIR --data FILE.jsonl --metric exact_match|loss [--map FIELD=COLUMN ...]``: score a model, print one JSON object.
+"""``jaxengine eval --model DIR --data FILE.jsonl --metric exact_match|rewards|loss [--map FIELD=COLUMN ...]``: score a model, print one JSON object.
 
 ``exact_match`` reads a ``prompts`` file with an ``answer`` column and compares greedy completions
 (prompt rendered with the model's chat template) with the answers, as the ``exact_match`` reward
 does (``evaluate.answers_match``); ``loss`` reads an ``sft`` file (or a ``prompts`` file with
-answers) and reports the mean token loss on the completions. The object
+answers) and reports the mean token loss on the completions. ``rewards`` scores the greedy completions of a
+``prompts`` file with the reward functions of ``--rewards FILE`` (YAML or JSON: the list a GRPO spec gives as
+``grpo.rewards``), reporting the mean weighted total and each function's mean. The object
 holds ``metric``, ``value``, ``count`` and, for exact match, the first few generations; with ``--by
-COLUMN``, ``groups`` holds the exact match for each value of that column. ``--map`` reads a field from a
+COLUMN``, ``groups`` holds the figure for each value of that column. ``--map`` reads a field from a
 differently named column, as ``validate-data --map`` and a spec's ``data.columns`` do. DIR may be a
 quantized serving copy (a run's ``export/quantized/``), scored as the chat serves it.
 """
@@ -25,24 +27,30 @@ if TYPE_CHECKING:
 
 # What each metric reads, said after a --data file it cannot use.
 NEEDS = {"exact_match": "exact_match needs a prompts file with an 'answer' column",
+         "rewards": "rewards needs a prompts file (with the columns its reward functions read)",
          "loss": "loss needs an sft file (prompt and completion) or a prompts file with an 'answer' column"}
 # The kind whose fields --map may name, as said in a message: loss reads a prompts file too, but its one
 # field is an sft field as well.
-MAPPED_KIND = {"exact_match": ("prompts", "a prompts file"), "loss": ("sft", "an sft file")}
+MAPPED_KIND = {"exact_match": ("prompts", "a prompts file"), "rewards": ("prompts", "a prompts file"),
+               "loss": ("sft", "an sft file")}
+# The metrics that score greedy completions (and so read --max-new-tokens and --by).
+GENERATED = ("exact_match", "rewards")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("eval", help="score a model on a dataset (exact match or loss)",
+    parser = subparsers.add_parser("eval", help="score a model on a dataset (exact match, reward functions or loss)",
                                    description=command_description(__doc__))
     parser.add_argument("--model", required=True, metavar="DIR",
                         help="model directory (Hugging Face format), or a quantized serving copy")
     parser.add_argument("--data", required=True, metavar="FILE", help="dataset file (jsonl/json/csv/parquet)")
-    parser.add_argument("--metric", required=True, choices=("exact_match", "loss"))
+    parser.add_argument("--metric", required=True, choices=("exact_match", "rewards", "loss"))
+    parser.add_argument("--rewards", metavar="FILE", help="rewards: a YAML or JSON file holding the list of reward "
+                                                          "functions, as a GRPO spec's grpo.rewards")
     parser.add_argument("--limit", type=int, metavar="N", help="only the first N rows")
-    parser.add_argument("--max-new-tokens", type=int, default=32, metavar="N", help="exact_match budget (default 32)")
+    parser.add_argument("--max-new-tokens", type=int, default=32, metavar="N", help="exact_match and rewards budget (default 32)")
     parser.add_argument("--max-seq-len", type=int, default=512, metavar="N", help="loss: tokens per row (default 512)")
     parser.add_argument("--by", metavar="COLUMN",
-                        help="exact_match: also the figure for each value of this column (e.g. the demo's task)")
+                        help="exact_match, rewards: also the figure for each value of this column (e.g. the demo's task)")
     parser.add_argument("--map", dest="mappings", action="append", default=[], metavar="FIELD=COLUMN",
                         help="read FIELD from COLUMN, e.g. --map prompt=question (repeatable)")
     parser.add_argument("--answer-column", default="answer", metavar="COLUMN",
@@ -85,9 +93,11 @@ def _read_rows(path: str, metric: str, columns: dict[str, str], answer_column: s
     try:
         rows = list(pipeline.read_examples(path, kind="prompts", columns=columns, source=_source()))
     except pipeline.DataError as error:
-        if metric == "exact_match":
-            raise CliError(f"--data {error}; {NEEDS['exact_match']}") from None
+        if metric in GENERATED:
+            raise CliError(f"--data {error}; {NEEDS[metric]}") from None
         return _sft_rows(path, columns, prompts_error=error)
+    if metric == "rewards":  # each reward function reads its own columns (its answer_column), checked before scoring
+        return rows
     unanswered = next((number for number, row in enumerate(rows, 1)
                        if not isinstance(row.get(answer_column), str)), None)
     if unanswered is not None:
@@ -116,6 +126,37 @@ def _sft_rows(path: str, columns: dict[str, str], prompts_error: DataError | Non
         raise CliError(f"--data {prompts_error if further else error}; {NEEDS['loss']}") from None
 
 
+def _reward_terms(args: argparse.Namespace) -> list:
+    """The reward terms of ``--rewards`` (``[]`` for another metric), checked as a spec's ``grpo.rewards``."""
+    if args.metric != "rewards":
+        if args.rewards is not None:
+            raise CliError(f"--rewards is read with --metric rewards only (not {args.metric}); leave it out")
+        return []
+    if args.rewards is None:
+        raise CliError("--metric rewards needs --rewards FILE: a YAML or JSON list of reward functions, as a GRPO "
+                       "spec's grpo.rewards, e.g. [{name: contains, args: {keywords: [Paris]}}]")
+    if args.answer_column != "answer":
+        raise CliError("--answer-column is read by exact_match only; with --metric rewards give each reward function "
+                       "its answer_column in its args")
+    import yaml
+
+    from jaxengine import evaluate
+    from jaxengine.spec import load_yaml
+
+    path = Path(args.rewards)
+    try:
+        items = load_yaml(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise CliError(f"--rewards {path}: cannot be read ({getattr(error, 'strerror', None) or error})") from None
+    except yaml.YAMLError as error:
+        raise CliError(f"--rewards {path}: not YAML or JSON ({error})") from None
+    terms, problems = evaluate.reward_term_problems(items)
+    if problems:
+        raise CliError(f"--rewards {path}: " + "; ".join(f"rewards.{key}: {message}" if key else f"rewards: {message}"
+                                                         for key, message in problems.items()))
+    return terms
+
+
 def _eval(args: argparse.Namespace) -> int:
     for flag, value in (("--limit", args.limit), ("--max-new-tokens", args.max_new_tokens),
                         ("--max-seq-len", args.max_seq_len)):
@@ -131,20 +172,25 @@ def _eval(args: argparse.Namespace) -> int:
     rows = _read_rows(args.data, args.metric, columns, args.answer_column)[: args.limit]
     if not rows:
         raise CliError(f"--data {args.data}: no rows to score; {NEEDS[args.metric]}")
+    terms = _reward_terms(args)
     if args.by is not None:
-        if args.metric != "exact_match":
-            raise CliError("--by groups exact_match only; leave it out for --metric loss")
+        if args.metric not in GENERATED:
+            raise CliError("--by groups exact_match and rewards only; leave it out for --metric loss")
         missing = next((number for number, row in enumerate(rows, 1) if row.get(args.by) is None), None)
         if missing is not None:
             raise CliError(f"--data {args.data}: row {missing} has no '{args.by}' column to group --by")
 
     from jaxengine import evaluate
 
+    if terms and (problem := evaluate.unscorable_row(terms, rows)):  # before the model is loaded
+        raise CliError(f"--data {args.data}: {problem}")
     # A quantized serving copy (export/quantized/) is scored as the chat serves it, as generate reads it;
     # loaded as a plain checkpoint it was refused as one missing its kernels.
     model, tokenizer = evaluate.load_for_scoring(model_dir)
     if args.metric == "exact_match":
         result = evaluate.exact_match(model, tokenizer, rows, max_new_tokens=args.max_new_tokens, by=args.by)
+    elif args.metric == "rewards":
+        result = evaluate.reward_scores(model, tokenizer, rows, terms, max_new_tokens=args.max_new_tokens, by=args.by)
     else:
         result = evaluate.mean_loss(model, tokenizer, rows, max_seq_len=args.max_seq_len)
     print(json.dumps(result))

@@ -8,7 +8,7 @@ from jaxengine.checkpoint.hf import load_hf_model
 from jaxengine.cli import main
 from jaxengine.data.pipeline import encode_prompt
 from jaxengine.demo.build import DemoSettings, build_demo
-from jaxengine import rewards
+from jaxengine import evaluate, rewards
 from jaxengine.evaluate import answers_match, grouped_metrics, group_labels, mean_by, score_exact_match
 from jaxengine.sampler import Sampler, SamplingParams
 from jaxengine.tokenizer import load_tokenizer
@@ -121,6 +121,50 @@ def test_answer_column_reads_the_references_from_another_column(demo_dir, tmp_pa
     assert "exact_match needs the reference answers in column 'missing' (--answer-column) of every row" in err
 
 
+def test_rewards_scores_the_greedy_completions_with_the_terms_of_a_file(demo_dir, greedy_texts, tmp_path, capsys):
+    """As a GRPO run's grpo.rewards: the file's terms score the sampler's own completions, by column too."""
+    rows, texts = greedy_texts
+    grouped = [{**row, "kind": "first" if index < 3 else "rest"} for index, row in enumerate(rows)]
+    data = tmp_path / "grouped.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in grouped))
+    terms = tmp_path / "rewards.yaml"
+    terms.write_text("- {name: length_target, weight: 2, args: {target: 3}}\n- name: numeric_match\n")
+    code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(data), "--metric", "rewards",
+                              "--rewards", str(terms), "--max-new-tokens", "4", "--by", "kind")
+    assert code == 0, err
+    result = json.loads(out)
+    weighted = [rewards.WeightedReward(name="length_target", weight=2.0, args={"target": 3}),
+                rewards.WeightedReward(name="numeric_match", args={})]
+    assert result == json.loads(json.dumps(evaluate.score_reward_terms(texts, grouped, weighted, by="kind")))
+    assert set(result["terms"]) == {"length_target", "numeric_match"} and result["count"] == 8
+
+
+@pytest.mark.parametrize(("flags", "content", "words"), [
+    ([], None, "--metric rewards needs --rewards FILE"),
+    (["--rewards", "{file}"], "- {name: format_regex}\n", "--rewards {file}: rewards.0.args.pattern: format_regex: "
+                                                         "required argument missing: pattern"),
+    (["--rewards", "{file}"], "- {name: contains\n", "--rewards {file}: not YAML or JSON"),
+    (["--rewards", "{file}", "--answer-column", "solution"], "[{name: valid_json}]",
+     "--answer-column is read by exact_match only"),
+    (["--rewards", "{file}"], '[{"name": "numeric_match", "args": {"answer_column": "colour"}}]',
+     "row 1 has no 'colour' value, where numeric_match reads the reference answer"),
+])
+def test_rewards_refuses_a_bad_file_or_flag_naming_it(demo_dir, tmp_path, capsys, flags, content, words):
+    terms = tmp_path / "rewards.yaml"
+    if content is not None:
+        terms.write_text(content)
+    code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(demo_dir / "data/eval.jsonl"),
+                              "--metric", "rewards", *[flag.format(file=terms) for flag in flags])
+    assert code == 2 and out == ""
+    assert words.format(file=terms) in err and "Traceback" not in err
+
+
+def test_rewards_is_read_with_metric_rewards_only(demo_dir, tmp_path, capsys):
+    code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(demo_dir / "data/eval.jsonl"),
+                              "--metric", "exact_match", "--rewards", str(tmp_path / "rewards.yaml"))
+    assert code == 2 and "--rewards is read with --metric rewards only (not exact_match)" in err
+
+
 @pytest.mark.parametrize("flag, metric", [("--limit", "exact_match"), ("--max-new-tokens", "exact_match"),
                                           ("--max-seq-len", "loss")])
 @pytest.mark.parametrize("value", ["0", "-3"])
@@ -218,7 +262,7 @@ def test_by_with_loss_is_refused(demo_dir, capsys):
     code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(demo_dir / "data/eval.jsonl"),
                               "--metric", "loss", "--by", "task")
     assert code == 2 and out == ""
-    assert "--by groups exact_match only" in err
+    assert "--by groups exact_match and rewards only" in err
 
 
 def test_mean_by_hand_computed():
