@@ -4,7 +4,7 @@ Design note. An evaluation copies what it needs to be read later (the model's la
 version's label, the metric, the settings) so that its result still reads once the model or the version is
 deleted: a version deleted after the evaluation leaves ``dataset_version`` empty and ``version_label`` behind.
 Models compared on "the same data" are those scored on the same version, by the same metric, on the same first
-``row_limit`` rows (``selectors.comparison_tables``).
+``row_limit`` rows, and for reward functions by the same terms (``selectors.comparison_tables``).
 """
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ ACTIVE_EVALUATION_STATUSES = (EvaluationStatus.QUEUED, EvaluationStatus.RUNNING)
 class Metric(models.TextChoices):
     EXACT_MATCH = "exact_match", "exact match"
     LOSS = "loss", "loss"
+    REWARDS = "rewards", "reward functions"
 
 
 class Evaluation(models.Model):
@@ -51,8 +52,11 @@ class Evaluation(models.Model):
     group_by = models.CharField(max_length=100, blank=True, default="")
     # Exact match: the column holding each row's reference answer (``jaxengine eval --answer-column``).
     answer_column = models.CharField(max_length=100, default="answer")
+    # Reward functions: the terms, as a GRPO spec's ``grpo.rewards`` (``[{name, weight, args}]``, checked as it is;
+    # a ``reward_model``'s ``args.model`` a reward run's id). Compared only with evaluations of the same terms.
+    reward_terms = models.JSONField(default=list, blank=True)
     status = models.CharField(max_length=12, choices=EvaluationStatus.choices, default=EvaluationStatus.QUEUED)
-    # ``jaxengine.evaluate``'s object: metric, value, count, groups (exact match with group_by), examples.
+    # ``jaxengine.evaluate``'s object: metric, value, count, groups (with group_by), examples; terms (rewards).
     result = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True, default="")
     # A word on a scoring under way that is no failure: its serve worker was lost and it starts over

@@ -101,12 +101,14 @@ def ensure_may_delete_evaluation(*, membership: Membership, evaluation: Evaluati
 
 @dataclass(frozen=True, kw_only=True)
 class Comparison:
-    """The succeeded evaluations on the same rows of one version by one metric, best first: exact match highest
-    first, loss lowest first. Only the newest of each model is shown (an evaluation made again supersedes)."""
+    """The succeeded evaluations on the same rows of one version by one metric (for reward functions, by the same
+    terms), best first: exact match and a reward total highest first, loss lowest first. Only the newest of each
+    model is shown (an evaluation made again supersedes)."""
 
     version_label: str
     metric: str
     row_limit: int
+    reward_terms: list[dict[str, Any]] = field(default_factory=list)
     evaluations: list[Evaluation] = field(default_factory=list)
 
     @property
@@ -115,23 +117,26 @@ class Comparison:
 
     @property
     def higher_is_better(self) -> bool:
-        return self.metric == Metric.EXACT_MATCH
+        return self.metric != Metric.LOSS
 
 
 def comparison_tables(*, evaluations: list[Evaluation]) -> list[Comparison]:
     """``evaluations`` (newest first) grouped so that models scored on the same data stand side by side: by
-    version, metric and rows read. Tables in the order of their newest evaluation."""
+    version, metric, rows read and reward terms (names, weights and arguments: a total of other terms, or of the
+    same weighted otherwise, is another figure). Tables in the order of their newest evaluation."""
     tables: dict[tuple, Comparison] = {}
     seen: set[tuple] = set()
     for evaluation in evaluations:
         if evaluation.status != EvaluationStatus.SUCCEEDED:
             continue
-        key = (evaluation.dataset_version_id or evaluation.version_label, evaluation.metric, evaluation.row_limit)
+        key = (evaluation.dataset_version_id or evaluation.version_label, evaluation.metric, evaluation.row_limit,
+               json.dumps(evaluation.reward_terms, sort_keys=True))
         if (key, evaluation.model_ref) in seen:
             continue
         seen.add((key, evaluation.model_ref))
         table = tables.setdefault(key, Comparison(version_label=evaluation.version_label, metric=evaluation.metric,
-                                                  row_limit=evaluation.row_limit))
+                                                  row_limit=evaluation.row_limit,
+                                                  reward_terms=evaluation.reward_terms))
         table.evaluations.append(evaluation)
     for table in tables.values():
         table.evaluations.sort(key=lambda evaluation: evaluation.result["value"], reverse=table.higher_is_better)

@@ -22,7 +22,8 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from jaxengine.data import formats
-from jaxengine.evaluate import group_labels
+from jaxengine.evaluate import group_labels, reward_term_problems, unscorable_row
+from jaxengine.rewards import WeightedReward
 from jaxengine.words import with_article
 from webapp.activity.models import Verb
 from webapp.activity.services import activity_record
@@ -44,7 +45,7 @@ MAX_ROWS = 5000
 MAX_NEW_TOKENS = 1024
 # What each dataset kind is scored by (``jaxengine.evaluate``): greedy completions against a prompts row's
 # reference answer (its ``answer`` column unless the evaluation names another), or the mean loss of an sft row's
-# completion.
+# completion. A prompts version may be scored by reward functions instead (``EvaluationSettings.reward_terms``).
 METRIC_OF_KIND = {formats.DatasetKind.PROMPTS: Metric.EXACT_MATCH, formats.DatasetKind.SFT: Metric.LOSS}
 ANSWER_COLUMN = "answer"
 
@@ -52,13 +53,17 @@ ANSWER_COLUMN = "answer"
 @dataclass(frozen=True, kw_only=True)
 class EvaluationSettings:
     """How an evaluation reads and generates: the first ``row_limit`` rows; ``max_new_tokens`` per greedy
-    completion (exact match); ``group_by``: a column whose values each get their own figure (exact match), "" for
-    none; ``answer_column``: the column of reference answers (exact match), as ``jaxengine eval --answer-column``."""
+    completion (exact match, reward functions); ``group_by``: a column whose values each get their own figure (exact
+    match, reward functions), "" for none; ``answer_column``: the column of reference answers (exact match), as
+    ``jaxengine eval --answer-column``; ``reward_terms``: None to score a prompts version by exact match, or the
+    reward functions to score it by instead, written as a GRPO spec's ``grpo.rewards`` (``jaxengine eval --metric
+    rewards --rewards``), a ``reward_model``'s ``model`` a reward run's id."""
 
     row_limit: int = 200
     max_new_tokens: int = 32
     group_by: str = ""
     answer_column: str = ANSWER_COLUMN
+    reward_terms: list[dict[str, Any]] | None = None
 
     def __post_init__(self):
         problems = {}
@@ -98,8 +103,10 @@ def version_rows(*, version: DatasetVersion, metric: str, row_limit: int,
         raise ValidationError({"dataset_version": f"{version} has no rows to score"})
     if metric != Metric.EXACT_MATCH:
         if answer_column != ANSWER_COLUMN:
-            raise ValidationError({"answer_column": "an answer column is read for exact match (a prompts dataset) "
-                                                    f"only; leave it '{ANSWER_COLUMN}' for an sft dataset"})
+            raise ValidationError({"answer_column": (
+                "an answer column is read for exact match (a prompts dataset) only; leave it "
+                f"'{ANSWER_COLUMN}' " + ("(each reward function reads the column of its args.answer_column)"
+                                         if metric == Metric.REWARDS else "for an sft dataset"))})
         return rows
     for number, row in enumerate(rows, 1):
         if not isinstance(row.get(answer_column), str):
@@ -113,9 +120,9 @@ def version_rows(*, version: DatasetVersion, metric: str, row_limit: int,
 def _check_group_by(rows: list[dict[str, Any]], *, group_by: str, metric: str, version: DatasetVersion) -> None:
     if not group_by:
         return
-    if metric != Metric.EXACT_MATCH:
-        raise ValidationError({"group_by": "groups are scored for exact match (a prompts dataset) only; leave the "
-                                           "group-by column empty for an sft dataset"})
+    if metric == Metric.LOSS:
+        raise ValidationError({"group_by": "groups are scored for exact match and reward functions (a prompts "
+                                           "dataset) only; leave the group-by column empty for an sft dataset"})
     try:
         group_labels(rows, group_by, source=str(version))
     except ValueError as error:
@@ -138,6 +145,34 @@ def _checked_version(project: Project, version: DatasetVersion) -> str:
     if version.status != VersionStatus.READY:
         raise ValidationError({"dataset_version": f"{version} {version.status_phrase}; choose it once it is ready"})
     return metric
+
+
+def scoring_terms(*, project: Project, written: Any, rows: list[dict[str, Any]], version: DatasetVersion
+                  ) -> tuple[list[dict[str, Any]], list[WeightedReward]]:
+    """The reward terms ``written`` as a GRPO spec's ``grpo.rewards`` (an evaluation's ``reward_terms``), checked
+    as a launch checks that list: registered functions with fitting arguments (``reward_term_problems``, the spec's
+    own check), a ``reward_model``'s ``model`` a succeeded reward run of ``project``, each term able to score every
+    row of ``rows`` (its reference column there). Returns (the terms as stored: name, weight, args each, so that
+    two evaluations of the same terms compare equal however they were written; the terms to score with, a
+    ``reward_model``'s ``model`` its run's exported model). A ``ValidationError`` keyed ``reward_terms`` or
+    ``reward_terms.<n>.<key>`` (where the launch page's reward rows show errors) otherwise. Checked again when the
+    worker scores: a reward run may be gone by then."""
+    from webapp.runs.services import reward_run_path
+
+    terms, problems = reward_term_problems(written)
+    if problems:
+        raise ValidationError({f"reward_terms.{key}" if key else "reward_terms": message
+                               for key, message in problems.items()})
+    resolved = []
+    for index, term in enumerate(terms):
+        if term.name == "reward_model":  # a model read from disk: only a reward run of this project may be named
+            path = reward_run_path(project=project, reference=term.args["model"],
+                                   key=f"reward_terms.{index}.args.model")
+            term = WeightedReward(name=term.name, weight=term.weight, args={**term.args, "model": path})
+        elif problem := unscorable_row([term], rows):
+            raise ValidationError({f"reward_terms.{index}.args.answer_column": f"{version}: {problem}"})
+        resolved.append(term)
+    return [{"name": term.name, "weight": term.weight, "args": dict(term.args or {})} for term in terms], resolved
 
 
 def version_refusal(*, project: Project, public_id: str) -> str:
@@ -171,14 +206,24 @@ def evaluation_create(*, project: Project, model_ref: str, version: DatasetVersi
     if choice.refused:
         raise ValidationError({"model": choice.refused})
     metric = _checked_version(project, version)
+    if settings.reward_terms is not None:
+        if metric != Metric.EXACT_MATCH:
+            raise ValidationError({"reward_terms": (
+                f"{version} is an sft dataset, scored by loss; reward functions score the greedy completions of a "
+                "prompts dataset: choose one, or leave the reward functions out")})
+        metric = Metric.REWARDS
     rows = version_rows(version=version, metric=metric, row_limit=settings.row_limit,
                         answer_column=settings.answer_column)
+    stored_terms = []
+    if metric == Metric.REWARDS:
+        stored_terms, _scored = scoring_terms(project=project, written=settings.reward_terms, rows=rows,
+                                              version=version)
     _check_group_by(rows, group_by=settings.group_by, metric=metric, version=version)
     evaluation = Evaluation.objects.create(
         project=project, model_ref=choice.ref, model_label=choice.label, dataset_version=version,
         version_label=str(version), metric=metric, row_limit=settings.row_limit,
         max_new_tokens=settings.max_new_tokens, group_by=settings.group_by, answer_column=settings.answer_column,
-        created_by=user)
+        reward_terms=stored_terms, created_by=user)
     activity_record(project=project, actor=user, verb=Verb.EVALUATION_LAUNCHED, target=evaluation,
                     details={"metric": metric})
     transaction.on_commit(lambda: _send(evaluation.pk))

@@ -245,6 +245,16 @@ def _resolve_reward_run(project: Project, reference: Any, errors, *, key: str = 
     return exported.path
 
 
+def reward_run_path(*, project: Project, reference: Any, key: str) -> str:
+    """The exported model of the reward run ``reference`` of ``project`` (a ``reward_model`` reward function's
+    ``model``), checked as a launch checks it; a ``ValidationError`` keyed ``key`` otherwise (an evaluation's)."""
+    errors: dict[str, list[str]] = {}
+    path = _resolve_reward_run(project, reference, errors, key=key)
+    if errors:
+        raise ValidationError(errors)
+    return path
+
+
 def _resolve_dataset(project: Project, key: str, reference: Any, kinds: tuple[str, ...], task: str,
                      errors) -> DatasetVersion | None:
     if not isinstance(reference, str) or not reference.startswith("dv_"):

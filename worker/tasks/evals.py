@@ -56,10 +56,17 @@ def score(evaluation: Evaluation) -> dict[str, Any]:
         raise EvaluationError(f"the dataset version {evaluation.version_label} has been deleted")
     rows = services.version_rows(version=version, metric=evaluation.metric, row_limit=evaluation.row_limit,
                                  answer_column=evaluation.answer_column)
+    terms = []
+    if evaluation.metric == Metric.REWARDS:  # checked again before the model is loaded: a reward run may be gone
+        _stored, terms = services.scoring_terms(project=evaluation.project, written=evaluation.reward_terms,
+                                                rows=rows, version=version)
     model, tokenizer = evaluate.load_for_scoring(_model_dir(evaluation))
     if evaluation.metric == Metric.EXACT_MATCH:
         return evaluate.exact_match(model, tokenizer, rows, max_new_tokens=evaluation.max_new_tokens,
                                     by=evaluation.group_by or None)
+    if evaluation.metric == Metric.REWARDS:
+        return evaluate.reward_scores(model, tokenizer, rows, terms, max_new_tokens=evaluation.max_new_tokens,
+                                      by=evaluation.group_by or None)
     return evaluate.mean_loss(model, tokenizer, rows)
 
 

@@ -173,3 +173,70 @@ def test_models_on_the_same_rows_stand_side_by_side_best_first(team, base_model,
         ("chats v1", "loss", 200): [losses[1].pk, losses[0].pk],  # lower first
     }
     assert older.pk not in rows[("sums v1", "exact_match", 200)]
+
+
+TERMS = [{"name": "contains", "weight": 2, "args": {"keywords": ["4"]}}, {"name": "numeric_match"}]
+# As stored: each term's weight and arguments written out, so that the same terms written otherwise compare equal.
+STORED = [{"name": "contains", "weight": 2.0, "args": {"keywords": ["4"]}},
+          {"name": "numeric_match", "weight": 1.0, "args": {}}]
+
+
+def test_a_prompts_version_is_scored_by_reward_functions_when_given(team, base_model, prompts_version, sent_tasks,
+                                                                    django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        evaluation = create(team, base_model, prompts_version, group_by="task", reward_terms=TERMS)
+    assert (evaluation.metric, evaluation.reward_terms, evaluation.group_by) == (Metric.REWARDS, STORED, "task")
+    assert sent_tasks == [(services.EVALUATION_TASK, [evaluation.pk], "serve")]
+    assert create(team, base_model, prompts_version).reward_terms == []  # exact match: none
+
+
+@pytest.mark.parametrize(("terms", "field", "words"), [
+    ([], "reward_terms", "give a list of reward functions"),
+    ([{"name": "nope"}], "reward_terms.0.name", "'nope' is not a reward function"),
+    ([{"name": "valid_json"}, {"name": "format_regex"}], "reward_terms.1.args.pattern",
+     "required argument missing: pattern"),
+    ([{"name": "contains", "weight": "heavy", "args": {"keywords": ["a"]}}], "reward_terms.0.weight", "valid number"),
+    ([{"name": "valid_json"}, {"name": "valid_json"}], "reward_terms", "valid_json is given twice"),
+    ([{"name": "numeric_match", "args": {"answer_column": "colour"}}], "reward_terms.0.args.answer_column",
+     "sums v1: row 1 has no 'colour' value, where numeric_match reads the reference answer"),
+    ([{"name": "exact_match", "args": {"answer_column": "task"}}, {"name": "numeric_match",
+                                                                   "args": {"answer_column": "task"}}],
+     "reward_terms.1.args.answer_column", "numeric_match cannot score row 1: reference task='count' is not a number"),
+    ([{"name": "reward_model", "args": {"model": "run_nosuchrun"}}], "reward_terms.0.args.model",
+     "'run_nosuchrun' is not a run of alpha"),
+    ([{"name": "reward_model", "args": {"model": "/srv/models/judge"}}], "reward_terms.0.args.model",
+     "choose a succeeded reward run of this project"),
+])
+def test_it_rejects_reward_terms_the_spec_would_naming_the_term_and_key(team, base_model, prompts_version, sent_tasks,
+                                                                        terms, field, words):
+    with pytest.raises(ValidationError) as refused:
+        create(team, base_model, prompts_version, reward_terms=terms)
+    assert words in " ".join(refused.value.message_dict[field])
+    assert not Evaluation.objects.exists() and sent_tasks == []
+
+
+def test_reward_functions_are_refused_for_an_sft_version_and_with_an_answer_column(team, base_model, sft_version,
+                                                                                   prompts_version, sent_tasks):
+    with pytest.raises(ValidationError) as refused:
+        create(team, base_model, sft_version, reward_terms=TERMS)
+    assert "chats v1 is an sft dataset, scored by loss" in refused.value.message_dict["reward_terms"][0]
+    with pytest.raises(ValidationError) as refused:
+        create(team, base_model, prompts_version, reward_terms=TERMS, answer_column="task")
+    assert "each reward function reads the column of its args.answer_column" in (
+        refused.value.message_dict["answer_column"][0])
+    assert not Evaluation.objects.exists() and sent_tasks == []
+
+
+def test_evaluations_by_reward_functions_stand_side_by_side_only_with_the_same_terms(team, base_model,
+                                                                                     prompts_version):
+    other = make_base_model(team.project, name="heron", path="/models/heron")
+    falcon = finished(create(team, base_model, prompts_version, reward_terms=TERMS), 1.5)
+    heron = finished(create(team, other, prompts_version, reward_terms=STORED), 2.5)  # the same terms
+    reweighted = [{**TERMS[0], "weight": 1.0}, TERMS[1]]
+    other_weights = finished(create(team, other, prompts_version, reward_terms=reweighted), 0.5)
+    exact = finished(create(team, other, prompts_version), 0.25)
+    tables = selectors.comparison_tables(evaluations=list(selectors.evaluation_list(project=team.project)))
+    assert sorted([evaluation.pk for evaluation in table.evaluations] for table in tables) == sorted(
+        [[heron.pk, falcon.pk], [other_weights.pk], [exact.pk]])
+    rewards_table = next(table for table in tables if falcon in table.evaluations)
+    assert rewards_table.higher_is_better and rewards_table.reward_terms == STORED
