@@ -1,7 +1,6 @@
 /* The launch page: switch between the schema-built form and the YAML editor of the same spec, the
-   reward-function lists (add and remove rows; a row shows the arguments of its chosen function), the
    live check of an editor against the launch's own rules, and the Scale-out fieldset's running check
-   of data x fsdp x tensor against the devices of the job. */
+   of data x fsdp x tensor against the devices of the job. Its reward-function lists are reward_rows.js's. */
 (function () {
   "use strict";
   var tabs = document.querySelectorAll("nav.tabs.small a[data-mode]");
@@ -140,35 +139,6 @@
   if (problems) problems.focus();
   else if (switched === "switch") (document.querySelector("nav.tabs.small a.active") || document.body).focus();
   else if (switched) (document.getElementById("task-switched") || document.body).focus();
-
-  // Only the chosen function's argument inputs are shown; the server reads only those.
-  function showArguments(row) {
-    var chosen = row.querySelector("select.reward-function").value;
-    row.querySelectorAll(".reward-args").forEach(function (group) { group.hidden = group.dataset.function !== chosen; });
-  }
-
-  function bindRow(row) {
-    row.querySelector("select.reward-function").addEventListener("change", function () { showArguments(row); });
-    row.querySelector("button.reward-remove").addEventListener("click", function () { row.remove(); });
-  }
-
-  document.querySelectorAll(".reward-list").forEach(function (list) {
-    var rows = list.querySelector(".reward-rows");
-    var template = list.querySelector("template.reward-row-template");
-    rows.querySelectorAll(".reward-row").forEach(bindRow);
-    list.querySelector("button.reward-add").addEventListener("click", function () {
-      // Row numbers only keep inputs apart: the server reads rows in page order.
-      var next = 0;
-      rows.querySelectorAll(".reward-row").forEach(function (row) { next = Math.max(next, Number(row.dataset.index) + 1); });
-      var holder = document.createElement("div");
-      holder.innerHTML = template.innerHTML.split("__row__").join(String(next));
-      var row = holder.firstElementChild;
-      rows.appendChild(row);
-      bindRow(row);
-      showArguments(row);
-      row.querySelector("select.reward-function").focus();
-    });
-  });
 
   // A live check of each editor as it is filled in: what a launch would be refused for and what it
   // would warn of (a warmup as long as the run, evaluations with no evaluation data), asked of the

@@ -66,6 +66,21 @@ def evaluation_page(*, project: Project, after: tuple[str, int] | None, limit: i
                                                                          evaluation.pk))
 
 
+def model_reward_terms(*, project: Project, model_ref: str) -> list[dict[str, Any]]:
+    """The reward functions the GRPO or PPO run ``model_ref`` (its model or a checkpoint) evaluated and trained with,
+    as its spec writes them (``eval_metrics``, then ``rewards``; PPO's ``reward_model`` as a ``reward_model``
+    function): what the New evaluation page fills in to score other models as that run was. [] for another model."""
+    run = Run.objects.filter(project=project, public_id=model_ref.split(":")[0],
+                             task__in=("grpo", "ppo")).only("task", "spec").first()
+    section = run.spec.get(run.task) if run is not None and isinstance(run.spec, dict) else None
+    if not isinstance(section, dict):
+        return []
+    terms = [*(section.get("eval_metrics") or ()), *(section.get("rewards") or ())]
+    if run.task == "ppo" and section.get("reward_model"):
+        terms.append({"name": "reward_model", "args": {"model": section["reward_model"]}})
+    return [term for term in terms if isinstance(term, dict)]
+
+
 def evaluation_get(*, project: Project, public_id: str) -> Evaluation:
     """The evaluation ``public_id`` of ``project``; 404 for one of another project, as for none."""
     evaluation = (Evaluation.objects.select_related("project", "created_by", "dataset_version__dataset")
@@ -119,6 +134,12 @@ class Comparison:
     def higher_is_better(self) -> bool:
         return self.metric != Metric.LOSS
 
+    @property
+    def terms_label(self) -> str:
+        """The reward terms in a line (``contains × 2 {"keywords": ["4"]}; numeric_match``), "" for none."""
+        return "; ".join(name + (f" × {weight:g}" if weight != 1 else "") + (f" {args}" if args else "")
+                         for name, weight, args in _terms_text(self.reward_terms))
+
 
 def comparison_tables(*, evaluations: list[Evaluation]) -> list[Comparison]:
     """``evaluations`` (newest first) grouped so that models scored on the same data stand side by side: by
@@ -143,19 +164,37 @@ def comparison_tables(*, evaluations: list[Evaluation]) -> list[Comparison]:
     return list(tables.values())
 
 
-def group_rows(evaluation: Evaluation) -> list[tuple[str, float, int]]:
-    """``(group, value, count)`` of a succeeded exact-match evaluation grouped by a column, groups sorted."""
+def group_rows(evaluation: Evaluation) -> list[tuple[str, float, int, list[float | None]]]:
+    """``(group, value, count, each term's mean in ``term_rows``' order)`` of a succeeded evaluation grouped by a
+    column, groups sorted (no term means but for reward functions)."""
     groups = evaluation.result.get("groups") or {}
-    return [(name, group["value"], group["count"]) for name, group in sorted(groups.items())]
+    names = [row[0] for row in term_rows(evaluation)]
+    return [(name, group["value"], group["count"], [(group.get("terms") or {}).get(term) for term in names])
+            for name, group in sorted(groups.items())]
+
+
+def term_rows(evaluation: Evaluation) -> list[tuple[str, float, str, float | None]]:
+    """``(function, weight, its arguments as JSON text or "", mean)`` of each reward term of an evaluation by reward
+    functions, in its order (the mean None until it has succeeded)."""
+    means = evaluation.result.get("terms") or {}
+    return [(name, weight, args, means.get(name)) for name, weight, args in _terms_text(evaluation.reward_terms)]
+
+
+def _terms_text(terms: list[dict[str, Any]]) -> list[tuple[str, float, str]]:
+    return [(term["name"], term.get("weight", 1.0),
+             json.dumps(term["args"], ensure_ascii=False) if term.get("args") else "") for term in terms]
 
 
 def example_rows(evaluation: Evaluation) -> list[dict[str, str]]:
-    """The first completions of a succeeded exact-match evaluation as text to show (escaped by the template): a
-    prompt given as a chat (a list of turns) as its JSON, not Python's list notation."""
+    """The first completions of a succeeded evaluation as text to show (escaped by the template): a prompt given
+    as a chat (a list of turns) as its JSON, not Python's list notation; by reward functions, with each term's
+    score (in ``term_rows``' order) and the total."""
     def shown(value: Any) -> str:
         return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=1)
 
-    return [{"prompt": shown(example["prompt"]), "answer": shown(example["answer"]), "text": example["text"]}
+    names = [row[0] for row in term_rows(evaluation)]
+    return [{"prompt": shown(example["prompt"]), "answer": shown(example["answer"]), "text": example["text"],
+             "total": example.get("total"), "scores": [(example.get("scores") or {}).get(name) for name in names]}
             for example in evaluation.result.get("examples", [])]
 
 

@@ -18,9 +18,12 @@ from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.submissions import deleted_once_or_refused, form_send_once, sent_once_or_refused
 from webapp.evals import selectors, services
-from webapp.evals.forms import EvaluationForm
+from webapp.evals.forms import REWARD_TERMS, EvaluationForm
+from webapp.evals.models import Metric
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
+from webapp.runs.selectors import reward_model_choices
+from webapp.runs.specform import reward_rows_from_form
 
 
 @login_required
@@ -46,12 +49,22 @@ def evaluation_list(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def evaluation_create(request: HttpRequest, slug: str) -> HttpResponse:
-    """The form, prefilled from ``?model=`` (a run's or a base model's Evaluate… link) and ``?version=``."""
+    """The form, prefilled from ``?model=`` (a run's or a base model's Evaluate… link; a GRPO or PPO run's fills in
+    its reward functions, scored by them) and ``?version=``."""
     project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
-    initial = {"model": request.GET.get("model", ""), "dataset_version": request.GET.get("version", "")}
+    asked_model = request.GET.get("model", "").strip()
+    initial = {"model": asked_model, "dataset_version": request.GET.get("version", "")}
+    reward_terms = selectors.model_reward_terms(project=project, model_ref=asked_model) if asked_model else []
+    if reward_terms:
+        initial["score_by"] = Metric.REWARDS
+    reward_errors: dict[str, list[str]] = {}
     form = EvaluationForm(request.POST or None, project=project, initial=initial)
+    if request.method == "POST":
+        reward_terms, row_errors = reward_rows_from_form(REWARD_TERMS.name, request.POST)
+        reward_errors = {key: [message] for key, message in row_errors.items()}
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
+        by_rewards = data["score_by"] == Metric.REWARDS
 
         def create() -> str:
             evaluation = services.evaluation_create(
@@ -59,23 +72,43 @@ def evaluation_create(request: HttpRequest, slug: str) -> HttpResponse:
                 settings=services.EvaluationSettings(row_limit=data["row_limit"],
                                                      max_new_tokens=data["max_new_tokens"],
                                                      group_by=data["group_by"].strip(),
-                                                     answer_column=data["answer_column"]),
+                                                     answer_column=data["answer_column"],
+                                                     reward_terms=reward_terms if by_rewards else None),
                 user=request.user)
             messages.success(request, f"Evaluation of {isolated(evaluation.model_label)} queued.")
             return reverse("evals:detail", args=[project.slug, evaluation.public_id])
 
-        try:
-            return redirect(form_send_once(request, create=create))
-        except ValidationError as error:
-            add_service_errors(form, error)
+        if not (by_rewards and reward_errors):  # a row's typing is said at its input first
+            try:
+                return redirect(form_send_once(request, create=create))
+            except ValidationError as error:
+                reward_errors = _reward_errors(form, error)
     asked_version = request.GET.get("version", "").strip()
     return render(request, "evals/create.html", {
         "project": project, "membership": membership, "form": form,
         "version_refused": (services.version_refusal(project=project, public_id=asked_version)
                             if request.method == "GET" and asked_version and asked_version not in form.versions
                             else ""),
-        "no_models": not form.fields["model"].choices, "no_versions": not form.versions},
+        "no_models": not form.fields["model"].choices, "no_versions": not form.versions,
+        "reward_field": REWARD_TERMS, "reward_initial": {REWARD_TERMS.name: reward_terms},
+        "reward_errors": reward_errors,
+        "reward_choices": {"reward_model.model": reward_model_choices(project=project)}},
         status=400 if request.method == "POST" else 200)
+
+
+def _reward_errors(form: EvaluationForm, error: ValidationError) -> dict[str, list[str]]:
+    """A refusal's messages on the reward terms (``reward_terms``, ``reward_terms.<n>.<key>``), for the reward rows
+    to show at their inputs; the others shown on the form."""
+    if not hasattr(error, "error_dict"):
+        add_service_errors(form, error)
+        return {}
+    ours = {key: messages for key, messages in error.message_dict.items() if key.split(".")[0] == REWARD_TERMS.name}
+    rest = {key: messages for key, messages in error.message_dict.items() if key not in ours}
+    if rest:
+        add_service_errors(form, ValidationError(rest))
+    if ours:
+        form.add_error(None, "The reward functions were refused: see their rows below.")
+    return ours
 
 
 @login_required
@@ -87,7 +120,8 @@ def evaluation_detail(request: HttpRequest, slug: str, public_id: str) -> HttpRe
         "project": project, "membership": membership, "evaluation": evaluation,
         "can_delete": selectors.may_delete_evaluation(membership=membership, evaluation=evaluation),
         "model_page": selectors.model_page(evaluation=evaluation),
-        "groups": selectors.group_rows(evaluation), "examples": selectors.example_rows(evaluation)})
+        "groups": selectors.group_rows(evaluation), "examples": selectors.example_rows(evaluation),
+        "terms": selectors.term_rows(evaluation)})
 
 
 @login_required

@@ -1,5 +1,6 @@
 """Evaluation pages: members create (from the form, prefilled from a model's page), viewers read, outsiders get 404;
 the detail page refreshes while the evaluation is under way and escapes model output and dataset text."""
+import re
 from datetime import timedelta
 
 from django.urls import reverse
@@ -221,3 +222,79 @@ def test_the_detail_page_links_the_model_while_it_exists(team, client_for, base_
     base_model.delete()
     page = client_for(team.viewer).get(detail).content.decode()
     assert 'id="evaluation-model"' not in page and "(deleted)" in page
+
+
+REWARD_ROWS = {"score_by": "rewards", "reward_terms.0.name": "contains", "reward_terms.0.weight": "2",
+               "reward_terms.0.args.contains.keywords": "4\n<b>", "reward_terms.3.name": "numeric_match"}
+
+
+def test_a_member_scores_by_reward_functions_from_the_forms_reward_rows(team, client_for, base_model,
+                                                                        prompts_version, sent_tasks):
+    page = client_for(team.teammate).get(reverse("evals:create", args=[team.project.slug])).content.decode()
+    assert 'name="score_by" value="rewards"' in page and 'class="reward-list" id="spec-reward_terms"' in page
+    assert "reward_rows.js" in page and "runs_new.js" not in page  # the launch page's rows, not its launch script
+    response = post_form(client_for(team.teammate), team, base_model, prompts_version, group_by="task",
+                         **REWARD_ROWS)
+    evaluation = Evaluation.objects.get()
+    assert response.status_code == 302, response.content.decode()
+    assert (evaluation.metric, evaluation.group_by) == ("rewards", "task")
+    assert evaluation.reward_terms == [{"name": "contains", "weight": 2.0, "args": {"keywords": ["4", "<b>"]}},
+                                       {"name": "numeric_match", "weight": 1.0, "args": {}}]
+    # Scoring by exact match, the rows are not read.
+    post_form(client_for(team.teammate), team, base_model, prompts_version, **{**REWARD_ROWS, "score_by": "exact_match"})
+    assert Evaluation.objects.latest("id").metric == "exact_match" and Evaluation.objects.latest("id").reward_terms == []
+
+
+def test_a_refused_reward_row_is_named_at_its_input_and_nothing_is_saved(team, client_for, base_model,
+                                                                         prompts_version, sent_tasks):
+    client = client_for(team.teammate)
+    response = post_form(client, team, base_model, prompts_version, score_by="rewards",
+                         **{"reward_terms.0.name": "format_regex"})
+    page = response.content.decode()
+    assert response.status_code == 400
+    assert ('<small class="error">format_regex: required argument missing: pattern (a text)</small>' in page
+            and "The reward functions were refused: see their rows below." in page)
+    response = post_form(client, team, base_model, prompts_version, **{**REWARD_ROWS, "reward_terms.0.weight": "heavy"})
+    assert response.status_code == 400 and "weight: &#x27;heavy&#x27; is not a number" in response.content.decode()
+    response = post_form(client, team, base_model, prompts_version, score_by="rewards")
+    assert response.status_code == 400 and "give a list of reward functions" in response.content.decode()
+    assert not Evaluation.objects.exists() and sent_tasks == []
+
+
+def test_a_grpo_run_chosen_by_its_link_fills_in_its_reward_functions(team, client_for, base_model, prompts_version):
+    run = Run.objects.create(project=team.project, name="rl", task="grpo", status=RunStatus.SUCCEEDED,
+                             created_by=team.owner, resolved_spec={}, spec={
+                                 "task": "grpo", "model": base_model.public_id,
+                                 "data": {"train": prompts_version.public_id},
+                                 "grpo": {"rewards": [{"name": "contains", "weight": 0.5, "args": {"keywords": ["Paris"]}}],
+                                          "eval_metrics": [{"name": "numeric_match"}]}})
+    url = reverse("evals:create", args=[team.project.slug])
+    page = client_for(team.teammate).get(f"{url}?model={run.public_id}:20").content.decode()
+    assert re.search(r'<input type="radio" name="score_by" value="rewards"[^>]* checked>', page)
+    assert '<option value="numeric_match" selected>' in page and '<option value="contains" selected>' in page
+    assert 'name="reward_terms.1.weight" value="0.5"' in page and ">Paris</textarea>" in page
+    plain = client_for(team.teammate).get(f"{url}?model={base_model.public_id}").content.decode()
+    assert '<option value="contains" selected>' not in plain
+
+
+def test_the_result_by_reward_functions_shows_each_terms_mean_escaped(team, client_for, base_model,
+                                                                      prompts_version):
+    evaluation = create(team, base_model, prompts_version, group_by="task",
+                        reward_terms=[{"name": "contains", "weight": 2, "args": {"keywords": ["<b>"]}},
+                                      {"name": "valid_json"}])
+    services.evaluation_start(evaluation_id=evaluation.pk)
+    services.evaluation_finish(evaluation_id=evaluation.pk, result={
+        "metric": "rewards", "value": 1.25, "count": 6, "terms": {"contains": 0.5, "valid_json": 0.25}, "by": "task",
+        "groups": {"count": {"value": 2.0, "count": 3, "terms": {"contains": 0.75, "valid_json": 0.5}}},
+        "examples": [{"prompt": "p", "answer": "1", "text": "<i>x</i>", "total": 3.0,
+                      "scores": {"contains": 1.0, "valid_json": 1.0}}]})
+    page = client_for(team.viewer).get(reverse("evals:detail", args=[team.project.slug, evaluation.public_id])
+                                       ).content.decode()
+    assert "Weighted total: " in page and 'data-value="1.25"' in page
+    assert '<td><code>contains</code></td><td class="num">2.0</td><td class="num">0.5000</td>' in page
+    assert ('<td><bdi>count</bdi></td><td class="num">2.0000</td><td class="num">0.7500</td><td class="num">0.5000</td>'
+            in page)
+    assert "&lt;i&gt;x&lt;/i&gt;" in page and '<td class="num">3.0000</td>' in page
+    assert "&quot;keywords&quot;: [&quot;&lt;b&gt;&quot;]" in page and "<b>" not in page.split("evaluation-terms")[1][:300]
+    listed = client_for(team.viewer).get(reverse("evals:list", args=[team.project.slug])).content.decode()
+    assert "reward functions (<span class=\"reward-terms\">contains × 2 {&quot;keywords&quot;: [&quot;&lt;b&gt;&quot;]}; valid_json</span>)" in listed
