@@ -1,6 +1,7 @@
 """A member evaluates a tiny base model from its page's Evaluate… link; a real serve worker scores it while the
 evaluation's page refreshes itself, which then shows the value, the groups and the model's completions (escaped),
-and the Evaluations page lists it side by side."""
+and the Evaluations page lists it side by side; evaluated again by reward functions picked in the reward rows, its
+page shows the weighted total and each function's mean, in a table of its own on the Evaluations page."""
 import pytest
 
 from tests.browser.test_datasets import screenshot
@@ -54,6 +55,39 @@ def test_a_member_evaluates_a_base_model_and_sees_the_result(browser, live_serve
         page.get_by_role("link", name="Evaluations", exact=True).click()
         assert page.locator(".comparison").count() == 1
         assert page.locator(".comparison tbody tr").first.locator("td").first.inner_text() == "Base model: tiny"
+
+        # Again, scored by reward functions picked in the launch page's reward rows.
+        page.go_back()
+        page.get_by_role("link", name="Evaluate again…").click()
+        page.fill("#id_row_limit", "4")
+        page.fill("#id_max_new_tokens", "6")
+        page.fill("#id_group_by", "task")
+        page.get_by_label("reward functions", exact=True).check()
+        rows = page.locator("#spec-reward_terms .reward-row")
+        page.locator("#spec-reward_terms button.reward-add").click()
+        rows.nth(0).locator("select.reward-function").select_option("contains")
+        assert rows.nth(0).locator(".reward-args[data-function=contains]").is_visible()
+        page.fill("#spec-reward_terms-0-contains-keywords", "e")
+        rows.nth(0).locator("input[name='reward_terms.0.weight']").fill("2")
+        page.locator("#spec-reward_terms button.reward-add").click()
+        rows.nth(1).locator("select.reward-function").select_option("length_target")
+        page.fill("#spec-reward_terms-1-length_target-target", "8")
+        with page.expect_navigation():
+            page.get_by_role("button", name="Evaluate").click()
+        page.locator("#evaluation-result").wait_for(timeout=180_000)
+        scored = Evaluation.objects.get(metric="rewards")
+        assert scored.status == "succeeded", scored.error
+        assert scored.reward_terms == [{"name": "contains", "weight": 2.0, "args": {"keywords": ["e"]}},
+                                       {"name": "length_target", "weight": 1.0, "args": {"target": 8}}]
+        assert page.locator("#evaluation-result h2").inner_text() == f"Weighted total: {scored.result['value']:.4f}"
+        means = page.locator("#evaluation-term-means tbody tr")
+        assert means.count() == 2 and means.nth(1).locator("td").nth(2).inner_text() == (
+            f"{scored.result['terms']['length_target']:.4f}")
+        assert page.locator("#evaluation-groups thead th").all_text_contents() == [  # as written, not as styled
+            "Group", "Weighted total", "contains", "length_target", "Rows"]
+        screenshot(page, "evaluation-rewards-result")
+        page.get_by_role("link", name="Evaluations", exact=True).click()
+        assert page.locator(".comparison").count() == 2  # exact match and these terms: each its own table
     finally:
         context.close()
 
