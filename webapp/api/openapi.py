@@ -514,7 +514,8 @@ def build_document() -> dict[str, Any]:
                                        "last page) for the page after", answer=schemas.EvaluationList),
             "post": _operation("Evaluate a model on a ready dataset version (members and owners): everything is "
                                "checked first (400 naming the field: the model, the version's kind and rows, the "
-                               "group-by column's values), then the serve worker scores it", [SLUG, IDEMPOTENCY_KEY],
+                               "group-by column's values, a reward term as reward_terms.<n>.<key>), then the serve worker scores "
+                               "it", [SLUG, IDEMPOTENCY_KEY],
                                body=schemas.EvaluationCreate, status="202", response="the evaluation, queued",
                                answer=schemas.EvaluationOut),
         },

@@ -586,15 +586,20 @@ class EvaluationCreate(_Body):
     model: str = Field(description="The model as the chat names it: a base model (bm_…), a succeeded run's model "
                                    "(run_…) or an exported checkpoint (run_…:step-N or run_…@N).")
     dataset_version: str = Field(description="A ready dataset version (dv_…): prompts with reference answers "
-                                             "(answer_column; exact match of greedy completions) or sft (mean "
-                                             "completion loss).")
+                                             "(answer_column; exact match of greedy completions, or reward_terms) "
+                                             "or sft (mean completion loss).")
     row_limit: int = Field(default=200, description="Score the first rows only (1 to 5,000).")
-    max_new_tokens: int = Field(default=32, description="Exact match: tokens per greedy completion (1 to 1,024).")
-    group_by: str = Field(default="", description="Exact match: a column whose values each get their own figure "
-                                                  "(e.g. task); empty for none.")
+    max_new_tokens: int = Field(default=32, description="Exact match, reward functions: tokens per greedy "
+                                                        "completion (1 to 1,024).")
+    group_by: str = Field(default="", description="Exact match, reward functions: a column whose values each get "
+                                                  "their own figure (e.g. task); empty for none.")
     answer_column: str = Field(default="answer", description="Exact match: the column of reference answers (as "
                                                              "jaxengine eval's --answer-column); every row read must "
                                                              "have it as text.")
+    reward_terms: list[dict[str, Any]] | None = Field(default=None, description=(
+        "A prompts version scored by reward functions instead of exact match (metric rewards): the list a GRPO "
+        "spec gives as grpo.rewards, [{name, weight, args}], checked as it is (a reward_model's model a reward run "
+        "of the project, run_…); a refusal names reward_terms.<n>.<key>. Null or left out: exact match."))
 
 
 class EvaluationOut(_Answer):
@@ -603,14 +608,17 @@ class EvaluationOut(_Answer):
     model_label: str
     dataset_version: str | None = Field(description="dv_…; null once the version was deleted.")
     version_label: str
-    metric: Literal["exact_match", "loss"]
+    metric: Literal["exact_match", "rewards", "loss"]
     row_limit: int
     max_new_tokens: int
     group_by: str
     answer_column: str
+    reward_terms: list[dict[str, Any]] = Field(description="Metric rewards: the reward functions, {name, weight, "
+                                                           "args} each; [] for another metric.")
     status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
     result: dict[str, Any] = Field(description="Once succeeded: jaxengine eval's object (metric, value, count, groups "
-                                               "with group_by, the first completions as examples); {} before.")
+                                               "with group_by, the first completions as examples; for rewards, value "
+                                               "the mean weighted total and terms each function's mean); {} before.")
     error: str = Field(description="Why it failed, or who cancelled it; empty otherwise.")
     created_by: str | None
     created_at: str

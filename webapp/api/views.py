@@ -1327,7 +1327,8 @@ def _evaluation_json(evaluation) -> dict[str, Any]:
             "dataset_version": version.public_id if version is not None else None,
             "version_label": evaluation.version_label, "metric": evaluation.metric, "row_limit": evaluation.row_limit,
             "max_new_tokens": evaluation.max_new_tokens, "group_by": evaluation.group_by,
-            "answer_column": evaluation.answer_column, "status": evaluation.status, "result": evaluation.result, "error": evaluation.error,
+            "answer_column": evaluation.answer_column, "reward_terms": evaluation.reward_terms,
+            "status": evaluation.status, "result": evaluation.result, "error": evaluation.error,
             "created_by": evaluation.created_by.get_username() if evaluation.created_by else None,
             "created_at": evaluation.created_at.isoformat(),
             "started_at": evaluation.started_at.isoformat() if evaluation.started_at else None,
@@ -1338,7 +1339,7 @@ def _evaluation_json(evaluation) -> dict[str, Any]:
 def evaluations(request: HttpRequest, slug: str) -> JsonResponse:
     """GET: the project's evaluations, newest first, a page at a time (``limit``, and the ``next`` link); with
     ``model`` (a base model's or a run's id, a run's covering its checkpoints), that model's alone. POST
-    ``{"model", "dataset_version", "row_limit"?, "max_new_tokens"?, "group_by"?, "answer_column"?}``: check everything and queue the
+    ``{"model", "dataset_version", "row_limit"?, "max_new_tokens"?, "group_by"?, "answer_column"?, "reward_terms"?}``: check everything and queue the
     evaluation on the serve worker (202), as the New evaluation page does (members and owners)."""
     if request.method == "GET":
         project, _membership = get_project_for_user(request.user, slug)
@@ -1358,7 +1359,8 @@ def evaluations(request: HttpRequest, slug: str) -> JsonResponse:
     settings_sent = evaluation_services.EvaluationSettings(row_limit=body.row_limit,
                                                            max_new_tokens=body.max_new_tokens,
                                                            group_by=body.group_by.strip(),
-                                                           answer_column=body.answer_column.strip())
+                                                           answer_column=body.answer_column.strip(),
+                                                           reward_terms=body.reward_terms)
     sent = request_send_once(request, create=lambda: evaluation_services.evaluation_create(
         project=project, model_ref=body.model, version=version, settings=settings_sent,
         user=request.user).public_id)

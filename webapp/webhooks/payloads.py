@@ -100,7 +100,8 @@ def evaluation_subject(evaluation) -> dict[str, Any]:
     version = evaluation.dataset_version
     return {"type": "evaluation", "id": evaluation.public_id, "name": str(evaluation), "status": evaluation.status,
             "model": evaluation.model_ref, "dataset_version": version.public_id if version is not None else None,
-            "metric": evaluation.metric, "value": evaluation.result.get("value") if succeeded else None,
+            "metric": evaluation.metric, "reward_terms": evaluation.reward_terms,
+            "value": evaluation.result.get("value") if succeeded else None,
             "count": evaluation.result.get("count") if succeeded else None,
             "path": reverse("evals:detail", args=[evaluation.project.slug, evaluation.public_id]),
             "error": "" if succeeded else evaluation.error}

@@ -83,6 +83,28 @@ def test_it_reads_the_answer_column_sent_and_names_a_missing_one(team, base_mode
     assert Evaluation.objects.get().answer_column == "solution"
 
 
+def test_it_queues_one_by_reward_functions_and_names_a_bad_term(team, base_model, prompts_version, sent_tasks,
+                                                               client):
+    member = api(team.teammate)
+    terms = [{"name": "contains", "weight": 2, "args": {"keywords": ["4"]}}, {"name": "numeric_match"}]
+    status, answer = member("POST", BASE, {"model": base_model.public_id, "dataset_version": prompts_version.public_id,
+                                           "reward_terms": [terms[0], {"name": "format_regex"}]})
+    assert status == 400 and "required argument missing: pattern" in answer["errors"]["reward_terms.1.args.pattern"][0]
+    valid("FieldErrors", answer)
+    assert not Evaluation.objects.exists()
+    status, made = member("POST", BASE, {"model": base_model.public_id, "dataset_version": prompts_version.public_id,
+                                         "reward_terms": terms, "group_by": "task"})
+    assert status == 202, made
+    valid("EvaluationOut", made)
+    assert made["metric"] == "rewards" and made["reward_terms"] == [
+        {"name": "contains", "weight": 2.0, "args": {"keywords": ["4"]}},
+        {"name": "numeric_match", "weight": 1.0, "args": {}}]
+    document = client.get("/api/v1/openapi.json").json()["components"]["schemas"]
+    assert "rewards" in document["EvaluationOut"]["properties"]["metric"]["enum"]
+    assert "reward_terms" in document["EvaluationCreate"]["properties"]
+    assert "reward_terms" in document["EvaluationOut"]["required"]
+
+
 def test_it_requires_access(team, base_model, prompts_version, sent_tasks):
     evaluation = services.evaluation_create(project=team.project, model_ref=base_model.public_id,
                                             version=prompts_version, settings=services.EvaluationSettings(),

@@ -44,8 +44,8 @@ def test_an_evaluation_ending_tells_the_hooks_subscribed_to_that_end_once(
     assert succeeded.json["object"] == {
         "type": "evaluation", "id": scored.public_id, "name": "Base model: <b>falcon</b> on sums v1",
         "status": "succeeded", "model": scored.model_ref, "dataset_version": version.public_id,
-        "metric": "exact_match", "value": 0.5, "count": 6, "url": f"{SITE}/p/alpha/evaluations/{scored.public_id}/",
-        "error": ""}
+        "metric": "exact_match", "reward_terms": [], "value": 0.5, "count": 6,
+        "url": f"{SITE}/p/alpha/evaluations/{scored.public_id}/", "error": ""}
     (failed,) = receiver.at("/failed")
     assert (failed.json["event"], failed.json["object"]["id"], failed.json["object"]["status"]) == (
         "evaluation.failed", broken.public_id, "failed")
@@ -63,3 +63,19 @@ def test_the_webhooks_page_and_the_openapi_document_offer_them(team, client_for,
     schemas = client.get("/api/v1/openapi.json").json()["components"]["schemas"]
     assert {"evaluation.succeeded", "evaluation.failed"} <= set(
         schemas["WebhookCreate"]["properties"]["events"]["items"]["enum"])
+
+
+def test_an_evaluation_by_reward_functions_tells_its_terms(team, receiver, sent, django_capture_on_commit_callbacks):
+    hook(team.project, receiver, "/succeeded", ["evaluation.succeeded"])
+    base_model = make_base_model(team.project, name="falcon", path="/models/falcon")
+    version = make_ready_version(team.project, name="sums", kind="prompts", rows=PROMPT_ROWS, user=team.owner)
+    terms = [{"name": "contains", "weight": 2.0, "args": {"keywords": ["4"]}}]
+    evaluation = services.evaluation_create(project=team.project, model_ref=base_model.public_id, version=version,
+                                            settings=services.EvaluationSettings(reward_terms=terms), user=team.owner)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.evaluation_start(evaluation_id=evaluation.pk)
+        services.evaluation_finish(evaluation_id=evaluation.pk, result={"metric": "rewards", "value": 1.5, "count": 6,
+                                                                        "terms": {"contains": 0.75}, "examples": []})
+    (succeeded,) = receiver.at("/succeeded")
+    assert (succeeded.json["object"]["metric"], succeeded.json["object"]["reward_terms"],
+            succeeded.json["object"]["value"]) == ("rewards", terms, 1.5)
