@@ -1,12 +1,14 @@
 """Evaluations scored by a real serve worker (thread pool) over a real Redis, from a tiny model directory: the
 value, count, groups and completions the web records are what ``jaxengine.evaluate`` gives for the same model on the
-same rows, called directly (the references read from the answer column named); a failure is said in words on the evaluation."""
+same rows, called directly (the references read from the answer column named; by reward terms, as a GRPO run's); a
+failure is said in words on the evaluation."""
 from __future__ import annotations
 
 import pytest
 
 from jaxengine import evaluate
 from jaxengine.data.pipeline import encode_prompt
+from jaxengine.rewards import WeightedReward
 from jaxengine.sampler import Sampler, SamplingParams
 from tests.factories import build_tiny_model_dir
 from tests.live import wait_for
@@ -68,8 +70,17 @@ def test_the_serve_worker_scores_exact_match_and_loss_as_the_engine_does(celery_
         settings=services.EvaluationSettings(row_limit=6, max_new_tokens=MAX_NEW_TOKENS, group_by="task",
                                              answer_column="solution"))
 
+    # The same completions scored by GRPO reward terms: exact_match (the kept rows' references are the completions)
+    # weighted 2, and a length target.
+    terms = [{"name": "exact_match", "weight": 2}, {"name": "length_target", "args": {"target": 10}}]
+    by_rewards = services.evaluation_create(
+        project=team.project, model_ref=model.public_id, version=prompts, user=team.teammate,
+        settings=services.EvaluationSettings(row_limit=6, max_new_tokens=MAX_NEW_TOKENS, group_by="task",
+                                             reward_terms=terms))
+
     exact, loss = finished(exact, celery_workers), finished(loss, celery_workers)
     by_column = finished(by_column, celery_workers)
+    by_rewards = finished(by_rewards, celery_workers)
     assert exact.status == EvaluationStatus.SUCCEEDED, exact.error
     loaded, tokenizer = evaluate.load_for_scoring(model_dir)
     direct = evaluate.exact_match(loaded, tokenizer, rows, max_new_tokens=MAX_NEW_TOKENS, by="task")
@@ -79,6 +90,15 @@ def test_the_serve_worker_scores_exact_match_and_loss_as_the_engine_does(celery_
     assert exact.started_at is not None and exact.finished_at >= exact.started_at
     assert by_column.status == EvaluationStatus.SUCCEEDED, by_column.error
     assert by_column.result == direct
+    assert by_rewards.status == EvaluationStatus.SUCCEEDED, by_rewards.error
+    weighted = [WeightedReward(name="exact_match", weight=2.0, args={}),
+                WeightedReward(name="length_target", weight=1.0, args={"target": 10})]
+    assert by_rewards.result == evaluate.reward_scores(loaded, tokenizer, rows, weighted,
+                                                       max_new_tokens=MAX_NEW_TOKENS, by="task")
+    lengths = [max(0.0, 1 - abs(len(text) - 10) / 10) for text in texts]
+    assert by_rewards.result["groups"]["kept"]["terms"]["exact_match"] == 1.0
+    assert by_rewards.result["groups"]["other"]["terms"]["exact_match"] == 0.0
+    assert by_rewards.result["value"] == pytest.approx((2 * 3 + sum(lengths)) / 6, abs=1e-5)
 
     assert loss.status == EvaluationStatus.SUCCEEDED, loss.error
     direct_loss = evaluate.mean_loss(loaded, tokenizer, sft_rows[:4])
