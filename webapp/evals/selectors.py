@@ -136,7 +136,8 @@ class Comparison:
 
     @property
     def terms_label(self) -> str:
-        """The reward terms in a line (``contains × 2 {"keywords": ["4"]}; numeric_match``), "" for none."""
+        """The reward terms in a line (``contains × 2 {"keywords": ["4"]}; numeric_match``; arguments sorted by name,
+        whatever order the database keeps them in), "" for none."""
         return "; ".join(name + (f" × {weight:g}" if weight != 1 else "") + (f" {args}" if args else "")
                          for name, weight, args in _terms_text(self.reward_terms))
 
@@ -182,7 +183,7 @@ def term_rows(evaluation: Evaluation) -> list[tuple[str, float, str, float | Non
 
 def _terms_text(terms: list[dict[str, Any]]) -> list[tuple[str, float, str]]:
     return [(term["name"], term.get("weight", 1.0),
-             json.dumps(term["args"], ensure_ascii=False) if term.get("args") else "") for term in terms]
+             json.dumps(term["args"], ensure_ascii=False, sort_keys=True) if term.get("args") else "") for term in terms]
 
 
 def example_rows(evaluation: Evaluation) -> list[dict[str, str]]:

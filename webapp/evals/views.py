@@ -25,6 +25,8 @@ from webapp.projects.models import Role
 from webapp.runs.selectors import reward_model_choices
 from webapp.runs.specform import reward_rows_from_form
 
+REWARDS_REFUSED = "The reward functions were refused: see their rows below."
+
 
 @login_required
 @require_http_methods(["GET"])
@@ -78,7 +80,11 @@ def evaluation_create(request: HttpRequest, slug: str) -> HttpResponse:
             messages.success(request, f"Evaluation of {isolated(evaluation.model_label)} queued.")
             return reverse("evals:detail", args=[project.slug, evaluation.public_id])
 
-        if not (by_rewards and reward_errors):  # a row's typing is said at its input first
+        if not by_rewards:  # the rows are not read
+            reward_errors = {}
+        if reward_errors:  # a row's typing is said at its input first
+            form.add_error(None, REWARDS_REFUSED)
+        else:
             try:
                 return redirect(form_send_once(request, create=create))
             except ValidationError as error:
@@ -107,7 +113,7 @@ def _reward_errors(form: EvaluationForm, error: ValidationError) -> dict[str, li
     if rest:
         add_service_errors(form, ValidationError(rest))
     if ours:
-        form.add_error(None, "The reward functions were refused: see their rows below.")
+        form.add_error(None, REWARDS_REFUSED)
     return ours
 
 

@@ -255,7 +255,9 @@ def test_a_refused_reward_row_is_named_at_its_input_and_nothing_is_saved(team, c
     assert ('<small class="error">format_regex: required argument missing: pattern (a text)</small>' in page
             and "The reward functions were refused: see their rows below." in page)
     response = post_form(client, team, base_model, prompts_version, **{**REWARD_ROWS, "reward_terms.0.weight": "heavy"})
-    assert response.status_code == 400 and "weight: &#x27;heavy&#x27; is not a number" in response.content.decode()
+    page = response.content.decode()
+    assert response.status_code == 400 and "weight: &#x27;heavy&#x27; is not a number" in page
+    assert "The reward functions were refused: see their rows below." in page
     response = post_form(client, team, base_model, prompts_version, score_by="rewards")
     assert response.status_code == 400 and "give a list of reward functions" in response.content.decode()
     assert not Evaluation.objects.exists() and sent_tasks == []
