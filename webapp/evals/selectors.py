@@ -81,6 +81,14 @@ def model_reward_terms(*, project: Project, model_ref: str) -> list[dict[str, An
     return [term for term in terms if isinstance(term, dict)]
 
 
+def evaluation_reward_terms(*, project: Project, public_id: str) -> list[dict[str, Any]]:
+    """The reward functions of the evaluation ``public_id`` of ``project`` ([] for none, or for no such evaluation)."""
+    if not public_id:
+        return []
+    return (Evaluation.objects.filter(project=project, public_id=public_id)
+            .values_list("reward_terms", flat=True).first()) or []
+
+
 def evaluation_get(*, project: Project, public_id: str) -> Evaluation:
     """The evaluation ``public_id`` of ``project``; 404 for one of another project, as for none."""
     evaluation = (Evaluation.objects.select_related("project", "created_by", "dataset_version__dataset")

@@ -52,11 +52,13 @@ def evaluation_list(request: HttpRequest, slug: str) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def evaluation_create(request: HttpRequest, slug: str) -> HttpResponse:
     """The form, prefilled from ``?model=`` (a run's or a base model's Evaluate… link; a GRPO or PPO run's fills in
-    its reward functions, scored by them) and ``?version=``."""
+    its reward functions, scored by them), ``?version=`` and ``?terms_of=`` (an evaluation's Evaluate again…: its
+    reward functions, so that another model can be scored by the same and stand beside it)."""
     project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     asked_model = request.GET.get("model", "").strip()
     initial = {"model": asked_model, "dataset_version": request.GET.get("version", "")}
-    reward_terms = selectors.model_reward_terms(project=project, model_ref=asked_model) if asked_model else []
+    reward_terms = (selectors.evaluation_reward_terms(project=project, public_id=request.GET.get("terms_of", ""))
+                    or (selectors.model_reward_terms(project=project, model_ref=asked_model) if asked_model else []))
     if reward_terms:
         initial["score_by"] = Metric.REWARDS
     reward_errors: dict[str, list[str]] = {}

@@ -298,5 +298,15 @@ def test_the_result_by_reward_functions_shows_each_terms_mean_escaped(team, clie
             in page)
     assert "&lt;i&gt;x&lt;/i&gt;" in page and '<td class="num">3.0000</td>' in page
     assert "&quot;keywords&quot;: [&quot;&lt;b&gt;&quot;]" in page and "<b>" not in page.split("evaluation-terms")[1][:300]
+    # Evaluate again… (another model, say) fills in the same functions, so that it stands beside this one.
+    again = f"{reverse('evals:create', args=[team.project.slug])}?model={base_model.public_id}&amp;version=" \
+            f"{prompts_version.public_id}&amp;terms_of={evaluation.public_id}"
+    assert again in client_for(team.teammate).get(reverse("evals:detail", args=[team.project.slug,
+                                                                         evaluation.public_id])).content.decode()
+    form = client_for(team.teammate).get(again.replace("&amp;", "&")).content.decode()
+    assert re.search(r'<input type="radio" name="score_by" value="rewards"[^>]* checked>', form)
+    assert '<option value="valid_json" selected>' in form and 'name="reward_terms.0.weight" value="2.0"' in form
+    outsiders = client_for(team.teammate).get(again.replace("&amp;", "&").replace(evaluation.public_id, "ev_nope"))
+    assert '<option value="valid_json" selected>' not in outsiders.content.decode()
     listed = client_for(team.viewer).get(reverse("evals:list", args=[team.project.slug])).content.decode()
     assert "reward functions (<span class=\"reward-terms\">contains × 2 {&quot;keywords&quot;: [&quot;&lt;b&gt;&quot;]}; valid_json</span>)" in listed
