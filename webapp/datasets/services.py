@@ -287,10 +287,9 @@ def dataset_version_requeue(*, version: DatasetVersion) -> DatasetVersion:
     if version.is_settled:
         raise ValidationError({"status": f"version {version.number} is {version.status}, not waiting for a worker"})
     if version.split and not version.absolute_path.is_file():
-        sides = {version.split["side"]: version.pk}
+        # None for a partner deleted since: the split then fails this side, saying so.
         partner = DatasetVersion.objects.filter(public_id=version.split["partner"]).values_list("pk", flat=True).first()
-        sides[SPLIT_SIDES[1] if version.split["side"] == SPLIT_SIDES[0] else SPLIT_SIDES[0]] = partner
-        _enqueue(SPLIT_TASK, sides[SPLIT_SIDES[0]], sides[SPLIT_SIDES[1]])
+        _enqueue(SPLIT_TASK, *((version.pk, partner) if version.split["side"] == "train" else (partner, version.pk)))
         return version
     _enqueue(VALIDATE_TASK, version.pk)
     return version

@@ -280,6 +280,14 @@ class TestSplit:
         assert "the 4 rows are copies of 1 distinct row, which" in held.errors[0]["message"]
         assert not train.absolute_path.exists() and not held.absolute_path.exists()
 
+    def test_a_column_of_too_many_values_to_stratify_by_fails_both_sides(self, team, sent, monkeypatch):
+        monkeypatch.setattr(splitting, "MAX_STRATA", 3)
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        services.dataset_version_split(version=source, held_out="0.1", stratify="answer", user=team.teammate)
+        train, held = write_split(sent)
+        assert train.status == held.status == VersionStatus.FAILED
+        assert "column 'answer' holds more than 3 different values" in train.errors[0]["message"]
+
     def test_the_source_cannot_be_deleted_while_it_is_split_and_can_be_after(self, team, sent):
         source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
         services.dataset_version_split(version=source, held_out="0.1", user=team.teammate)
