@@ -213,10 +213,12 @@ def test_a_member_splits_a_version_into_train_and_held_out(page, live_server, de
     page.get_by_label("Hold out").fill("25%")
     page.get_by_label("Stratify by").select_option("task")
     assert page.get_by_label("Held-out dataset").input_value() == "mixed held-out"
+    screenshot(page, "version-split-form")
     page.get_by_role("button", name="Split", exact=True).click()
     page.wait_for_url(re.compile(r"/datasets/ds_[^/]+/v/1/$"))
     page.locator(".page-head .status-ready").wait_for(timeout=30_000)  # the page refreshes itself
     assert page.locator(".page-head h1").inner_text().startswith("mixed train")
+    screenshot(page, "version-split-train")
     origin = page.locator(".split-origin").inner_text()
     assert "Split from mixed v1, seed 0, 25% held out, stratified by task: the training side" in origin
     page.locator("a.split-partner").click()

@@ -133,26 +133,37 @@ def split_assignment(digests: np.ndarray, *, held_out: int, seed: int,
         raise SplitError(f"cannot hold out {held_out:,} of {total:,} rows: hold out at least one and leave one")
     _values, first_row, group_of_row, group_rows = np.unique(digests, return_index=True, return_inverse=True,
                                                              return_counts=True)
-    group_labels = (np.asarray(labels, dtype=np.int64)[first_row] if labels is not None
-                    else np.zeros(len(first_row), dtype=np.int64))
-    _strata, stratum_of_group = np.unique(group_labels, return_inverse=True)
+    if labels is None:
+        stratum_of_group = np.zeros(len(first_row), dtype=np.int16)
+    else:
+        _strata, stratum_of_group = np.unique(np.asarray(labels, dtype=np.int64)[first_row], return_inverse=True)
+        if len(_strata) <= np.iinfo(np.int16).max:  # a stable sort of 16-bit keys is a radix sort: linear
+            stratum_of_group = stratum_of_group.astype(np.int16)
     generator = np.random.default_rng(seed)
     # One shuffle orders the groups within every stratum, and the strata where their remainders tie.
     shuffled = generator.permutation(len(first_row))
     stratum_rows = np.bincount(stratum_of_group, weights=group_rows).astype(np.int64)
     targets = _stratum_targets(held_out, stratum_rows, generator.permutation(len(stratum_rows)))
     # Groups by stratum, each stratum's in the shuffled order; taken while the stratum's running total fits.
-    in_order = shuffled[np.argsort(stratum_of_group[shuffled], kind="stable")]
+    in_order = (shuffled if labels is None
+                else shuffled[np.argsort(stratum_of_group[shuffled], kind="stable")])
     sizes, strata = group_rows[in_order], stratum_of_group[in_order]
     running = np.cumsum(sizes)
     stratum_starts = np.concatenate(([0], np.cumsum(stratum_rows)[:-1]))
     taken = running - stratum_starts[strata] <= targets[strata]
-    # A duplicate group that overshot stopped its stratum's run: later, smaller groups may still fill it.
+    # A duplicate group that overshot stopped its stratum's run: later groups that fit fill it, in the same order.
     short = targets - np.bincount(strata[taken], weights=sizes[taken], minlength=len(targets)).astype(np.int64)
-    for place in np.flatnonzero(~taken & (short[strata] > 0)):
-        if sizes[place] <= short[strata[place]]:
-            taken[place] = True
-            short[strata[place]] -= sizes[place]
+    group_bounds = np.concatenate(([0], np.cumsum(np.bincount(stratum_of_group, minlength=len(targets)))))
+    for stratum in np.flatnonzero(short > 0):
+        start = group_bounds[stratum]
+        fitting = np.flatnonzero(~taken[start:group_bounds[stratum + 1]]
+                                 & (sizes[start:group_bounds[stratum + 1]] <= short[stratum])) + start
+        for place in fitting:  # a row each, mostly: as many turns as rows are missing
+            if sizes[place] <= short[stratum]:
+                taken[place] = True
+                short[stratum] -= sizes[place]
+                if not short[stratum]:
+                    break
     held_group = np.zeros(len(first_row), dtype=bool)
     held_group[in_order[taken]] = True
     held = held_group[group_of_row]
