@@ -814,6 +814,15 @@ def version_check_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
                                          ).update(notice=lost.note(doing="checking this file", work="the check")) > 0
 
 
+def split_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
+    """Say on both sides of a split still waiting for their files that the worker splitting them was lost and the
+    split was queued again (``workers.deliveries.FIRST_LOSS_NOTES``), as ``version_check_requeued`` says of a check;
+    their check's outcome clears it. Whether it was said."""
+    return DatasetVersion.objects.filter(pk__in=[pk for pk in arguments if pk is not None],
+                                         status=VersionStatus.UPLOADED).update(
+        notice=lost.note(doing="splitting these rows", work="the split")) > 0
+
+
 @transaction.atomic
 def token_statistics_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
     """Say beside a token count under way that its worker was lost and the count was queued again

@@ -13,11 +13,13 @@ from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from webapp.activity.models import Activity, Verb
 from webapp.api.services import token_create
 from webapp.datasets import selectors, services, splitting
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
+from webapp.workers.deliveries import LostWorker
 
 
 @pytest.fixture(autouse=True)
@@ -315,6 +317,18 @@ class TestSplit:
         assert services.dataset_split_write(train_id=train.pk, held_out_id=held.pk)
         assert train.absolute_path.stat().st_mtime_ns == written
         assert sent == [(services.VALIDATE_TASK, [train.pk]), (services.VALIDATE_TASK, [held.pk])]
+
+
+    def test_a_lost_worker_is_said_on_both_sides_until_their_check_ends(self, team, sent):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        train, held = services.dataset_version_split(version=source, held_out="0.1", user=team.teammate)
+        lost = LostWorker(name="default@host", last_seen=None, delivered_at=timezone.now())
+        assert services.split_requeued((train.pk, held.pk), lost=lost)
+        held.refresh_from_db()
+        assert held.notice.startswith("the worker splitting these rows (default@host")
+        _train, held = write_split(sent)
+        assert held.status == VersionStatus.READY and held.notice == ""
+        assert not services.split_requeued((train.pk, held.pk), lost=lost)  # settled: nothing to say
 
 
 class TestPages:
