@@ -196,3 +196,32 @@ def test_a_file_name_holding_double_quotes_is_shown_as_uploaded(page, live_serve
     assert DatasetVersion.objects.get().original_filename == 'my "best" rows.jsonl'
     body = page.locator("main").inner_text()
     assert 'my "best" rows.jsonl' in body and "%22" not in body
+
+
+def test_a_member_splits_a_version_into_train_and_held_out(page, live_server, default_worker):
+    """"Split into train and held-out" on a ready version's page: the worker writes both sides and checks them; the
+    training side's page says where it came from and links the held-out side, which is ready too."""
+    from tests.webapp.factories import make_ready_version
+
+    team = make_team()
+    rows = [{"prompt": f"question {i}", "completion": f"answer {i}", "task": "math" if i % 4 else "chat"}
+            for i in range(40)]
+    version = make_ready_version(team.project, name="mixed", rows=rows)
+    log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/datasets/{version.dataset.public_id}/v/1/")
+    page.get_by_text("Split into train and held-out…").click()
+    page.get_by_label("Hold out").fill("25%")
+    page.get_by_label("Stratify by").select_option("task")
+    assert page.get_by_label("Held-out dataset").input_value() == "mixed held-out"
+    screenshot(page, "version-split-form")
+    page.get_by_role("button", name="Split", exact=True).click()
+    page.wait_for_url(re.compile(r"/datasets/ds_[^/]+/v/1/$"))
+    page.locator(".page-head .status-ready").wait_for(timeout=30_000)  # the page refreshes itself
+    assert page.locator(".page-head h1").inner_text().startswith("mixed train")
+    screenshot(page, "version-split-train")
+    origin = page.locator(".split-origin").inner_text()
+    assert "Split from mixed v1, seed 0, 25% held out, stratified by task: the training side" in origin
+    page.locator("a.split-partner").click()
+    page.locator(".page-head .status-ready").wait_for(timeout=30_000)
+    assert page.locator(".page-head h1").inner_text().startswith("mixed held-out")
+    assert "of 10" in page.locator(".section-head .muted").last.inner_text()  # 10 rows: a quarter of 40

@@ -79,3 +79,21 @@ def test_token_lengths_are_counted_by_the_worker(teammate_client, default_worker
     tokenizer = load_tokenizer(model_dir)
     completion = version.token_statistics["fields"]["completion"]
     assert completion["min"] == completion["max"] == len(tokenizer.encode("the model learns"))
+
+
+def test_a_split_is_written_and_checked_by_the_worker(teammate_client, default_worker):
+    """The version page's split: the worker writes both files and queues their checks, which make them ready, the
+    held-out side sharing no row with the training side (a row and its copy on one side)."""
+    rows = b"".join(b'{"prompt": "q%d", "completion": "a%d", "task": "%s"}\n' % (i, i, b"ab"[i % 2:i % 2 + 1])
+                    for i in range(20))
+    source = settled(upload(teammate_client, "whole.jsonl", rows + b'{"prompt": "q0", "completion": "a0", '
+                                                                   b'"task": "a"}\n'), default_worker)
+    response = teammate_client.post(f"/p/alpha/datasets/{source.dataset.public_id}/v/1/split/", {
+        "held_out": "0.2", "seed": "1", "stratify": "task", "train_name": "fit", "held_out_name": "eval"})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    train = settled(DatasetVersion.objects.get(dataset__name="fit"), default_worker)
+    held = settled(DatasetVersion.objects.get(dataset__name="eval"), default_worker)
+    assert train.status == held.status == VersionStatus.READY, (train.errors, held.errors)
+    assert train.row_count + held.row_count == 21 and held.row_count in (4, 5)
+    train_rows = set(train.absolute_path.read_text().splitlines())
+    assert not train_rows & set(held.absolute_path.read_text().splitlines())

@@ -294,6 +294,7 @@ ROUTES: dict[str, Route] = {
     "datasets:version": Route(kwargs=_version, methods=READ),
     "datasets:download": Route(kwargs=_version, methods=READ),
     "datasets:requeue": Route(kwargs=_version, methods={"POST": MEMBER}),
+    "datasets:split": Route(kwargs=_version, methods={"POST": MEMBER}),
     "datasets:tokens": Route(kwargs=_version, methods={"POST": MEMBER}),
     "datasets:version_delete": Route(kwargs=_version, methods={"POST": MEMBER}),
 
@@ -393,6 +394,9 @@ ROUTES: dict[str, Route] = {
     "api:dataset_version": Route(auth=Auth.API_TOKEN, kwargs=lambda world: {**_api_dataset(world),
                                                                             "number": world.sft.number},
                                  methods={"GET": VIEWER, "DELETE": MEMBER}),
+    "api:dataset_version_split": Route(auth=Auth.API_TOKEN, kwargs=lambda world: {**_api_dataset(world),
+                                                                                  "number": world.sft.number},
+                                       methods={"POST": MEMBER}),
     "api:dataset_version_file": Route(auth=Auth.API_TOKEN, kwargs=lambda world: {**_api_dataset(world),
                                                                                  "number": world.sft.number},
                                       methods=READ),

@@ -33,6 +33,8 @@ class Verb(models.TextChoices):
     DATASET_CREATED = "dataset.created", "created"
     DATASET_CHANGED = "dataset.changed", "changed"
     DATASET_VERSION_UPLOADED = "dataset_version.uploaded", "uploaded"
+    # Its target the version split; its details name the two new versions (datasets.services.dataset_version_split).
+    DATASET_VERSION_SPLIT = "dataset_version.split", "split"
     DATASET_VERSION_DELETED = "dataset_version.deleted", "deleted"
     DATASET_DELETED = "dataset.deleted", "deleted"
     BASE_MODEL_REGISTERED = "base_model.registered", "registered"

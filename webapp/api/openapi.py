@@ -370,6 +370,17 @@ def build_document() -> dict[str, Any]:
                                  "number is not given again; 400 while work still reads it)",
                                  [SLUG, DATASET, VERSION_NUMBER], status="204", response="Nothing: deleted"),
         },
+        f"{base}/datasets/{{dataset_id}}/versions/{{number}}/split/": {
+            "post": _operation("Split a ready version into a new training dataset and a new held-out dataset (members): "
+                               "the held-out rows drawn with the seed, each value of the stratify column holding out "
+                               "its share, exact duplicates on one side so that the two share no row. A worker writes "
+                               "the files and checks them as uploads: poll the two versions until ready or failed. "
+                               "400 naming each field refused (held_out, seed, stratify, train_name, held_out_name, "
+                               "or version for one not ready), nothing saved",
+                               [SLUG, DATASET, VERSION_NUMBER, IDEMPOTENCY_KEY], body=schemas.DatasetVersionSplit,
+                               status="202", response="the two new versions, queued",
+                               answer=schemas.DatasetVersionSplitOut),
+        },
         f"{base}/datasets/{{dataset_id}}/versions/{{number}}/file/": {
             "get": {**_operation("Download a ready version's file, byte for byte as it was uploaded (404 before it is "
                                  "ready, and for a failed one, which keeps no file)", [SLUG, DATASET, VERSION_NUMBER]),

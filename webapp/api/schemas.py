@@ -104,6 +104,22 @@ class DatasetUpdate(_Body):
         return self
 
 
+class DatasetVersionSplit(_Body):
+    """Split a ready version into a training and a held-out dataset (the version page's "Split into train and
+    held-out")."""
+
+    held_out: int | float = Field(description="How many rows to hold out: a fraction in (0, 1) such as 0.1, or a "
+                                              "number of rows (a whole number, fewer than the version's).")
+    seed: int = Field(default=0, ge=0, description="Draws the rows: the same seed splits the same version the same "
+                                                   "way again.")
+    stratify: str = Field(default="", description="A column of the file (a label such as task) each of whose values "
+                                                  "holds out its share of the rows; \"\" for none.")
+    train_name: str | None = Field(default=None, description="The new training dataset's name (default \"<name> "
+                                                             "train\").")
+    held_out_name: str | None = Field(default=None, description="The new held-out dataset's name (default \"<name> "
+                                                                "held-out\").")
+
+
 class RunResume(_Body):
     max_steps: int | None = Field(default=None, ge=1, description="Train on to this many steps in all.")
 
@@ -354,6 +370,21 @@ class CampaignRef(_Answer):
     name: str
 
 
+class SplitOut(_Answer):
+    source: str = Field(description="dv_… id of the version it was split from (which may be deleted since).")
+    dataset: str = Field(description="ds_… id of that version's dataset.")
+    dataset_name: str = Field(description="That dataset's name when it was split.")
+    number: int = Field(description="That version's number.")
+    side: Literal["train", "held_out"]
+    partner: str = Field(description="dv_… id of the other side.")
+    fraction: float | None = Field(description="The fraction held out, as asked (null when a count was).")
+    count: int | None = Field(description="The rows held out, as asked (null when a fraction was).")
+    held_out_rows: int = Field(description="The rows that asked for (duplicates kept together may hold out a few "
+                                           "fewer).")
+    seed: int
+    stratify: str = Field(description="The column each value of which held out its share; \"\" for none.")
+
+
 class DatasetVersionOut(_Answer):
     id: str = Field(description="dv_… id: what a spec's data names.")
     dataset: str = Field(description="ds_… id of its dataset (a version read by its dv_… id says which).")
@@ -392,6 +423,14 @@ class DatasetVersionOut(_Answer):
                                                    "count and rows each); {} before.")
     created_at: datetime
     review_campaign: CampaignRef | None = Field(description="The review campaign it was exported from, if any.")
+    split: SplitOut | None = Field(description="Where a version split from another came from (POST "
+                                               "versions/{number}/split/); null for an upload.")
+
+
+class DatasetVersionSplitOut(_Answer):
+    train: DatasetVersionOut = Field(description="The new training dataset's first version: `uploaded` until a "
+                                                 "worker has written and checked it.")
+    held_out: DatasetVersionOut = Field(description="The new held-out dataset's first version, likewise.")
 
 
 class DatasetOut(_Answer):

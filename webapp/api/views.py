@@ -250,7 +250,8 @@ def _version_json(version: DatasetVersion, *, review_campaign: Campaign | None =
             "statistics": dataset_selectors.shown_statistics(version.statistics),
             "created_at": version.created_at.isoformat(),
             "review_campaign": ({"id": review_campaign.public_id, "name": review_campaign.name}
-                                if review_campaign is not None else None)}
+                                if review_campaign is not None else None),
+            "split": version.split or None}
 
 
 def _dataset_json(dataset: Dataset, *, versions: bool = False) -> dict[str, Any]:
@@ -685,6 +686,27 @@ def dataset_version(request: HttpRequest, slug: str, dataset_id: str, number: in
     dataset_selectors.ensure_may_delete_version(membership=membership, version=version)
     dataset_services.dataset_version_delete(version=version, actor=request.user)
     return HttpResponse(status=204)
+
+
+@api_view(("POST",))
+def dataset_version_split(request: HttpRequest, slug: str, dataset_id: str, number: int) -> JsonResponse:
+    """POST: split a ready version into a training and a held-out dataset, as its page's "Split into train and
+    held-out" does (members; ``services.dataset_version_split``): 202 with the two new versions, which a worker writes
+    and checks (poll them until ``ready`` or ``failed``); 400 naming each field refused, nothing saved. With an
+    ``Idempotency-Key``, a repeat splits nothing again."""
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    version = dataset_selectors.version_get(dataset=dataset_selectors.dataset_get(project=project,
+                                                                                  public_id=dataset_id), number=number)
+    body = _body(request, schemas.DatasetVersionSplit)
+
+    def split() -> str:
+        train, held = dataset_services.dataset_version_split(version=version, user=request.user, **body.model_dump())
+        return f"{train.public_id} {held.public_id}"
+
+    sent = request_send_once(request, create=split)
+    sides = [dataset_selectors.version_get_by_id(project=project, public_id=public_id)
+             for public_id in sent.result.split()]
+    return _created({side: _version_json(made) for side, made in zip(("train", "held_out"), sides)}, sent, status=202)
 
 
 @api_view(("GET",))

@@ -5,7 +5,7 @@ from django import forms
 from jaxengine.data import formats
 from webapp.core.forms import TypedTextField
 from webapp.datasets.models import KIND_CHOICES
-from webapp.datasets.services import ABOUT_MAX_CHARS, empty_upload_message
+from webapp.datasets.services import ABOUT_MAX_CHARS, DATASET_NAME_MAX, empty_upload_message
 from webapp.datasets.uploads import one_file_per_upload_message
 
 FORMAT_CHOICES = [("", "From the file extension")] + [(fmt.value, fmt.value.upper()) for fmt in formats.FileFormat]
@@ -113,3 +113,22 @@ class DatasetAboutForm(forms.Form):
         "The terms the rows are under, e.g. cc-by-4.0, or the name of an agreement."))
     description = TypedTextField(max_length=ABOUT_MAX_CHARS["description"], required=False,
                                  widget=forms.Textarea(attrs={"rows": 3}))
+
+
+class SplitForm(forms.Form):
+    """"Split into train and held-out" on a ready version's page (``services.dataset_version_split`` checks the
+    values and names each refusal's field)."""
+
+    held_out = forms.CharField(label="Hold out", initial="0.1", max_length=40, help_text=(
+        "A fraction of the rows (0.1 or 10%) or a number of rows (500)."))
+    seed = forms.IntegerField(initial=0, min_value=0, help_text="The same seed splits the same way again.")
+    stratify = forms.ChoiceField(label="Stratify by", required=False, help_text=(
+        "Each value of this column holds out its share of the rows (a label such as task)."))
+    train_name = forms.CharField(label="Training dataset", max_length=DATASET_NAME_MAX)
+    held_out_name = forms.CharField(label="Held-out dataset", max_length=DATASET_NAME_MAX)
+
+    def __init__(self, *args, dataset_name: str, columns: tuple[str, ...], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["stratify"].choices = [("", "No column: at random"), *((column, column) for column in columns)]
+        self.fields["train_name"].initial = f"{dataset_name} train"
+        self.fields["held_out_name"].initial = f"{dataset_name} held-out"

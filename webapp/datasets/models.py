@@ -97,6 +97,11 @@ class DatasetVersion(models.Model):
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     validated_at = models.DateTimeField(null=True)
+    # Where a version split from another came from (``services.dataset_version_split``), by snapshot so that it
+    # still says so once that version is deleted; {} for an upload. Keys: source (dv_ id), dataset (ds_ id),
+    # dataset_name, number, side ("train" or "held_out"), partner (the other side's dv_ id), fraction or count (as
+    # asked; the other null), held_out_rows (the rows that asked for), seed, stratify (a column, or "").
+    split = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["dataset", "-number"]

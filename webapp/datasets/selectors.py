@@ -25,6 +25,7 @@ from webapp.core.name_case import name_key
 from webapp.core.numbers import whole_number
 from webapp.datasets import search
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
+from webapp.datasets.splitting import HeldOutSize, first_row_columns
 from webapp.core.bidi import isolated
 from webapp.projects.models import Membership, Project, Role
 
@@ -160,8 +161,8 @@ def ensure_may_delete_dataset(*, membership: Membership, dataset: Dataset, versi
 def version_readers(*, versions: list[DatasetVersion]) -> list[str]:
     """What still reads one of ``versions`` (the work a deletion would break), one sentence each: runs
     queued or training on it, review campaigns loading their items from it or generating answers to its
-    prompts, running pipelines whose stages name it, serving copies being written against it, and evaluations
-    queued or running on it."""
+    prompts, running pipelines whose stages name it, serving copies being written against it, evaluations
+    queued or running on it, and versions being split from it (``services.dataset_version_split``)."""
     # Imported here: these apps' models import this one's.
     from webapp.evals.selectors import version_evaluation_readers
     from webapp.review.models import Campaign, CampaignStatus
@@ -193,6 +194,10 @@ def version_readers(*, versions: list[DatasetVersion]) -> list[str]:
         readers.append("a serving copy is being written that measures itself on "
                        f"{isolated(str(by_pk[copy.eval_version_id]))}; wait until it is ready")
     readers.extend(version_evaluation_readers(versions=versions))
+    splitting = DatasetVersion.objects.filter(status=VersionStatus.UPLOADED, split__source__in=list(public_ids))
+    for split in splitting.select_related("dataset").order_by("pk"):
+        readers.append(f"{isolated(str(split))} is being split from {isolated(str(public_ids[split.split['source']]))}"
+                       "; wait until it is ready")
     return readers
 
 
@@ -535,6 +540,12 @@ class _RowDigestSource:
             return None
 
 
+def version_row_digests(*, version: DatasetVersion) -> np.ndarray | None:
+    """Each row of a ready version's ``formats.row_digest``, in file order (its ``.rows`` file, or worked out from its
+    data file for a version validated before those were kept); None when they cannot be had (the file is gone)."""
+    return _RowDigestSource.of(version).read()
+
+
 @functools.lru_cache(maxsize=64)
 def _shared_rows(train: _RowDigestSource, evaluation: _RowDigestSource) -> tuple[list[int], int] | None:
     """The (1-based) rows of the evaluation version also in the training one, and its row count; None when either
@@ -766,3 +777,50 @@ def difference_page(*, version: DatasetVersion, rows: np.ndarray, page: int,
     columns, shown = _preview_rows(formats.DatasetKind(version.dataset.kind),
                                    rows_by_number(version=version, numbers=numbers))
     return PreviewPage(columns=columns, rows=shown, page=page, page_count=page_count, rows_previewed=len(rows))
+
+
+# --------------------------------------------------------------------------------------------
+# Versions split from another (``services.dataset_version_split``): where they came from.
+
+SPLIT_SIDE_NAMES = {"train": "training side", "held_out": "held-out side"}
+
+
+def split_phrase(split: dict[str, Any]) -> str:
+    """How a split version's page says where it came from, from its ``split`` record: "Split from qa v3, seed 0, 10%
+    held out, stratified by task: the held-out side"; "" for a version that was uploaded."""
+    if not split:
+        return ""
+    size = HeldOutSize(fraction=split.get("fraction"), count=split.get("count"))
+    stratified = f", stratified by {split['stratify']}" if split.get("stratify") else ""
+    return (f"Split from {split['dataset_name']} v{split['number']}, seed {split['seed']}, {size.shown()} held out"
+            f"{stratified}: the {SPLIT_SIDE_NAMES[split['side']]}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitOrigin:
+    """A split version's origin as its page shows it: ``phrase`` (``split_phrase``), and the version it was split from
+    and its other side where they still exist (None once deleted: the phrase still names them)."""
+
+    phrase: str
+    source: DatasetVersion | None
+    partner: DatasetVersion | None
+
+
+def split_origin(*, version: DatasetVersion) -> SplitOrigin | None:
+    """Where ``version`` was split from; None for an upload. The versions are looked up in its own project only."""
+    if not version.split:
+        return None
+    others = {other.public_id: other for other in DatasetVersion.objects.filter(
+        dataset__project_id=version.dataset.project_id,
+        public_id__in=[version.split.get("source"), version.split.get("partner")]).select_related("dataset")}
+    return SplitOrigin(phrase=split_phrase(version.split), source=others.get(version.split.get("source")),
+                       partner=others.get(version.split.get("partner")))
+
+
+def version_columns(*, version: DatasetVersion) -> tuple[str, ...]:
+    """The columns of a ready version's first row (a CSV file's header): those a split may stratify by; () where its
+    file cannot be read."""
+    try:
+        return first_row_columns(version.absolute_path, fmt=formats.FileFormat(version.format))
+    except (formats.DatasetFormatError, OSError):
+        return ()

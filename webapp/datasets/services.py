@@ -31,9 +31,11 @@ from webapp.basemodels.selectors import base_model_refusal
 from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
 from webapp.core.text import checked_json, checked_name, checked_text, typed_text
-from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
-from webapp.datasets.selectors import (PROMPT_READ_ONCE_QUEUED, TURN_SPLITS_QUEUED, dataset_named, shown_statistics,
-                                      version_readers)
+from webapp.core.name_case import name_key
+from webapp.datasets import splitting
+from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus, new_version_id
+from webapp.datasets.selectors import (PROMPT_READ_ONCE_QUEUED, TURN_SPLITS_QUEUED, dataset_about, dataset_named,
+                                      shown_statistics, version_readers, version_row_digests)
 from webapp.datasets.uploads import name_as_uploaded, store_upload
 from webapp.projects.models import Project
 from webapp.webhooks import services as webhooks
@@ -45,6 +47,7 @@ VALIDATE_TASK = "worker.tasks.datasets.validate_dataset_version"
 TOKEN_STATISTICS_TASK = "worker.tasks.datasets.compute_token_statistics"
 TURN_SPLITS_TASK = "worker.tasks.datasets.count_turn_splits"
 PROMPT_READ_ONCE_TASK = "worker.tasks.datasets.count_prompt_read_once"
+SPLIT_TASK = "worker.tasks.datasets.split_dataset_version"
 # A late count (``late_count_request``) not done this long after it was queued (``selectors.TURN_SPLITS_QUEUED``; its
 # task lost with Redis or its worker) is queued again by the next view of the version's page.
 TURN_SPLITS_REQUEUE_SECONDS = 600
@@ -194,6 +197,17 @@ def _take_version_number(dataset: Dataset) -> int:
     return number
 
 
+def _new_version(dataset: Dataset, *, filename: str, file_format: str, column_mapping: dict[str, str],
+                 user: AbstractBaseUser | None, **fields: Any) -> DatasetVersion:
+    """The next version of ``dataset``, its number taken and its file's place in the dataset's folder set, not saved
+    yet (an upload stores its file there first; a split's worker writes it later)."""
+    version = DatasetVersion(dataset=dataset, number=_take_version_number(dataset), original_filename=filename[:255],
+                             format=file_format, column_mapping=column_mapping, created_by=user, **fields)
+    version.file_path = str((dataset_folder(dataset.public_id) / f"{version.public_id}.{file_format}")
+                            .relative_to(settings.DATA_ROOT))
+    return version
+
+
 @transaction.atomic
 def dataset_version_create(
     *,
@@ -231,17 +245,8 @@ def dataset_version_create(
         raise ValidationError({"file": empty_upload_message(filename or "the file")})
     if upload.size is not None and upload.size > settings.TEMPER_MAX_UPLOAD_BYTES:
         raise ValidationError({"file": f"the file is over the {settings.TEMPER_MAX_UPLOAD_BYTES} byte upload limit"})
-    number = _take_version_number(dataset)
-    version = DatasetVersion(
-        dataset=dataset,
-        number=number,
-        original_filename=(filename or "upload")[:255],
-        format=file_format,
-        column_mapping=dict(mapping.columns),
-        created_by=user,
-    )
-    version.file_path = str((dataset_folder(dataset.public_id) / f"{version.public_id}.{file_format}")
-                            .relative_to(settings.DATA_ROOT))
+    version = _new_version(dataset, filename=filename or "upload", file_format=file_format,
+                           column_mapping=dict(mapping.columns), user=user)
     version.size_bytes = store_upload(upload, version.absolute_path)
     try:
         version.save()
@@ -277,11 +282,189 @@ def dataset_version_requeue(*, version: DatasetVersion) -> DatasetVersion:
     """Queue again the validation of a version that is not settled: no worker took it (Redis was down
     when it was uploaded, or restarted without persistence), or the check stopped half-way (its worker
     process was killed or ran out of memory, and Celery dropped the message with it). Safe to repeat:
-    validation of a settled version changes nothing."""
+    validation of a settled version changes nothing. A split version whose file is not written yet has its split
+    queued again instead (``dataset_split_write``, as safe to repeat)."""
     if version.is_settled:
         raise ValidationError({"status": f"version {version.number} is {version.status}, not waiting for a worker"})
+    if version.split and not version.absolute_path.is_file():
+        # None for a partner deleted since: the split then fails this side, saying so.
+        partner = DatasetVersion.objects.filter(public_id=version.split["partner"]).values_list("pk", flat=True).first()
+        _enqueue(SPLIT_TASK, *((version.pk, partner) if version.split["side"] == "train" else (partner, version.pk)))
+        return version
     _enqueue(VALIDATE_TASK, version.pk)
     return version
+
+
+# The two sides of a split, in the order the split task names them; each becomes a dataset of its own.
+SPLIT_SIDES = ("train", "held_out")
+SPLIT_FILE_WORDS = {"train": "train", "held_out": "held-out"}
+
+
+def _split_problems(source: DatasetVersion, *, held_out: Any, seed: Any, stratify: str,
+                    names: dict[str, str]) -> tuple[dict[str, str], int]:
+    """What is wrong with a split of ready version ``source`` as asked, by field (all of them at once, so that a
+    form shows each beside its field), and the held-out rows it asks for."""
+    problems: dict[str, str] = {}
+    held_out_rows = 0
+    try:
+        held_out_rows = splitting.held_out_size(held_out).rows(source.row_count or 0)
+    except splitting.SplitError as error:
+        problems["held_out"] = str(error)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= splitting.MAX_SEED:
+        problems["seed"] = f"the seed is a whole number from 0 to {splitting.MAX_SEED}, e.g. 0"
+    if stratify:
+        try:
+            columns = splitting.first_row_columns(source.absolute_path, fmt=formats.FileFormat(source.format))
+        except (formats.DatasetFormatError, OSError) as error:
+            raise ValidationError({"version": f"{isolated(str(source))} cannot be read ({error}); upload it again"}
+                                  ) from None
+        if stratify not in columns:
+            problems["stratify"] = (f"{isolated(str(source))} has no column {stratify[:100]!r}; its columns are "
+                                    f"{', '.join(map(repr, columns))}, or leave it blank to split at random")
+    project = source.dataset.project
+    for field, name in names.items():
+        try:
+            checked = checked_name(name, field=field, max_length=DATASET_NAME_MAX)
+        except ValidationError as error:
+            problems[field] = "; ".join(error.messages)
+            continue
+        if not checked:
+            problems[field] = "give the new dataset a name, e.g. 'support-chats held-out'"
+        elif (taken := dataset_named(project=project, name=checked)) is not None:
+            problems[field] = (f"{project.slug} already has a dataset named {taken.name!r} (names that differ only "
+                               "in letter case are the same name): choose another name")
+    if "train_name" not in problems and "held_out_name" not in problems and \
+            name_key(names["train_name"]) == name_key(names["held_out_name"]):
+        problems["held_out_name"] = "the two sides need different names, e.g. 'qa train' and 'qa held-out'"
+    return problems, held_out_rows
+
+
+@transaction.atomic
+def dataset_version_split(*, version: DatasetVersion, held_out: Any, seed: Any = 0, stratify: str = "",
+                          train_name: str | None = None, held_out_name: str | None = None,
+                          user: AbstractBaseUser | None) -> tuple[DatasetVersion, DatasetVersion]:
+    """Split ready version ``version`` into two new datasets of its kind, a training side and a held-out side
+    (``train_name`` and ``held_out_name``, by default "<name> train" and "<name> held-out"), each with one version
+    waiting for its file: ``held_out`` rows (a fraction in (0, 1) such as 0.1 or "10%", or a count of rows, fewer
+    than the version's) go to the held-out side, drawn with ``seed``, each value of column ``stratify`` ("" for none)
+    holding out its share, exact duplicates on one side (``splitting.split_assignment``). A ``default`` worker writes
+    the two files and queues their checks (``dataset_split_write``), after which they are ready as uploads are.
+
+    New datasets, not versions of existing ones: a dataset's versions are one data set's revisions, compared one
+    against the next, and the two sides of a split are two data sets. Each keeps its ``split`` record (where it came
+    from, as asked) and the source dataset's "About this dataset" (source, licence, description: the same rows,
+    under the same terms). All or nothing: a refusal (``ValidationError`` naming each field: ``version``,
+    ``held_out``, ``seed``, ``stratify``, ``train_name``, ``held_out_name``) saves nothing. Logged on the source
+    version. Callers check that the user is a member, as for an upload."""
+    source = (DatasetVersion.objects.select_for_update(of=("self",)).select_related("dataset__project")
+              .get(pk=version.pk))
+    if source.status != VersionStatus.READY:
+        then = ("wait for its check to end" if not source.is_settled
+                else "it keeps no rows: upload the file fixed, and split that version")
+        raise ValidationError({"version": f"{isolated(str(source))} {source.status_phrase}: only a ready version can "
+                                          f"be split; {then}"})
+    dataset = source.dataset
+    stratify = (stratify or "").strip()
+    names = {"train_name": (train_name or "").strip() or f"{dataset.name} train",
+             "held_out_name": (held_out_name or "").strip() or f"{dataset.name} held-out"}
+    problems, held_out_rows = _split_problems(source, held_out=held_out, seed=seed, stratify=stratify, names=names)
+    if problems:
+        raise ValidationError(problems)
+    size = splitting.held_out_size(held_out)
+    record = {"source": source.public_id, "dataset": dataset.public_id, "dataset_name": dataset.name,
+              "number": source.number, "fraction": size.fraction, "count": size.count,
+              "held_out_rows": held_out_rows, "seed": seed, "stratify": stratify}
+    public_ids = {side: new_version_id() for side in SPLIT_SIDES}
+    out_format = splitting.split_format(formats.FileFormat(source.format)).value
+    stem = Path(source.original_filename).stem or "rows"
+    made = []
+    for side, partner in zip(SPLIT_SIDES, reversed(SPLIT_SIDES)):
+        field = f"{side}_name"
+        try:
+            new_dataset = dataset_create(project=dataset.project, name=names[field], kind=dataset.kind, user=user)
+        except ValidationError as error:  # the name taken at this moment by someone else
+            raise ValidationError({field: error.messages}) from None
+        Dataset.objects.filter(pk=new_dataset.pk).update(**dataset_about(dataset=dataset))
+        made.append(_new_version(new_dataset, filename=f"{stem}-{SPLIT_FILE_WORDS[side]}.{out_format}",
+                                 file_format=out_format, column_mapping=dict(source.column_mapping), user=user,
+                                 public_id=public_ids[side], size_bytes=0,
+                                 split={**record, "side": side, "partner": public_ids[partner]}))
+        made[-1].save()
+    train, held = made
+    activity_record(project=dataset.project, actor=user, verb=Verb.DATASET_VERSION_SPLIT, target=source,
+                    details={"train": str(train), "held_out": f"{held} ({size.shown()})", "seed": seed,
+                             **({"stratified_by": stratify} if stratify else {})})
+    _enqueue(SPLIT_TASK, train.pk, held.pk)
+    return train, held
+
+
+def _split_fail(versions: list[DatasetVersion], message: str) -> None:
+    """Fail the sides of a split still waiting for their file, saying why (their page lists it as the problem)."""
+    problem = formats.Issue(code="split_failed", message=message)
+    for version in versions:
+        if DatasetVersion.objects.filter(pk=version.pk, status=VersionStatus.UPLOADED).update(
+                status=VersionStatus.FAILED, error_count=1, errors=[problem.to_dict()], notice="",
+                validated_at=timezone.now()):
+            version.absolute_path.unlink(missing_ok=True)
+            logger.warning("dataset version %s failed: %s", version.public_id, message)
+            webhooks.dataset_version_settled(version=DatasetVersion.objects.select_related("dataset").get(pk=version.pk))
+
+
+def _split_files(train: DatasetVersion, held: DatasetVersion) -> tuple[int, int]:
+    """Write the two files of a split (``splitting``) from the version it was asked of; their sizes in bytes."""
+    split = train.split
+    source = (DatasetVersion.objects.select_related("dataset")
+              .filter(public_id=split["source"], status=VersionStatus.READY).first())
+    if source is None:
+        raise splitting.SplitError(f"{split['dataset_name']} v{split['number']}, which it is split from, was deleted "
+                                   "before a worker split it: split another version")
+    digests = version_row_digests(version=source)
+    if digests is None:
+        raise splitting.SplitError(f"the rows of {source} cannot be read (its file is gone from storage): upload it "
+                                   "again and split that version")
+    fmt = formats.FileFormat(source.format)
+    labels = (splitting.column_labels(source.absolute_path, fmt=fmt, column=split["stratify"])
+              if split["stratify"] else None)
+    held_rows = splitting.split_assignment(digests, held_out=split["held_out_rows"], seed=split["seed"],
+                                           labels=labels)
+    for version in (train, held):
+        version.absolute_path.parent.mkdir(parents=True, exist_ok=True)
+    return splitting.write_split(source.absolute_path, fmt=fmt, held=held_rows, train_path=train.absolute_path,
+                                 held_out_path=held.absolute_path)
+
+
+def dataset_split_write(*, train_id: int, held_out_id: int) -> list[DatasetVersion]:
+    """Write the files of the two sides of a split (``dataset_version_split``; the ``default`` worker runs this) and
+    queue their checks, which make them ready (or failed) as an upload's check does. A split that cannot be made
+    (the source deleted or unreadable, a side left empty by duplicates, a stratify column of too many values) fails
+    both sides with the reason. Safe to repeat: sides settled or deleted are left alone, and files written already
+    (each is moved into place whole) are not written again. Returns the sides whose checks were queued."""
+    waiting = {version.split["side"]: version for version in DatasetVersion.objects.select_related("dataset").filter(
+        pk__in=(train_id, held_out_id), status=VersionStatus.UPLOADED)}
+    if not waiting:
+        return []
+    if len(waiting) < 2:
+        _split_fail(list(waiting.values()), "its other side was deleted or failed before a worker split the rows: "
+                                            "split the version again")
+        return []
+    train, held = waiting["train"], waiting["held_out"]
+    if not (train.absolute_path.is_file() and held.absolute_path.is_file()):
+        try:
+            sizes = _split_files(train, held)
+        except (splitting.SplitError, formats.DatasetFormatError, OSError) as error:
+            _split_fail([train, held], f"the rows could not be split: {error}")
+            return []
+        except Exception as error:  # a bug of Temper's own: settled, or the sides wait for good
+            logger.exception("split of %s and %s failed", train.public_id, held.public_id)
+            _split_fail([train, held], f"splitting stopped on an error of Temper's own ({type(error).__name__}: "
+                                       f"{error}): tell whoever runs Temper (the default worker's log has the details)")
+            return []
+        for version, size in zip((train, held), sizes):
+            if not DatasetVersion.objects.filter(pk=version.pk).update(size_bytes=size):  # deleted meanwhile
+                version.absolute_path.unlink(missing_ok=True)
+    for version in (train, held):
+        _send(VALIDATE_TASK, [version.pk])
+    return [train, held]
 
 
 def _internal_error(error: Exception) -> formats.Issue:
@@ -629,6 +812,15 @@ def version_check_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
     (version_id,) = arguments
     return DatasetVersion.objects.filter(pk=version_id, status__in=(VersionStatus.UPLOADED, VersionStatus.VALIDATING)
                                          ).update(notice=lost.note(doing="checking this file", work="the check")) > 0
+
+
+def split_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
+    """Say on both sides of a split still waiting for their files that the worker splitting them was lost and the
+    split was queued again (``workers.deliveries.FIRST_LOSS_NOTES``), as ``version_check_requeued`` says of a check;
+    their check's outcome clears it. Whether it was said."""
+    return DatasetVersion.objects.filter(pk__in=[pk for pk in arguments if pk is not None],
+                                         status=VersionStatus.UPLOADED).update(
+        notice=lost.note(doing="splitting these rows", work="the split")) > 0
 
 
 @transaction.atomic

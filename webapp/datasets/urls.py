@@ -14,6 +14,7 @@ urlpatterns = [
     path("p/<slug:slug>/datasets/<str:public_id>/compare/", views.version_compare, name="compare"),
     path("p/<slug:slug>/datasets/<str:public_id>/v/<int:number>/", views.version_detail, name="version"),
     path("p/<slug:slug>/datasets/<str:public_id>/v/<int:number>/download/", views.version_download, name="download"),
+    path("p/<slug:slug>/datasets/<str:public_id>/v/<int:number>/split/", views.version_split, name="split"),
     path("p/<slug:slug>/datasets/<str:public_id>/v/<int:number>/requeue/", views.version_requeue, name="requeue"),
     path("p/<slug:slug>/datasets/<str:public_id>/v/<int:number>/delete/", views.version_delete,
          name="version_delete"),

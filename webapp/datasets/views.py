@@ -28,7 +28,7 @@ from webapp.core.sse import session_access_lost
 from webapp.core.streaming import download_label, file_download
 from webapp.core.submissions import deleted_once_or_refused, form_send_once, sent_once_or_refused
 from webapp.datasets import selectors, services
-from webapp.datasets.forms import DatasetAboutForm, TokenStatisticsForm, UploadForm, mapping_field_name
+from webapp.datasets.forms import DatasetAboutForm, SplitForm, TokenStatisticsForm, UploadForm, mapping_field_name
 from webapp.datasets.models import Dataset, VersionStatus
 from webapp.core.disk_free import upload_room_refusal
 from webapp.datasets.uploads import (LimitedUploadHandler, body_too_large, file_too_large_message,
@@ -219,6 +219,15 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
     project, membership = get_project_for_user(request.user, slug)
     dataset = selectors.dataset_get(project=project, public_id=public_id)
     version = selectors.version_get(dataset=dataset, number=number)
+    return _render_version(request, project, membership, dataset, version)
+
+
+def _split_form(dataset: Dataset, version, data=None) -> SplitForm:
+    return SplitForm(data, dataset_name=dataset.name, columns=selectors.version_columns(version=version))
+
+
+def _render_version(request, project, membership, dataset, version, *, split_form: SplitForm | None = None,
+                    status: int = 200) -> HttpResponse:
     context = {
         "project": project,
         "membership": membership,
@@ -227,6 +236,7 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
         "can_upload": membership.can(Role.MEMBER),
         "can_delete": selectors.may_delete_version(membership=membership, version=version),
         "review_campaign": export_campaigns(project=project, versions=[version]).get(version.pk),
+        "split_origin": selectors.split_origin(version=version),
     }
     if version.status == VersionStatus.FAILED:
         context["problems"] = selectors.problem_groups(version=version)
@@ -257,10 +267,38 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
             launch_tasks=selectors.tasks_training_on(dataset.kind) if membership.can(Role.MEMBER) else [],
             # The New evaluation page with this version chosen, for the kinds an evaluation scores.
             can_evaluate=membership.can(Role.MEMBER) and dataset.kind in METRIC_OF_KIND,
+            split_form=split_form or (_split_form(dataset, version) if membership.can(Role.MEMBER) else None),
         )
         if partner := selectors.comparison_partner(version=version):
             context.update(compare_with=partner, compare_pair=sorted((partner.number, version.number)))
-    return render(request, "datasets/version.html", context)
+    return render(request, "datasets/version.html", context, status=status)
+
+
+@login_required
+@require_POST
+def version_split(request: HttpRequest, slug: str, public_id: str, number: int) -> HttpResponse:
+    """Split a ready version into a training and a held-out dataset (members, as for an upload): to the training
+    side's page, which shows both sides' progress; a refusal shows the version's page again with the form as it was
+    sent, each problem beside its field, and saves nothing."""
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    dataset = selectors.dataset_get(project=project, public_id=public_id)
+    version = selectors.version_get(dataset=dataset, number=number)
+    if version.status != VersionStatus.READY:  # the page offers no form: say why on it
+        messages.error(request, f"v{version.number} {version.status_phrase}: only a ready version can be split.")
+        return redirect("datasets:version", project.slug, dataset.public_id, version.number)
+    form = _split_form(dataset, version, request.POST)
+    if form.is_valid():
+        def split() -> str:
+            train, held = services.dataset_version_split(version=version, user=request.user, **form.cleaned_data)
+            messages.success(request, f"Splitting {isolated(str(version))} into {isolated(str(train))} and "
+                                      f"{isolated(str(held))}; checking them once written.")
+            return reverse("datasets:version", args=[project.slug, train.dataset.public_id, train.number])
+
+        try:
+            return redirect(form_send_once(request, create=split))
+        except ValidationError as error:
+            add_service_errors(form, error)
+    return _render_version(request, project, membership, dataset, version, split_form=form, status=400)
 
 
 SEARCH_MAX_CHARS = 200

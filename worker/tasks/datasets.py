@@ -1,5 +1,5 @@
-"""``default`` queue tasks for datasets: validation, token statistics and the late counts of older versions. Thin: ids in, a
-service call, nothing returned (results live in the database)."""
+"""``default`` queue tasks for datasets: validation, token statistics, the late counts of older versions, and
+splits. Thin: ids in, a service call, nothing returned (results live in the database)."""
 from __future__ import annotations
 
 from webapp.celery import app
@@ -33,3 +33,10 @@ def count_prompt_read_once(version_id: int) -> None:
     """The rows read with their prompt once (and the statistics they change) of a preference version validated
     before such rows were so read, for its page (safe to redeliver: a version counted already is left alone)."""
     services.prompt_read_once_count(version_id=version_id)
+
+
+@app.task(name="worker.tasks.datasets.split_dataset_version", acks_late=True)
+def split_dataset_version(train_id: int, held_out_id: int) -> None:
+    """Write the two files of a split and queue their checks (safe to redeliver: sides written or settled are left
+    alone)."""
+    services.dataset_split_write(train_id=train_id, held_out_id=held_out_id)

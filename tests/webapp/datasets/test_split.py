@@ -1,0 +1,384 @@
+"""Splitting a ready version into a training and a held-out dataset: the assignment of rows to sides
+(``splitting.split_assignment``, worked out by hand on small inputs), the held-out size as typed, the service that
+asks for a split (each refusal on its field, nothing saved) and the worker's side that writes the files, the pages
+and the REST API."""
+import collections
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+from django.core.exceptions import ValidationError
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from webapp.activity.models import Activity, Verb
+from webapp.api.services import token_create
+from webapp.datasets import selectors, services, splitting
+from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
+from webapp.workers.deliveries import LostWorker
+
+
+@pytest.fixture(autouse=True)
+def sent(monkeypatch) -> list[tuple[str, list]]:
+    """The tasks the services queued, in order (no broker in these tests: the worker's side is called by hand), each
+    at once rather than once its transaction commits (a test's transaction never does)."""
+    queued = []
+    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue: queued.append((name, args)))
+    monkeypatch.setattr(services, "_enqueue", lambda name, *args: services._send(name, list(args)))
+    return queued
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    selectors._shared_rows.cache_clear()
+    yield
+    selectors._shared_rows.cache_clear()
+
+
+def jsonl(rows: list[dict]) -> bytes:
+    return "".join(json.dumps(row) + "\n" for row in rows).encode()
+
+
+def upload(team, content: bytes, *, name="qa", kind="sft", filename="rows.jsonl", mapping=None, validate=True):
+    version = services.dataset_create_with_upload(project=team.project, name=name, kind=kind, file_format=None,
+                                                  upload=SimpleUploadedFile(filename, content),
+                                                  column_mapping=mapping or {}, user=team.teammate)
+    if validate:
+        version = services.dataset_version_validate(version_id=version.pk)
+        assert version.status == VersionStatus.READY, version.errors
+    return version
+
+
+def labelled_rows() -> list[dict]:
+    """40 rows: 30 of task "chat" and 10 of task "math"; the chat rows 1 and 2 each repeated twice more."""
+    rows = [{"question": f"chat question {number}", "answer": f"chat answer {number}", "task": "chat"}
+            for number in range(1, 27)]
+    rows += [dict(rows[0]), dict(rows[0]), dict(rows[1]), dict(rows[1])]
+    rows += [{"question": f"sum {number}", "answer": str(number), "task": "math"} for number in range(10)]
+    return rows
+
+
+MAPPING = {"prompt": "question", "completion": "answer"}
+
+
+def write_split(sent) -> list[DatasetVersion]:
+    """Run the queued split as the worker would, then the checks it queued; the two sides as they end."""
+    (name, (train_id, held_out_id)), = [task for task in sent if task[0] == services.SPLIT_TASK]
+    sent.clear()
+    services.dataset_split_write(train_id=train_id, held_out_id=held_out_id)
+    for name, (version_id,) in sent:
+        assert name == services.VALIDATE_TASK
+        services.dataset_version_validate(version_id=version_id)
+    return [DatasetVersion.objects.select_related("dataset").get(pk=pk) for pk in (train_id, held_out_id)]
+
+
+def file_rows(version: DatasetVersion) -> list[dict]:
+    return [json.loads(line) for line in version.absolute_path.read_text().splitlines()]
+
+
+class TestHeldOutSize:
+    @pytest.mark.parametrize(("typed", "fraction", "count"), [
+        ("0.1", 0.1, None), ("10%", 0.1, None), (" 12.5% ", 0.125, None), ("500", None, 500), (0.25, 0.25, None),
+        (3, None, 3), ("1", None, 1)])
+    def test_it_reads_a_fraction_or_a_count(self, typed, fraction, count):
+        assert splitting.held_out_size(typed) == splitting.HeldOutSize(fraction=fraction, count=count)
+
+    @pytest.mark.parametrize("typed", ["0", "1.0", "1.5", "100%", "0%", "-0.1", "abc", "", None, True, 0, -3, 2.0,
+                                       "nan"])
+    def test_it_rejects_what_is_no_size(self, typed):
+        with pytest.raises(splitting.SplitError, match="0.1"):  # each refusal gives an example of what to type
+            splitting.held_out_size(typed)
+
+    def test_rows_round_a_fraction_to_the_nearest_row_and_leave_both_sides_rows(self):
+        assert splitting.HeldOutSize(fraction=0.1).rows(25) == 3  # 2.5 rounds up
+        assert splitting.HeldOutSize(fraction=0.1).rows(24) == 2  # 2.4
+        assert splitting.HeldOutSize(count=9).rows(10) == 9
+        with pytest.raises(splitting.SplitError, match="no row"):
+            splitting.HeldOutSize(fraction=0.01).rows(20)  # 0.2 of a row
+        with pytest.raises(splitting.SplitError, match="leaves none to train on"):
+            splitting.HeldOutSize(fraction=0.99).rows(20)  # 19.8: every row
+        with pytest.raises(splitting.SplitError, match="not fewer than"):
+            splitting.HeldOutSize(count=10).rows(10)
+
+
+class TestSplitAssignment:
+    def test_it_holds_out_exactly_the_rows_asked_for_and_is_deterministic(self):
+        digests = np.arange(100, 120, dtype=np.uint64)
+        held = splitting.split_assignment(digests, held_out=5, seed=0)
+        assert held.dtype == bool and len(held) == 20 and held.sum() == 5
+        assert splitting.split_assignment(digests, held_out=5, seed=0).tolist() == held.tolist()
+        others = [splitting.split_assignment(digests, held_out=5, seed=seed).tolist() for seed in (1, 2, 3)]
+        assert any(other != held.tolist() for other in others)  # a seed draws its own rows
+
+    def test_it_does_not_depend_on_the_order_of_the_rows(self):
+        """The same rows in another order hold out the same rows: groups are drawn by digest, not by place."""
+        digests = np.array([7, 3, 9, 1, 5, 11, 13, 2], dtype=np.uint64)
+        held = splitting.split_assignment(digests, held_out=3, seed=4)
+        reversed_held = splitting.split_assignment(digests[::-1].copy(), held_out=3, seed=4)
+        assert set(digests[held].tolist()) == set(digests[::-1][reversed_held].tolist())
+
+    def test_duplicates_go_to_the_same_side(self):
+        # Rows 1, 4 and 7 are one row (digest 5), rows 2 and 8 another (digest 6).
+        digests = np.array([5, 6, 1, 5, 2, 3, 5, 6, 4, 8], dtype=np.uint64)
+        for seed in range(40):
+            held = splitting.split_assignment(digests, held_out=3, seed=seed)
+            assert len({bool(held[row]) for row in (0, 3, 6)}) == 1
+            assert held[1] == held[7]
+            assert held.sum() == 3  # the three copies, or two and one, or three distinct rows: 3 fits each way
+            assert not set(digests[held].tolist()) & set(digests[~held].tolist())
+
+    def test_a_group_too_big_for_what_is_left_is_passed_over_for_smaller_ones(self):
+        # Digest 1 is 4 rows; holding out 2, it never fits: two of the single rows are held out whatever the seed.
+        digests = np.array([1, 1, 1, 1, 2, 3, 4], dtype=np.uint64)
+        for seed in range(20):
+            held = splitting.split_assignment(digests, held_out=2, seed=seed)
+            assert held.tolist()[:4] == [False] * 4 and held.sum() == 2
+
+    def test_each_label_holds_out_its_share(self):
+        # 10 rows of label 0, 10 of label 1, 5 of label 2; 5 held out: 2, 2 and 1.
+        labels = [0] * 10 + [1] * 10 + [2] * 5
+        digests = np.arange(25, dtype=np.uint64)
+        for seed in range(10):
+            held = splitting.split_assignment(digests, held_out=5, seed=seed, labels=labels)
+            assert collections.Counter(np.asarray(labels)[held].tolist()) == {0: 2, 1: 2, 2: 1}
+
+    def test_left_over_rows_go_to_the_largest_remainders(self):
+        # 6, 3 and 1 rows, 5 held out: exact shares 3, 1.5 and 0.5; 3 and 1 rounded down, the row left over to one
+        # of the two tied halves. 90 rows and 10, 10% held out: 9 and 1 (the rare label keeps a held-out row).
+        labels = [0] * 6 + [1] * 3 + [2]
+        seen = set()
+        for seed in range(30):
+            counts = collections.Counter(np.asarray(labels)[
+                splitting.split_assignment(np.arange(10, dtype=np.uint64), held_out=5, seed=seed, labels=labels)])
+            assert counts[0] == 3 and counts[1] + counts[2] == 2 and counts[1] in (1, 2)
+            seen.add(counts[1])
+        assert seen == {1, 2}  # the tie is broken by the seed, not always the same way
+        labels = [0] * 90 + [1] * 10
+        held = splitting.split_assignment(np.arange(100, dtype=np.uint64), held_out=10, seed=0, labels=labels)
+        assert collections.Counter(np.asarray(labels)[held].tolist()) == {0: 9, 1: 1}
+
+    def test_it_refuses_a_split_that_leaves_a_side_empty(self):
+        with pytest.raises(splitting.SplitError, match="copies of 1 distinct row"):
+            splitting.split_assignment(np.array([4, 4, 4, 4], dtype=np.uint64), held_out=1, seed=0)
+        with pytest.raises(splitting.SplitError, match="hold out at least one"):
+            splitting.split_assignment(np.arange(4, dtype=np.uint64), held_out=4, seed=0)
+
+
+class TestSplit:
+    def test_it_works(self, team, sent):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        train, held = services.dataset_version_split(version=source, held_out="0.25", seed=0, stratify="task",
+                                                     user=team.teammate)
+        assert (train.dataset.name, held.dataset.name) == ("qa train", "qa held-out")
+        assert train.status == held.status == VersionStatus.UPLOADED and not train.absolute_path.exists()
+        train, held = write_split(sent)
+        assert train.status == held.status == VersionStatus.READY, (train.errors, held.errors)
+        assert (train.row_count, held.row_count) == (30, 10)
+        assert train.column_mapping == held.column_mapping == MAPPING and train.format == "jsonl"
+        # Stratified: 30 chat rows and 10 math rows, a quarter of each held out.
+        assert collections.Counter(row["task"] for row in file_rows(held)) == {"chat": 7, "math": 3} or \
+            collections.Counter(row["task"] for row in file_rows(held)) == {"chat": 8, "math": 2}
+        # Every source row on one side, as it was.
+        source_rows = sorted(map(json.dumps, labelled_rows()))
+        assert sorted(map(json.dumps, file_rows(train) + file_rows(held))) == source_rows
+        # The sides share no row, so a launch on them is not warned of an overlap (it is, on the source and a side).
+        train_digests, held_digests = (selectors.version_row_digests(version=side) for side in (train, held))
+        assert not set(train_digests.tolist()) & set(held_digests.tolist())
+        assert not [warning for warning in selectors.launch_warnings(task="sft", train=train, evaluation=held)
+                    if "shares" in warning]
+        assert [warning for warning in selectors.launch_warnings(task="sft", train=source, evaluation=held)
+                if "shares" in warning]
+
+    def test_it_records_where_each_side_came_from(self, team, sent):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        services.dataset_about_update(dataset=source.dataset, user=team.owner, licence="cc-by-4.0",
+                                      source="https://example.org/qa")
+        train, held = services.dataset_version_split(version=source, held_out=4, seed=7, user=team.teammate,
+                                                     train_name="qa-fit", held_out_name="qa-eval")
+        assert held.split == {"source": source.public_id, "dataset": source.dataset.public_id, "dataset_name": "qa",
+                              "number": 1, "side": "held_out", "partner": train.public_id, "fraction": None,
+                              "count": 4, "held_out_rows": 4, "seed": 7, "stratify": ""}
+        assert train.split["side"] == "train" and train.split["partner"] == held.public_id
+        assert selectors.split_phrase(held.split) == "Split from qa v1, seed 7, 4 rows held out: the held-out side"
+        assert selectors.split_phrase(services.dataset_version_split(
+            version=source, held_out="10%", seed=0, stratify="task", user=team.teammate)[0].split) == (
+            "Split from qa v1, seed 0, 10% held out, stratified by task: the training side")
+        for side in (train, held):
+            side.dataset.refresh_from_db()
+            assert (side.dataset.licence, side.dataset.source) == ("cc-by-4.0", "https://example.org/qa")
+        entry = Activity.objects.filter(verb=Verb.DATASET_VERSION_SPLIT, target_id=source.public_id).earliest("pk")
+        assert entry.actor == team.teammate
+        assert entry.details["train"] == "qa-fit v1" and entry.details["held_out"] == "qa-eval v1 (4 rows)"
+
+    def test_the_same_seed_splits_the_same_way_again(self, team, sent):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        services.dataset_version_split(version=source, held_out=0.2, seed=3, user=team.teammate)
+        _train, first = write_split(sent)
+        services.dataset_version_split(version=source, held_out=0.2, seed=3, user=team.teammate,
+                                       train_name="again train", held_out_name="again held-out")
+        _train, second = write_split(sent)
+        assert file_rows(first) == file_rows(second)
+
+    def test_a_csv_version_splits_into_csv_files_read_as_its_rows_are(self, team, sent):
+        text = io.StringIO()
+        writer = csv.writer(text)
+        writer.writerow(["question", "answer", "task"])
+        writer.writerows([[f"q{n}, with a comma", f"line one\nline {n}", "a" if n % 2 else "b"] for n in range(12)])
+        source = upload(team, text.getvalue().encode(), filename="rows.csv", mapping=MAPPING)
+        services.dataset_version_split(version=source, held_out="3", seed=0, stratify="task", user=team.teammate)
+        train, held = write_split(sent)
+        assert (train.format, held.format, train.original_filename) == ("csv", "csv", "rows-train.csv")
+        assert (train.row_count, held.row_count) == (9, 3)
+        source_digests = selectors.version_row_digests(version=source).tolist()
+        assert sorted(selectors.version_row_digests(version=train).tolist()
+                      + selectors.version_row_digests(version=held).tolist()) == sorted(source_digests)
+
+    @pytest.mark.parametrize(("arguments", "field", "words"), [
+        ({"held_out": "1.5"}, "held_out", "not a fraction between 0 and 1"),
+        ({"held_out": 40}, "held_out", "not fewer than the version's 40"),
+        ({"held_out": "0.1", "stratify": "topic"}, "stratify", "has no column 'topic'"),
+        ({"held_out": "0.1", "seed": -1}, "seed", "whole number from 0"),
+        ({"held_out": "0.1", "train_name": "qa"}, "train_name", "already has a dataset named 'qa'"),
+        ({"held_out": "0.1", "held_out_name": "QA"}, "held_out_name", "already has a dataset named 'qa'"),
+        ({"held_out": "0.1", "train_name": "same", "held_out_name": "Same"}, "held_out_name", "different names"),
+    ])
+    def test_it_rejects_bad_input_on_its_field_and_saves_nothing(self, team, sent, arguments, field, words):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        sent.clear()
+        datasets, versions, entries = Dataset.objects.count(), DatasetVersion.objects.count(), Activity.objects.count()
+        with pytest.raises(ValidationError) as refused:
+            services.dataset_version_split(version=source, user=team.teammate, **arguments)
+        assert list(refused.value.message_dict) == [field]
+        assert words in refused.value.message_dict[field][0]
+        assert (Dataset.objects.count(), DatasetVersion.objects.count(), Activity.objects.count()) == (
+            datasets, versions, entries)
+        assert not sent
+
+    def test_it_names_every_field_wrong_at_once(self, team):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        with pytest.raises(ValidationError) as refused:
+            services.dataset_version_split(version=source, held_out="x", seed=-2, stratify="nope", train_name="qa",
+                                           user=team.teammate)
+        assert set(refused.value.message_dict) == {"held_out", "seed", "stratify", "train_name"}
+
+    def test_it_rejects_a_version_not_ready(self, team, sent):
+        waiting = upload(team, jsonl(labelled_rows()), mapping=MAPPING, validate=False)
+        sent.clear()
+        with pytest.raises(ValidationError) as refused:
+            services.dataset_version_split(version=waiting, held_out="0.1", user=team.teammate)
+        assert "only a ready version can be split; wait for its check" in refused.value.message_dict["version"][0]
+        assert Dataset.objects.count() == 1 and not sent
+
+    def test_a_split_that_cannot_be_made_fails_both_sides_saying_why(self, team, sent):
+        source = upload(team, jsonl([{"prompt": "same", "completion": "row"}] * 4))
+        services.dataset_version_split(version=source, held_out=2, seed=0, user=team.teammate)
+        train, held = write_split(sent)
+        assert train.status == held.status == VersionStatus.FAILED
+        assert held.errors[0]["code"] == "split_failed"
+        assert "the 4 rows are copies of 1 distinct row, which" in held.errors[0]["message"]
+        assert not train.absolute_path.exists() and not held.absolute_path.exists()
+
+    def test_a_column_of_too_many_values_to_stratify_by_fails_both_sides(self, team, sent, monkeypatch):
+        monkeypatch.setattr(splitting, "MAX_STRATA", 3)
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        services.dataset_version_split(version=source, held_out="0.1", stratify="answer", user=team.teammate)
+        train, held = write_split(sent)
+        assert train.status == held.status == VersionStatus.FAILED
+        assert "column 'answer' holds more than 3 different values" in train.errors[0]["message"]
+
+    def test_the_source_cannot_be_deleted_while_it_is_split_and_can_be_after(self, team, sent):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        services.dataset_version_split(version=source, held_out="0.1", user=team.teammate)
+        with pytest.raises(ValidationError, match="is being split from"):
+            services.dataset_version_delete(version=source)
+        train, held = write_split(sent)
+        services.dataset_version_delete(version=source)
+        for side in (train, held):
+            side.refresh_from_db()
+            assert side.status == VersionStatus.READY and side.absolute_path.is_file()
+            origin = selectors.split_origin(version=side)
+            assert origin.source is None and origin.phrase.startswith("Split from qa v1")
+        assert selectors.split_origin(version=held).partner == train
+
+    def test_a_redelivered_split_writes_nothing_again_and_requeue_queues_the_split(self, team, sent):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        train, held = services.dataset_version_split(version=source, held_out="0.1", user=team.teammate)
+        sent.clear()
+        services.dataset_version_requeue(version=held)  # no file yet: the split, not the check, is queued again
+        assert sent == [(services.SPLIT_TASK, [train.pk, held.pk])]
+        sent.clear()
+        services.dataset_split_write(train_id=train.pk, held_out_id=held.pk)
+        written = train.absolute_path.stat().st_mtime_ns
+        sent.clear()
+        assert services.dataset_split_write(train_id=train.pk, held_out_id=held.pk)
+        assert train.absolute_path.stat().st_mtime_ns == written
+        assert sent == [(services.VALIDATE_TASK, [train.pk]), (services.VALIDATE_TASK, [held.pk])]
+
+
+    def test_a_lost_worker_is_said_on_both_sides_until_their_check_ends(self, team, sent):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        train, held = services.dataset_version_split(version=source, held_out="0.1", user=team.teammate)
+        lost = LostWorker(name="default@host", last_seen=None, delivered_at=timezone.now())
+        assert services.split_requeued((train.pk, held.pk), lost=lost)
+        held.refresh_from_db()
+        assert held.notice.startswith("the worker splitting these rows (default@host")
+        _train, held = write_split(sent)
+        assert held.status == VersionStatus.READY and held.notice == ""
+        assert not services.split_requeued((train.pk, held.pk), lost=lost)  # settled: nothing to say
+
+
+class TestPages:
+    def test_a_member_splits_a_version_from_its_page(self, team, client_for, sent):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        client = client_for(team.teammate)
+        page = reverse("datasets:version", args=[team.project.slug, source.dataset.public_id, 1])
+        shown = client.get(page).content.decode()
+        assert "Split into train and held-out" in shown and '<option value="task">task</option>' in shown
+        response = client.post(reverse("datasets:split", args=[team.project.slug, source.dataset.public_id, 1]),
+                               {"held_out": "10%", "seed": "0", "stratify": "task", "train_name": "qa train",
+                                "held_out_name": "qa held-out"})
+        train = Dataset.objects.get(name="qa train").versions.get()
+        assert response.status_code == 302 and response.url == reverse(
+            "datasets:version", args=[team.project.slug, train.dataset.public_id, 1])
+        write_split(sent)
+        shown = client.get(response.url).content.decode()
+        assert "Split from qa v1, seed 0, 10% held out, stratified by task: the training side" in shown
+        assert "qa held-out v1" in shown
+
+    def test_a_refusal_shows_the_form_again_beside_its_field(self, team, client_for, sent):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        response = client_for(team.teammate).post(
+            reverse("datasets:split", args=[team.project.slug, source.dataset.public_id, 1]),
+            {"held_out": "2", "seed": "0", "stratify": "", "train_name": "qa", "held_out_name": "<b>x</b>"})
+        assert response.status_code == 400
+        shown = response.content.decode()
+        assert "already has a dataset named" in shown and "split-version\" open" in shown
+        assert "<b>x</b>" not in shown and Dataset.objects.count() == 1
+
+    def test_a_viewer_is_offered_no_split(self, team, client_for):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        page = reverse("datasets:version", args=[team.project.slug, source.dataset.public_id, 1])
+        assert "Split into train" not in client_for(team.viewer).get(page).content.decode()
+
+
+class TestApi:
+    def test_it_splits_and_answers_both_versions(self, team, sent):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        _token, secret = token_create(user=team.teammate, name="script")
+        api = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
+        address = f"/api/v1/projects/{team.project.slug}/datasets/{source.dataset.public_id}/versions/1/split/"
+        response = api.post(address, {"held_out": 0.25, "stratify": "task"}, content_type="application/json")
+        assert response.status_code == 202, response.content
+        body = response.json()
+        assert body["train"]["status"] == "uploaded" and body["held_out"]["split"]["side"] == "held_out"
+        assert body["held_out"]["split"]["fraction"] == 0.25 and body["held_out"]["split"]["seed"] == 0
+        refused = api.post(address, {"held_out": 40, "train_name": "qa", "held_out_name": "qa-eval"},
+                           content_type="application/json")
+        assert refused.status_code == 400
+        assert set(refused.json()["errors"]) == {"held_out", "train_name"}
+        unknown = api.post(address, {"held_out": 0.1, "val_size": 0.1}, content_type="application/json")
+        assert unknown.status_code == 400 and "val_size" in unknown.json()["errors"]
