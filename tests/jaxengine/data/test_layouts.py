@@ -288,3 +288,35 @@ def test_an_alpaca_csv_with_empty_cells_reads_as_its_jsonl(tmp_path):
         {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
                       {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3+3?"},
                       {"role": "assistant", "content": "6"}]}]
+
+
+def test_a_csv_sharegpt_messages_cell_is_decoded_once_and_a_bad_one_named_by_row_and_column(tmp_path, monkeypatch):
+    """LLaMA-Factory's 'messages' column of {from, value} turns, as a CSV cell: its JSON was decoded to find the layout
+    and again to read it; a cell whose JSON is broken was taken for text ("must be a list of {role, content}
+    messages, got a string"), where it says what is broken."""
+    chat = [turn("system", "Be brief."), turn("human", "q"), turn("gpt", "a")]
+    with open(tmp_path / "messages.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["messages", "system"])
+        writer.writerow([json.dumps(chat), "ignored: the first turn is the system's"])
+    decoded = []
+    loads = formats._loads_with_lone_surrogates
+    monkeypatch.setattr(formats, "_loads_with_lone_surrogates", lambda text: decoded.append(text) or loads(text))
+    assert list(iter_examples(tmp_path / "messages.csv", fmt=FileFormat.CSV, mapping=SFT)) == [{"messages": [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a"}]}]
+    assert decoded == [json.dumps(chat)]
+
+    with open(tmp_path / "bad.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["messages"])
+        writer.writerows([[json.dumps(chat)], [json.dumps(chat)[:-2]], [json.dumps([turn("human", "q"),
+                                                                                   turn("bot", "a")])]])
+    report = validate_file(tmp_path / "bad.csv", fmt=FileFormat.CSV, mapping=SFT)
+    assert [str(issue) for issue in report.errors] == [
+        "line 3, row 2, field 'messages': broken JSON at character 105: unexpected end of data; write "
+        "the conversation as a JSON list of {from, value} turns",
+        "line 4, row 3, field 'messages[1].from': is 'bot', not a role of ShareGPT's layout: use human (or user), "
+        "gpt (or assistant, model) or system"]
+    with pytest.raises(formats.DatasetFormatError, match=r"row 2, field 'messages': broken JSON"):
+        list(iter_examples(tmp_path / "bad.csv", fmt=FileFormat.CSV, mapping=SFT))
