@@ -210,9 +210,9 @@ def tiny_model(tmp_path_factory):
     return factories.build_tiny_model_dir(tmp_path_factory.mktemp("tiny-layouts"))
 
 
-def test_sft_on_an_alpaca_file_trains_the_tokens_of_the_same_rows_in_temper_layout(tiny_model, tmp_path):
-    """A short sft run through jaxengine on an Alpaca file: its examples' token ids and loss masks are those of the
-    same rows written as Temper's prompt/completion, and the run trains on them as on those."""
+def test_sft_on_an_alpaca_or_sharegpt_file_trains_the_tokens_of_the_same_rows_in_temper_layout(tiny_model, tmp_path):
+    """A short sft run through jaxengine on an Alpaca file and on a ShareGPT file: their examples' token ids and loss
+    masks are those of the same rows written as Temper's prompt/completion, and each run trains on them as on those."""
     from jaxengine.data import pipeline
     from jaxengine.job import run_job
     from jaxengine.spec import parse_spec
@@ -222,14 +222,18 @@ def test_sft_on_an_alpaca_file_trains_the_tokens_of_the_same_rows_in_temper_layo
                "output": f"{2 * i}"} for i in range(4)]
     own = [{"prompt": row["instruction"] + (f"\n{row['input']}" if row["input"] else ""), "completion": row["output"]}
            for row in alpaca]
-    paths = {"alpaca": write_jsonl(tmp_path / "alpaca.jsonl", alpaca), "own": write_jsonl(tmp_path / "own.jsonl", own)}
+    sharegpt = [{"conversations": [turn("human", row["prompt"]), turn("gpt", row["completion"])]} for row in own]
+    paths = {"alpaca": write_jsonl(tmp_path / "alpaca.jsonl", alpaca),
+             "sharegpt": write_jsonl(tmp_path / "sharegpt.jsonl", sharegpt),
+             "own": write_jsonl(tmp_path / "own.jsonl", own)}
     tokenizer = load_tokenizer(tiny_model)
     encoded = {name: pipeline.encode_rows(list(pipeline.read_examples(path, kind="sft")), task="sft",
                                           tokenizer=tokenizer, max_seq_len=64)[0] for name, path in paths.items()}
-    assert len(encoded["alpaca"]) == 4
-    for read, written in zip(encoded["alpaca"], encoded["own"]):
-        assert read.ids.tolist() == written.ids.tolist() and read.loss_mask.tolist() == written.loss_mask.tolist()
-        assert any(read.loss_mask.tolist()) and not all(read.loss_mask.tolist())
+    for layout in ("alpaca", "sharegpt"):
+        assert len(encoded[layout]) == 4
+        for read, written in zip(encoded[layout], encoded["own"]):
+            assert read.ids.tolist() == written.ids.tolist() and read.loss_mask.tolist() == written.loss_mask.tolist()
+            assert any(read.loss_mask.tolist()) and not all(read.loss_mask.tolist())
 
     summaries = {}
     for name, path in paths.items():
@@ -237,11 +241,12 @@ def test_sft_on_an_alpaca_file_trains_the_tokens_of_the_same_rows_in_temper_layo
                            "data": {"train": str(path), "max_seq_len": 64}, "peft": {"method": "none"},
                            "train": {"max_steps": 2, "batch_size": 2, "seed": 0}})
         summaries[name] = run_job(spec, progress_bar=False)
-    assert summaries["alpaca"]["status"] == "succeeded" and summaries["alpaca"]["step"] == 2
-    assert summaries["alpaca"]["data"]["train"] == summaries["own"]["data"]["train"]
     losses = {name: [json.loads(line)["loss"] for line in (tmp_path / f"run-{name}/metrics.jsonl").read_text().splitlines()]
               for name in paths}
-    assert losses["alpaca"] == losses["own"] and len(losses["alpaca"]) == 2
+    for layout in ("alpaca", "sharegpt"):
+        assert summaries[layout]["status"] == "succeeded" and summaries[layout]["step"] == 2
+        assert summaries[layout]["data"]["train"] == summaries["own"]["data"]["train"]
+        assert losses[layout] == losses["own"] and len(losses[layout]) == 2
 
 
 def test_the_readme_examples_of_each_layout_are_read_as_it_says(tmp_path):
