@@ -1,6 +1,7 @@
 from django import forms
 from django.contrib import admin
 from django.contrib.admin import helpers
+from django.contrib.admin.options import IS_POPUP_VAR
 from django.contrib.admin.widgets import AutocompleteSelect
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -45,6 +46,14 @@ class ProjectAdmin(admin.ModelAdmin):
     list_display = ["name", "slug", "created_at"]
     search_fields = ["name", "slug"]
     inlines = [MembershipInline]
+    # The change page's; the add page is add_view's.
+    fields = ["name", "slug", "description", "settings_page"]
+    # A slug is fixed once the project exists: it names the project's folder of the models root (projects/<slug>/),
+    # where its registered models' stored paths point. Renamed, the folder would keep the old name, and the next
+    # project given that slug would see the models in it.
+    # The name and the description change on the project's Settings page alone (services.project_update): saved here,
+    # they skipped its checks (invisible characters, length) and left no entry in the activity log.
+    readonly_fields = ["slug", "name", "description", "settings_page"]
 
     def add_view(self, request, form_url="", extra_context=None):
         # Saved by the admin's own form, a project skipped services.project_create: no slug rules, reserved names or
@@ -65,22 +74,12 @@ class ProjectAdmin(admin.ModelAdmin):
                 return self.response_add(request, project)
         admin_form = helpers.AdminForm(form, [(None, {"fields": ["name", "slug", "owner"]})], {}, model_admin=self)
         context = {**self.admin_site.each_context(request), "title": f"Add {self.opts.verbose_name}",
-                   "adminform": admin_form, "object_id": None, "original": None, "is_popup": False, "to_field": None,
+                   "adminform": admin_form, "object_id": None, "original": None, "to_field": None,
+                   "is_popup": IS_POPUP_VAR in request.POST or IS_POPUP_VAR in request.GET,
                    "media": self.media + admin_form.media, "inline_admin_formsets": [],
                    "errors": helpers.AdminErrorList(form, []), "preserved_filters": self.get_preserved_filters(request),
                    **(extra_context or {})}
         return self.render_change_form(request, context, add=True, form_url=form_url)
-
-    def get_readonly_fields(self, request, obj=None):
-        # A slug is fixed once the project exists: it names the project's folder of the models root
-        # (projects/<slug>/), where its registered models' stored paths point. Renamed, the folder would keep the
-        # old name, and the next project given that slug would see the models in it.
-        # The name and the description change on the project's Settings page alone (services.project_update): saved
-        # here, they skipped its checks (invisible characters, length) and left no entry in the activity log.
-        return ["slug", "name", "description", "settings_page"] if obj is not None else []
-
-    def get_fields(self, request, obj=None):
-        return ["name", "slug", "description", "settings_page"]
 
     def has_delete_permission(self, request, obj=None):
         # Deleted here, a project skipped services.project_delete: no refusal while its work is in flight, and its
