@@ -4,9 +4,9 @@ the form), and of its two reading steps alone (``version_rows``, ``_check_group_
 
 Builds a throwaway data directory and SQLite database (production settings, as ``bench/pages.py``) with one project,
 a base model and a ready prompts version whose rows are a prompt of ``--sentences`` sentences of 39 characters (8:
-about 330 characters), an answer and a ``task`` label of 8 values; then calls the service ``--repeats`` times (each creates an evaluation of every row, grouped by
-``task``; nothing is sent to a worker) and prints the median and best wall time of each step. ``--profile`` prints
-the top of cProfile's cumulative list for one call.
+about 330 characters), an answer and a ``task`` label of 8 values; then calls the service ``--repeats`` times (each
+creates an evaluation of every row, grouped by ``task``; nothing is sent to a worker) and prints the median and best
+wall time of each step. ``--profile`` prints the top of cProfile's cumulative list for one call.
 
     .venv/bin/python bench/evaluation_create.py [--rows 5000] [--sentences 8] [--repeats 7] [--profile]
 """
