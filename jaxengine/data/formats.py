@@ -1873,7 +1873,7 @@ _SHAREGPT_TOOL_ROLES = {"function_call": "a tool call", "observation": "a tool's
 
 
 def _layout_cell(value: Any, field_name: str, cells_are_strings: bool) -> Any:
-    """A layout's list field (conversations, history) as read from a CSV cell: the JSON list it holds."""
+    """Alpaca's list field (history) as read from a CSV cell: the JSON list it holds."""
     if not cells_are_strings:
         return value
     try:
@@ -1882,31 +1882,55 @@ def _layout_cell(value: Any, field_name: str, cells_are_strings: bool) -> Any:
         raise _LoneSurrogateCell(field_name) from None
 
 
-def _sharegpt_field(record: Mapping[str, Any], cells_are_strings: bool) -> str | None:
-    """The field holding a row's ShareGPT conversation: 'conversations', or 'messages' whose turns are
-    {from, value} (LLaMA-Factory's messages column, default conversations); None for a row of another layout."""
-    if record.get("conversations") is not None:
-        return "conversations"
+@dataclass(frozen=True)
+class _BrokenCell:
+    """A CSV cell of a ShareGPT conversation whose JSON does not parse, and why (the row's problem says it)."""
+
+    reason: str
+
+
+def _sharegpt_cell(value: Any, field_name: str, cells_are_strings: bool) -> Any:
+    """A ShareGPT conversation as read from a CSV cell, decoded once: its JSON, or a ``_BrokenCell``."""
+    if not cells_are_strings or type(value) is not str or not value.lstrip().startswith("["):
+        return value
+    try:
+        decoded = _loads_with_lone_surrogates(value)
+    except json.JSONDecodeError as error:
+        return _BrokenCell(f"broken JSON at character {error.pos + 1}: {_json_reason(error)}")
+    except (ValueError, RecursionError):
+        return _BrokenCell("its JSON is nested too deeply")
+    if _holds_lone_surrogate(decoded):
+        raise _LoneSurrogateCell(field_name)
+    return decoded
+
+
+def _sharegpt_conversation(record: Mapping[str, Any], cells_are_strings: bool) -> tuple[str, Any] | None:
+    """The field holding a row's ShareGPT conversation and the conversation, a CSV cell decoded once (it is read
+    from what finding the layout decoded): 'conversations', or 'messages' whose turns are {from, value}
+    (LLaMA-Factory's messages column, default conversations); None for a row of another layout."""
+    if (conversations := record.get("conversations")) is not None:
+        return "conversations", _sharegpt_cell(conversations, "conversations", cells_are_strings)
     messages = record.get("messages")
-    if type(messages) is str and '"from"' not in messages:  # a CSV cell of Temper's chat: not decoded twice
+    if type(messages) is str and '"from"' not in messages:  # a CSV cell of Temper's chat: left to its own checks
         return None
-    messages = _layout_cell(messages, "messages", cells_are_strings)
-    if type(messages) is list and messages and type(messages[0]) is dict and "from" in messages[0] \
-            and "role" not in messages[0]:
-        return "messages"
+    messages = _sharegpt_cell(messages, "messages", cells_are_strings)
+    if type(messages) is _BrokenCell or (type(messages) is list and messages and type(messages[0]) is dict
+                                         and "from" in messages[0] and "role" not in messages[0]):
+        return "messages", messages
     return None
 
 
-def _layouts_in(record: Mapping[str, Any], kind: DatasetKind, cells_are_strings: bool) -> list[tuple[str, str]]:
+def _layouts_in(record: Mapping[str, Any], kind: DatasetKind, sharegpt_field: str | None) -> list[tuple[str, str]]:
     """(layout name, the field that shows it) of each layout whose prompt side ``record`` holds, in the order
     ShareGPT, Alpaca, Temper's own."""
     found = []
-    if (sharegpt := _sharegpt_field(record, cells_are_strings)) is not None:
-        found.append((LAYOUT_NAMES[Layout.SHAREGPT], sharegpt))
+    if sharegpt_field is not None:
+        found.append((LAYOUT_NAMES[Layout.SHAREGPT], sharegpt_field))
     if record.get("instruction") is not None:
         found.append((LAYOUT_NAMES[Layout.ALPACA], "instruction"))
     own = ("prompt", "messages") if kind is DatasetKind.SFT else ("prompt",)
-    if (field_name := next((name for name in own if record.get(name) is not None and name != sharegpt), None)):
+    if (field_name := next((name for name in own if record.get(name) is not None and name != sharegpt_field),
+                           None)):
         found.append(("Temper's own", field_name))
     return found
 
@@ -1925,7 +1949,8 @@ def read_layout(record: Mapping[str, Any], kind: DatasetKind, *, cells_are_strin
     ``input`` where it is not empty (LLaMA-Factory's "instruction\\ninput"), the answer ``output`` (a preference
     row's ``chosen`` and ``rejected``); ``system`` a first system turn, ``history`` a list of [user, assistant]
     pairs the turns before. Tool turns and tool descriptions are refused, as in Temper's own chats."""
-    found = _layouts_in(record, kind, cells_are_strings)
+    sharegpt = _sharegpt_conversation(record, cells_are_strings)
+    found = _layouts_in(record, kind, sharegpt[0] if sharegpt is not None else None)
     if len(found) > 1:
         (first, first_field), (second, second_field) = found[:2]
         return None, None, [(second_field, "mixed_layouts", (
@@ -1936,16 +1961,20 @@ def read_layout(record: Mapping[str, Any], kind: DatasetKind, *, cells_are_strin
     problems: list[Problem] = []
     _check_no_tools(record, problems)
     if found[0][0] == LAYOUT_NAMES[Layout.SHAREGPT]:
-        read = _read_sharegpt(record, found[0][1], kind, cells_are_strings, problems)
+        read = _read_sharegpt(record, *sharegpt, kind, cells_are_strings, problems)
         return Layout.SHAREGPT, (read if not problems else None), problems
     read = _read_alpaca(record, kind, cells_are_strings, problems)
     return Layout.ALPACA, (read if not problems else None), problems
 
 
-def _read_sharegpt(record: Mapping[str, Any], field_name: str, kind: DatasetKind, cells_are_strings: bool,
-                   problems: list[Problem]) -> dict[str, Any]:
-    """A row in ShareGPT's layout, its conversation in ``field_name``, in Temper's fields (``read_layout``)."""
-    turns = _sharegpt_turns(_layout_cell(record[field_name], field_name, cells_are_strings), field_name, problems)
+def _read_sharegpt(record: Mapping[str, Any], field_name: str, conversation: Any, kind: DatasetKind,
+                   cells_are_strings: bool, problems: list[Problem]) -> dict[str, Any]:
+    """A row in ShareGPT's layout, its ``conversation`` in ``field_name``, in Temper's fields (``read_layout``)."""
+    if type(conversation) is _BrokenCell:
+        problems.append((field_name, "wrong_type",
+                         f"{conversation.reason}; write the conversation as a JSON list of {{from, value}} turns"))
+        return {}
+    turns = _sharegpt_turns(conversation, field_name, problems)
     if turns and turns[0]["role"] != "system":
         turns[:0] = _system_turn(record, problems)
     if kind is DatasetKind.SFT:

@@ -9,7 +9,7 @@ import pytest
 
 from tests.browser.test_projects import log_in
 from tests.webapp.factories import make_team, make_user
-from webapp.datasets.models import Dataset
+from webapp.datasets.models import Dataset, DatasetVersion
 
 pytestmark = pytest.mark.browser
 
@@ -21,6 +21,11 @@ GOOD_ROWS = [
     {"prompt": "<script>window.pwned = true</script>", "completion": "escaped, not run"},
     {"prompt": "Explain at length.", "completion": LONG_ANSWER},
 ] + [{"prompt": f"Question {i}?", "completion": "An answer " * (i % 7 + 1)} for i in range(30)]
+SHAREGPT_ROWS = [
+    {"conversations": [{"from": "human", "value": "What is 2+2?"}, {"from": "gpt", "value": "It is four."}],
+     "system": "Be brief."},
+    {"messages": [{"from": "human", "value": "Name a colour."}, {"from": "gpt", "value": "Teal."}]},
+]
 BAD_ROWS = b'{"prompt": "fine", "completion": "fine"}\n{"prompt": "no completion"}\n{"prompt": 3, "completion": "x"}\n'
 
 
@@ -94,6 +99,17 @@ def test_upload_preview_statistics_and_errors(page, live_server, default_worker,
     page.wait_for_url("**/p/chat-tuning/datasets/")
     assert page.locator("table.table tbody tr").count() == 2
     screenshot(page, "dataset-list")
+
+    # LLaMA-Factory's ShareGPT layout ({from, value} turns in 'conversations' or 'messages'), read as it reads it.
+    sharegpt = tmp_path / "sharegpt.jsonl"
+    sharegpt.write_text("".join(json.dumps(row) + "\n" for row in SHAREGPT_ROWS), encoding="utf-8")
+    upload(page, name="sharegpt", path=sharegpt)
+    page.locator(".page-head .status-ready").wait_for(timeout=30_000)
+    assert "ShareGPT layout: read as LLaMA-Factory reads it (2 rows)." in page.locator(
+        ".statistics-note").all_inner_texts()
+    assert page.locator("table.preview ol.chat .turn-assistant .text").all_inner_texts() == ["It is four.", "Teal."]
+    assert DatasetVersion.objects.get(dataset__name="sharegpt").statistics["layouts"] == {
+        "sharegpt": {"count": 2, "rows": [1, 2]}}
 
 
 def test_upload_form_follows_the_kind_and_refuses_a_file_over_the_limit(page, live_server, settings, tmp_path):

@@ -210,9 +210,9 @@ def tiny_model(tmp_path_factory):
     return factories.build_tiny_model_dir(tmp_path_factory.mktemp("tiny-layouts"))
 
 
-def test_sft_on_an_alpaca_file_trains_the_tokens_of_the_same_rows_in_temper_layout(tiny_model, tmp_path):
-    """A short sft run through jaxengine on an Alpaca file: its examples' token ids and loss masks are those of the
-    same rows written as Temper's prompt/completion, and the run trains on them as on those."""
+def test_sft_on_an_alpaca_or_sharegpt_file_trains_the_tokens_of_the_same_rows_in_temper_layout(tiny_model, tmp_path):
+    """A short sft run through jaxengine on an Alpaca file and on a ShareGPT file: their examples' token ids and loss
+    masks are those of the same rows written as Temper's prompt/completion, and each run trains on them as on those."""
     from jaxengine.data import pipeline
     from jaxengine.job import run_job
     from jaxengine.spec import parse_spec
@@ -222,14 +222,18 @@ def test_sft_on_an_alpaca_file_trains_the_tokens_of_the_same_rows_in_temper_layo
                "output": f"{2 * i}"} for i in range(4)]
     own = [{"prompt": row["instruction"] + (f"\n{row['input']}" if row["input"] else ""), "completion": row["output"]}
            for row in alpaca]
-    paths = {"alpaca": write_jsonl(tmp_path / "alpaca.jsonl", alpaca), "own": write_jsonl(tmp_path / "own.jsonl", own)}
+    sharegpt = [{"conversations": [turn("human", row["prompt"]), turn("gpt", row["completion"])]} for row in own]
+    paths = {"alpaca": write_jsonl(tmp_path / "alpaca.jsonl", alpaca),
+             "sharegpt": write_jsonl(tmp_path / "sharegpt.jsonl", sharegpt),
+             "own": write_jsonl(tmp_path / "own.jsonl", own)}
     tokenizer = load_tokenizer(tiny_model)
     encoded = {name: pipeline.encode_rows(list(pipeline.read_examples(path, kind="sft")), task="sft",
                                           tokenizer=tokenizer, max_seq_len=64)[0] for name, path in paths.items()}
-    assert len(encoded["alpaca"]) == 4
-    for read, written in zip(encoded["alpaca"], encoded["own"]):
-        assert read.ids.tolist() == written.ids.tolist() and read.loss_mask.tolist() == written.loss_mask.tolist()
-        assert any(read.loss_mask.tolist()) and not all(read.loss_mask.tolist())
+    for layout in ("alpaca", "sharegpt"):
+        assert len(encoded[layout]) == 4
+        for read, written in zip(encoded[layout], encoded["own"]):
+            assert read.ids.tolist() == written.ids.tolist() and read.loss_mask.tolist() == written.loss_mask.tolist()
+            assert any(read.loss_mask.tolist()) and not all(read.loss_mask.tolist())
 
     summaries = {}
     for name, path in paths.items():
@@ -237,11 +241,12 @@ def test_sft_on_an_alpaca_file_trains_the_tokens_of_the_same_rows_in_temper_layo
                            "data": {"train": str(path), "max_seq_len": 64}, "peft": {"method": "none"},
                            "train": {"max_steps": 2, "batch_size": 2, "seed": 0}})
         summaries[name] = run_job(spec, progress_bar=False)
-    assert summaries["alpaca"]["status"] == "succeeded" and summaries["alpaca"]["step"] == 2
-    assert summaries["alpaca"]["data"]["train"] == summaries["own"]["data"]["train"]
     losses = {name: [json.loads(line)["loss"] for line in (tmp_path / f"run-{name}/metrics.jsonl").read_text().splitlines()]
               for name in paths}
-    assert losses["alpaca"] == losses["own"] and len(losses["alpaca"]) == 2
+    for layout in ("alpaca", "sharegpt"):
+        assert summaries[layout]["status"] == "succeeded" and summaries[layout]["step"] == 2
+        assert summaries[layout]["data"]["train"] == summaries["own"]["data"]["train"]
+        assert losses[layout] == losses["own"] and len(losses[layout]) == 2
 
 
 def test_the_readme_examples_of_each_layout_are_read_as_it_says(tmp_path):
@@ -288,3 +293,35 @@ def test_an_alpaca_csv_with_empty_cells_reads_as_its_jsonl(tmp_path):
         {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
                       {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3+3?"},
                       {"role": "assistant", "content": "6"}]}]
+
+
+def test_a_csv_sharegpt_messages_cell_is_decoded_once_and_a_bad_one_named_by_row_and_column(tmp_path, monkeypatch):
+    """LLaMA-Factory's 'messages' column of {from, value} turns, as a CSV cell: its JSON was decoded to find the layout
+    and again to read it; a cell whose JSON is broken was taken for text ("must be a list of {role, content}
+    messages, got a string"), where it says what is broken."""
+    chat = [turn("system", "Be brief."), turn("human", "q"), turn("gpt", "a")]
+    with open(tmp_path / "messages.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["messages", "system"])
+        writer.writerow([json.dumps(chat), "ignored: the first turn is the system's"])
+    decoded = []
+    loads = formats._loads_with_lone_surrogates
+    monkeypatch.setattr(formats, "_loads_with_lone_surrogates", lambda text: decoded.append(text) or loads(text))
+    assert list(iter_examples(tmp_path / "messages.csv", fmt=FileFormat.CSV, mapping=SFT)) == [{"messages": [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a"}]}]
+    assert decoded == [json.dumps(chat)]
+
+    with open(tmp_path / "bad.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["messages"])
+        writer.writerows([[json.dumps(chat)], [json.dumps(chat)[:-2]], [json.dumps([turn("human", "q"),
+                                                                                   turn("bot", "a")])]])
+    report = validate_file(tmp_path / "bad.csv", fmt=FileFormat.CSV, mapping=SFT)
+    assert [str(issue) for issue in report.errors] == [
+        "line 3, row 2, field 'messages': broken JSON at character 105: unexpected end of data; write "
+        "the conversation as a JSON list of {from, value} turns",
+        "line 4, row 3, field 'messages[1].from': is 'bot', not a role of ShareGPT's layout: use human (or user), "
+        "gpt (or assistant, model) or system"]
+    with pytest.raises(formats.DatasetFormatError, match=r"row 2, field 'messages': broken JSON"):
+        list(iter_examples(tmp_path / "bad.csv", fmt=FileFormat.CSV, mapping=SFT))

@@ -130,3 +130,30 @@ def test_the_admin_site_deletes_no_project_pointing_to_the_settings_page(team, c
     assert client.post("/admin/projects/project/", {"action": "delete_selected", "_selected_action": [team.project.pk],
                                                     "post": "yes"}).status_code in (200, 302)
     assert Project.objects.filter(pk=team.project.pk).exists()
+
+def test_the_admin_site_adds_a_project_through_the_service_with_its_owner(team, client_for, models_root):
+    """QA: the admin's add page saved the row itself: no slug rules, reserved names or left-over models folder
+    refused, and the project had no owner until a membership was added inline. It now asks for an owner and calls
+    services.project_create, whose refusals show on the form, naming the field, with nothing saved."""
+    client = client_for(get_user_model().objects.create_superuser("root", password="unused-password"))
+    address = "/admin/projects/project/add/"
+    page = client.get(address).content.decode()
+    assert 'name="owner"' in page and 'name="memberships-TOTAL_FORMS"' not in page
+    (models_root / "projects" / "left-over").mkdir(parents=True)
+    slugs = set(Project.objects.values_list("slug", flat=True))
+    for fields, message in (
+            ({"name": "Reserved", "slug": "new"}, "slug &#x27;new&#x27; is reserved; choose another"),
+            ({"name": "Bad slug", "slug": "Bad_Slug"}, "must be 1-50 lower-case letters"),
+            ({"name": "Taken", "slug": "alpha"}, "a project with slug &#x27;alpha&#x27; already exists"),
+            ({"name": "Left over", "slug": "left-over"}, "the models root already has a folder"),
+            ({"name": "Project\u200bbeta", "slug": "beta"}, "U+200B (ZERO WIDTH SPACE)"),
+            ({"name": "No owner", "slug": "no-owner", "owner": ""}, "This field is required.")):
+        response = client.post(address, {"owner": team.teammate.pk, **fields})
+        assert response.status_code == 200 and message in response.content.decode(), fields
+        assert 'class="errorlist' in response.content.decode(), fields
+    assert set(Project.objects.values_list("slug", flat=True)) == slugs
+    response = client.post(address, {"name": "Side project", "slug": "", "owner": team.teammate.pk})
+    project = Project.objects.get(slug="side-project")
+    assert response.status_code == 302 and response["Location"] == "/admin/projects/project/"
+    assert list(project.memberships.values_list("user__username", "role")) == [(team.teammate.username, "owner")]
+    assert client_for(team.teammate).get("/p/side-project/settings/").status_code == 200
