@@ -205,7 +205,10 @@ def run_model_choices(*, project: Project, run: Run) -> list[ModelChoice]:
 
 def unexported_checkpoints(*, run: Run) -> list[int]:
     """The steps of ``run``'s training checkpoints that are not exported (the final model's aside, which is): no
-    worker serves them, so no evaluation scores them until they are exported (the run page's Checkpoints)."""
+    worker serves them, so no evaluation scores them until they are exported (the run page's Checkpoints). None of
+    an active run: its checkpoints are exported once it has ended."""
+    if run.is_active:
+        return []
     exported = set(run.artifacts.filter(kind=ArtifactKind.CHECKPOINT).values_list("step", flat=True))
     final = final_model_step(run)
     return [step for step in checkpoint_steps(run) if step not in exported and step != final]

@@ -569,16 +569,16 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
 
 def _evaluations_context(project, run: Run, membership) -> dict[str, Any]:
     """The Evaluations section: the newest, the scores across checkpoints (``evaluation_curves``, drawn by
-    static/evaluation_curves.js), and for members with exported checkpoints to score *Evaluate every checkpoint…*
-    with the count of those not exported (left out)."""
+    static/evaluation_curves.js), for members with exported checkpoints to score *Evaluate every checkpoint…*, and
+    the checkpoints left out as not exported."""
     evaluations = list(evaluation_selectors.evaluation_list(project=project, model_id=run.public_id))
-    exported = run.artifacts.filter(kind=ArtifactKind.CHECKPOINT).exists()
     return {
         "evaluations": evaluation_selectors.model_evaluations(evaluations=evaluations),
         "evaluation_curves": evaluation_selectors.evaluation_curves(
             evaluations=evaluations, run_id=run.public_id, final_step=run.current_step),
-        "evaluate_every": membership.can(Role.MEMBER) and exported,
-        "not_exported": evaluation_selectors.unexported_checkpoints(run=run) if exported else []}
+        "evaluate_every": (membership.can(Role.MEMBER)
+                           and run.artifacts.filter(kind=ArtifactKind.CHECKPOINT).exists()),
+        "not_exported": evaluation_selectors.unexported_checkpoints(run=run)}
 
 
 @login_required

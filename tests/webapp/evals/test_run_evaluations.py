@@ -101,6 +101,15 @@ def test_a_run_with_no_exported_model_is_refused_saying_what_to_do(team, prompts
     assert not Evaluation.objects.exists()
 
 
+def test_a_running_runs_checkpoints_are_not_counted_as_left_out(team, tmp_path):
+    """Exports are of a run that has ended: a running run's checkpoints are not 'to export' yet."""
+    run = a_run(team, tmp_path / "run", exported=(), status=RunStatus.RUNNING)
+    assert selectors.unexported_checkpoints(run=run) == []
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED)
+    run.refresh_from_db()
+    assert selectors.unexported_checkpoints(run=run) == [10, 20, 25, 30]  # no final model: step 30's counts too
+
+
 def test_at_most_the_cap_are_queued_spread_over_the_steps_the_next_press_queues_the_rest(
         team, prompts_version, tmp_path, monkeypatch):
     monkeypatch.setattr(services, "MAX_RUN_EVALUATIONS", 3)
