@@ -31,6 +31,7 @@ from webapp.celery import app as celery_app
 from webapp.chat.selectors import ModelChoice, model_choice
 from webapp.core.bidi import isolated
 from webapp.datasets.models import DatasetVersion, VersionStatus
+from webapp.evals import selectors
 from webapp.evals.models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationStatus, Metric
 from webapp.projects.models import Project
 from webapp.projects.services import project_lock
@@ -292,8 +293,6 @@ def evaluations_create_for_run(*, project: Project, run: Run, version: DatasetVe
     a row is saved, and a ``ValidationError`` names the field. A model with a succeeded, queued or running
     evaluation of the same figure (``selectors.comparison_key``) is skipped; at most ``MAX_RUN_EVALUATIONS`` are
     queued, spread over the run's steps."""
-    from webapp.evals import selectors
-
     project_lock(project=project, doing="as the run's evaluations were being created")
     choices = selectors.run_model_choices(project=project, run=run)
     not_exported = selectors.unexported_checkpoints(run=run)
@@ -316,9 +315,9 @@ def evaluations_create_for_run(*, project: Project, run: Run, version: DatasetVe
     to_queue = [evaluation for evaluation in wanted if evaluation.model_ref not in skipped]
     queued = spread(to_queue, MAX_RUN_EVALUATIONS)
     queued_refs = {evaluation.model_ref for evaluation in queued}
+    left = [evaluation.model_ref for evaluation in to_queue if evaluation.model_ref not in queued_refs]
     return RunEvaluations(created=[_queue(evaluation, user=user) for evaluation in queued], skipped=skipped,
-                          left=[evaluation.model_ref for evaluation in to_queue if evaluation.model_ref not in queued_refs],
-                          not_exported=not_exported)
+                          left=left, not_exported=not_exported)
 
 
 def evaluation_start(*, evaluation_id: int) -> Evaluation | None:
