@@ -10,7 +10,7 @@ from tests.factories import build_tiny_model_dir
 from tests.webapp.factories import make_base_model, make_ready_version, make_team
 from webapp.core.bidi import isolated
 from webapp.evals.models import Evaluation
-from webapp.runs.models import Run, RunStatus
+from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
 
 pytestmark = pytest.mark.browser
 
@@ -62,7 +62,9 @@ def test_a_member_evaluates_a_base_model_and_sees_the_result(browser, live_serve
         page.fill("#id_row_limit", "4")
         page.fill("#id_max_new_tokens", "6")
         page.fill("#id_group_by", "task")
+        assert not page.locator("#reward-functions").is_visible()  # read only when scoring by them
         page.get_by_label("reward functions", exact=True).check()
+        assert page.locator("#reward-functions").is_visible()
         rows = page.locator("#spec-reward_terms .reward-row")
         page.locator("#spec-reward_terms button.reward-add").click()
         rows.nth(0).locator("select.reward-function").select_option("contains")
@@ -95,7 +97,9 @@ def test_a_member_evaluates_a_base_model_and_sees_the_result(browser, live_serve
 def test_a_run_page_lists_its_evaluations_and_a_version_page_offers_one_at_phone_width(
         browser, live_server, transactional_db, tmp_path):
     """At 390 px: the run page's Evaluations table keeps each figure on one line and links to the list filtered to
-    the run; a ready prompts version's *Evaluate a model on it* opens the form with it chosen."""
+    the run; its chart draws the scores against the steps, the best starred; *Evaluate every checkpoint…* opens the
+    form with the run's models chosen together, and those evaluated so already are skipped; a ready prompts version's
+    *Evaluate a model on it* opens the form with it chosen."""
     base = live_server.url
     team = make_team()
     version = make_ready_version(team.project, name="colours", kind="prompts", rows=ROWS, user=team.owner)
@@ -103,6 +107,9 @@ def test_a_run_page_lists_its_evaluations_and_a_version_page_offers_one_at_phone
     run = Run.objects.create(project=team.project, name="sft", task="sft", status=RunStatus.SUCCEEDED,
                              spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
                              total_steps=3, current_step=3)
+    for kind, step, folder in ((ArtifactKind.MODEL, 3, "export"), (ArtifactKind.CHECKPOINT, 2, "export-step-2")):
+        (tmp_path / folder).mkdir()
+        Artifact.objects.create(run=run, kind=kind, step=step, path=str(tmp_path / folder))
     for model_ref, value in ((run.public_id, 0.123456), (f"{run.public_id}:step-2", 0.5)):
         Evaluation.objects.create(project=team.project, model_ref=model_ref, model_label=f"Run: sft {model_ref}",
                                   dataset_version=version, version_label=str(version), metric="exact_match",
@@ -116,7 +123,23 @@ def test_a_run_page_lists_its_evaluations_and_a_version_page_offers_one_at_phone
         assert values.all_inner_texts() == ["0.5000", "0.1235"]  # newest first
         line_height = float(values.first.evaluate("element => parseFloat(getComputedStyle(element).lineHeight)"))
         assert values.first.bounding_box()["height"] < 1.5 * line_height  # one line, not "0.500" over "0"
+        # The curve: step 2's 0.5 (the best, starred) and the final model's 0.1235 at step 3, each labelled.
+        chart = page.locator("#evaluation-curves")
+        chart.locator(".main-svg").first.wait_for()
+        assert chart.locator(".scatterlayer .point").count() == 2
+        assert chart.locator(".textpoint").all_text_contents() == ["0.5", "0.1235"]
+        assert chart.evaluate("plot => plot._fullData[0].marker.symbol") == ["star", "circle"]
         screenshot(page, "run-evaluations-390")
+        page.locator("#evaluate-every-checkpoint").click()
+        assert page.locator("#id_model option:checked").inner_text().startswith("Every checkpoint of run")
+        page.select_option("#id_dataset_version", label=f"{isolated('colours')} v1 (prompts, 4 rows)")
+        page.fill("#id_row_limit", "4")
+        with page.expect_navigation():
+            page.get_by_role("button", name="Evaluate").click()
+        assert page.url.endswith(f"/runs/{run.public_id}/#run-evaluations")
+        assert page.locator(".messages").inner_text().startswith(
+            f"Nothing queued for run {isolated('sft')}; 2 models evaluated so already (or being evaluated) skipped.")
+        page.goto(f"{base}/p/alpha/runs/{run.public_id}/")
         page.locator("#run-evaluations-all").click()
         assert page.locator("#evaluations tbody tr").count() == 2
         page.goto(f"{base}/p/alpha/datasets/{version.dataset.public_id}/v/1/")

@@ -1,13 +1,17 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django import forms
 
 from webapp.chat.forms import ModelRefField
 from webapp.chat.selectors import model_choices
+from webapp.core.bidi import isolated
 from webapp.evals.models import Metric
 from webapp.evals.services import ANSWER_COLUMN, MAX_NEW_TOKENS, MAX_ROWS
 from webapp.projects.models import Project
 from webapp.review.selectors import prompt_sources
+from webapp.runs.models import Run
 from webapp.runs.specform import SpecField
 
 # The launch page's reward rows (templates/runs/_spec_field.html, static/reward_rows.js), read by
@@ -15,6 +19,30 @@ from webapp.runs.specform import SpecField
 REWARD_TERMS = SpecField(name="reward_terms", label="Reward functions", widget="rewards", default=[], optional=True,
                          help="Read when scoring by reward functions: each function's mean and their weighted total, "
                               "as a GRPO or PPO run's grpo.rewards (a GRPO/PPO run chosen above fills in its own).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WholeRun:
+    """The New evaluation page's option for every model of a run at once (``services.evaluations_create_for_run``),
+    offered with ``?run=`` (the run page's link): ``ref`` is its value in the model picker, ``models`` how many it
+    scores, ``not_exported`` the steps of the run's checkpoints left out (not exported, so not served)."""
+
+    run: Run
+    models: int
+    not_exported: list[int]
+
+    @property
+    def ref(self) -> str:
+        return f"{self.run.public_id}:{EVERY_MODEL}"
+
+    @property
+    def option_label(self) -> str:
+        return (f"Every checkpoint of run {isolated(self.run.name)}: its {self.models} exported model"
+                f"{'s' if self.models != 1 else ''}")
+
+
+# A model picker value no model has: a chat reference is a base model's id, a run's, or a run's and ``step-N``.
+EVERY_MODEL = "every-checkpoint"
 
 
 class EvaluationForm(forms.Form):
@@ -49,9 +77,11 @@ class EvaluationForm(forms.Form):
     def clean_answer_column(self) -> str:
         return self.cleaned_data["answer_column"].strip() or ANSWER_COLUMN
 
-    def __init__(self, *args, project: Project, **kwargs):
+    def __init__(self, *args, project: Project, whole_run: WholeRun | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["model"].choices = [(choice.ref, choice.option_label) for choice in model_choices(project=project)]
+        together = [(whole_run.ref, whole_run.option_label)] if whole_run is not None else []  # a run page's link
+        self.fields["model"].choices = together + [(choice.ref, choice.option_label)
+                                                   for choice in model_choices(project=project)]
         sources = prompt_sources(project=project)
         self.versions = {version.public_id: version for version, _label in sources}
         self.fields["dataset_version"].choices = [(version.public_id, label) for version, label in sources]

@@ -1,8 +1,9 @@
-"""Reads of evaluations: the project's list, one by id, the side-by-side comparison, and the evaluations a
-deletion of a model or a dataset version must wait for."""
+"""Reads of evaluations: the project's list, one by id, the side-by-side comparison, a run's scores across its
+checkpoints, and the evaluations a deletion of a model or a dataset version must wait for."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,12 +13,15 @@ from django.http import Http404
 from django.urls import reverse
 
 from webapp.basemodels.models import BaseModel
+from webapp.chat.selectors import ModelChoice, model_choices
 from webapp.core.bidi import isolated
 from webapp.core.keyset import KeysetPage, keyset_page
+from webapp.core.model_refs import checkpoint_of
 from webapp.datasets.models import DatasetVersion
 from webapp.evals.models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationStatus, Metric
 from webapp.projects.models import Membership, Project, Role
-from webapp.runs.models import Run
+from webapp.runs.models import ArtifactKind, Run
+from webapp.runs.services import checkpoint_steps, final_model_step
 
 
 def evaluation_list(*, project: Project, model_id: str = "") -> QuerySet[Evaluation]:
@@ -37,10 +41,9 @@ class ModelEvaluations:
     count: int
 
 
-def model_evaluations(*, project: Project, model_id: str, limit: int = 5) -> ModelEvaluations:
-    """The ``limit`` newest evaluations of the model ``model_id`` (a run's covers its checkpoints), for its page."""
-    evaluations = evaluation_list(project=project, model_id=model_id)
-    return ModelEvaluations(newest=list(evaluations[:limit]), count=evaluations.count())
+def model_evaluations(*, evaluations: list[Evaluation], limit: int = 5) -> ModelEvaluations:
+    """The ``limit`` newest of one model's ``evaluations`` (``evaluation_list``'s, newest first), for its page."""
+    return ModelEvaluations(newest=evaluations[:limit], count=len(evaluations))
 
 
 def _of_model(model_id: str) -> Q:
@@ -144,23 +147,34 @@ class Comparison:
 
     @property
     def terms_label(self) -> str:
-        """The reward terms in a line (``contains × 2 {"keywords": ["4"]}; numeric_match``; arguments sorted by name,
-        whatever order the database keeps them in), "" for none."""
-        return "; ".join(name + (f" × {weight:g}" if weight != 1 else "") + (f" {args}" if args else "")
-                         for name, weight, args in _terms_text(self.reward_terms))
+        return terms_label(self.reward_terms)
+
+
+def terms_label(terms: list[dict[str, Any]]) -> str:
+    """Reward terms in a line (``contains × 2 {"keywords": ["4"]}; numeric_match``; arguments sorted by name, whatever
+    order the database keeps them in), "" for none."""
+    return "; ".join(name + (f" × {weight:g}" if weight != 1 else "") + (f" {args}" if args else "")
+                     for name, weight, args in _terms_text(terms))
+
+
+def comparison_key(evaluation: Evaluation) -> tuple:
+    """What makes two evaluations' figures comparable: the same version (its label once it is deleted), metric, rows
+    read and reward terms (names, weights and arguments: a total of other terms, or of the same weighted otherwise, is
+    another figure). The side-by-side tables, the run page's curves and ``evaluations_create_for_run``'s "evaluated
+    already" all group by it; an evaluation not yet saved has one too."""
+    return (evaluation.dataset_version_id or evaluation.version_label, evaluation.metric, evaluation.row_limit,
+            json.dumps(evaluation.reward_terms, sort_keys=True))
 
 
 def comparison_tables(*, evaluations: list[Evaluation]) -> list[Comparison]:
-    """``evaluations`` (newest first) grouped so that models scored on the same data stand side by side: by
-    version, metric, rows read and reward terms (names, weights and arguments: a total of other terms, or of the
-    same weighted otherwise, is another figure). Tables in the order of their newest evaluation."""
+    """``evaluations`` (newest first) grouped so that models scored on the same data stand side by side
+    (``comparison_key``). Tables in the order of their newest evaluation."""
     tables: dict[tuple, Comparison] = {}
     seen: set[tuple] = set()
     for evaluation in evaluations:
         if evaluation.status != EvaluationStatus.SUCCEEDED:
             continue
-        key = (evaluation.dataset_version_id or evaluation.version_label, evaluation.metric, evaluation.row_limit,
-               json.dumps(evaluation.reward_terms, sort_keys=True))
+        key = comparison_key(evaluation)
         if (key, evaluation.model_ref) in seen:
             continue
         seen.add((key, evaluation.model_ref))
@@ -171,6 +185,69 @@ def comparison_tables(*, evaluations: list[Evaluation]) -> list[Comparison]:
     for table in tables.values():
         table.evaluations.sort(key=lambda evaluation: evaluation.result["value"], reverse=table.higher_is_better)
     return list(tables.values())
+
+
+def model_step(model_ref: str, *, final_step: int) -> int:
+    """The training step of a run's model named as an evaluation names it: a checkpoint's own (``run_…:step-N``),
+    ``final_step`` (the run's last) for its final model."""
+    checkpoint = checkpoint_of(model_ref)
+    return int(checkpoint[1]) if checkpoint is not None else final_step
+
+
+def run_model_choices(*, project: Project, run: Run) -> list[ModelChoice]:
+    """The models of ``run`` an evaluation can score, as the chat serves them (``model_choices``; an archived run's
+    too): its exported checkpoints in step order, then its final model (a succeeded run's)."""
+    own = [choice for choice in model_choices(project=project, archived=True)
+           if choice.ref.split(":")[0] == run.public_id]
+    return sorted(own, key=lambda choice: (model_step(choice.ref, final_step=run.current_step),
+                                           checkpoint_of(choice.ref) is None))
+
+
+def unexported_checkpoints(*, run: Run) -> list[int]:
+    """The steps of ``run``'s training checkpoints that are not exported (the final model's aside, which is): no
+    worker serves them, so no evaluation scores them until they are exported (the run page's Checkpoints). None of
+    an active run: its checkpoints are exported once it has ended."""
+    if run.is_active:
+        return []
+    exported = set(run.artifacts.filter(kind=ArtifactKind.CHECKPOINT).values_list("step", flat=True))
+    final = final_model_step(run)
+    return [step for step in checkpoint_steps(run) if step not in exported and step != final]
+
+
+def evaluation_curves(*, evaluations: list[Evaluation], run_id: str, final_step: int) -> list[dict[str, Any]]:
+    """How held-out scores moved across the run ``run_id``'s checkpoints, for its page's chart: of ``evaluations``
+    (newest first, as ``evaluation_list`` gives them), the succeeded ones of the run's models, one curve per
+    ``comparison_key`` (the same figure, comparable from point to point). A curve's points are the newest
+    evaluation of each model at its step (``model_step``: the final model at ``final_step``), in step order, the best
+    marked ``best`` (exact match and a reward total highest, loss lowest; the earliest step of equals). Curves in the
+    order of their newest evaluation; JSON-ready (the page reads them through json_script)."""
+    curves: dict[tuple, dict[str, Any]] = {}
+    seen: set[tuple] = set()
+    for evaluation in evaluations:
+        value = evaluation.value
+        if evaluation.model_id != run_id or not isinstance(value, (int, float)) or not math.isfinite(value):
+            continue
+        key = comparison_key(evaluation)
+        if (key, evaluation.model_ref) in seen:  # an older evaluation of the same model: the newer one stands
+            continue
+        seen.add((key, evaluation.model_ref))
+        curve = curves.setdefault(key, {
+            "name": _curve_name(evaluation), "metric": evaluation.metric,
+            "higher_is_better": evaluation.metric != Metric.LOSS, "points": []})
+        curve["points"].append({"step": model_step(evaluation.model_ref, final_step=final_step), "value": value,
+                                "model": evaluation.model_label, "evaluation": evaluation.public_id, "best": False})
+    for curve in curves.values():
+        curve["points"].sort(key=lambda point: point["step"])
+        sign = 1 if curve["higher_is_better"] else -1
+        best = max(curve["points"], key=lambda point: (sign * point["value"], -point["step"]))
+        best["best"] = True
+    return list(curves.values())
+
+
+def _curve_name(evaluation: Evaluation) -> str:
+    terms = terms_label(evaluation.reward_terms)
+    return (f"{evaluation.version_label} · {Metric(evaluation.metric).label} · {evaluation.row_limit:,} rows"
+            + (f" · {terms}" if terms else ""))
 
 
 def group_rows(evaluation: Evaluation) -> list[tuple[str, float, int, list[float | None]]]:

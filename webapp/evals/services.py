@@ -28,12 +28,14 @@ from jaxengine.words import with_article
 from webapp.activity.models import Verb
 from webapp.activity.services import activity_record
 from webapp.celery import app as celery_app
-from webapp.chat.selectors import model_choice
+from webapp.chat.selectors import ModelChoice, model_choice
 from webapp.core.bidi import isolated
 from webapp.datasets.models import DatasetVersion, VersionStatus
+from webapp.evals import selectors
 from webapp.evals.models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationStatus, Metric
 from webapp.projects.models import Project
 from webapp.projects.services import project_lock
+from webapp.runs.models import Run
 from webapp.webhooks import services as webhooks
 from webapp.workers.deliveries import LostWorker, task_deliveries
 
@@ -190,6 +192,50 @@ def version_refusal(*, project: Project, public_id: str) -> str:
     return ""
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Scoring:
+    """What ``settings`` score ``version`` by, checked: the metric and the reward terms as stored."""
+
+    metric: str
+    reward_terms: list[dict[str, Any]]
+
+
+def _checked_scoring(*, project: Project, version: DatasetVersion, settings: EvaluationSettings) -> _Scoring:
+    """Everything about an evaluation but its model, checked before a row is saved (the version, the rows read, the
+    reward terms, the group-by column's values); a ``ValidationError`` names the field."""
+    metric = _checked_version(project, version)
+    if settings.reward_terms is not None:
+        if metric != Metric.EXACT_MATCH:
+            raise ValidationError({"reward_terms": (
+                f"{version} is an sft dataset, scored by loss; reward functions score the greedy completions of a "
+                "prompts dataset: choose one, or leave the reward functions out")})
+        metric = Metric.REWARDS
+    rows = version_rows(version=version, metric=metric, row_limit=settings.row_limit,
+                        answer_column=settings.answer_column)
+    stored_terms = []
+    if metric == Metric.REWARDS:
+        stored_terms, _scored = scoring_terms(project=project, written=settings.reward_terms, rows=rows,
+                                              version=version)
+    _check_group_by(rows, group_by=settings.group_by, metric=metric, version=version)
+    return _Scoring(metric=metric, reward_terms=stored_terms)
+
+
+def _unsaved(*, project: Project, choice: ModelChoice, version: DatasetVersion, settings: EvaluationSettings,
+             scoring: _Scoring, user: AbstractBaseUser | None) -> Evaluation:
+    return Evaluation(project=project, model_ref=choice.ref, model_label=choice.label, dataset_version=version,
+                      version_label=str(version), metric=scoring.metric, row_limit=settings.row_limit,
+                      max_new_tokens=settings.max_new_tokens, group_by=settings.group_by,
+                      answer_column=settings.answer_column, reward_terms=scoring.reward_terms, created_by=user)
+
+
+def _queue(evaluation: Evaluation, *, user: AbstractBaseUser | None) -> Evaluation:
+    evaluation.save()
+    activity_record(project=evaluation.project, actor=user, verb=Verb.EVALUATION_LAUNCHED, target=evaluation,
+                    details={"metric": evaluation.metric})
+    transaction.on_commit(lambda: _send(evaluation.pk))
+    return evaluation
+
+
 @transaction.atomic
 def evaluation_create(*, project: Project, model_ref: str, version: DatasetVersion, settings: EvaluationSettings,
                       user: AbstractBaseUser | None) -> Evaluation:
@@ -205,29 +251,73 @@ def evaluation_create(*, project: Project, model_ref: str, version: DatasetVersi
                                         "succeeded run or an exported checkpoint"})
     if choice.refused:
         raise ValidationError({"model": choice.refused})
-    metric = _checked_version(project, version)
-    if settings.reward_terms is not None:
-        if metric != Metric.EXACT_MATCH:
-            raise ValidationError({"reward_terms": (
-                f"{version} is an sft dataset, scored by loss; reward functions score the greedy completions of a "
-                "prompts dataset: choose one, or leave the reward functions out")})
-        metric = Metric.REWARDS
-    rows = version_rows(version=version, metric=metric, row_limit=settings.row_limit,
-                        answer_column=settings.answer_column)
-    stored_terms = []
-    if metric == Metric.REWARDS:
-        stored_terms, _scored = scoring_terms(project=project, written=settings.reward_terms, rows=rows,
-                                              version=version)
-    _check_group_by(rows, group_by=settings.group_by, metric=metric, version=version)
-    evaluation = Evaluation.objects.create(
-        project=project, model_ref=choice.ref, model_label=choice.label, dataset_version=version,
-        version_label=str(version), metric=metric, row_limit=settings.row_limit,
-        max_new_tokens=settings.max_new_tokens, group_by=settings.group_by, answer_column=settings.answer_column,
-        reward_terms=stored_terms, created_by=user)
-    activity_record(project=project, actor=user, verb=Verb.EVALUATION_LAUNCHED, target=evaluation,
-                    details={"metric": metric})
-    transaction.on_commit(lambda: _send(evaluation.pk))
-    return evaluation
+    scoring = _checked_scoring(project=project, version=version, settings=settings)
+    return _queue(_unsaved(project=project, choice=choice, version=version, settings=settings, scoring=scoring,
+                           user=user), user=user)
+
+
+# At most this many evaluations queued by one press of "every checkpoint of a run": each loads a model on a serve
+# worker, whose queue the chat shares. A run with more models has the rest queued by the next press (the ones
+# queued by this one are skipped then, as evaluated already).
+MAX_RUN_EVALUATIONS = 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunEvaluations:
+    """What ``evaluations_create_for_run`` did: the evaluations queued (step order); the models skipped as evaluated
+    already (their refs); those left for another press past ``MAX_RUN_EVALUATIONS`` (their refs); the steps of the
+    run's checkpoints not exported, which no evaluation can score."""
+
+    created: list[Evaluation]
+    skipped: list[str]
+    left: list[str]
+    not_exported: list[int]
+
+
+def spread(items: list, count: int) -> list:
+    """``count`` of ``items`` spread evenly over them, the first and the last among them (all where there are no more
+    than ``count``), in their order: a curve's shape first, its points filled in later."""
+    if len(items) <= count:
+        return list(items)
+    if count == 1:
+        return [items[-1]]
+    return [items[round(index * (len(items) - 1) / (count - 1))] for index in range(count)]
+
+
+@transaction.atomic
+def evaluations_create_for_run(*, project: Project, run: Run, version: DatasetVersion, settings: EvaluationSettings,
+                               user: AbstractBaseUser | None) -> RunEvaluations:
+    """Queue the scoring of every model of ``run`` that can be served (its exported checkpoints and its final model,
+    ``selectors.run_model_choices``) on ``version`` with the same ``settings``, for the run page's curve across
+    checkpoints. All or nothing: everything is checked (as ``evaluation_create`` checks one, each model too) before
+    a row is saved, and a ``ValidationError`` names the field. A model with a succeeded, queued or running
+    evaluation of the same figure (``selectors.comparison_key``) is skipped; at most ``MAX_RUN_EVALUATIONS`` are
+    queued, spread over the run's steps."""
+    project_lock(project=project, doing="as the run's evaluations were being created")
+    choices = selectors.run_model_choices(project=project, run=run)
+    not_exported = selectors.unexported_checkpoints(run=run)
+    if not choices:
+        raise ValidationError({"model": (
+            f"run {run.public_id} ({isolated(run.name)}) has no model to evaluate: "
+            + ("export its checkpoints on the run's page (Checkpoints) first" if not_exported
+               else "a run's final model is evaluated once it succeeds, its checkpoints once they are exported"))})
+    for choice in choices:
+        if choice.refused:  # it names the model
+            raise ValidationError({"model": choice.refused})
+    scoring = _checked_scoring(project=project, version=version, settings=settings)
+    wanted = [_unsaved(project=project, choice=choice, version=version, settings=settings, scoring=scoring, user=user)
+              for choice in choices]
+    done = {(selectors.comparison_key(evaluation), evaluation.model_ref) for evaluation in
+            Evaluation.objects.filter(project=project, model_ref__in=[choice.ref for choice in choices],
+                                      status__in=(EvaluationStatus.SUCCEEDED, *ACTIVE_EVALUATION_STATUSES))}
+    skipped = [evaluation.model_ref for evaluation in wanted
+               if (selectors.comparison_key(evaluation), evaluation.model_ref) in done]
+    to_queue = [evaluation for evaluation in wanted if evaluation.model_ref not in skipped]
+    queued = spread(to_queue, MAX_RUN_EVALUATIONS)
+    queued_refs = {evaluation.model_ref for evaluation in queued}
+    left = [evaluation.model_ref for evaluation in to_queue if evaluation.model_ref not in queued_refs]
+    return RunEvaluations(created=[_queue(evaluation, user=user) for evaluation in queued], skipped=skipped,
+                          left=left, not_exported=not_exported)
 
 
 def evaluation_start(*, evaluation_id: int) -> Evaluation | None:

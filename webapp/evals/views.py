@@ -18,10 +18,11 @@ from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.submissions import deleted_once_or_refused, form_send_once, sent_once_or_refused
 from webapp.evals import selectors, services
-from webapp.evals.forms import REWARD_TERMS, EvaluationForm
+from webapp.evals.forms import REWARD_TERMS, EvaluationForm, WholeRun
 from webapp.evals.models import Metric
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
+from webapp.runs.models import Run
 from webapp.runs.selectors import reward_model_choices
 from webapp.runs.specform import reward_rows_from_form
 
@@ -55,14 +56,15 @@ def evaluation_create(request: HttpRequest, slug: str) -> HttpResponse:
     its reward functions, scored by them), ``?version=`` and ``?terms_of=`` (an evaluation's Evaluate again…: its
     reward functions, so that another model can be scored by the same and stand beside it)."""
     project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
-    asked_model = request.GET.get("model", "").strip()
+    whole_run = _whole_run(project, request.GET.get("run", "").strip())
+    asked_model = whole_run.ref if whole_run else request.GET.get("model", "").strip()
     initial = {"model": asked_model, "dataset_version": request.GET.get("version", "")}
     reward_terms = (selectors.evaluation_reward_terms(project=project, public_id=request.GET.get("terms_of", ""))
                     or (selectors.model_reward_terms(project=project, model_ref=asked_model) if asked_model else []))
     if reward_terms:
         initial["score_by"] = Metric.REWARDS
     reward_errors: dict[str, list[str]] = {}
-    form = EvaluationForm(request.POST or None, project=project, initial=initial)
+    form = EvaluationForm(request.POST or None, project=project, initial=initial, whole_run=whole_run)
     if request.method == "POST":
         reward_terms, row_errors = reward_rows_from_form(REWARD_TERMS.name, request.POST)
         reward_errors = {key: [message] for key, message in row_errors.items()}
@@ -71,14 +73,18 @@ def evaluation_create(request: HttpRequest, slug: str) -> HttpResponse:
         by_rewards = data["score_by"] == Metric.REWARDS
 
         def create() -> str:
-            evaluation = services.evaluation_create(
-                project=project, model_ref=data["model"], version=form.versions[data["dataset_version"]],
-                settings=services.EvaluationSettings(row_limit=data["row_limit"],
-                                                     max_new_tokens=data["max_new_tokens"],
-                                                     group_by=data["group_by"].strip(),
-                                                     answer_column=data["answer_column"],
-                                                     reward_terms=reward_terms if by_rewards else None),
-                user=request.user)
+            version = form.versions[data["dataset_version"]]
+            settings = services.EvaluationSettings(row_limit=data["row_limit"], max_new_tokens=data["max_new_tokens"],
+                                                   group_by=data["group_by"].strip(),
+                                                   answer_column=data["answer_column"],
+                                                   reward_terms=reward_terms if by_rewards else None)
+            if whole_run is not None and data["model"] == whole_run.ref:
+                done = services.evaluations_create_for_run(project=project, run=whole_run.run, version=version,
+                                                           settings=settings, user=request.user)
+                messages.success(request, run_evaluations_message(done, run_name=whole_run.run.name))
+                return reverse("runs:detail", args=[project.slug, whole_run.run.public_id]) + "#run-evaluations"
+            evaluation = services.evaluation_create(project=project, model_ref=data["model"], version=version,
+                                                    settings=settings, user=request.user)
             messages.success(request, f"Evaluation of {isolated(evaluation.model_label)} queued.")
             return reverse("evals:detail", args=[project.slug, evaluation.public_id])
 
@@ -93,7 +99,8 @@ def evaluation_create(request: HttpRequest, slug: str) -> HttpResponse:
                 reward_errors = _reward_errors(form, error)
     asked_version = request.GET.get("version", "").strip()
     return render(request, "evals/create.html", {
-        "project": project, "membership": membership, "form": form,
+        "project": project, "membership": membership, "form": form, "whole_run": whole_run,
+        "max_run_evaluations": services.MAX_RUN_EVALUATIONS,
         "version_refused": (services.version_refusal(project=project, public_id=asked_version)
                             if request.method == "GET" and asked_version and asked_version not in form.versions
                             else ""),
@@ -102,6 +109,35 @@ def evaluation_create(request: HttpRequest, slug: str) -> HttpResponse:
         "reward_errors": reward_errors,
         "reward_choices": {"reward_model.model": reward_model_choices(project=project)}},
         status=400 if request.method == "POST" else 200)
+
+
+def _whole_run(project, run_id: str) -> WholeRun | None:
+    """The run of ``?run=`` (a run page's *Evaluate every checkpoint…*) with its models counted, None for none of the
+    project's or one with no model an evaluation can score."""
+    run = Run.objects.filter(project=project, public_id=run_id).first() if run_id else None
+    if run is None or not (choices := selectors.run_model_choices(project=project, run=run)):
+        return None
+    return WholeRun(run=run, models=len(choices), not_exported=selectors.unexported_checkpoints(run=run))
+
+
+def _models(refs: list[str]) -> str:
+    return f"{len(refs)} model{'s' if len(refs) != 1 else ''}"
+
+
+def run_evaluations_message(done: services.RunEvaluations, *, run_name: str) -> str:
+    """What a press of *every checkpoint* did, in a line: queued, skipped as evaluated so already, left for the next
+    press (past the cap), left out as not exported."""
+    said = [f"Queued {len(done.created)} evaluation{'s' if len(done.created) != 1 else ''} of run "
+            f"{isolated(run_name)}" if done.created else f"Nothing queued for run {isolated(run_name)}"]
+    if done.skipped:
+        said.append(f"{_models(done.skipped)} evaluated so already (or being evaluated) skipped")
+    if done.left:
+        said.append(f"{_models(done.left)} more past the {services.MAX_RUN_EVALUATIONS} queued at a time: evaluate "
+                    "every checkpoint again to queue them")
+    if done.not_exported:
+        said.append(f"{len(done.not_exported)} checkpoint{'s' if len(done.not_exported) != 1 else ''} not exported "
+                    "left out: export them in the run's Checkpoints section to evaluate them")
+    return "; ".join(said) + "."
 
 
 def _reward_errors(form: EvaluationForm, error: ValidationError) -> dict[str, list[str]]:

@@ -42,7 +42,7 @@ from webapp.projects.models import Role
 from webapp.runs import artifacts, presets, reporting, selectors, services, serving_copies, sweeps
 from webapp.runs.access import get_run_for_user
 from webapp.runs.markup import render_markdown
-from webapp.runs.models import Run, RunStatus
+from webapp.runs.models import ArtifactKind, Run, RunStatus
 from webapp.runs.placement import DEFAULT_POOL
 from webapp.runs.specform import (CONTEXT_KEY, ONE_OF_KEYS, carry_to_task, changed_from_presets, form_sections,
                                   keys_the_form_cannot_show, merge_spec, one_of_errors, read_form, scale_out_section,
@@ -551,7 +551,7 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
                          if len(selectors.sample_steps(run=run, kind="eval")) > 1 else None),
         **_checkpoints_context(run, can_delete),
         "serving_copy": selectors.serving_copy(run=run),
-        "evaluations": evaluation_selectors.model_evaluations(project=project, model_id=run.public_id),
+        **_evaluations_context(project, run, membership),
         # The chat offers a succeeded run's final model to members, archived runs' aside (chat_selectors.model_choices).
         # Nor one whose folder was deleted since (ModelChoice.gone): the chat would refuse it.
         "can_chat": (membership.can(Role.MEMBER) and not run.archived
@@ -565,6 +565,20 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         "launch_task": selectors.launch_task(run=run),
         "notes_html": render_markdown(run.notes), "notes_max_chars": LONG_TEXT_MAX_CHARS, "spec_yaml": services.spec_to_yaml(run.spec),
     }, status=status)
+
+
+def _evaluations_context(project, run: Run, membership) -> dict[str, Any]:
+    """The Evaluations section: the newest, the scores across checkpoints (``evaluation_curves``, drawn by
+    static/evaluation_curves.js), for members with exported checkpoints to score *Evaluate every checkpoint…*, and
+    the checkpoints left out as not exported."""
+    evaluations = list(evaluation_selectors.evaluation_list(project=project, model_id=run.public_id))
+    return {
+        "evaluations": evaluation_selectors.model_evaluations(evaluations=evaluations),
+        "evaluation_curves": evaluation_selectors.evaluation_curves(
+            evaluations=evaluations, run_id=run.public_id, final_step=run.current_step),
+        "evaluate_every": (membership.can(Role.MEMBER)
+                           and run.artifacts.filter(kind=ArtifactKind.CHECKPOINT).exists()),
+        "not_exported": evaluation_selectors.unexported_checkpoints(run=run)}
 
 
 @login_required

@@ -150,7 +150,7 @@ def slack_text(sent: dict[str, Any]) -> str:
     if subject["type"] == "review_export" and (made := subject["dataset_version"]):  # a review export done: the version to train on, as the JSON names it
         line += f": dataset version {slack_escaped(made['name'])}"
     if subject["type"] == "evaluation" and subject["value"] is not None:  # what it scored, the point of the message
-        line += f": {slack_escaped(subject['metric'].replace('_', ' '))} {subject['value']:.4f}"
+        line += f": {evaluation_score_words(subject)}"
     if "name_was" in subject:  # a rename: from what, and by whom
         line += f": was {slack_escaped(subject['name_was'])}"
         if subject["actor"]:
@@ -160,6 +160,16 @@ def slack_text(sent: dict[str, Any]) -> str:
         cut = detail[:SLACK_DETAIL_CHARS] + ("…" if len(detail) > SLACK_DETAIL_CHARS else "")
         line += f": {slack_escaped(cut)}"
     return line
+
+
+def evaluation_score_words(subject: dict[str, Any]) -> str:
+    """An evaluation object's score as a chat reads it: "exact match 0.5000", "loss 1.2345"; by reward functions the
+    mean of their weighted total and how many they were, "mean reward 1.500 (2 functions)" ("rewards 1.5000" read as
+    a count of rewards)."""
+    if subject["metric"] == "rewards":
+        count = len(subject.get("reward_terms") or ())
+        return f"mean reward {subject['value']:.3f} ({count} function{'s' if count != 1 else ''})"
+    return f"{slack_escaped(subject['metric'].replace('_', ' '))} {subject['value']:.4f}"
 
 
 def body(sent: dict[str, Any], *, format: str) -> bytes:

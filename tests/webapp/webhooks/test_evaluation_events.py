@@ -67,9 +67,11 @@ def test_the_webhooks_page_and_the_openapi_document_offer_them(team, client_for,
 
 def test_an_evaluation_by_reward_functions_tells_its_terms(team, receiver, sent, django_capture_on_commit_callbacks):
     hook(team.project, receiver, "/succeeded", ["evaluation.succeeded"])
+    hook(team.project, receiver, "/slack", ["evaluation.succeeded"], format="slack")
     base_model = make_base_model(team.project, name="falcon", path="/models/falcon")
     version = make_ready_version(team.project, name="sums", kind="prompts", rows=PROMPT_ROWS, user=team.owner)
-    terms = [{"name": "contains", "weight": 2.0, "args": {"keywords": ["4"]}}]
+    terms = [{"name": "contains", "weight": 2.0, "args": {"keywords": ["4"]}},
+             {"name": "numeric_match", "weight": 1.0, "args": {}}]
     evaluation = services.evaluation_create(project=team.project, model_ref=base_model.public_id, version=version,
                                             settings=services.EvaluationSettings(reward_terms=terms), user=team.owner)
     with django_capture_on_commit_callbacks(execute=True):
@@ -79,3 +81,5 @@ def test_an_evaluation_by_reward_functions_tells_its_terms(team, receiver, sent,
     (succeeded,) = receiver.at("/succeeded")
     assert (succeeded.json["object"]["metric"], succeeded.json["object"]["reward_terms"],
             succeeded.json["object"]["value"]) == ("rewards", terms, 1.5)
+    (slack,) = receiver.at("/slack")  # what the figure is: not "rewards 1.5000", read as a count
+    assert slack.json["text"].endswith("on sums v1> succeeded: mean reward 1.500 (2 functions)")
