@@ -134,6 +134,8 @@ class Comparison:
     version_label: str
     metric: str
     row_limit: int
+    # Per completion, for a generating metric (``generation_settings``); None for loss.
+    max_new_tokens: int | None = None
     reward_terms: list[dict[str, Any]] = field(default_factory=list)
     evaluations: list[Evaluation] = field(default_factory=list)
 
@@ -159,11 +161,22 @@ def terms_label(terms: list[dict[str, Any]]) -> str:
 
 def comparison_key(evaluation: Evaluation) -> tuple:
     """What makes two evaluations' figures comparable: the same version (its label once it is deleted), metric, rows
-    read and reward terms (names, weights and arguments: a total of other terms, or of the same weighted otherwise, is
-    another figure). The side-by-side tables, the run page's curves and ``evaluations_create_for_run``'s "evaluated
-    already" all group by it; an evaluation not yet saved has one too."""
+    read, reward terms (names, weights and arguments: a total of other terms, or of the same weighted otherwise, is
+    another figure) and ``generation_settings``. The side-by-side tables, the run page's curves and
+    ``evaluations_create_for_run``'s "evaluated already" all group by it; an evaluation not yet saved has one too."""
     return (evaluation.dataset_version_id or evaluation.version_label, evaluation.metric, evaluation.row_limit,
-            json.dumps(evaluation.reward_terms, sort_keys=True))
+            json.dumps(evaluation.reward_terms, sort_keys=True), generation_settings(evaluation))
+
+
+def generation_settings(evaluation: Evaluation) -> tuple:
+    """The settings that change a generating metric's figure: the new-token budget (a completion cut shorter may
+    lose its answer) and, for exact match, the column of answers it is held against (a reward term names its own,
+    in its arguments). Loss generates nothing: none."""
+    if evaluation.metric == Metric.LOSS:
+        return ()
+    if evaluation.metric == Metric.EXACT_MATCH:
+        return (evaluation.max_new_tokens, evaluation.answer_column)
+    return (evaluation.max_new_tokens,)
 
 
 def comparison_tables(*, evaluations: list[Evaluation]) -> list[Comparison]:
@@ -180,6 +193,8 @@ def comparison_tables(*, evaluations: list[Evaluation]) -> list[Comparison]:
         seen.add((key, evaluation.model_ref))
         table = tables.setdefault(key, Comparison(version_label=evaluation.version_label, metric=evaluation.metric,
                                                   row_limit=evaluation.row_limit,
+                                                  max_new_tokens=(evaluation.max_new_tokens
+                                                                  if generation_settings(evaluation) else None),
                                                   reward_terms=evaluation.reward_terms))
         table.evaluations.append(evaluation)
     for table in tables.values():
@@ -246,7 +261,8 @@ def evaluation_curves(*, evaluations: list[Evaluation], run_id: str, final_step:
 
 def _curve_name(evaluation: Evaluation) -> str:
     terms = terms_label(evaluation.reward_terms)
-    return (f"{evaluation.version_label} · {Metric(evaluation.metric).label} · {evaluation.row_limit:,} rows"
+    tokens = f" · ≤{evaluation.max_new_tokens} new tokens" if generation_settings(evaluation) else ""
+    return (f"{evaluation.version_label} · {Metric(evaluation.metric).label} · {evaluation.row_limit:,} rows{tokens}"
             + (f" · {terms}" if terms else ""))
 
 

@@ -148,7 +148,7 @@ def test_curves_put_each_models_newest_score_at_its_step_one_line_per_figure():
         evaluation("run_a", float("nan"), metric=Metric.LOSS, version="chats v1"),  # never drawn (nor JSON)
     ]
     exact, loss = selectors.evaluation_curves(evaluations=newest_first, run_id="run_a", final_step=40)
-    assert exact["name"] == "sums v1 · exact match · 200 rows" and exact["higher_is_better"]
+    assert exact["name"] == "sums v1 · exact match · 200 rows · ≤8 new tokens" and exact["higher_is_better"]
     assert [(point["step"], point["value"], point["best"]) for point in exact["points"]] == [
         (10, 0.2, False), (20, 0.6, True), (40, 0.4, False)]  # the final model at the run's last step
     assert exact["points"][1]["model"] == "Run: run_a:step-20"
@@ -168,8 +168,9 @@ def test_a_reward_curve_is_keyed_on_its_terms_and_the_earliest_of_equal_bests_is
         evaluation("run_a:step-5", 1.0, metric=Metric.REWARDS, terms=[{**terms[0], "weight": 1.0}]),
     ], run_id="run_a", final_step=9)
     assert [curve["name"] for curve in curves] == [
-        "sums v1 · reward functions · 200 rows · numeric_match × 2", "sums v1 · reward functions · 50 rows · "
-        "numeric_match × 2", "sums v1 · reward functions · 200 rows · numeric_match"]
+        "sums v1 · reward functions · 200 rows · ≤8 new tokens · numeric_match × 2",
+        "sums v1 · reward functions · 50 rows · ≤8 new tokens · numeric_match × 2",
+        "sums v1 · reward functions · 200 rows · ≤8 new tokens · numeric_match"]
     assert [(point["step"], point["best"]) for point in curves[0]["points"]] == [(2, False), (5, True), (9, False)]
 
 
@@ -188,7 +189,7 @@ def test_the_run_page_draws_the_curves_from_escaped_json_and_offers_every_checkp
     data = json.loads(script[script.index(">") + 1:script.index("</script>")])
     assert [(point["step"], point["value"], point["best"]) for point in data[0]["points"]] == [
         (10, 0.25, False), (30, 0.75, True)]
-    assert data[0]["name"] == "<b>sums</b> v1 · exact match · 6 rows"
+    assert data[0]["name"] == "<b>sums</b> v1 · exact match · 6 rows · ≤8 new tokens"
     assert "<b>sums</b>" not in script[:script.index("</script>")]  # json_script escaped it: text, never markup
     assert "evaluation_curves.js" in page
     assert "1 checkpoint of this run is not exported" in page and 'href="#checkpoints"' in page

@@ -163,16 +163,29 @@ def test_models_on_the_same_rows_stand_side_by_side_best_first(team, base_model,
     falcon = finished(create(team, base_model, prompts_version), 0.5)
     heron = finished(create(team, other, prompts_version), 0.75)
     fewer_rows = finished(create(team, other, prompts_version, row_limit=3), 1.0, count=3)
+    shorter = finished(create(team, base_model, prompts_version, max_new_tokens=4), 0.25)  # completions cut short
     losses = [finished(create(team, model, sft_version), value) for model, value in ((base_model, 2.0), (other, 1.5))]
     tables = selectors.comparison_tables(evaluations=list(selectors.evaluation_list(project=team.project)))
-    rows = {(table.version_label, table.metric, table.row_limit): [evaluation.pk for evaluation in table.evaluations]
-            for table in tables}
+    rows = {(table.version_label, table.metric, table.row_limit, table.max_new_tokens):
+            [evaluation.pk for evaluation in table.evaluations] for table in tables}
     assert rows == {
-        ("sums v1", "exact_match", 200): [heron.pk, falcon.pk],  # the newest of each model, higher first
-        ("sums v1", "exact_match", 3): [fewer_rows.pk],
-        ("chats v1", "loss", 200): [losses[1].pk, losses[0].pk],  # lower first
+        ("sums v1", "exact_match", 200, 32): [heron.pk, falcon.pk],  # the newest of each model, higher first
+        ("sums v1", "exact_match", 3, 32): [fewer_rows.pk],
+        ("sums v1", "exact_match", 200, 4): [shorter.pk],
+        ("chats v1", "loss", 200, None): [losses[1].pk, losses[0].pk],  # lower first; no tokens generated
     }
-    assert older.pk not in rows[("sums v1", "exact_match", 200)]
+    assert older.pk not in rows[("sums v1", "exact_match", 200, 32)]
+
+
+def test_exact_match_against_another_answer_column_is_another_figure_and_loss_ignores_generation_settings():
+    def key(**fields):
+        return selectors.comparison_key(Evaluation(version_label="sums v1", row_limit=200, **fields))
+
+    assert key(metric="exact_match", max_new_tokens=32, answer_column="answer") != key(
+        metric="exact_match", max_new_tokens=32, answer_column="gold")
+    assert key(metric="rewards", max_new_tokens=32, reward_terms=[{"name": "contains"}], answer_column="answer") == key(
+        metric="rewards", max_new_tokens=32, reward_terms=[{"name": "contains"}], answer_column="gold")  # each term names its column
+    assert key(metric="loss", max_new_tokens=32) == key(metric="loss", max_new_tokens=8)
 
 
 TERMS = [{"name": "contains", "weight": 2, "args": {"keywords": ["4"]}}, {"name": "numeric_match"}]
