@@ -1464,6 +1464,12 @@ def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> boo
         elif type(value) is str and _PYTHON_LIST_OF_DICTS.match(value):
             got = ("a string that holds one as Python writes it (single quotes, as pandas' to_csv saves a list), not "
                    "JSON: write the cell with json.dumps, or save the file as JSONL or Parquet")
+        elif (type(value) is str and value.lstrip().startswith("[")
+              and type(broken := _cell_json(value)) is _BrokenCell):
+            # A CSV cell that was meant as a chat's JSON (_maybe_chat read it as text): where its JSON breaks.
+            problems.append((field_name, "wrong_type",
+                             f"{broken.reason}; write the chat as a JSON list of {{role, content}} messages"))
+            return False
         problems.append((field_name, "wrong_type", f"must be a list of {{role, content}} messages, got {got}"))
         return False
     if not value:
@@ -1889,17 +1895,23 @@ class _BrokenCell:
     reason: str
 
 
-def _sharegpt_cell(value: Any, field_name: str, cells_are_strings: bool) -> Any:
-    """A ShareGPT conversation as read from a CSV cell, decoded once: its JSON, or a ``_BrokenCell``."""
-    if not cells_are_strings or type(value) is not str or not value.lstrip().startswith("["):
-        return value
+def _cell_json(text: str) -> Any:
+    """A CSV cell's JSON, decoded, or a ``_BrokenCell`` saying where it breaks: one wording for a ShareGPT
+    conversation's cell and a chat's (``_check_messages``)."""
     try:
-        decoded = _loads_with_lone_surrogates(value)
+        return _loads_with_lone_surrogates(text)
     except json.JSONDecodeError as error:
         return _BrokenCell(f"broken JSON at character {error.pos + 1}: {_json_reason(error)}")
     except (ValueError, RecursionError):
         return _BrokenCell("its JSON is nested too deeply")
-    if _holds_lone_surrogate(decoded):
+
+
+def _sharegpt_cell(value: Any, field_name: str, cells_are_strings: bool) -> Any:
+    """A ShareGPT conversation as read from a CSV cell, decoded once: its JSON, or a ``_BrokenCell``."""
+    if not cells_are_strings or type(value) is not str or not value.lstrip().startswith("["):
+        return value
+    decoded = _cell_json(value)
+    if type(decoded) is not _BrokenCell and _holds_lone_surrogate(decoded):
         raise _LoneSurrogateCell(field_name)
     return decoded
 

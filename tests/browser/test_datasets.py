@@ -241,3 +241,39 @@ def test_a_member_splits_a_version_into_train_and_held_out(page, live_server, de
     page.locator(".page-head .status-ready").wait_for(timeout=30_000)
     assert page.locator(".page-head h1").inner_text().startswith("mixed held-out")
     assert "of 10" in page.locator(".section-head .muted").last.inner_text()  # 10 rows: a quarter of 40
+
+
+def test_a_version_page_following_a_count_keeps_what_is_typed_in_its_forms(page, live_server):
+    """The version page reads itself again every 2 s while its tokens are counted: a reload wiped what a member was
+    typing into its split form. It now holds back while a field is changed, saying so, and reloads again once the
+    form is reset; left alone, it follows the count."""
+    from tests.webapp.factories import make_ready_version
+
+    team = make_team()
+    version = make_ready_version(team.project, name="mixed", rows=[{"prompt": f"q{i}", "completion": "a"}
+                                                                   for i in range(4)])
+    counting = {"status": "computing", "base_model": "tiny"}
+    DatasetVersion.objects.filter(pk=version.pk).update(token_statistics=counting)
+    log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/datasets/{version.dataset.public_id}/v/1/")
+    with page.expect_navigation():  # untouched, it reads itself again
+        pass
+    page.get_by_text("Split into train and held-out…").click()
+    page.get_by_label("Hold out").fill("25%")
+    page.get_by_text("Split into train and held-out…").click()  # closed, the focus out of the field: the text holds it
+    page.evaluate("window.loadedOnce = true")
+    page.wait_for_timeout(4_500)  # past two of its refresh periods
+    assert page.evaluate("window.loadedOnce === true"), "the page reloaded over what was typed"
+    assert page.get_by_label("Hold out").input_value() == "25%"
+    assert page.get_by_role("status").filter(has_text="Updates paused").inner_text() == (
+        "Updates paused while you edit — reload to see them")
+    screenshot(page, "version-refresh-paused")
+
+    DatasetVersion.objects.filter(pk=version.pk).update(
+        token_statistics={**counting, "status": "failed", "error": "the <b>tokenizer</b> was not found"})
+    with page.expect_navigation():
+        page.get_by_label("Hold out").evaluate("field => field.form.reset()")
+    page.locator("p.error").wait_for()
+    assert page.locator("p.error").inner_text() == (
+        "Counting tokens with tiny failed: the <b>tokenizer</b> was not found")
+    assert page.get_by_label("Hold out").input_value() == "0.1"

@@ -1,4 +1,5 @@
 """Dataset formats: every reader, every kind, and each problem a user can upload."""
+import csv
 import gzip
 import itertools
 import json
@@ -851,6 +852,25 @@ def test_a_chat_written_as_a_python_list_says_to_write_json(tmp_path):
     assert issue.message == ("must be a list of {role, content} messages, got a string that holds one as Python "
                              "writes it (single quotes, as pandas' to_csv saves a list), not JSON: write the cell "
                              "with json.dumps, or save the file as JSONL or Parquet")
+
+
+def test_a_csv_chat_cell_of_broken_json_says_where_it_breaks(tmp_path):
+    """A CSV 'messages' cell of {role, content} messages whose JSON is broken was "must be a list of {role, content}
+    messages, got a string", where a ShareGPT cell says where its JSON breaks (tests/jaxengine/data/test_layouts.py)."""
+    chat = json.dumps([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])
+    path = tmp_path / "chats.csv"
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["messages"])
+        writer.writerows([[chat], [chat[:-2]], [chat.replace("}, {", "} {")]])
+    report = validate_file(path, fmt=FileFormat.CSV, mapping=SFT)
+    assert [str(issue) for issue in report.errors] == [
+        "line 3, row 2, field 'messages': broken JSON at character 72: unexpected end of data; write the chat as a "
+        "JSON list of {role, content} messages",
+        "line 4, row 3, field 'messages': broken JSON at character 35: unexpected character, expected ',' or ']'; "
+        "write the chat as a JSON list of {role, content} messages"]
+    with pytest.raises(DatasetFormatError, match=r"row 2, field 'messages': broken JSON at character 72"):
+        list(iter_examples(path, fmt=FileFormat.CSV, mapping=SFT))
 
 
 def test_a_message_whose_content_is_a_list_of_parts_says_to_give_the_text(tmp_path):

@@ -468,6 +468,23 @@ class TestVersionPage:
         version = make_version(team, validate=False)
         body = client_for(team.viewer).get(version_url(version)).content.decode()
         assert '<meta http-equiv="refresh" content="2">' in body and "Waiting for a worker" in body
+        assert 'src="/static/page_refresh.js" data-seconds="2" defer' in body
+
+    def test_a_refused_split_shown_again_does_not_refresh(self, team, client_for):
+        """A refused split is the version's page answering the POST: its refresh, while the page's tokens were counted,
+        read the split's address again (a 405, or with the script the browser's offer to send the form again) and
+        wiped the errors beside the fields."""
+        version = make_version(team)
+        DatasetVersion.objects.filter(pk=version.pk).update(token_statistics={"status": "computing",
+                                                                              "base_model": "tiny"})
+        client = client_for(team.teammate)
+        assert 'http-equiv="refresh"' in client.get(version_url(version)).content.decode()
+        response = client.post(version_url(version, "split/"), {"held_out": "half", "seed": "0", "stratify": "",
+                                                                "train_name": "a", "held_out_name": "b"})
+        page = response.content.decode()
+        assert response.status_code == 400 and "Counting tokens with the <bdi>tiny</bdi> tokenizer…" in page
+        assert "&#x27;half&#x27; is not a size" in page
+        assert 'http-equiv="refresh"' not in page and "page_refresh.js" not in page
 
     def test_it_requires_access(self, team, client_for):
         version = make_version(team)

@@ -496,9 +496,12 @@ def test_an_ended_pipeline_without_a_result_does_not_wait_for_one(team, catalog,
     pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog), user=team.teammate)
     page = client_for(team.viewer).get(f"/p/alpha/pipelines/{pipeline.public_id}/").content.decode()
     assert "none yet" in page
+    # Running, it reads itself again (static/page_refresh.js, which holds back while a field is being filled).
+    assert 'content="5"></noscript><script src="/static/page_refresh.js" data-seconds="5" defer>' in page
     Pipeline.objects.filter(pk=pipeline.pk).update(status=PipelineStatus.FAILED, message="stage 1 (sft) failed: boom")
     page = client_for(team.viewer).get(f"/p/alpha/pipelines/{pipeline.public_id}/").content.decode()
     assert "none yet" not in page and "none: no stage succeeded and passed its guard" in page
+    assert 'http-equiv="refresh"' not in page and "page_refresh.js" not in page
     assert 'class="card run-message message-error" id="pipeline-message">stage 1 (sft) failed: boom</p>' in page
 
 
