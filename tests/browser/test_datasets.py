@@ -235,7 +235,7 @@ def test_a_member_splits_a_version_into_train_and_held_out(page, live_server, de
     page.locator(".page-head .status-ready").wait_for(timeout=30_000)  # the page refreshes itself
     assert page.locator(".page-head h1").inner_text().startswith("mixed train")
     screenshot(page, "version-split-train")
-    origin = page.locator(".split-origin").inner_text()
+    origin = page.locator(".derivation-origin").inner_text()
     assert "Split from mixed v1, seed 0, 25% held out, stratified by task: the training side" in origin
     page.locator("a.split-partner").click()
     page.locator(".page-head .status-ready").wait_for(timeout=30_000)

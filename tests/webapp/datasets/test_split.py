@@ -67,9 +67,9 @@ MAPPING = {"prompt": "question", "completion": "answer"}
 
 def write_split(sent) -> list[DatasetVersion]:
     """Run the queued split as the worker would, then the checks it queued; the two sides as they end."""
-    (name, (train_id, held_out_id)), = [task for task in sent if task[0] == services.SPLIT_TASK]
+    (name, (train_id, held_out_id)), = [task for task in sent if task[0] == services.DERIVE_TASK]
     sent.clear()
-    services.dataset_split_write(train_id=train_id, held_out_id=held_out_id)
+    services.dataset_derivation_write(version_ids=[train_id, held_out_id])
     for name, (version_id,) in sent:
         assert name == services.VALIDATE_TASK
         services.dataset_version_validate(version_id=version_id)
@@ -199,13 +199,13 @@ class TestSplit:
                                       source="https://example.org/qa")
         train, held = services.dataset_version_split(version=source, held_out=4, seed=7, user=team.teammate,
                                                      train_name="qa-fit", held_out_name="qa-eval")
-        assert held.split == {"source": source.public_id, "dataset": source.dataset.public_id, "dataset_name": "qa",
+        assert held.derivation == {"kind": "split", "source": source.public_id, "dataset": source.dataset.public_id, "dataset_name": "qa",
                               "number": 1, "side": "held_out", "partner": train.public_id, "fraction": None,
                               "count": 4, "held_out_rows": 4, "seed": 7, "stratify": ""}
-        assert train.split["side"] == "train" and train.split["partner"] == held.public_id
-        assert selectors.split_phrase(held.split) == "Split from qa v1, seed 7, 4 rows held out: the held-out side"
-        assert selectors.split_phrase(services.dataset_version_split(
-            version=source, held_out="10%", seed=0, stratify="task", user=team.teammate)[0].split) == (
+        assert train.derivation["side"] == "train" and train.derivation["partner"] == held.public_id
+        assert selectors.derivation_phrase(held.derivation) == "Split from qa v1, seed 7, 4 rows held out: the held-out side"
+        assert selectors.derivation_phrase(services.dataset_version_split(
+            version=source, held_out="10%", seed=0, stratify="task", user=team.teammate)[0].derivation) == (
             "Split from qa v1, seed 0, 10% held out, stratified by task: the training side")
         for side in (train, held):
             side.dataset.refresh_from_db()
@@ -300,21 +300,21 @@ class TestSplit:
         for side in (train, held):
             side.refresh_from_db()
             assert side.status == VersionStatus.READY and side.absolute_path.is_file()
-            origin = selectors.split_origin(version=side)
+            origin = selectors.derivation_origin(version=side)
             assert origin.source is None and origin.phrase.startswith("Split from qa v1")
-        assert selectors.split_origin(version=held).partner == train
+        assert selectors.derivation_origin(version=held).partner == train
 
     def test_a_redelivered_split_writes_nothing_again_and_requeue_queues_the_split(self, team, sent):
         source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
         train, held = services.dataset_version_split(version=source, held_out="0.1", user=team.teammate)
         sent.clear()
         services.dataset_version_requeue(version=held)  # no file yet: the split, not the check, is queued again
-        assert sent == [(services.SPLIT_TASK, [train.pk, held.pk])]
+        assert sent == [(services.DERIVE_TASK, [train.pk, held.pk])]
         sent.clear()
-        services.dataset_split_write(train_id=train.pk, held_out_id=held.pk)
+        services.dataset_derivation_write(version_ids=[train.pk, held.pk])
         written = train.absolute_path.stat().st_mtime_ns
         sent.clear()
-        assert services.dataset_split_write(train_id=train.pk, held_out_id=held.pk)
+        assert services.dataset_derivation_write(version_ids=[train.pk, held.pk])
         assert train.absolute_path.stat().st_mtime_ns == written
         assert sent == [(services.VALIDATE_TASK, [train.pk]), (services.VALIDATE_TASK, [held.pk])]
 
@@ -323,12 +323,12 @@ class TestSplit:
         source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
         train, held = services.dataset_version_split(version=source, held_out="0.1", user=team.teammate)
         lost = LostWorker(name="default@host", last_seen=None, delivered_at=timezone.now())
-        assert services.split_requeued((train.pk, held.pk), lost=lost)
+        assert services.derivation_requeued((train.pk, held.pk), lost=lost)
         held.refresh_from_db()
         assert held.notice.startswith("the worker splitting these rows (default@host")
         _train, held = write_split(sent)
         assert held.status == VersionStatus.READY and held.notice == ""
-        assert not services.split_requeued((train.pk, held.pk), lost=lost)  # settled: nothing to say
+        assert not services.derivation_requeued((train.pk, held.pk), lost=lost)  # settled: nothing to say
 
 
 class TestPages:
@@ -374,8 +374,8 @@ class TestApi:
         response = api.post(address, {"held_out": 0.25, "stratify": "task"}, content_type="application/json")
         assert response.status_code == 202, response.content
         body = response.json()
-        assert body["train"]["status"] == "uploaded" and body["held_out"]["split"]["side"] == "held_out"
-        assert body["held_out"]["split"]["fraction"] == 0.25 and body["held_out"]["split"]["seed"] == 0
+        assert body["train"]["status"] == "uploaded" and body["held_out"]["derivation"]["side"] == "held_out"
+        assert body["held_out"]["derivation"]["fraction"] == 0.25 and body["held_out"]["derivation"]["seed"] == 0
         refused = api.post(address, {"held_out": 40, "train_name": "qa", "held_out_name": "qa-eval"},
                            content_type="application/json")
         assert refused.status_code == 400
