@@ -830,7 +830,8 @@ def derivation_phrase(record: dict[str, Any]) -> str:
     if not record:
         return ""
     if record["kind"] == "dedupe":
-        return f"Derived from v{record['number']}: {counted(record['removed_rows'], 'exact repeat', grouped=True)} removed"
+        return (f"Derived from v{record['number']}: {counted(record['removed_rows'], 'exact repeat', grouped=True)} "
+                "removed")
     if record["kind"] == "decontaminate":
         return (f"Derived from v{record['number']}: {counted(record['removed_rows'], 'row', grouped=True)} shared with "
                 f"{record['against_name']} removed")
