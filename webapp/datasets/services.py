@@ -301,7 +301,8 @@ def _derived_together(version: DatasetVersion) -> list[int | None]:
     deleted since: the task then fails the other, saying so), or ``version`` alone."""
     if version.derivation["kind"] != "split":
         return [version.pk]
-    partner = DatasetVersion.objects.filter(public_id=version.derivation["partner"]).values_list("pk", flat=True).first()
+    partner = (DatasetVersion.objects.filter(public_id=version.derivation["partner"]).values_list("pk", flat=True)
+               .first())
     return [version.pk, partner] if version.derivation["side"] == "train" else [partner, version.pk]
 
 

@@ -1,5 +1,6 @@
 """``default`` queue tasks for datasets: validation, token statistics, the late counts of older versions, and
-the files of derived versions (splits, dedupes, decontaminations). Thin: ids in, a service call, nothing returned (results live in the database)."""
+the files of derived versions (splits, dedupes, decontaminations). Thin: ids in, a service call, nothing returned
+(results live in the database)."""
 from __future__ import annotations
 
 from webapp.celery import app

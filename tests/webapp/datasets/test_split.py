@@ -203,11 +203,12 @@ class TestSplit:
                                       source="https://example.org/qa")
         train, held = services.dataset_version_split(version=source, held_out=4, seed=7, user=team.teammate,
                                                      train_name="qa-fit", held_out_name="qa-eval")
-        assert held.derivation == {"kind": "split", "source": source.public_id, "dataset": source.dataset.public_id, "dataset_name": "qa",
-                              "number": 1, "side": "held_out", "partner": train.public_id, "fraction": None,
-                              "count": 4, "held_out_rows": 4, "seed": 7, "stratify": ""}
+        assert held.derivation == {"kind": "split", "source": source.public_id, "dataset": source.dataset.public_id,
+                                   "dataset_name": "qa", "number": 1, "side": "held_out", "partner": train.public_id,
+                                   "fraction": None, "count": 4, "held_out_rows": 4, "seed": 7, "stratify": ""}
         assert train.derivation["side"] == "train" and train.derivation["partner"] == held.public_id
-        assert selectors.derivation_phrase(held.derivation) == "Split from qa v1, seed 7, 4 rows held out: the held-out side"
+        assert selectors.derivation_phrase(held.derivation) == (
+            "Split from qa v1, seed 7, 4 rows held out: the held-out side")
         assert selectors.derivation_phrase(services.dataset_version_split(
             version=source, held_out="10%", seed=0, stratify="task", user=team.teammate)[0].derivation) == (
             "Split from qa v1, seed 0, 10% held out, stratified by task: the training side")
@@ -587,8 +588,8 @@ class TestDecontaminate:
         DatasetVersion.objects.filter(pk=source.pk).update(status=VersionStatus.FAILED)  # as if deleted meanwhile
         made = write_derived(sent)
         assert made.status == VersionStatus.FAILED and made.errors[0]["code"] == "dedupe_failed"
-        assert unmarked(made.errors[0]["message"]).startswith("the exact repeats could not be removed: qa v1, which it is "
-                                                    "derived from, was deleted")
+        assert unmarked(made.errors[0]["message"]).startswith(
+            "the exact repeats could not be removed: qa v1, which it is derived from, was deleted")
         assert not made.absolute_path.exists()
 
 
