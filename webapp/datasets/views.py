@@ -315,7 +315,7 @@ def version_split(request: HttpRequest, slug: str, public_id: str, number: int) 
     return _render_version(request, project, membership, dataset, version, split_form=form, status=400)
 
 
-# What a derivation's page says once asked, and of the version it is asked of when that is not ready.
+# What the new version's page says once a derivation was asked for.
 DERIVATION_STARTED = {"dedupe": "Removing the exact repeats of {source} as {made}",
                       "decontaminate": "Removing the rows {source} shares with {against} as {made}"}
 
@@ -325,8 +325,9 @@ DERIVATION_STARTED = {"dedupe": "Removing the exact repeats of {source} as {made
 def version_derive(request: HttpRequest, slug: str, public_id: str, number: int, kind: str) -> HttpResponse:
     """A new version of the dataset written from a ready one without its exact repeats (``kind`` "dedupe") or without
     the rows it shares with another version (``kind`` "decontaminate", the version in ``against``) (members, as for an
-    upload; ``services.dataset_version_derive``): to the new version's page, which shows its progress; a refusal
-    shows the version's page again with the form as it was sent, the problem beside its field, and saves nothing."""
+    upload; ``services.dataset_version_derive``): to the new version's page, which shows its progress. A refusal saves
+    nothing: a decontamination's shows the version's page again with the form as it was sent, the problem beside its
+    field; a dedupe's, with nothing typed, is said above the version's page."""
     project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     dataset = selectors.dataset_get(project=project, public_id=public_id)
     version = selectors.version_get(dataset=dataset, number=number)
