@@ -162,9 +162,19 @@
         list.appendChild(item);
       });
     });
-    warnings.forEach(function (message) {
+    warnings.forEach(function (message, index) {
       var item = document.createElement("li");
       item.textContent = message;
+      // A warning Temper can act on links to where it does so (a dataset version's "Remove the exact repeats").
+      var action = (result.actions || [])[index];
+      if (action) {
+        var link = document.createElement("a");
+        link.className = "warning-action";
+        link.href = action.url;
+        link.textContent = action.label;
+        item.appendChild(document.createTextNode(" "));
+        item.appendChild(link);
+      }
       list.appendChild(item);
     });
     heading.textContent = keys.length ? "A launch now would be refused:" :

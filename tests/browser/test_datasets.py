@@ -214,9 +214,11 @@ def test_a_file_name_holding_double_quotes_is_shown_as_uploaded(page, live_serve
     assert 'my "best" rows.jsonl' in body and "%22" not in body
 
 
-def test_a_member_splits_a_version_into_train_and_held_out(page, live_server, default_worker):
+def test_a_member_splits_a_version_then_removes_the_held_out_rows_from_it(page, live_server, default_worker):
     """"Split into train and held-out" on a ready version's page: the worker writes both sides and checks them; the
-    training side's page says where it came from and links the held-out side, which is ready too."""
+    training side's page says where it came from and links the held-out side, which is ready too. Then "Remove rows
+    shared with another version" on the source: its next version, without the held-out rows, links the comparison
+    that shows them removed."""
     from tests.webapp.factories import make_ready_version
 
     team = make_team()
@@ -235,12 +237,24 @@ def test_a_member_splits_a_version_into_train_and_held_out(page, live_server, de
     page.locator(".page-head .status-ready").wait_for(timeout=30_000)  # the page refreshes itself
     assert page.locator(".page-head h1").inner_text().startswith("mixed train")
     screenshot(page, "version-split-train")
-    origin = page.locator(".split-origin").inner_text()
+    origin = page.locator(".derivation-origin").inner_text()
     assert "Split from mixed v1, seed 0, 25% held out, stratified by task: the training side" in origin
     page.locator("a.split-partner").click()
     page.locator(".page-head .status-ready").wait_for(timeout=30_000)
     assert page.locator(".page-head h1").inner_text().startswith("mixed held-out")
     assert "of 10" in page.locator(".section-head .muted").last.inner_text()  # 10 rows: a quarter of 40
+    # The source shares those 10 rows with the held-out side: removed, as a new version of the source's dataset.
+    page.goto(f"{live_server.url}/p/alpha/datasets/{version.dataset.public_id}/v/1/")
+    page.get_by_text("Remove rows shared with another version…").click()
+    page.get_by_label("Remove the rows shared with").select_option(label="mixed held-out v1")
+    screenshot(page, "version-decontaminate-form")
+    page.get_by_role("button", name="Remove the shared rows").click()
+    page.wait_for_url(re.compile(rf"/datasets/{version.dataset.public_id}/v/2/$"))
+    page.locator(".page-head .status-ready").wait_for(timeout=30_000)
+    assert "Derived from v1: 10 rows shared with mixed held-out v1 removed" in (
+        page.locator(".derivation-origin").inner_text())
+    page.locator("a.derivation-compare").click()
+    assert page.locator("#removed-count").inner_text().startswith("10 rows of v1 (40 in all) not in v2")
 
 
 def test_a_version_page_following_a_count_keeps_what_is_typed_in_its_forms(page, live_server):

@@ -220,6 +220,8 @@ def test_the_form_says_what_a_launch_would_refuse_or_warn_of_as_it_is_filled_in(
     # Rows of its own: rows also in data.train are warned of (tests/webapp/runs/test_views.py).
     held_out = make_ready_version(team.project, name="held-out", kind="sft",
                                   rows=[{"prompt": f"held-out q{i}", "completion": f"answer {i}"} for i in range(4)])
+    sharing = make_ready_version(team.project, name="sharing", kind="sft",
+                                 rows=[{"prompt": "q3", "completion": "answer 3"}, {"prompt": "own", "completion": "x"}])
     log_in(page, live_server.url, team.teammate.username)
     page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")  # the LoRA preset: 200 steps, eval every 50
     check = page.locator("#launch-check-form")
@@ -237,6 +239,14 @@ def test_the_form_says_what_a_launch_would_refuse_or_warn_of_as_it_is_filled_in(
     page.select_option("#spec-data-eval", chats.public_id)  # the training data itself
     page.wait_for_function("() => document.querySelector('#launch-check-form li').innerText.startsWith('data.eval')")
     assert check.locator("li").inner_text().startswith("data.eval: the same data as data.train")
+
+    # Rows data.train holds too: the warning links to where they are removed from it.
+    page.select_option("#spec-data-eval", sharing.public_id)
+    page.wait_for_function("() => document.querySelector('#launch-check-form a.warning-action') !== null")
+    action = check.locator("li a.warning-action")
+    assert action.inner_text() == "Remove them from chats v1"
+    assert action.get_attribute("href") == (f"/p/alpha/datasets/{chats.dataset.public_id}/v/1/?derive=decontaminate"
+                                            f"&against={sharing.public_id}#remove-shared")
 
     page.select_option("#spec-data-eval", held_out.public_id)
     page.wait_for_function("() => document.querySelector('#launch-check-form').classList.contains('ready')")

@@ -97,3 +97,25 @@ def test_a_split_is_written_and_checked_by_the_worker(teammate_client, default_w
     assert train.row_count + held.row_count == 21 and held.row_count in (4, 5)
     train_rows = set(train.absolute_path.read_text().splitlines())
     assert not train_rows & set(held.absolute_path.read_text().splitlines())
+
+
+def test_a_dedupe_and_a_decontamination_are_written_and_checked_by_the_worker(teammate_client, default_worker):
+    """The version page's "Remove the exact repeats" then "Remove rows shared with another version": each a new
+    version of the same dataset that the worker writes (through the split's task) and checks."""
+    rows = [b'{"prompt": "q%d", "completion": "a%d"}\n' % (i, i) for i in range(6)]
+    source = settled(upload(teammate_client, "chats.jsonl", b"".join(rows + [rows[1], rows[4], rows[1]])),
+                     default_worker)
+    evaluation = settled(upload(teammate_client, "held.jsonl", rows[2] + b'{"prompt": "new", "completion": "x"}\n'),
+                         default_worker)
+    page = f"/p/alpha/datasets/{source.dataset.public_id}/v"
+    response = teammate_client.post(f"{page}/1/dedupe/")
+    assert response.status_code == 302 and response.url == f"{page}/2/", response.content.decode()[:2000]
+    deduped = settled(DatasetVersion.objects.get(dataset=source.dataset, number=2), default_worker)
+    assert deduped.status == VersionStatus.READY, deduped.errors
+    assert deduped.absolute_path.read_bytes() == b"".join(rows).replace(b'": ', b'":').replace(b', "', b',"')
+    response = teammate_client.post(f"{page}/2/decontaminate/", {"against": evaluation.public_id})
+    assert response.status_code == 302 and response.url == f"{page}/3/", response.content.decode()[:2000]
+    clean = settled(DatasetVersion.objects.get(dataset=source.dataset, number=3), default_worker)
+    assert clean.status == VersionStatus.READY and clean.row_count == 5, clean.errors
+    assert b'"q2"' not in clean.absolute_path.read_bytes()
+    assert clean.derivation["removed_rows"] == 1 and clean.derivation["against_name"] == "held.jsonl v1"

@@ -295,6 +295,8 @@ ROUTES: dict[str, Route] = {
     "datasets:download": Route(kwargs=_version, methods=READ),
     "datasets:requeue": Route(kwargs=_version, methods={"POST": MEMBER}),
     "datasets:split": Route(kwargs=_version, methods={"POST": MEMBER}),
+    "datasets:dedupe": Route(kwargs=_version, methods={"POST": MEMBER}),
+    "datasets:decontaminate": Route(kwargs=_version, methods={"POST": MEMBER}),
     "datasets:tokens": Route(kwargs=_version, methods={"POST": MEMBER}),
     "datasets:version_delete": Route(kwargs=_version, methods={"POST": MEMBER}),
 
@@ -397,6 +399,9 @@ ROUTES: dict[str, Route] = {
     "api:dataset_version_split": Route(auth=Auth.API_TOKEN, kwargs=lambda world: {**_api_dataset(world),
                                                                                   "number": world.sft.number},
                                        methods={"POST": MEMBER}),
+    "api:dataset_version_derive": Route(auth=Auth.API_TOKEN, kwargs=lambda world: {**_api_dataset(world),
+                                                                                   "number": world.sft.number},
+                                        methods={"POST": MEMBER}),
     "api:dataset_version_file": Route(auth=Auth.API_TOKEN, kwargs=lambda world: {**_api_dataset(world),
                                                                                  "number": world.sft.number},
                                       methods=READ),

@@ -35,6 +35,10 @@ class Verb(models.TextChoices):
     DATASET_VERSION_UPLOADED = "dataset_version.uploaded", "uploaded"
     # Its target the version split; its details name the two new versions (datasets.services.dataset_version_split).
     DATASET_VERSION_SPLIT = "dataset_version.split", "split"
+    # Their target the version derived from; their details name the new version and the rows it leaves out
+    # (datasets.services.dataset_version_derive).
+    DATASET_VERSION_DEDUPED = "dataset_version.deduped", "removed the exact repeats of"
+    DATASET_VERSION_DECONTAMINATED = "dataset_version.decontaminated", "removed the rows shared with another from"
     DATASET_VERSION_DELETED = "dataset_version.deleted", "deleted"
     DATASET_DELETED = "dataset.deleted", "deleted"
     BASE_MODEL_REGISTERED = "base_model.registered", "registered"

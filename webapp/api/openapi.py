@@ -381,6 +381,16 @@ def build_document() -> dict[str, Any]:
                                status="202", response="the two new versions, queued",
                                answer=schemas.DatasetVersionSplitOut),
         },
+        f"{base}/datasets/{{dataset_id}}/versions/{{number}}/derive/": {
+            "post": _operation("Write a new version of the dataset from a ready version (members): kind dedupe keeps "
+                               "the first of each exact repeat, kind decontaminate removes every row that version "
+                               "`against` (a ready version of the project, of the same kind) also holds; rows are "
+                               "compared as training reads them. A worker writes the file and checks it as an upload: "
+                               "poll the version until ready or failed. 400 naming the field refused (kind, against, "
+                               "or version for one not ready or with no exact repeats), nothing saved",
+                               [SLUG, DATASET, VERSION_NUMBER, IDEMPOTENCY_KEY], body=schemas.DatasetVersionDerive,
+                               status="202", response="the new version, queued", answer=schemas.DatasetVersionOut),
+        },
         f"{base}/datasets/{{dataset_id}}/versions/{{number}}/file/": {
             "get": {**_operation("Download a ready version's file, byte for byte as it was uploaded (404 before it is "
                                  "ready, and for a failed one, which keeps no file)", [SLUG, DATASET, VERSION_NUMBER]),

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationInfo, field_validator, model_validator
 
@@ -118,6 +118,17 @@ class DatasetVersionSplit(_Body):
                                                              "train\").")
     held_out_name: str | None = Field(default=None, description="The new held-out dataset's name (default \"<name> "
                                                                 "held-out\").")
+
+
+class DatasetVersionDerive(_Body):
+    """A new version of the dataset written from a ready one (the version page's "Remove the exact repeats" and
+    "Remove rows shared with another version")."""
+
+    kind: Literal["dedupe", "decontaminate"] = Field(description="dedupe: keep the first of each exact repeat; "
+                                                                 "decontaminate: remove every row that version "
+                                                                 "`against` also holds.")
+    against: str = Field(default="", description="decontaminate: dv_… id of a ready version of the project, of the "
+                                                 "same kind, whose rows to remove (an evaluation set, say).")
 
 
 class RunResume(_Body):
@@ -370,11 +381,15 @@ class CampaignRef(_Answer):
     name: str
 
 
-class SplitOut(_Answer):
-    source: str = Field(description="dv_… id of the version it was split from (which may be deleted since).")
+class _DerivationOut(_Answer):
+    source: str = Field(description="dv_… id of the version it was written from (which may be deleted since).")
     dataset: str = Field(description="ds_… id of that version's dataset.")
-    dataset_name: str = Field(description="That dataset's name when it was split.")
+    dataset_name: str = Field(description="That dataset's name when it was written from it.")
     number: int = Field(description="That version's number.")
+
+
+class SplitOut(_DerivationOut):
+    kind: Literal["split"] = Field(description="A side of a split (POST versions/{number}/split/).")
     side: Literal["train", "held_out"]
     partner: str = Field(description="dv_… id of the other side.")
     fraction: float | None = Field(description="The fraction held out, as asked (null when a count was).")
@@ -383,6 +398,20 @@ class SplitOut(_Answer):
                                            "fewer).")
     seed: int
     stratify: str = Field(description="The column each value of which held out its share; \"\" for none.")
+
+
+class DedupeOut(_DerivationOut):
+    kind: Literal["dedupe"] = Field(description="The source without its exact repeats (POST versions/{number}/derive/)."
+                                    )
+    removed_rows: int = Field(description="The repeats removed (each row's first occurrence kept).")
+
+
+class DecontaminationOut(_DerivationOut):
+    kind: Literal["decontaminate"] = Field(description="The source without the rows another version holds (POST "
+                                                       "versions/{number}/derive/).")
+    removed_rows: int = Field(description="The source's rows removed, every copy counted.")
+    against: str = Field(description="dv_… id of the version whose rows were removed (which may be deleted since).")
+    against_name: str = Field(description="That version as it was named: \"qa-eval v2\".")
 
 
 class DatasetVersionOut(_Answer):
@@ -423,8 +452,9 @@ class DatasetVersionOut(_Answer):
                                                    "count and rows each); {} before.")
     created_at: datetime
     review_campaign: CampaignRef | None = Field(description="The review campaign it was exported from, if any.")
-    split: SplitOut | None = Field(description="Where a version split from another came from (POST "
-                                               "versions/{number}/split/); null for an upload.")
+    derivation: Annotated[SplitOut | DedupeOut | DecontaminationOut, Field(discriminator="kind")] | None = Field(
+        description="Where a version written from another came from, by kind (POST versions/{number}/split/ or "
+                    "derive/); null for an upload.")
 
 
 class DatasetVersionSplitOut(_Answer):

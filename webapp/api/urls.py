@@ -19,6 +19,8 @@ urlpatterns = [
     path(f"{base}/datasets/<str:dataset_id>/versions/<int:number>/", views.dataset_version, name="dataset_version"),
     path(f"{base}/datasets/<str:dataset_id>/versions/<int:number>/split/", views.dataset_version_split,
          name="dataset_version_split"),
+    path(f"{base}/datasets/<str:dataset_id>/versions/<int:number>/derive/", views.dataset_version_derive,
+         name="dataset_version_derive"),
     path(f"{base}/datasets/<str:dataset_id>/versions/<int:number>/file/", views.dataset_version_file,
          name="dataset_version_file"),
     # By the dv_… id a run's spec names (the address above names a version by its dataset and number).

@@ -251,7 +251,7 @@ def _version_json(version: DatasetVersion, *, review_campaign: Campaign | None =
             "created_at": version.created_at.isoformat(),
             "review_campaign": ({"id": review_campaign.public_id, "name": review_campaign.name}
                                 if review_campaign is not None else None),
-            "split": version.split or None}
+            "derivation": version.derivation or None}
 
 
 def _dataset_json(dataset: Dataset, *, versions: bool = False) -> dict[str, Any]:
@@ -707,6 +707,28 @@ def dataset_version_split(request: HttpRequest, slug: str, dataset_id: str, numb
     sides = [dataset_selectors.version_get_by_id(project=project, public_id=public_id)
              for public_id in sent.result.split()]
     return _created({side: _version_json(made) for side, made in zip(("train", "held_out"), sides)}, sent, status=202)
+
+
+@api_view(("POST",))
+def dataset_version_derive(request: HttpRequest, slug: str, dataset_id: str, number: int) -> JsonResponse:
+    """POST: a new version of the dataset written from a ready version without its exact repeats (``kind`` dedupe) or
+    without the rows version ``against`` shares with it (``kind`` decontaminate), as its page's "Remove the exact
+    repeats" and "Remove rows shared with another version" do (members; ``services.dataset_version_derive``): 202
+    with the new version, which a worker writes and checks (poll it until ``ready`` or ``failed``); 400 naming the
+    field refused (``version`` where it has no repeats), nothing saved. With an ``Idempotency-Key``, a repeat makes
+    nothing again."""
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    version = dataset_selectors.version_get(dataset=dataset_selectors.dataset_get(project=project,
+                                                                                  public_id=dataset_id), number=number)
+    body = _body(request, schemas.DatasetVersionDerive)
+
+    def derive() -> str:
+        return dataset_services.dataset_version_derive(version=version, user=request.user, **body.model_dump()
+                                                       ).public_id
+
+    sent = request_send_once(request, create=derive)
+    made = dataset_selectors.version_get_by_id(project=project, public_id=sent.result)
+    return _created(_version_json(made), sent, status=202)
 
 
 @api_view(("GET",))

@@ -132,3 +132,15 @@ class SplitForm(forms.Form):
         self.fields["stratify"].choices = [("", "No column: at random"), *((column, column) for column in columns)]
         self.fields["train_name"].initial = f"{dataset_name} train"
         self.fields["held_out_name"].initial = f"{dataset_name} held-out"
+
+
+class DecontaminateForm(forms.Form):
+    """"Remove rows shared with another version" on a ready version's page (``services.dataset_version_derive``
+    checks the choice and names its refusal's field)."""
+
+    against = forms.ChoiceField(label="Remove the rows shared with", help_text=(
+        "Another ready version of the project, of this kind: an evaluation or benchmark set, say."))
+
+    def __init__(self, *args, choices: list[tuple[str, str]], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["against"].choices = choices

@@ -97,11 +97,14 @@ class DatasetVersion(models.Model):
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     validated_at = models.DateTimeField(null=True)
-    # Where a version split from another came from (``services.dataset_version_split``), by snapshot so that it
-    # still says so once that version is deleted; {} for an upload. Keys: source (dv_ id), dataset (ds_ id),
-    # dataset_name, number, side ("train" or "held_out"), partner (the other side's dv_ id), fraction or count (as
-    # asked; the other null), held_out_rows (the rows that asked for), seed, stratify (a column, or "").
-    split = models.JSONField(default=dict, blank=True)
+    # Where a version written from another by a worker came from (``services.dataset_version_split`` and
+    # ``services.dataset_version_derive``), by snapshot so that it still says so once that version is deleted; {} for
+    # an upload. Keys: kind ("split", "dedupe" or "decontaminate"), source (dv_ id), dataset (ds_ id), dataset_name,
+    # number. A split's: side ("train" or "held_out"), partner (the other side's dv_ id), fraction or count (as asked;
+    # the other null), held_out_rows (the rows that asked for), seed, stratify (a column, or ""). A dedupe's and a
+    # decontamination's: removed_rows (counted when asked); a decontamination's: against (dv_ id) and against_name
+    # (that version as it was named: "qa-eval v2").
+    derivation = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["dataset", "-number"]

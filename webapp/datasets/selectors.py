@@ -11,16 +11,19 @@ import json
 from dataclasses import dataclass
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlencode
 
 import numpy as np
 from django.db.models import Count, IntegerField, JSONField, OuterRef, Q, QuerySet, Subquery
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404
+from django.urls import reverse
 
 from jaxengine.data import formats
 from jaxengine.spec import TASK_DATASET_KINDS
 from jaxengine.words import counted
 from webapp.core.keyset import KeysetPage, keyset_page
+from webapp.core.warnings import ActionWarning
 from webapp.core.name_case import name_key
 from webapp.core.numbers import whole_number
 from webapp.datasets import search
@@ -162,7 +165,8 @@ def version_readers(*, versions: list[DatasetVersion]) -> list[str]:
     """What still reads one of ``versions`` (the work a deletion would break), one sentence each: runs
     queued or training on it, review campaigns loading their items from it or generating answers to its
     prompts, running pipelines whose stages name it, serving copies being written against it, evaluations
-    queued or running on it, and versions being split from it (``services.dataset_version_split``)."""
+    queued or running on it, and versions being written from it (``services.dataset_version_split`` and
+    ``services.dataset_version_derive``: from it, or without the rows it holds)."""
     # Imported here: these apps' models import this one's.
     from webapp.evals.selectors import version_evaluation_readers
     from webapp.review.models import Campaign, CampaignStatus
@@ -194,10 +198,18 @@ def version_readers(*, versions: list[DatasetVersion]) -> list[str]:
         readers.append("a serving copy is being written that measures itself on "
                        f"{isolated(str(by_pk[copy.eval_version_id]))}; wait until it is ready")
     readers.extend(version_evaluation_readers(versions=versions))
-    splitting = DatasetVersion.objects.filter(status=VersionStatus.UPLOADED, split__source__in=list(public_ids))
-    for split in splitting.select_related("dataset").order_by("pk"):
-        readers.append(f"{isolated(str(split))} is being split from {isolated(str(public_ids[split.split['source']]))}"
-                       "; wait until it is ready")
+    derived = DatasetVersion.objects.filter(Q(derivation__source__in=list(public_ids))
+                                            | Q(derivation__against__in=list(public_ids)),
+                                            status=VersionStatus.UPLOADED)
+    for version in derived.select_related("dataset").order_by("pk"):
+        record = version.derivation
+        if record.get("source") in public_ids:
+            doing = "split" if record["kind"] == "split" else "derived"
+            readers.append(f"{isolated(str(version))} is being {doing} from "
+                           f"{isolated(str(public_ids[record['source']]))}; wait until it is ready")
+        else:
+            readers.append(f"{isolated(str(version))} is being written without the rows it shares with "
+                           f"{isolated(str(public_ids[record['against']]))}; wait until it is ready")
     return readers
 
 
@@ -495,15 +507,30 @@ def _identical_warning(key: str, version: DatasetVersion, task: str) -> str | No
             f"{'those rows' if count != 1 else 'that row'}, or give each the answer meant to lose as rejected")
 
 
+def derivation_url(*, version: DatasetVersion, kind: str, against: DatasetVersion | None = None) -> str:
+    """Where ``version``'s page offers a derivation of ``kind``, its section open (``?derive=``) and in view (its
+    anchor), with ``against`` chosen for a decontamination: what a launch warning links to."""
+    address = reverse("datasets:version", args=[version.dataset.project.slug, version.dataset.public_id,
+                                                 version.number])
+    asked = {"derive": kind, **({"against": against.public_id} if against is not None else {})}
+    return f"{address}?{urlencode(asked)}#{DERIVATION_ANCHORS[kind]}"
+
+
+# The version page's sections offering each derivation (templates/datasets/version.html).
+DERIVATION_ANCHORS = {"dedupe": "remove-repeats", "decontaminate": "remove-shared"}
+
+
 def _duplicates_warning(key: str, version: DatasetVersion) -> str | None:
     duplicates = (version.statistics or {}).get("duplicates") or {}
     count, rows = duplicates.get("count") or 0, version.row_count or 0
     if not count or count < DUPLICATE_WARNING_SHARE * rows:
         return None
     repeats = ", ".join(f"row {row} = row {first}" for row, first in duplicates.get("rows") or [])
-    return (f"{key}: {isolated(str(version))} holds {counted(count, 'exact repeat', grouped=True)} of earlier rows "
-            f"among its {rows:,} ({repeats}{', …' if count > len(duplicates.get('rows') or []) else ''}), so the run weights those rows "
-            "over the rest; remove the repeats unless that is meant")
+    return ActionWarning(
+        f"{key}: {isolated(str(version))} holds {counted(count, 'exact repeat', grouped=True)} of earlier rows "
+        f"among its {rows:,} ({repeats}{', …' if count > len(duplicates.get('rows') or []) else ''}), so the run "
+        "weights those rows over the rest; remove the repeats unless that is meant",
+        url=derivation_url(version=version, kind="dedupe"), label=f"Remove the repeats of {version}")
 
 
 @dataclass(frozen=True)
@@ -564,10 +591,20 @@ def _overlap_warning(train: DatasetVersion, evaluation: DatasetVersion) -> str |
     if shared is None or not shared[0]:
         return None
     rows, eval_count = shared
-    return (f"data.eval: {isolated(str(evaluation))} shares {counted(len(rows), 'row', grouped=True)} of its "
-            f"{eval_count:,} with data.train's {isolated(str(train))} "
-            f"({_rows_named(rows[:formats.ROWS_SHOWN], len(rows))}), so "
-            "evaluation scores rows the run trains on; take them out of one of the two")
+    return ActionWarning(
+        f"data.eval: {isolated(str(evaluation))} shares {counted(len(rows), 'row', grouped=True)} of its "
+        f"{eval_count:,} with data.train's {isolated(str(train))} "
+        f"({_rows_named(rows[:formats.ROWS_SHOWN], len(rows))}), so evaluation scores rows the run trains on; take "
+        "them out of one of the two",
+        url=derivation_url(version=train, kind="decontaminate", against=evaluation),
+        label=f"Remove them from {train}")
+
+
+def shared_row_count(*, version: DatasetVersion, other: DatasetVersion) -> int | None:
+    """How many rows of ``version`` (every copy counted) ``other`` also holds, compared as training reads them;
+    None when either's rows cannot be read. The launch's overlap warning's count, from the same cache."""
+    shared = _shared_rows(_RowDigestSource.of(other), _RowDigestSource.of(version))
+    return None if shared is None else len(shared[0])
 
 
 def launch_warnings(*, task: str, train: DatasetVersion | None, evaluation: DatasetVersion | None) -> list[str]:
@@ -780,41 +817,67 @@ def difference_page(*, version: DatasetVersion, rows: np.ndarray, page: int,
 
 
 # --------------------------------------------------------------------------------------------
-# Versions split from another (``services.dataset_version_split``): where they came from.
+# Versions written from another (``services.dataset_version_split`` and ``dataset_version_derive``): where they came
+# from, and what the version page offers to derive.
 
 SPLIT_SIDE_NAMES = {"train": "training side", "held_out": "held-out side"}
 
 
-def split_phrase(split: dict[str, Any]) -> str:
-    """How a split version's page says where it came from, from its ``split`` record: "Split from qa v3, seed 0, 10%
-    held out, stratified by task: the held-out side"; "" for a version that was uploaded."""
-    if not split:
+def derivation_phrase(record: dict[str, Any]) -> str:
+    """How a derived version's page says where it came from, from its ``derivation`` record: "Split from qa v3, seed
+    0, 10% held out, stratified by task: the held-out side", "Derived from v3: 1,204 exact repeats removed",
+    "Derived from v3: 57 rows shared with qa-eval v2 removed"; "" for a version that was uploaded."""
+    if not record:
         return ""
-    size = HeldOutSize(fraction=split.get("fraction"), count=split.get("count"))
-    stratified = f", stratified by {split['stratify']}" if split.get("stratify") else ""
-    return (f"Split from {split['dataset_name']} v{split['number']}, seed {split['seed']}, {size.shown()} held out"
-            f"{stratified}: the {SPLIT_SIDE_NAMES[split['side']]}")
+    if record["kind"] == "dedupe":
+        return (f"Derived from v{record['number']}: {counted(record['removed_rows'], 'exact repeat', grouped=True)} "
+                "removed")
+    if record["kind"] == "decontaminate":
+        return (f"Derived from v{record['number']}: {counted(record['removed_rows'], 'row', grouped=True)} shared with "
+                f"{record['against_name']} removed")
+    size = HeldOutSize(fraction=record.get("fraction"), count=record.get("count"))
+    stratified = f", stratified by {record['stratify']}" if record.get("stratify") else ""
+    return (f"Split from {record['dataset_name']} v{record['number']}, seed {record['seed']}, {size.shown()} held out"
+            f"{stratified}: the {SPLIT_SIDE_NAMES[record['side']]}")
 
 
 @dataclass(frozen=True, kw_only=True)
-class SplitOrigin:
-    """A split version's origin as its page shows it: ``phrase`` (``split_phrase``), and the version it was split from
-    and its other side where they still exist (None once deleted: the phrase still names them)."""
+class DerivationOrigin:
+    """A derived version's origin as its page shows it: ``phrase`` (``derivation_phrase``), and the version it came
+    from, a split's other side and the version a decontamination removed the rows of, where each still exists (None
+    once deleted, or for none: the phrase still names them)."""
 
     phrase: str
     source: DatasetVersion | None
     partner: DatasetVersion | None
+    against: DatasetVersion | None
 
 
-def split_origin(*, version: DatasetVersion) -> SplitOrigin | None:
-    """Where ``version`` was split from; None for an upload. The versions are looked up in its own project only."""
-    if not version.split:
+def derivation_origin(*, version: DatasetVersion) -> DerivationOrigin | None:
+    """Where ``version`` came from; None for an upload. The versions are looked up in its own project only."""
+    record = version.derivation
+    if not record:
         return None
+    named = [record.get(key) for key in ("source", "partner", "against") if record.get(key)]
     others = {other.public_id: other for other in DatasetVersion.objects.filter(
-        dataset__project_id=version.dataset.project_id,
-        public_id__in=[version.split.get("source"), version.split.get("partner")]).select_related("dataset")}
-    return SplitOrigin(phrase=split_phrase(version.split), source=others.get(version.split.get("source")),
-                       partner=others.get(version.split.get("partner")))
+        dataset__project_id=version.dataset.project_id, public_id__in=named).select_related("dataset")}
+    return DerivationOrigin(phrase=derivation_phrase(record), source=others.get(record.get("source")),
+                            partner=others.get(record.get("partner")), against=others.get(record.get("against")))
+
+
+def repeats_counted(*, version: DatasetVersion) -> int | None:
+    """The exact repeats a ready version's check counted (what a dedupe removes); None for a version checked before
+    they were counted."""
+    count = ((version.statistics or {}).get("duplicates") or {}).get("count")
+    return count if isinstance(count, int) else None
+
+
+def decontamination_choices(*, version: DatasetVersion) -> list[DatasetVersion]:
+    """The versions a ready version's page offers to remove the shared rows of: the project's other ready versions
+    of its kind (rows of another kind are never the same examples), by dataset name and newest first."""
+    return list(DatasetVersion.objects.filter(dataset__project_id=version.dataset.project_id,
+                                              dataset__kind=version.dataset.kind, status=VersionStatus.READY)
+                .exclude(pk=version.pk).select_related("dataset").order_by("dataset__name", "-number"))
 
 
 def version_columns(*, version: DatasetVersion) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 from kombu.exceptions import OperationalError
+import numpy as np
 
 from jaxengine.data import formats
 from jaxengine.spec import TASK_DATASET_KINDS
@@ -32,10 +33,11 @@ from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
 from webapp.core.text import checked_json, checked_name, checked_text, typed_text
 from webapp.core.name_case import name_key
-from webapp.datasets import splitting
+from webapp.datasets import derivations, splitting
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus, new_version_id
 from webapp.datasets.selectors import (PROMPT_READ_ONCE_QUEUED, TURN_SPLITS_QUEUED, dataset_about, dataset_named,
-                                      shown_statistics, version_readers, version_row_digests)
+                                      repeats_counted, shared_row_count, shown_statistics, version_readers,
+                                      version_row_digests)
 from webapp.datasets.uploads import name_as_uploaded, store_upload
 from webapp.projects.models import Project
 from webapp.webhooks import services as webhooks
@@ -47,7 +49,8 @@ VALIDATE_TASK = "worker.tasks.datasets.validate_dataset_version"
 TOKEN_STATISTICS_TASK = "worker.tasks.datasets.compute_token_statistics"
 TURN_SPLITS_TASK = "worker.tasks.datasets.count_turn_splits"
 PROMPT_READ_ONCE_TASK = "worker.tasks.datasets.count_prompt_read_once"
-SPLIT_TASK = "worker.tasks.datasets.split_dataset_version"
+# A derived version's file (a split's two): ``dataset_derivation_write``.
+DERIVE_TASK = "worker.tasks.datasets.derive_dataset_version"
 # A late count (``late_count_request``) not done this long after it was queued (``selectors.TURN_SPLITS_QUEUED``; its
 # task lost with Redis or its worker) is queued again by the next view of the version's page.
 TURN_SPLITS_REQUEUE_SECONDS = 600
@@ -282,22 +285,72 @@ def dataset_version_requeue(*, version: DatasetVersion) -> DatasetVersion:
     """Queue again the validation of a version that is not settled: no worker took it (Redis was down
     when it was uploaded, or restarted without persistence), or the check stopped half-way (its worker
     process was killed or ran out of memory, and Celery dropped the message with it). Safe to repeat:
-    validation of a settled version changes nothing. A split version whose file is not written yet has its split
-    queued again instead (``dataset_split_write``, as safe to repeat)."""
+    validation of a settled version changes nothing. A derived version whose file is not written yet has its
+    derivation queued again instead (``dataset_derivation_write``, as safe to repeat)."""
     if version.is_settled:
         raise ValidationError({"status": f"version {version.number} is {version.status}, not waiting for a worker"})
-    if version.split and not version.absolute_path.is_file():
-        # None for a partner deleted since: the split then fails this side, saying so.
-        partner = DatasetVersion.objects.filter(public_id=version.split["partner"]).values_list("pk", flat=True).first()
-        _enqueue(SPLIT_TASK, *((version.pk, partner) if version.split["side"] == "train" else (partner, version.pk)))
+    if version.derivation and not version.absolute_path.is_file():
+        _enqueue(DERIVE_TASK, *_derived_together(version))
         return version
     _enqueue(VALIDATE_TASK, version.pk)
     return version
 
 
+def _derived_together(version: DatasetVersion) -> list[int | None]:
+    """The versions one derivation writes, in the order its task names them: a split's two sides (None for a side
+    deleted since: the task then fails the other, saying so), or ``version`` alone."""
+    if version.derivation["kind"] != "split":
+        return [version.pk]
+    partner = (DatasetVersion.objects.filter(public_id=version.derivation["partner"]).values_list("pk", flat=True)
+               .first())
+    return [version.pk, partner] if version.derivation["side"] == "train" else [partner, version.pk]
+
+
 # The two sides of a split, in the order the split task names them; each becomes a dataset of its own.
 SPLIT_SIDES = ("train", "held_out")
 SPLIT_FILE_WORDS = {"train": "train", "held_out": "held-out"}
+# What each derivation is called where it is asked for, refused, failed or logged: the refusal of a version not
+# ready ("only a ready version can be ..."), the word in a derived file's name, the failure's opening, the lost
+# worker's note (``LostWorker.note``: doing, work), the activity verb.
+DERIVATION_DONE = {"split": "split", "dedupe": "deduplicated", "decontaminate": "decontaminated"}
+DERIVATION_FILE_WORDS = {"dedupe": "deduplicated", "decontaminate": "decontaminated"}
+DERIVATION_FAILED = {"split": "the rows could not be split", "dedupe": "the exact repeats could not be removed",
+                     "decontaminate": "the shared rows could not be removed"}
+DERIVATION_LOST = {"split": ("splitting these rows", "the split"), "dedupe": ("removing the exact repeats", "the work"),
+                   "decontaminate": ("removing the shared rows", "the work")}
+DERIVATION_VERBS = {"dedupe": Verb.DATASET_VERSION_DEDUPED, "decontaminate": Verb.DATASET_VERSION_DECONTAMINATED}
+
+
+def _ready_source(version: DatasetVersion, *, kind: str) -> DatasetVersion:
+    """``version`` locked, for a derivation of ``kind`` (``DERIVATION_DONE``); refused on ``version`` unless ready."""
+    source = (DatasetVersion.objects.select_for_update(of=("self",)).select_related("dataset__project")
+              .get(pk=version.pk))
+    if source.status != VersionStatus.READY:
+        verb = "split" if kind == "split" else "derive from"
+        then = ("wait for its check to end" if not source.is_settled
+                else f"it keeps no rows: upload the file fixed, and {verb} that version")
+        raise ValidationError({"version": f"{isolated(str(source))} {source.status_phrase}: only a ready version can "
+                                          f"be {DERIVATION_DONE[kind]}; {then}"})
+    return source
+
+
+def _derivation_record(kind: str, source: DatasetVersion) -> dict[str, Any]:
+    """What every derived version records of where it came from (``DatasetVersion.derivation``)."""
+    return {"kind": kind, "source": source.public_id, "dataset": source.dataset.public_id,
+            "dataset_name": source.dataset.name, "number": source.number}
+
+
+def _derived_version(dataset: Dataset, *, source: DatasetVersion, file_word: str, record: dict[str, Any],
+                     user: AbstractBaseUser | None, **fields: Any) -> DatasetVersion:
+    """The next version of ``dataset``, saved waiting for the file a worker writes from ``source``
+    (``dataset_derivation_write``): in ``derivations.derived_format``, named after the source's file."""
+    out_format = derivations.derived_format(formats.FileFormat(source.format)).value
+    stem = Path(source.original_filename).stem or "rows"
+    version = _new_version(dataset, filename=f"{stem}-{file_word}.{out_format}", file_format=out_format,
+                           column_mapping=dict(source.column_mapping), user=user, size_bytes=0, derivation=record,
+                           **fields)
+    version.save()
+    return version
 
 
 def _split_problems(source: DatasetVersion, *, held_out: Any, seed: Any, stratify: str,
@@ -348,21 +401,15 @@ def dataset_version_split(*, version: DatasetVersion, held_out: Any, seed: Any =
     waiting for its file: ``held_out`` rows (a fraction in (0, 1) such as 0.1 or "10%", or a count of rows, fewer
     than the version's) go to the held-out side, drawn with ``seed``, each value of column ``stratify`` ("" for none)
     holding out its share, exact duplicates on one side (``splitting.split_assignment``). A ``default`` worker writes
-    the two files and queues their checks (``dataset_split_write``), after which they are ready as uploads are.
+    the two files and queues their checks (``dataset_derivation_write``), after which they are ready as uploads are.
 
     New datasets, not versions of existing ones: a dataset's versions are one data set's revisions, compared one
-    against the next, and the two sides of a split are two data sets. Each keeps its ``split`` record (where it came
-    from, as asked) and the source dataset's "About this dataset" (source, licence, description: the same rows,
+    against the next, and the two sides of a split are two data sets. Each keeps its ``derivation`` record (where it
+    came from, as asked) and the source dataset's "About this dataset" (source, licence, description: the same rows,
     under the same terms). All or nothing: a refusal (``ValidationError`` naming each field: ``version``,
     ``held_out``, ``seed``, ``stratify``, ``train_name``, ``held_out_name``) saves nothing. Logged on the source
     version. Callers check that the user is a member, as for an upload."""
-    source = (DatasetVersion.objects.select_for_update(of=("self",)).select_related("dataset__project")
-              .get(pk=version.pk))
-    if source.status != VersionStatus.READY:
-        then = ("wait for its check to end" if not source.is_settled
-                else "it keeps no rows: upload the file fixed, and split that version")
-        raise ValidationError({"version": f"{isolated(str(source))} {source.status_phrase}: only a ready version can "
-                                          f"be split; {then}"})
+    source = _ready_source(version, kind="split")
     dataset = source.dataset
     stratify = (stratify or "").strip()
     names = {"train_name": (train_name or "").strip() or f"{dataset.name} train",
@@ -371,12 +418,9 @@ def dataset_version_split(*, version: DatasetVersion, held_out: Any, seed: Any =
     if problems:
         raise ValidationError(problems)
     size = splitting.held_out_size(held_out)
-    record = {"source": source.public_id, "dataset": dataset.public_id, "dataset_name": dataset.name,
-              "number": source.number, "fraction": size.fraction, "count": size.count,
+    record = {**_derivation_record("split", source), "fraction": size.fraction, "count": size.count,
               "held_out_rows": held_out_rows, "seed": seed, "stratify": stratify}
     public_ids = {side: new_version_id() for side in SPLIT_SIDES}
-    out_format = splitting.split_format(formats.FileFormat(source.format)).value
-    stem = Path(source.original_filename).stem or "rows"
     made = []
     for side, partner in zip(SPLIT_SIDES, reversed(SPLIT_SIDES)):
         field = f"{side}_name"
@@ -385,22 +429,106 @@ def dataset_version_split(*, version: DatasetVersion, held_out: Any, seed: Any =
         except ValidationError as error:  # the name taken at this moment by someone else
             raise ValidationError({field: error.messages}) from None
         Dataset.objects.filter(pk=new_dataset.pk).update(**dataset_about(dataset=dataset))
-        made.append(_new_version(new_dataset, filename=f"{stem}-{SPLIT_FILE_WORDS[side]}.{out_format}",
-                                 file_format=out_format, column_mapping=dict(source.column_mapping), user=user,
-                                 public_id=public_ids[side], size_bytes=0,
-                                 split={**record, "side": side, "partner": public_ids[partner]}))
-        made[-1].save()
+        made.append(_derived_version(new_dataset, source=source, file_word=SPLIT_FILE_WORDS[side],
+                                     record={**record, "side": side, "partner": public_ids[partner]}, user=user,
+                                     public_id=public_ids[side]))
     train, held = made
     activity_record(project=dataset.project, actor=user, verb=Verb.DATASET_VERSION_SPLIT, target=source,
                     details={"train": str(train), "held_out": f"{held} ({size.shown()})", "seed": seed,
                              **({"stratified_by": stratify} if stratify else {})})
-    _enqueue(SPLIT_TASK, train.pk, held.pk)
+    _enqueue(DERIVE_TASK, train.pk, held.pk)
     return train, held
 
 
-def _split_fail(versions: list[DatasetVersion], message: str) -> None:
-    """Fail the sides of a split still waiting for their file, saying why (their page lists it as the problem)."""
-    problem = formats.Issue(code="split_failed", message=message)
+def _repeats_removed(source: DatasetVersion) -> int:
+    """The rows a dedupe of ready ``source`` removes: the exact repeats its check counted, or, for a version checked
+    before they were counted, counted from its digests."""
+    if (repeats := repeats_counted(version=source)) is not None:
+        return repeats
+    digests = version_row_digests(version=source)
+    if digests is None:
+        raise ValidationError({"version": f"the rows of {isolated(str(source))} cannot be read (its file is gone "
+                                          "from storage): upload it again"})
+    return len(digests) - int(derivations.first_occurrences(digests).sum())
+
+
+def _decontamination_against(source: DatasetVersion, against: str) -> tuple[DatasetVersion, int]:
+    """The version ``against`` (a dv_ id of ``source``'s project) whose rows a decontamination of ``source`` removes,
+    and how many of ``source``'s rows that removes; refused on ``against`` where it is none to remove rows of, or
+    where the rows removed would be none or all."""
+    against = (against or "").strip()
+    if not against:
+        raise ValidationError({"against": "choose the version whose rows to remove from this one, e.g. the "
+                                          "evaluation set a run will be scored on"})
+    other = (DatasetVersion.objects.filter(dataset__project_id=source.dataset.project_id, public_id=against)
+             .select_related("dataset").first())
+    if other is None:
+        raise ValidationError({"against": f"{source.dataset.project.slug} has no dataset version {against[:40]!r}: "
+                                          "choose one of its ready versions by its dv_ id"})
+    if other.pk == source.pk:
+        raise ValidationError({"against": "a version shares every row with itself: choose another version"})
+    if other.status != VersionStatus.READY:
+        raise ValidationError({"against": f"{isolated(str(other))} {other.status_phrase}: only a ready version's rows "
+                                          "are known; wait for its check, or choose another version"})
+    if other.dataset.kind != source.dataset.kind:
+        # Digests are of the examples after each version's column mapping: rows of two kinds hold different fields,
+        # so none is ever the same example; a "nothing shared" would be true and misleading.
+        raise ValidationError({"against": f"{isolated(str(other))} is a {other.dataset.kind} dataset's version and "
+                                          f"{isolated(str(source))} a {source.dataset.kind} one's: their rows are "
+                                          f"different examples, never the same; choose a version of a "
+                                          f"{source.dataset.kind} dataset"})
+    shared = shared_row_count(version=source, other=other)
+    if shared is None:
+        raise ValidationError({"against": f"the rows of {isolated(str(source))} or {isolated(str(other))} cannot be "
+                                          "read (a file gone from storage): upload it again"})
+    if not shared:
+        raise ValidationError({"against": f"{isolated(str(source))} shares no row with {isolated(str(other))}: "
+                                          "there is nothing to remove"})
+    if shared >= (source.row_count or 0):
+        raise ValidationError({"against": f"every row of {isolated(str(source))} is in {isolated(str(other))}: "
+                                          "removing them would leave no row; choose another version"})
+    return other, shared
+
+
+@transaction.atomic
+def dataset_version_derive(*, version: DatasetVersion, kind: str, against: str = "",
+                           user: AbstractBaseUser | None) -> DatasetVersion:
+    """A new version of ``version``'s own dataset, written from ready ``version`` by a ``default`` worker
+    (``dataset_derivation_write``) and checked as an upload is: ``kind`` "dedupe" keeps the first row of each exact
+    repeat (``derivations.first_occurrences``), "decontaminate" drops every row that version ``against`` (a dv_ id
+    of a ready version of the project, of the same kind) also holds (``derivations.rows_not_in``).
+
+    A version of the same dataset, unlike a split's new datasets: the rows left are a revision of the same set, and
+    the version comparison page shows exactly those removed. Rows are compared as training reads them (after each
+    version's column mapping). Refused, saving nothing, where it would remove no row or every row (``version`` or
+    ``against`` named). Logged on ``version``. Callers check that the user is a member, as for an upload."""
+    if kind not in DERIVATION_VERBS:
+        raise ValidationError({"kind": f"{str(kind)[:40]!r} is no derivation: use dedupe (remove exact repeats) or "
+                                       "decontaminate (remove the rows shared with another version)"})
+    source = _ready_source(version, kind=kind)
+    details: dict[str, Any] = {}
+    if kind == "dedupe":
+        removed = _repeats_removed(source)
+        if not removed:
+            raise ValidationError({"version": f"{isolated(str(source))} has no exact repeats: there is nothing to "
+                                              "remove"})
+        record = {**_derivation_record(kind, source), "removed_rows": removed}
+    else:
+        other, removed = _decontamination_against(source, against)
+        record = {**_derivation_record(kind, source), "removed_rows": removed, "against": other.public_id,
+                  "against_name": str(other)}
+        details["against"] = str(other)
+    made = _derived_version(source.dataset, source=source, file_word=DERIVATION_FILE_WORDS[kind], record=record,
+                            user=user)
+    activity_record(project=source.dataset.project, actor=user, verb=DERIVATION_VERBS[kind], target=source,
+                    details={"new_version": str(made), "removed_rows": removed, **details})
+    _enqueue(DERIVE_TASK, made.pk)
+    return made
+
+
+def _derivation_fail(versions: list[DatasetVersion], message: str) -> None:
+    """Fail the derived versions still waiting for their file, saying why (their page lists it as the problem)."""
+    problem = formats.Issue(code=f"{versions[0].derivation['kind']}_failed", message=message)
     for version in versions:
         if DatasetVersion.objects.filter(pk=version.pk, status=VersionStatus.UPLOADED).update(
                 status=VersionStatus.FAILED, error_count=1, errors=[problem.to_dict()], notice="",
@@ -410,61 +538,91 @@ def _split_fail(versions: list[DatasetVersion], message: str) -> None:
             webhooks.dataset_version_settled(version=DatasetVersion.objects.select_related("dataset").get(pk=version.pk))
 
 
-def _split_files(train: DatasetVersion, held: DatasetVersion) -> tuple[int, int]:
-    """Write the two files of a split (``splitting``) from the version it was asked of; their sizes in bytes."""
-    split = train.split
-    source = (DatasetVersion.objects.select_related("dataset")
-              .filter(public_id=split["source"], status=VersionStatus.READY).first())
-    if source is None:
-        raise splitting.SplitError(f"{split['dataset_name']} v{split['number']}, which it is split from, was deleted "
-                                   "before a worker split it: split another version")
-    digests = version_row_digests(version=source)
+def _ready_version(public_id: str, *, named: str, role: str) -> DatasetVersion:
+    """The ready version ``public_id`` a derivation reads (``named`` as its record names it, in the ``role`` it has:
+    "which it is split from"); ``DerivationError`` once deleted."""
+    version = DatasetVersion.objects.select_related("dataset").filter(public_id=public_id,
+                                                                      status=VersionStatus.READY).first()
+    if version is None:
+        raise derivations.DerivationError(f"{named}, {role}, was deleted before a worker wrote this version: ask "
+                                          "again of another version")
+    return version
+
+
+def _digests(version: DatasetVersion) -> np.ndarray:
+    digests = version_row_digests(version=version)
     if digests is None:
-        raise splitting.SplitError(f"the rows of {source} cannot be read (its file is gone from storage): upload it "
-                                   "again and split that version")
-    fmt = formats.FileFormat(source.format)
-    labels = (splitting.column_labels(source.absolute_path, fmt=fmt, column=split["stratify"])
-              if split["stratify"] else None)
-    held_rows = splitting.split_assignment(digests, held_out=split["held_out_rows"], seed=split["seed"],
-                                           labels=labels)
-    for version in (train, held):
+        raise derivations.DerivationError(f"the rows of {version} cannot be read (its file is gone from storage): "
+                                          "upload it again and derive from that version")
+    return digests
+
+
+def _destinations(record: dict[str, Any], source: DatasetVersion, digests: np.ndarray) -> np.ndarray:
+    """Each source row's file among those the derivation writes (``derivations.write_rows``)."""
+    if record["kind"] == "split":
+        labels = (splitting.column_labels(source.absolute_path, fmt=formats.FileFormat(source.format),
+                                          column=record["stratify"]) if record["stratify"] else None)
+        return splitting.split_assignment(digests, held_out=record["held_out_rows"], seed=record["seed"],
+                                          labels=labels).astype(np.int8)
+    if record["kind"] == "dedupe":
+        keep = derivations.first_occurrences(digests)
+    else:
+        against = _ready_version(record["against"], named=record["against_name"], role="whose rows it leaves out")
+        keep = derivations.rows_not_in(digests, _digests(against))
+    if not keep.any():
+        raise derivations.DerivationError("no row would be left")
+    return np.where(keep, 0, derivations.DROPPED).astype(np.int8)
+
+
+def _derived_files(versions: list[DatasetVersion]) -> list[int]:
+    """Write the files of ``versions`` (one derivation's, in its task's order) from the version they were asked of;
+    their sizes in bytes."""
+    record = versions[0].derivation
+    role = "which it is split from" if record["kind"] == "split" else "which it is derived from"
+    source = _ready_version(record["source"], named=f"{record['dataset_name']} v{record['number']}", role=role)
+    destinations = _destinations(record, source, _digests(source))
+    for version in versions:
         version.absolute_path.parent.mkdir(parents=True, exist_ok=True)
-    return splitting.write_split(source.absolute_path, fmt=fmt, held=held_rows, train_path=train.absolute_path,
-                                 held_out_path=held.absolute_path)
+    return derivations.write_rows(source.absolute_path, fmt=formats.FileFormat(source.format),
+                                  destinations=destinations, paths=[version.absolute_path for version in versions])
 
 
-def dataset_split_write(*, train_id: int, held_out_id: int) -> list[DatasetVersion]:
-    """Write the files of the two sides of a split (``dataset_version_split``; the ``default`` worker runs this) and
-    queue their checks, which make them ready (or failed) as an upload's check does. A split that cannot be made
-    (the source deleted or unreadable, a side left empty by duplicates, a stratify column of too many values) fails
-    both sides with the reason. Safe to repeat: sides settled or deleted are left alone, and files written already
-    (each is moved into place whole) are not written again. Returns the sides whose checks were queued."""
-    waiting = {version.split["side"]: version for version in DatasetVersion.objects.select_related("dataset").filter(
-        pk__in=(train_id, held_out_id), status=VersionStatus.UPLOADED)}
-    if not waiting:
+def dataset_derivation_write(*, version_ids: list[int | None]) -> list[DatasetVersion]:
+    """Write the files of one derivation's versions (``dataset_version_split``'s two sides, in their order, or
+    ``dataset_version_derive``'s version; the ``default`` worker runs this) and queue their checks, which make them
+    ready (or failed) as an upload's check does. A derivation that cannot be made (the source deleted or unreadable,
+    a side left empty by duplicates, a stratify column of too many values, the version to decontaminate against
+    deleted) fails its versions with the reason. Safe to repeat: versions settled or deleted are left alone, and
+    files written already (each is moved into place whole) are not written again. Returns the versions whose checks
+    were queued."""
+    found = {version.pk: version for version in DatasetVersion.objects.select_related("dataset").filter(
+        pk__in=[pk for pk in version_ids if pk is not None], status=VersionStatus.UPLOADED)}
+    if not found:
         return []
-    if len(waiting) < 2:
-        _split_fail(list(waiting.values()), "its other side was deleted or failed before a worker split the rows: "
-                                            "split the version again")
+    waiting = [found[pk] for pk in version_ids if pk in found]
+    if len(waiting) < len(version_ids):
+        _derivation_fail(waiting, "its other side was deleted or failed before a worker split the rows: split the "
+                                  "version again")
         return []
-    train, held = waiting["train"], waiting["held_out"]
-    if not (train.absolute_path.is_file() and held.absolute_path.is_file()):
+    kind = waiting[0].derivation["kind"]
+    if not all(version.absolute_path.is_file() for version in waiting):
         try:
-            sizes = _split_files(train, held)
-        except (splitting.SplitError, formats.DatasetFormatError, OSError) as error:
-            _split_fail([train, held], f"the rows could not be split: {error}")
+            sizes = _derived_files(waiting)
+        except (derivations.DerivationError, formats.DatasetFormatError, OSError) as error:
+            _derivation_fail(waiting, f"{DERIVATION_FAILED[kind]}: {error}")
             return []
-        except Exception as error:  # a bug of Temper's own: settled, or the sides wait for good
-            logger.exception("split of %s and %s failed", train.public_id, held.public_id)
-            _split_fail([train, held], f"splitting stopped on an error of Temper's own ({type(error).__name__}: "
-                                       f"{error}): tell whoever runs Temper (the default worker's log has the details)")
+        except Exception as error:  # a bug of Temper's own: settled, or the versions wait for good
+            logger.exception("%s of %s failed", kind, ", ".join(version.public_id for version in waiting))
+            _derivation_fail(waiting, f"{DERIVATION_FAILED[kind]}: an error of Temper's own stopped it "
+                                      f"({type(error).__name__}: {error}): tell whoever runs Temper (the default "
+                                      "worker's log has the details)")
             return []
-        for version, size in zip((train, held), sizes):
+        for version, size in zip(waiting, sizes):
             if not DatasetVersion.objects.filter(pk=version.pk).update(size_bytes=size):  # deleted meanwhile
                 version.absolute_path.unlink(missing_ok=True)
-    for version in (train, held):
+    for version in waiting:
         _send(VALIDATE_TASK, [version.pk])
-    return [train, held]
+    return waiting
 
 
 def _internal_error(error: Exception) -> formats.Issue:
@@ -814,13 +972,16 @@ def version_check_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
                                          ).update(notice=lost.note(doing="checking this file", work="the check")) > 0
 
 
-def split_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
-    """Say on both sides of a split still waiting for their files that the worker splitting them was lost and the
-    split was queued again (``workers.deliveries.FIRST_LOSS_NOTES``), as ``version_check_requeued`` says of a check;
-    their check's outcome clears it. Whether it was said."""
-    return DatasetVersion.objects.filter(pk__in=[pk for pk in arguments if pk is not None],
-                                         status=VersionStatus.UPLOADED).update(
-        notice=lost.note(doing="splitting these rows", work="the split")) > 0
+def derivation_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
+    """Say on the versions of a derivation still waiting for their files (a split's two sides) that the worker writing
+    them was lost and the work was queued again (``workers.deliveries.FIRST_LOSS_NOTES``), as
+    ``version_check_requeued`` says of a check; their check's outcome clears it. Whether it was said."""
+    said = 0
+    for version in DatasetVersion.objects.filter(pk__in=[pk for pk in arguments if pk is not None],
+                                                 status=VersionStatus.UPLOADED).only("pk", "derivation"):
+        doing, work = DERIVATION_LOST[version.derivation["kind"]]
+        said += DatasetVersion.objects.filter(pk=version.pk).update(notice=lost.note(doing=doing, work=work))
+    return said > 0
 
 
 @transaction.atomic

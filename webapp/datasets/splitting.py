@@ -7,19 +7,16 @@ pair. Groups are drawn in an order shuffled by ``seed`` alone, so a split made a
 same settings is the same split. Stratified by a column, each of its values holds out its share of the rows
 (largest remainders, ties broken by the same shuffle), which keeps a rare label's rows on both sides.
 
-The files are written from the source's raw records, so the new versions keep its column mapping and read as the
-same examples (same digests): a CSV source gives CSV files, any other format JSON Lines (Parquet and a JSON array
-are read as JSON values, which JSON Lines holds without a schema to carry over).
+The files are written as every derivation's are (``derivations.write_rows``): from the source's raw records, so
+that the new versions keep its column mapping and read as the same examples.
 """
 from __future__ import annotations
 
-import csv
 import math
 import os
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +24,7 @@ import orjson
 
 from jaxengine.data import formats
 from jaxengine.words import counted
+from webapp.datasets.derivations import DerivationError
 
 # Stratifying asks for a short label: past this many distinct values a column is no label (a prompt, an id) and
 # each value would hold out a row or none.
@@ -35,7 +33,7 @@ MAX_STRATA = 1000
 MAX_SEED = 2**63 - 1
 
 
-class SplitError(ValueError):
+class SplitError(DerivationError):
     """A split that cannot be made, said for the person who asked (the field it concerns is the service's to name)."""
 
 
@@ -203,61 +201,3 @@ def first_row_columns(path: str | os.PathLike, *, fmt: formats.FileFormat) -> tu
     for item in formats.iter_rows(path, fmt=fmt):
         return tuple(item.value) if type(item) is not formats.Issue and type(item.value) is dict else ()
     return ()
-
-
-def split_format(source_format: formats.FileFormat) -> formats.FileFormat:
-    """The format a split of a ``source_format`` version is written in (see the module note)."""
-    return formats.FileFormat.CSV if source_format is formats.FileFormat.CSV else formats.FileFormat.JSONL
-
-
-def write_split(source: Path, *, fmt: formats.FileFormat, held: np.ndarray, train_path: Path,
-                held_out_path: Path) -> tuple[int, int]:
-    """Stream the rows of ``source`` into ``train_path`` and ``held_out_path`` (``held``: each row's side), in
-    ``split_format``; each file is written under a temporary name and moved into place whole, so one that exists
-    is complete. Returns the two files' sizes in bytes. ``SplitError`` where the file's rows are not the rows
-    ``held`` was made for."""
-    out_format = split_format(fmt)
-    partial = [path.with_name(path.name + ".partial") for path in (train_path, held_out_path)]
-    rows = 0
-    try:
-        with open(partial[0], "w", encoding="utf-8", newline="") as train, \
-                open(partial[1], "w", encoding="utf-8", newline="") as held_out:
-            writers = (_row_writer(train, out_format), _row_writer(held_out, out_format))
-            for item in formats.iter_rows(source, fmt=fmt):
-                if type(item) is formats.Issue:
-                    raise formats.DatasetFormatError(item)
-                if rows >= len(held):
-                    break
-                writers[int(held[rows])](item.value)
-                rows += 1
-        if rows != len(held):
-            raise SplitError(f"the file holds other rows than its check counted ({rows:,}, not {len(held):,}): "
-                             "upload it again and split that version")
-        for written, path in zip(partial, (train_path, held_out_path)):
-            os.replace(written, path)
-    finally:
-        for written in partial:
-            written.unlink(missing_ok=True)
-    return train_path.stat().st_size, held_out_path.stat().st_size
-
-
-def _row_writer(handle, out_format: formats.FileFormat):
-    """A function that writes one raw record to ``handle``: a CSV row (the header before the first), or a JSON
-    line. A value JSON cannot hold (a Parquet timestamp) is written as its text."""
-    if out_format is formats.FileFormat.JSONL:
-        def write_line(value: Any) -> None:
-            try:
-                handle.write(orjson.dumps(value, default=str).decode() + "\n")
-            except TypeError as error:  # nesting past orjson's depth, a lone surrogate
-                raise SplitError(f"a row cannot be written as JSON ({error}); convert the file to JSON Lines, upload "
-                                 "it and split that version") from None
-        return write_line
-    writer = csv.writer(handle)
-    header: list[str] = []
-
-    def write_row(value: dict[str, str]) -> None:
-        if not header:
-            header.extend(value)
-            writer.writerow(header)
-        writer.writerow([value[column] for column in header])
-    return write_row

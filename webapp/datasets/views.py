@@ -28,7 +28,8 @@ from webapp.core.sse import session_access_lost
 from webapp.core.streaming import download_label, file_download
 from webapp.core.submissions import deleted_once_or_refused, form_send_once, sent_once_or_refused
 from webapp.datasets import selectors, services
-from webapp.datasets.forms import DatasetAboutForm, SplitForm, TokenStatisticsForm, UploadForm, mapping_field_name
+from webapp.datasets.forms import (DatasetAboutForm, DecontaminateForm, SplitForm, TokenStatisticsForm, UploadForm,
+                                   mapping_field_name)
 from webapp.datasets.models import Dataset, VersionStatus
 from webapp.core.disk_free import upload_room_refusal
 from webapp.datasets.uploads import (LimitedUploadHandler, body_too_large, file_too_large_message,
@@ -226,8 +227,15 @@ def _split_form(dataset: Dataset, version, data=None) -> SplitForm:
     return SplitForm(data, dataset_name=dataset.name, columns=selectors.version_columns(version=version))
 
 
+def _decontaminate_form(version, data=None, *, initial=None) -> DecontaminateForm | None:
+    """The form of "Remove rows shared with another version"; None where the project has no other ready version of
+    the kind."""
+    choices = [(other.public_id, str(other)) for other in selectors.decontamination_choices(version=version)]
+    return DecontaminateForm(data, choices=choices, initial=initial) if choices else None
+
+
 def _render_version(request, project, membership, dataset, version, *, split_form: SplitForm | None = None,
-                    status: int = 200) -> HttpResponse:
+                    decontaminate_form: DecontaminateForm | None = None, status: int = 200) -> HttpResponse:
     context = {
         "project": project,
         "membership": membership,
@@ -236,7 +244,7 @@ def _render_version(request, project, membership, dataset, version, *, split_for
         "can_upload": membership.can(Role.MEMBER),
         "can_delete": selectors.may_delete_version(membership=membership, version=version),
         "review_campaign": export_campaigns(project=project, versions=[version]).get(version.pk),
-        "split_origin": selectors.split_origin(version=version),
+        "origin": selectors.derivation_origin(version=version),
     }
     if version.status == VersionStatus.FAILED:
         context["problems"] = selectors.problem_groups(version=version)
@@ -269,6 +277,12 @@ def _render_version(request, project, membership, dataset, version, *, split_for
             can_evaluate=membership.can(Role.MEMBER) and dataset.kind in METRIC_OF_KIND,
             split_form=split_form or (_split_form(dataset, version) if membership.can(Role.MEMBER) else None),
         )
+        if membership.can(Role.MEMBER):
+            # A launch warning's link opens the section it advises (``selectors.derivation_url``).
+            asked = request.GET.get("derive", "")
+            context.update(repeats=selectors.repeats_counted(version=version), derive_asked=asked,
+                           decontaminate_form=decontaminate_form or _decontaminate_form(
+                               version, initial={"against": request.GET.get("against", "")}))
         if partner := selectors.comparison_partner(version=version):
             context.update(compare_with=partner, compare_pair=sorted((partner.number, version.number)))
     return render(request, "datasets/version.html", context, status=status)
@@ -299,6 +313,50 @@ def version_split(request: HttpRequest, slug: str, public_id: str, number: int) 
         except ValidationError as error:
             add_service_errors(form, error)
     return _render_version(request, project, membership, dataset, version, split_form=form, status=400)
+
+
+# What the new version's page says once a derivation was asked for.
+DERIVATION_STARTED = {"dedupe": "Removing the exact repeats of {source} as {made}",
+                      "decontaminate": "Removing the rows {source} shares with {against} as {made}"}
+
+
+@login_required
+@require_POST
+def version_derive(request: HttpRequest, slug: str, public_id: str, number: int, kind: str) -> HttpResponse:
+    """A new version of the dataset written from a ready one without its exact repeats (``kind`` "dedupe") or without
+    the rows it shares with another version (``kind`` "decontaminate", the version in ``against``) (members, as for an
+    upload; ``services.dataset_version_derive``): to the new version's page, which shows its progress. A refusal saves
+    nothing: a decontamination's shows the version's page again with the form as it was sent, the problem beside its
+    field; a dedupe's, with nothing typed, is said above the version's page."""
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    dataset = selectors.dataset_get(project=project, public_id=public_id)
+    version = selectors.version_get(dataset=dataset, number=number)
+    if version.status != VersionStatus.READY:  # the page offers no form: say why on it
+        messages.error(request, f"v{version.number} {version.status_phrase}: only a ready version can be "
+                                f"{services.DERIVATION_DONE[kind]}.")
+        return redirect("datasets:version", project.slug, dataset.public_id, version.number)
+    page = reverse("datasets:version", args=[project.slug, dataset.public_id, version.number])
+    form = _decontaminate_form(version, request.POST) if kind == "decontaminate" else None
+
+    def derive() -> str:
+        against = form.cleaned_data["against"] if form is not None else ""
+        made = services.dataset_version_derive(version=version, kind=kind, against=against, user=request.user)
+        started = DERIVATION_STARTED[kind].format(source=isolated(str(version)), made=isolated(str(made)),
+                                                 against=isolated(made.derivation.get("against_name", "")))
+        messages.success(request, f"{started}; checking it once written.")
+        return reverse("datasets:version", args=[project.slug, dataset.public_id, made.number])
+
+    if kind == "dedupe":  # nothing typed: a refusal is of the version itself, said on its page
+        return redirect(sent_once_or_refused(request, create=derive, back=page))
+    if form is None:
+        messages.error(request, f"{project.slug} has no other ready {dataset.kind} version to remove the rows of.")
+        return redirect(page)
+    if form.is_valid():
+        try:
+            return redirect(form_send_once(request, create=derive))
+        except ValidationError as error:
+            add_service_errors(form, error)
+    return _render_version(request, project, membership, dataset, version, decontaminate_form=form, status=400)
 
 
 SEARCH_MAX_CHARS = 200

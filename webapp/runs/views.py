@@ -36,6 +36,7 @@ from webapp.core.streaming import download_label
 from webapp.core.submissions import deleted_once_or_refused, form_send_once, sent_once_or_refused
 from webapp.core.text import LONG_TEXT_MAX_CHARS
 from webapp.core.views import post_answered_with_a_page
+from webapp.core.warnings import warning_action
 from webapp.evals import selectors as evaluation_selectors
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
@@ -324,9 +325,10 @@ def _posted_spec(request: HttpRequest, project, *, task: str, mode: str
 def run_check(request: HttpRequest, slug: str) -> JsonResponse:
     """The launch page's live check, as its editors are filled in (``static/runs_new.js``): what a
     launch of the posted editor would be refused for (``errors``, by key, as the page lists them after a
-    refused launch), what it would warn of (``warnings``) and the memory a device would need for each run
-    (``memory``, ``jaxengine.memory``), from the same services as the launch; nothing is saved, and nothing queued
-    but the count of an old version's turn splits (``counting``: the page asks again until it is stored)."""
+    refused launch), what it would warn of (``warnings``; ``actions``, beside each, where to do what it advises, or
+    null: ``core.warnings.ActionWarning``) and the memory a device would need for each run (``memory``,
+    ``jaxengine.memory``), from the same services as the launch; nothing is saved, and nothing queued but the count of
+    an old version's turn splits (``counting``: the page asks again until it is stored)."""
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     task = request.POST.get("task", "sft")
     try:
@@ -339,8 +341,10 @@ def run_check(request: HttpRequest, slug: str) -> JsonResponse:
                                       axes=sweeps.axes_from_text(request.POST.get("sweep", "")))
     except ValidationError as error:
         errors = errors_by_key(error)
-        return JsonResponse({"errors": errors, "warnings": [], "memory": [], "counting": False})
-    return JsonResponse({"errors": {}, "warnings": check.warnings, "memory": check.memory, "counting": check.counting})
+        return JsonResponse({"errors": errors, "warnings": [], "actions": [], "memory": [], "counting": False})
+    return JsonResponse({"errors": {}, "warnings": check.warnings,
+                         "actions": [warning_action(warning) for warning in check.warnings], "memory": check.memory,
+                         "counting": check.counting})
 
 
 def _launch_sweep(request: HttpRequest, project, *, spec: dict[str, Any], axes, name: str, tags: str) -> str:

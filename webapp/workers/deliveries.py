@@ -149,7 +149,7 @@ def deliveries_restore_orphaned(*, now: datetime | None = None) -> list[Delivery
 FIRST_LOSS_NOTES = {
     "worker.tasks.datasets.validate_dataset_version": "webapp.datasets.services.version_check_requeued",
     "worker.tasks.datasets.compute_token_statistics": "webapp.datasets.services.token_statistics_requeued",
-    "worker.tasks.datasets.split_dataset_version": "webapp.datasets.services.split_requeued",
+    "worker.tasks.datasets.derive_dataset_version": "webapp.datasets.services.derivation_requeued",
     "worker.tasks.review.load_campaign_items": "webapp.review.services.campaign_load_requeued",
     "worker.tasks.review.write_export": "webapp.review.services.export_requeued",
     "worker.tasks.train.export_checkpoint": "webapp.runs.services.checkpoint_export_requeued",

@@ -1,5 +1,6 @@
 """``default`` queue tasks for datasets: validation, token statistics, the late counts of older versions, and
-splits. Thin: ids in, a service call, nothing returned (results live in the database)."""
+the files of derived versions (splits, dedupes, decontaminations). Thin: ids in, a service call, nothing returned
+(results live in the database)."""
 from __future__ import annotations
 
 from webapp.celery import app
@@ -35,8 +36,8 @@ def count_prompt_read_once(version_id: int) -> None:
     services.prompt_read_once_count(version_id=version_id)
 
 
-@app.task(name="worker.tasks.datasets.split_dataset_version", acks_late=True)
-def split_dataset_version(train_id: int, held_out_id: int) -> None:
-    """Write the two files of a split and queue their checks (safe to redeliver: sides written or settled are left
-    alone)."""
-    services.dataset_split_write(train_id=train_id, held_out_id=held_out_id)
+@app.task(name="worker.tasks.datasets.derive_dataset_version", acks_late=True)
+def derive_dataset_version(*version_ids: int | None) -> None:
+    """Write the files of a derivation (a split's two sides, or one new version) and queue their checks (safe to
+    redeliver: versions written or settled are left alone)."""
+    services.dataset_derivation_write(version_ids=list(version_ids))

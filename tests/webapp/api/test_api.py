@@ -1332,10 +1332,15 @@ def test_every_answer_is_what_the_openapi_document_says(world):
     check("GET", f"datasets/{data.dataset.public_id}/", 200, template="datasets/{dataset_id}/")
     check("GET", f"datasets/{data.dataset.public_id}/versions/1/", 200,
           template="datasets/{dataset_id}/versions/{number}/")
-    make_ready_version(team.project, rows=[{"prompt": "q0", "completion": "answer 0"}])  # v2 of data's dataset
+    second = make_ready_version(team.project, rows=[{"prompt": "q0", "completion": "answer 0"}])  # v2 of data's
     compared = check("GET", f"datasets/{data.dataset.public_id}/compare/", 200, template="datasets/{dataset_id}/compare/")
     assert (compared["unchanged"], compared["removed"], compared["added"]) == (1, 7, 0)
     check("GET", f"datasets/{data.dataset.public_id}/compare/?a=2&b=2", 400, template="datasets/{dataset_id}/compare/")
+    derive = "datasets/{dataset_id}/versions/{number}/derive/"
+    derived = check("POST", f"datasets/{data.dataset.public_id}/versions/1/derive/", 202,
+                    {"kind": "decontaminate", "against": second.public_id}, template=derive)
+    assert derived["derivation"]["kind"] == "decontaminate" and derived["derivation"]["removed_rows"] == 1
+    check("POST", f"datasets/{data.dataset.public_id}/versions/1/derive/", 400, {"kind": "dedupe"}, template=derive)
     spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5},
             "peft": {"method": "lora"}}
     run = check("POST", "runs/", 201, {"spec": spec, "name": "one"})

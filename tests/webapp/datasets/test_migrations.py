@@ -52,3 +52,26 @@ def test_the_note_that_a_checks_worker_was_lost_moves_from_the_errors_to_the_not
     with migrated_back_to(("datasets", "0008_visible_filenames")) as apps:
         assert dict(apps.get_model("datasets", "DatasetVersion").objects.values_list("public_id", "errors")) == {
             "dv_1": [note], "dv_2": [note], "dv_3": [problem], "dv_4": []}
+
+
+def test_a_split_record_becomes_a_derivation_of_kind_split_and_back():
+    """``DatasetVersion.split`` became ``derivation``, whose records name their kind: a version split before says
+    "split"; migrated back, a split's record loses its kind and a dedupe's, which a split's column cannot say, is
+    dropped (the version reads as an upload)."""
+    split = {"source": "dv_0", "dataset": "ds_0", "dataset_name": "qa", "number": 1, "side": "train",
+             "partner": "dv_9", "fraction": 0.1, "count": None, "held_out_rows": 4, "seed": 0, "stratify": ""}
+    with migrated_back_to(("datasets", "0011_dsplit")) as apps:
+        DatasetVersion, dataset = a_dataset_of_then(apps)
+        for number, record in enumerate((split, {}), 1):
+            DatasetVersion.objects.create(public_id=f"dv_{number}", dataset=dataset, number=number, file_path="x",
+                                          original_filename="chats.jsonl", format="jsonl", size_bytes=1,
+                                          split=record)
+    from webapp.datasets.models import DatasetVersion as CurrentVersion
+
+    assert dict(CurrentVersion.objects.values_list("public_id", "derivation")) == {
+        "dv_1": {"kind": "split", **split}, "dv_2": {}}
+    CurrentVersion.objects.filter(public_id="dv_2").update(derivation={
+        "kind": "dedupe", "source": "dv_1", "dataset": "ds_0", "dataset_name": "qa", "number": 1, "removed_rows": 3})
+    with migrated_back_to(("datasets", "0011_dsplit")) as apps:
+        assert dict(apps.get_model("datasets", "DatasetVersion").objects.values_list("public_id", "split")) == {
+            "dv_1": split, "dv_2": {}}

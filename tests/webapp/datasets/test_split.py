@@ -1,7 +1,9 @@
 """Splitting a ready version into a training and a held-out dataset: the assignment of rows to sides
 (``splitting.split_assignment``, worked out by hand on small inputs), the held-out size as typed, the service that
 asks for a split (each refusal on its field, nothing saved) and the worker's side that writes the files, the pages
-and the REST API."""
+and the REST API. Then the other derivations, new versions of the same dataset written through the same path: the
+version without its exact repeats and the version without the rows another version holds (rows kept worked out by
+hand), their refusals, pages, the launch warnings' links to them, and the REST API."""
 import collections
 import csv
 import io
@@ -16,8 +18,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from webapp.activity.models import Activity, Verb
+from jaxengine.data import formats
 from webapp.api.services import token_create
-from webapp.datasets import selectors, services, splitting
+from webapp.core.warnings import warning_action
+from webapp.datasets import derivations, selectors, services, splitting
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.workers.deliveries import LostWorker
 
@@ -67,9 +71,9 @@ MAPPING = {"prompt": "question", "completion": "answer"}
 
 def write_split(sent) -> list[DatasetVersion]:
     """Run the queued split as the worker would, then the checks it queued; the two sides as they end."""
-    (name, (train_id, held_out_id)), = [task for task in sent if task[0] == services.SPLIT_TASK]
+    (name, (train_id, held_out_id)), = [task for task in sent if task[0] == services.DERIVE_TASK]
     sent.clear()
-    services.dataset_split_write(train_id=train_id, held_out_id=held_out_id)
+    services.dataset_derivation_write(version_ids=[train_id, held_out_id])
     for name, (version_id,) in sent:
         assert name == services.VALIDATE_TASK
         services.dataset_version_validate(version_id=version_id)
@@ -199,13 +203,14 @@ class TestSplit:
                                       source="https://example.org/qa")
         train, held = services.dataset_version_split(version=source, held_out=4, seed=7, user=team.teammate,
                                                      train_name="qa-fit", held_out_name="qa-eval")
-        assert held.split == {"source": source.public_id, "dataset": source.dataset.public_id, "dataset_name": "qa",
-                              "number": 1, "side": "held_out", "partner": train.public_id, "fraction": None,
-                              "count": 4, "held_out_rows": 4, "seed": 7, "stratify": ""}
-        assert train.split["side"] == "train" and train.split["partner"] == held.public_id
-        assert selectors.split_phrase(held.split) == "Split from qa v1, seed 7, 4 rows held out: the held-out side"
-        assert selectors.split_phrase(services.dataset_version_split(
-            version=source, held_out="10%", seed=0, stratify="task", user=team.teammate)[0].split) == (
+        assert held.derivation == {"kind": "split", "source": source.public_id, "dataset": source.dataset.public_id,
+                                   "dataset_name": "qa", "number": 1, "side": "held_out", "partner": train.public_id,
+                                   "fraction": None, "count": 4, "held_out_rows": 4, "seed": 7, "stratify": ""}
+        assert train.derivation["side"] == "train" and train.derivation["partner"] == held.public_id
+        assert selectors.derivation_phrase(held.derivation) == (
+            "Split from qa v1, seed 7, 4 rows held out: the held-out side")
+        assert selectors.derivation_phrase(services.dataset_version_split(
+            version=source, held_out="10%", seed=0, stratify="task", user=team.teammate)[0].derivation) == (
             "Split from qa v1, seed 0, 10% held out, stratified by task: the training side")
         for side in (train, held):
             side.dataset.refresh_from_db()
@@ -300,21 +305,21 @@ class TestSplit:
         for side in (train, held):
             side.refresh_from_db()
             assert side.status == VersionStatus.READY and side.absolute_path.is_file()
-            origin = selectors.split_origin(version=side)
+            origin = selectors.derivation_origin(version=side)
             assert origin.source is None and origin.phrase.startswith("Split from qa v1")
-        assert selectors.split_origin(version=held).partner == train
+        assert selectors.derivation_origin(version=held).partner == train
 
     def test_a_redelivered_split_writes_nothing_again_and_requeue_queues_the_split(self, team, sent):
         source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
         train, held = services.dataset_version_split(version=source, held_out="0.1", user=team.teammate)
         sent.clear()
         services.dataset_version_requeue(version=held)  # no file yet: the split, not the check, is queued again
-        assert sent == [(services.SPLIT_TASK, [train.pk, held.pk])]
+        assert sent == [(services.DERIVE_TASK, [train.pk, held.pk])]
         sent.clear()
-        services.dataset_split_write(train_id=train.pk, held_out_id=held.pk)
+        services.dataset_derivation_write(version_ids=[train.pk, held.pk])
         written = train.absolute_path.stat().st_mtime_ns
         sent.clear()
-        assert services.dataset_split_write(train_id=train.pk, held_out_id=held.pk)
+        assert services.dataset_derivation_write(version_ids=[train.pk, held.pk])
         assert train.absolute_path.stat().st_mtime_ns == written
         assert sent == [(services.VALIDATE_TASK, [train.pk]), (services.VALIDATE_TASK, [held.pk])]
 
@@ -323,12 +328,12 @@ class TestSplit:
         source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
         train, held = services.dataset_version_split(version=source, held_out="0.1", user=team.teammate)
         lost = LostWorker(name="default@host", last_seen=None, delivered_at=timezone.now())
-        assert services.split_requeued((train.pk, held.pk), lost=lost)
+        assert services.derivation_requeued((train.pk, held.pk), lost=lost)
         held.refresh_from_db()
         assert held.notice.startswith("the worker splitting these rows (default@host")
         _train, held = write_split(sent)
         assert held.status == VersionStatus.READY and held.notice == ""
-        assert not services.split_requeued((train.pk, held.pk), lost=lost)  # settled: nothing to say
+        assert not services.derivation_requeued((train.pk, held.pk), lost=lost)  # settled: nothing to say
 
 
 class TestPages:
@@ -374,11 +379,296 @@ class TestApi:
         response = api.post(address, {"held_out": 0.25, "stratify": "task"}, content_type="application/json")
         assert response.status_code == 202, response.content
         body = response.json()
-        assert body["train"]["status"] == "uploaded" and body["held_out"]["split"]["side"] == "held_out"
-        assert body["held_out"]["split"]["fraction"] == 0.25 and body["held_out"]["split"]["seed"] == 0
+        assert body["train"]["status"] == "uploaded" and body["held_out"]["derivation"]["side"] == "held_out"
+        assert body["held_out"]["derivation"]["fraction"] == 0.25 and body["held_out"]["derivation"]["seed"] == 0
         refused = api.post(address, {"held_out": 40, "train_name": "qa", "held_out_name": "qa-eval"},
                            content_type="application/json")
         assert refused.status_code == 400
         assert set(refused.json()["errors"]) == {"held_out", "train_name"}
         unknown = api.post(address, {"held_out": 0.1, "val_size": 0.1}, content_type="application/json")
         assert unknown.status_code == 400 and "val_size" in unknown.json()["errors"]
+
+
+# --------------------------------------------------------------------------------------------
+# A version without its exact repeats, or without the rows another version holds: new versions of the same dataset,
+# written through the split's path (``services.dataset_derivation_write``).
+
+def write_derived(sent) -> DatasetVersion:
+    """Run the queued derivation of one version as the worker would, then its check; the version as it ends."""
+    (_name, (version_id,)), = [task for task in sent if task[0] == services.DERIVE_TASK]
+    sent.clear()
+    services.dataset_derivation_write(version_ids=[version_id])
+    for name, (checked_id,) in sent:
+        assert name == services.VALIDATE_TASK
+        services.dataset_version_validate(version_id=checked_id)
+    return DatasetVersion.objects.select_related("dataset").get(pk=version_id)
+
+
+def eval_rows() -> list[dict]:
+    """Three rows: chat question 1 (three times in ``labelled_rows``), sum 5 (once there) and one of its own."""
+    return [{"question": "chat question 1", "answer": "chat answer 1"}, {"question": "sum 5", "answer": "5"},
+            {"question": "held-out only", "answer": "x"}]
+
+
+def unmarked(text: str) -> str:
+    """``text`` without the bidi isolates names are wrapped in (``core.bidi.isolated``)."""
+    return text.replace("\u2068", "").replace("\u2069", "")
+
+
+def saved_counts():
+    return Dataset.objects.count(), DatasetVersion.objects.count(), Activity.objects.count()
+
+
+class TestDerivationRows:
+    def test_first_occurrences_keeps_the_first_row_of_each_digest(self):
+        keep = derivations.first_occurrences(np.array([5, 6, 5, 7, 6, 5], dtype=np.uint64))
+        assert keep.tolist() == [True, True, False, True, False, False]
+        assert derivations.first_occurrences(np.array([], dtype=np.uint64)).tolist() == []
+
+    def test_rows_not_in_drops_every_copy_of_a_row_the_other_holds(self):
+        keep = derivations.rows_not_in(np.array([1, 2, 3, 2, 4], dtype=np.uint64), np.array([2, 9], dtype=np.uint64))
+        assert keep.tolist() == [True, False, True, False, True]
+
+    def test_write_rows_writes_each_row_to_its_file_and_none_dropped(self, tmp_path):
+        source = tmp_path / "rows.jsonl"
+        source.write_bytes(jsonl([{"n": 1}, {"n": 2}, {"n": 3}, {"n": 4}]))
+        first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+        sizes = derivations.write_rows(source, fmt=formats.FileFormat.JSONL, destinations=np.array([0, -1, 1, 0]),
+                                       paths=[first, second])
+        assert first.read_text() == '{"n":1}\n{"n":4}\n' and second.read_text() == '{"n":3}\n'
+        assert sizes == [first.stat().st_size, second.stat().st_size]
+
+    def test_write_rows_refuses_a_file_of_other_rows_and_leaves_no_file(self, tmp_path):
+        source = tmp_path / "rows.jsonl"
+        source.write_bytes(jsonl([{"n": 1}, {"n": 2}, {"n": 3}]))
+        for destinations in ([0, 0], [0, 0, 0, 0]):  # fewer rows counted than the file holds, and more
+            with pytest.raises(derivations.DerivationError, match="other rows than its check counted"):
+                derivations.write_rows(source, fmt=formats.FileFormat.JSONL, destinations=np.array(destinations),
+                                       paths=[tmp_path / "out.jsonl"])
+            assert sorted(path.name for path in tmp_path.iterdir()) == ["rows.jsonl"]
+
+
+class TestDedupe:
+    def test_it_works(self, team, sent):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        made = services.dataset_version_derive(version=source, kind="dedupe", user=team.teammate)
+        assert (made.dataset_id, made.number, made.status) == (source.dataset_id, 2, VersionStatus.UPLOADED)
+        assert made.derivation == {"kind": "dedupe", "source": source.public_id, "dataset": source.dataset.public_id,
+                                   "dataset_name": "qa", "number": 1, "removed_rows": 4}
+        assert made.original_filename == "rows-deduplicated.jsonl" and made.column_mapping == MAPPING
+        made = write_derived(sent)
+        assert made.status == VersionStatus.READY, made.errors
+        # Rows 27-30 repeat rows 1 and 2 (each twice): the first of each is kept, in file order.
+        assert file_rows(made) == labelled_rows()[:26] + labelled_rows()[30:]
+        differences = selectors.version_differences(a=source, b=made)
+        assert (differences.removed.tolist(), differences.added.tolist()) == ([27, 28, 29, 30], [])
+        assert made.statistics["duplicates"]["count"] == 0
+        assert selectors.derivation_phrase(made.derivation) == "Derived from v1: 4 exact repeats removed"
+        entry = Activity.objects.get(verb=Verb.DATASET_VERSION_DEDUPED, target_id=source.public_id)
+        assert entry.actor == team.teammate and entry.details == {"new_version": "qa v2", "removed_rows": 4}
+
+    def test_a_version_without_repeats_is_refused_and_nothing_saved(self, team, sent):
+        source = upload(team, jsonl(labelled_rows()[:20]), mapping=MAPPING)
+        sent.clear()
+        before = saved_counts()
+        with pytest.raises(ValidationError) as refused:
+            services.dataset_version_derive(version=source, kind="dedupe", user=team.teammate)
+        assert refused.value.message_dict == {"version": ["\u2068qa v1\u2069 has no exact repeats: there is nothing "
+                                                          "to remove"]}
+        assert saved_counts() == before and not sent
+
+    def test_a_version_checked_before_repeats_were_counted_has_them_counted(self, team, sent):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        DatasetVersion.objects.filter(pk=source.pk).update(statistics={})
+        source.refresh_from_db()
+        assert services.dataset_version_derive(version=source, kind="dedupe",
+                                               user=team.teammate).derivation["removed_rows"] == 4
+
+    def test_it_rejects_a_version_not_ready_or_an_unknown_kind(self, team, sent):
+        waiting = upload(team, jsonl(labelled_rows()), mapping=MAPPING, validate=False)
+        sent.clear()
+        with pytest.raises(ValidationError) as refused:
+            services.dataset_version_derive(version=waiting, kind="dedupe", user=team.teammate)
+        assert list(map(unmarked, refused.value.message_dict["version"])) == [
+            "qa v1 is waiting for its check: only a ready version can be deduplicated; wait for its check to end"]
+        with pytest.raises(ValidationError) as refused:
+            services.dataset_version_derive(version=waiting, kind="shuffle", user=team.teammate)
+        assert list(refused.value.message_dict) == ["kind"] and "use dedupe" in refused.value.message_dict["kind"][0]
+        assert DatasetVersion.objects.count() == 1 and not sent
+
+    def test_requeue_queues_the_derivation_and_a_lost_worker_is_said(self, team, sent):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        made = services.dataset_version_derive(version=source, kind="dedupe", user=team.teammate)
+        sent.clear()
+        services.dataset_version_requeue(version=made)
+        assert sent == [(services.DERIVE_TASK, [made.pk])]
+        lost = LostWorker(name="default@host", last_seen=None, delivered_at=timezone.now())
+        assert services.derivation_requeued((made.pk,), lost=lost)
+        made.refresh_from_db()
+        assert made.notice.startswith("the worker removing the exact repeats (default@host")
+        made = write_derived(sent)
+        assert made.status == VersionStatus.READY and made.notice == ""
+
+
+class TestDecontaminate:
+    def test_it_works(self, team, sent):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        evaluation = upload(team, jsonl(eval_rows()), name="qa-eval", mapping=MAPPING)
+        made = services.dataset_version_derive(version=source, kind="decontaminate", against=evaluation.public_id,
+                                               user=team.teammate)
+        assert made.dataset_id == source.dataset_id and made.number == 2
+        # chat question 1 is rows 1, 27 and 28 of the source (it and its two copies), sum 5 row 36: 4 rows.
+        assert made.derivation == {"kind": "decontaminate", "source": source.public_id,
+                                   "dataset": source.dataset.public_id, "dataset_name": "qa", "number": 1,
+                                   "removed_rows": 4, "against": evaluation.public_id, "against_name": "qa-eval v1"}
+        made = write_derived(sent)
+        assert made.status == VersionStatus.READY and made.row_count == 36
+        removed = selectors.version_differences(a=source, b=made).removed.tolist()
+        assert removed == [1, 27, 28, 36]
+        assert not [warning for warning in selectors.launch_warnings(task="sft", train=made, evaluation=evaluation)
+                    if "shares" in warning]
+        assert selectors.derivation_phrase(made.derivation) == "Derived from v1: 4 rows shared with qa-eval v1 removed"
+        entry = Activity.objects.get(verb=Verb.DATASET_VERSION_DECONTAMINATED, target_id=source.public_id)
+        assert entry.details == {"new_version": "qa v2", "removed_rows": 4, "against": "qa-eval v1"}
+
+    @pytest.mark.parametrize(("against", "words"), [
+        ("", "choose the version whose rows to remove"),
+        ("dv_nothere", "has no dataset version 'dv_nothere'"),
+        ("source", "shares every row with itself"),
+        ("prompts", "is a prompts dataset's version and qa v1 a sft one's"),
+        ("waiting", "qa-waiting v1 is waiting for its check: only a ready version's rows are known"),
+        ("unrelated", "qa v1 shares no row with qa-other v1: there is nothing to remove"),
+        ("superset", "every row of qa v1 is in qa-all v1: removing them would leave no row"),
+    ])
+    def test_it_rejects_a_version_to_remove_the_rows_of_on_its_field_and_saves_nothing(self, team, sent, against,
+                                                                                       words):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        others = {
+            "source": source,
+            "prompts": upload(team, jsonl([{"prompt": "chat question 1"}]), name="qa-prompts", kind="prompts"),
+            "waiting": upload(team, jsonl(eval_rows()), name="qa-waiting", mapping=MAPPING, validate=False),
+            "unrelated": upload(team, jsonl(eval_rows()[2:]), name="qa-other", mapping=MAPPING),
+            "superset": upload(team, jsonl(labelled_rows()), name="qa-all", mapping=MAPPING)}
+        sent.clear()
+        before = saved_counts()
+        with pytest.raises(ValidationError) as refused:
+            services.dataset_version_derive(version=source, kind="decontaminate", user=team.teammate,
+                                            against=others[against].public_id if against in others else against)
+        assert list(refused.value.message_dict) == ["against"]
+        assert words in unmarked(refused.value.message_dict["against"][0])
+        assert saved_counts() == before and not sent
+
+    def test_a_version_of_another_project_is_unknown(self, team, sent):
+        from tests.webapp.factories import make_ready_version, make_team
+
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        elsewhere = make_ready_version(make_team(slug="beta").project)
+        with pytest.raises(ValidationError, match="has no dataset version"):
+            services.dataset_version_derive(version=source, kind="decontaminate", against=elsewhere.public_id,
+                                            user=team.teammate)
+
+    def test_neither_version_can_be_deleted_while_it_is_written_and_both_can_after(self, team, sent):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        evaluation = upload(team, jsonl(eval_rows()), name="qa-eval", mapping=MAPPING)
+        made = services.dataset_version_derive(version=source, kind="decontaminate", against=evaluation.public_id,
+                                               user=team.teammate)
+        for deleted, words in ((source, "qa v2 is being derived from qa v1"),
+                               (evaluation, "qa v2 is being written without the rows it shares with qa-eval v1")):
+            with pytest.raises(ValidationError) as refused:
+                services.dataset_version_delete(version=deleted)
+            assert words in unmarked(" ".join(refused.value.messages))
+        write_derived(sent)
+        services.dataset_version_delete(version=evaluation)
+        origin = selectors.derivation_origin(version=made)
+        assert origin.against is None and origin.source == source and "qa-eval v1" in origin.phrase
+
+    def test_a_derivation_whose_source_is_gone_fails_saying_why(self, team, sent):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        made = services.dataset_version_derive(version=source, kind="dedupe", user=team.teammate)
+        DatasetVersion.objects.filter(pk=source.pk).update(status=VersionStatus.FAILED)  # as if deleted meanwhile
+        made = write_derived(sent)
+        assert made.status == VersionStatus.FAILED and made.errors[0]["code"] == "dedupe_failed"
+        assert unmarked(made.errors[0]["message"]).startswith(
+            "the exact repeats could not be removed: qa v1, which it is derived from, was deleted")
+        assert not made.absolute_path.exists()
+
+
+class TestDerivationPages:
+    def test_launch_warnings_link_to_the_derivation_they_advise_and_it_opens(self, team, client_for, sent):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        evaluation = upload(team, jsonl(eval_rows()), name="qa-eval", mapping=MAPPING)
+        repeats, shared = selectors.launch_warnings(task="sft", train=source, evaluation=evaluation)
+        page = reverse("datasets:version", args=[team.project.slug, source.dataset.public_id, 1])
+        assert "exact repeat" in repeats and warning_action(repeats) == {
+            "url": f"{page}?derive=dedupe#remove-repeats", "label": "Remove the repeats of qa v1"}
+        assert "shares" in shared and warning_action(shared) == {
+            "url": f"{page}?derive=decontaminate&against={evaluation.public_id}#remove-shared",
+            "label": "Remove them from qa v1"}
+        client = client_for(team.teammate)
+        shown = client.get(warning_action(shared)["url"].split("#")[0]).content.decode()
+        assert '<details class="derive-version" id="remove-shared" open>' in shown
+        assert f'<option value="{evaluation.public_id}" selected>qa-eval v1</option>' in shown
+        shown = client.get(warning_action(repeats)["url"].split("#")[0]).content.decode()
+        assert '<details class="derive-version" id="remove-repeats" open>' in shown
+        assert "4 of the 40 rows removed" in shown
+
+    def test_a_member_removes_the_repeats_from_the_page(self, team, client_for, sent):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        client = client_for(team.teammate)
+        response = client.post(reverse("datasets:dedupe", args=[team.project.slug, source.dataset.public_id, 1]))
+        assert response.status_code == 302 and response.url == reverse(
+            "datasets:version", args=[team.project.slug, source.dataset.public_id, 2])
+        write_derived(sent)
+        shown = client.get(response.url).content.decode()
+        assert "Derived from v1: 4 exact repeats removed." in shown
+        compare = reverse("datasets:compare", args=[team.project.slug, source.dataset.public_id])
+        assert f'href="{compare}?a=1&amp;b=2">the rows removed</a>' in shown
+        assert 'id="remove-repeats"' not in shown  # v2 has none left
+
+    def test_a_refusal_says_why_and_saves_nothing(self, team, client_for, sent):
+        source = upload(team, jsonl(labelled_rows()[:20]), mapping=MAPPING)
+        other = upload(team, jsonl(eval_rows()[2:]), name="<b>other</b>", mapping=MAPPING)
+        client = client_for(team.teammate)
+        response = client.post(reverse("datasets:dedupe", args=[team.project.slug, source.dataset.public_id, 1]),
+                               follow=True)
+        assert "qa v1 has no exact repeats: there is nothing to remove" in unmarked(response.content.decode())
+        response = client.post(reverse("datasets:decontaminate", args=[team.project.slug, source.dataset.public_id, 1]),
+                               {"against": other.public_id})
+        assert response.status_code == 400
+        shown = response.content.decode()
+        assert "shares no row with" in shown and 'id="remove-shared" open' in shown
+        assert "<b>other</b>" not in shown and "&lt;b&gt;other&lt;/b&gt;" in shown
+        assert DatasetVersion.objects.count() == 2
+
+    def test_a_viewer_is_offered_no_derivation(self, team, client_for):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        upload(team, jsonl(eval_rows()), name="qa-eval", mapping=MAPPING)
+        page = reverse("datasets:version", args=[team.project.slug, source.dataset.public_id, 1])
+        shown = client_for(team.viewer).get(page).content.decode()
+        assert "remove-repeats" not in shown and "remove-shared" not in shown
+
+
+class TestDerivationApi:
+    def test_it_derives_once_and_names_the_field_refused(self, team, sent):
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        evaluation = upload(team, jsonl(eval_rows()), name="qa-eval", mapping=MAPPING)
+        _token, secret = token_create(user=team.teammate, name="script")
+        api = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
+        address = f"/api/v1/projects/{team.project.slug}/datasets/{source.dataset.public_id}/versions/1/derive/"
+        response = api.post(address, {"kind": "dedupe"}, content_type="application/json", HTTP_IDEMPOTENCY_KEY="k1")
+        assert response.status_code == 202, response.content
+        body = response.json()
+        assert body["number"] == 2 and body["status"] == "uploaded"
+        assert body["derivation"]["kind"] == "dedupe" and body["derivation"]["removed_rows"] == 4
+        again = api.post(address, {"kind": "dedupe"}, content_type="application/json", HTTP_IDEMPOTENCY_KEY="k1")
+        assert again.json()["id"] == body["id"] and again["Idempotent-Replayed"] == "true"
+        assert DatasetVersion.objects.filter(dataset=source.dataset).count() == 2
+        response = api.post(address, {"kind": "decontaminate", "against": evaluation.public_id},
+                            content_type="application/json")
+        assert response.status_code == 202 and response.json()["derivation"]["against_name"] == "qa-eval v1"
+        refused = api.post(address, {"kind": "decontaminate", "against": source.public_id},
+                           content_type="application/json")
+        assert refused.status_code == 400 and list(refused.json()["errors"]) == ["against"]
+        refused = api.post(address, {"kind": "shuffle"}, content_type="application/json")
+        assert refused.status_code == 400 and list(refused.json()["errors"]) == ["kind"]
+        assert DatasetVersion.objects.filter(dataset=source.dataset).count() == 3

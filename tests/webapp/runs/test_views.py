@@ -16,7 +16,7 @@ from django.template.defaultfilters import filesizeformat
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from tests.webapp.factories import du_bytes, make_base_model
+from tests.webapp.factories import du_bytes, make_base_model, make_ready_version
 from tests.webapp.runs.conftest import compare_chart_data, drawn_series, make_pool_worker, sft_spec
 from webapp.core.bidi import FSI, PDI, isolated
 from webapp.core.templatetags.temper import when
@@ -2101,11 +2101,19 @@ def test_the_live_check_says_what_a_launch_would_warn_of_and_saves_nothing(team,
     assert answer["warnings"][0].startswith("optim.warmup_steps: 5 is not below the run's 5 optimizer steps")
     assert answer["warnings"][1].startswith("train.eval_every: 2 evaluates nothing, as data.eval is not given")
     fitting = {**form, "optim.warmup_steps": "1", "data.eval": catalog.prompts.public_id}
-    assert client.post("/p/alpha/runs/new/check/", fitting).json() == {"errors": {}, "warnings": [], "memory": [],
-                                                                           "counting": False}
+    assert client.post("/p/alpha/runs/new/check/", fitting).json() == {"errors": {}, "warnings": [], "actions": [],
+                                                                           "memory": [], "counting": False}
     # Evaluating on the training version itself is said too.
     on_itself = client.post("/p/alpha/runs/new/check/", {**fitting, "data.eval": catalog.sft.public_id}).json()
     assert [warning.split(":")[0] for warning in on_itself["warnings"]] == ["data.eval"]
+    assert on_itself["actions"] == [None]  # nothing in Temper does what it advises
+    # A warning Temper can act on says where: evaluation rows that data.train holds too, removed from it.
+    sharing = make_ready_version(team.project, name="held", rows=[{"prompt": "q3", "completion": "answer 3"}])
+    overlap = client.post("/p/alpha/runs/new/check/", {**fitting, "data.eval": sharing.public_id}).json()
+    assert [warning.split(" shares")[0] for warning in overlap["warnings"]] == [f"data.eval: {isolated('held v1')}"]
+    assert overlap["actions"] == [{
+        "url": f"/p/alpha/datasets/{catalog.sft.dataset.public_id}/v/1/?derive=decontaminate&against="
+               f"{sharing.public_id}#remove-shared", "label": "Remove them from chats v1"}]
     assert not Run.objects.exists() and not sent_tasks.calls
 
 
