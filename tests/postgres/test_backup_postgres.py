@@ -24,10 +24,12 @@ def other_database(database_url: str, name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def source(database_url, tmp_path_factory):
-    """A seeded installation on PostgreSQL and its backup: (its environment, the backup, its rows)."""
+def source(postgres_cluster, migrated_template, tmp_path_factory):
+    """A seeded installation on PostgreSQL and its backup: (its environment, the backup, its rows). Its database is a
+    copy of one migrated (tests/postgres/conftest.py), as the seed's ``migrate`` leaves an empty one."""
     base = tmp_path_factory.mktemp("pg-source")
-    environment = installation(base, database_url=other_database(database_url, "backup_source"))
+    database = postgres_cluster.create(template=migrated_template)
+    environment = installation(base, database_url=postgres_cluster.url(database))
     ok(run_in(environment, "-c", SEED))
     backup = base / "temper.tar"
     result = run_in(environment, "temper_backup", str(backup))
