@@ -158,7 +158,7 @@ def test_a_two_host_run_logs_the_losses_of_one_process_on_eight_devices(setup, h
 
 def test_a_lost_host_stops_the_other_fails_the_run_naming_it_and_resume_continues(setup, hosts):
     team = setup[0]
-    run = services.run_create(project=team.project, spec=spec_for(setup, max_steps=80, save_every=10),
+    run = services.run_create(project=team.project, spec=spec_for(setup, max_steps=40, save_every=10),
                               user=team.teammate)
 
     def trained_past(step):
@@ -198,9 +198,9 @@ def test_a_lost_host_stops_the_other_fails_the_run_naming_it_and_resume_continue
     wait_for(lambda: free_hosts() == 2, timeout=60, what="both hosts idle again", workers=_Logs(hosts))
     services.run_resume(run=run, user=None)
     wait_for(status_of(run, RunStatus.SUCCEEDED), timeout=300, what="the resumed run", workers=_Logs(hosts))
-    assert run.attempt == 2 and run.current_step == 80
+    assert run.attempt == 2 and run.current_step == 40
     steps = list(MetricPoint.objects.filter(run=run, name="loss").order_by("step").values_list("step", flat=True))
-    assert steps == list(range(1, 81))  # continuous, no step twice
+    assert steps == list(range(1, 41))  # continuous, no step twice
     messages = list(run.log_lines.values_list("message", flat=True))
     resumed = next(message for message in messages if message.startswith("resumed: continuing from step "))
     resumed_from = int(resumed.rsplit(" ", 1)[1])

@@ -11,13 +11,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.postgres.test_postgres import database_url  # noqa: F401  (the cluster fixture)
 from tests.webapp.backup.installations import DUMP, SEED, installation, moved, ok, run_in
 
 pytestmark = pytest.mark.integration
 
 
-def other_database(database_url: str, name: str) -> str:  # noqa: F811
+def other_database(database_url: str, name: str) -> str:
     """A new empty database ``name`` on the cluster of ``database_url``, and its address."""
     with psycopg.connect(database_url, autocommit=True) as connection:
         connection.execute(f"CREATE DATABASE {name}")
@@ -25,10 +24,12 @@ def other_database(database_url: str, name: str) -> str:  # noqa: F811
 
 
 @pytest.fixture(scope="module")
-def source(database_url, tmp_path_factory):  # noqa: F811
-    """A seeded installation on PostgreSQL and its backup: (its environment, the backup, its rows)."""
+def source(postgres_cluster, migrated_template, tmp_path_factory):
+    """A seeded installation on PostgreSQL and its backup: (its environment, the backup, its rows). Its database is a
+    copy of one migrated (tests/postgres/conftest.py), as the seed's ``migrate`` leaves an empty one."""
     base = tmp_path_factory.mktemp("pg-source")
-    environment = installation(base, database_url=other_database(database_url, "backup_source"))
+    database = postgres_cluster.create(template=migrated_template)
+    environment = installation(base, database_url=postgres_cluster.url(database))
     ok(run_in(environment, "-c", SEED))
     backup = base / "temper.tar"
     result = run_in(environment, "temper_backup", str(backup))
@@ -36,7 +37,7 @@ def source(database_url, tmp_path_factory):  # noqa: F811
     return environment, backup, json.loads(ok(run_in(environment, "-c", DUMP)))
 
 
-def test_a_backup_restores_into_another_database_and_data_directory(source, database_url, tmp_path):  # noqa: F811
+def test_a_backup_restores_into_another_database_and_data_directory(source, database_url, tmp_path):
     source, backup, rows = source
     with tarfile.open(backup) as archive:
         manifest = json.loads(archive.extractfile("manifest.json").read())
@@ -63,7 +64,7 @@ def test_a_backup_restores_into_another_database_and_data_directory(source, data
         assert connection.execute("SELECT to_regclass('later_migrations_table')").fetchone() == (None,)
 
 
-def test_a_failed_load_leaves_the_database_and_the_data_directory_as_they_were(source, database_url,  # noqa: F811
+def test_a_failed_load_leaves_the_database_and_the_data_directory_as_they_were(source, database_url,
                                                                                 tmp_path):
     """The target's role may read its database but not create tables in it (PostgreSQL 15 grants CREATE on schema
     public to its owner only): the load fails, and the files already moved into place are moved back."""

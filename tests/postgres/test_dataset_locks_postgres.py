@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.postgres.test_postgres import RACE_PREAMBLE, database_url, run_django  # noqa: F401  (the cluster fixture)
+from tests.postgres.test_postgres import RACE_PREAMBLE, run_django
 
 pytestmark = pytest.mark.integration
 
@@ -57,5 +57,5 @@ print("ok")
 """
 
 
-def test_deleting_a_version_leaves_its_datasets_row_unlocked(database_url, tmp_path):  # noqa: F811
+def test_deleting_a_version_leaves_its_datasets_row_unlocked(database_url, tmp_path):
     assert run_django(DELETE_LOCKS_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"

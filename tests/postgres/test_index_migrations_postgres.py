@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.postgres.test_postgres import database_url, run_django  # noqa: F401  (the cluster fixture)
+from tests.postgres.test_postgres import run_django
 
 pytestmark = pytest.mark.integration
 
@@ -92,7 +92,7 @@ print("ok")
 """
 
 
-def test_the_points_indexes_are_built_while_jobs_write_points(database_url, tmp_path):  # noqa: F811
+def test_the_points_indexes_are_built_while_jobs_write_points(database_url, tmp_path):
     assert run_django(INDEX_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
 
 
@@ -148,7 +148,7 @@ print("ok")
 """
 
 
-def test_a_failed_concurrent_build_leaves_an_invalid_index_that_migrating_again_replaces(database_url,  # noqa: F811
+def test_a_failed_concurrent_build_leaves_an_invalid_index_that_migrating_again_replaces(database_url,
                                                                                          tmp_path):
     """A concurrent index build that fails leaves an INVALID index of its name, and running the migration again
     failed on it ('relation ... already exists'): the operator had to find and drop it by hand. The operation

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.postgres.test_postgres import RACE_PREAMBLE, database_url, run_django  # noqa: F401  (the cluster fixture)
+from tests.postgres.test_postgres import RACE_PREAMBLE, run_django
 
 pytestmark = pytest.mark.integration
 
@@ -78,7 +78,7 @@ print("ok")
 """
 
 
-def test_a_launch_and_the_deletion_of_its_data_at_once_end_in_one_refusal_not_an_error(database_url, tmp_path):  # noqa: F811
+def test_a_launch_and_the_deletion_of_its_data_at_once_end_in_one_refusal_not_an_error(database_url, tmp_path):
     assert run_django(LAUNCH_AND_DELETE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
 
 
@@ -156,7 +156,7 @@ print("ok")
 """
 
 
-def test_a_launch_and_a_resume_of_the_reward_run_it_scores_with_at_once_never_both_go_ahead(database_url,  # noqa: F811
+def test_a_launch_and_a_resume_of_the_reward_run_it_scores_with_at_once_never_both_go_ahead(database_url,
                                                                                              tmp_path):
     """The launch read its reward run in plan_run, before any lock: a resume committed before its save set the run
     queued again, and the launch still went ahead, queued to score with a model being trained anew. The runs it reads
@@ -209,7 +209,7 @@ print("ok")
 """
 
 
-def test_a_resume_and_the_unregistering_of_its_model_at_once_never_both_go_ahead(database_url, tmp_path):  # noqa: F811
+def test_a_resume_and_the_unregistering_of_its_model_at_once_never_both_go_ahead(database_url, tmp_path):
     """The unregistering locked the model's row alone, which a resume does not read: a resume under way as the
     model went was queued all the same (each saw the other not there), to fail in the train worker on a folder
     deleted with it. It now locks the project's row first, as a resume does (``projects.services.project_lock``)."""

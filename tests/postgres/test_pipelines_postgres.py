@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.postgres.test_postgres import RACE_PREAMBLE, database_url, run_django  # noqa: F401  (the cluster fixture)
+from tests.postgres.test_postgres import RACE_PREAMBLE, run_django
 
 pytestmark = pytest.mark.integration
 
@@ -88,7 +88,7 @@ print("ok")
 """
 
 
-def test_a_resume_and_its_pipelines_advance_at_once_never_export_a_run_that_trains_again(database_url, tmp_path):  # noqa: F811
+def test_a_resume_and_its_pipelines_advance_at_once_never_export_a_run_that_trains_again(database_url, tmp_path):
     assert run_django(RESUME_AND_ADVANCE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
 
 
@@ -177,7 +177,7 @@ print("ok")
 """
 
 
-def test_a_pipelines_cancel_and_its_advance_at_once_leave_no_stage_running(database_url, tmp_path):  # noqa: F811
+def test_a_pipelines_cancel_and_its_advance_at_once_leave_no_stage_running(database_url, tmp_path):
     assert run_django(CANCEL_AND_ADVANCE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
 
 
@@ -267,7 +267,7 @@ print("ok")
 """
 
 
-def test_a_pipeline_and_a_resume_of_the_reward_run_it_scores_with_at_once_never_both_go_ahead(database_url,  # noqa: F811
+def test_a_pipeline_and_a_resume_of_the_reward_run_it_scores_with_at_once_never_both_go_ahead(database_url,
                                                                                                 tmp_path):
     """Its stages were checked before the project was locked: a resume of a reward run a later stage names, committed
     in between, left a running pipeline counting on a run with no export, whose stage then failed at its launch."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.postgres.test_postgres import RACE_PREAMBLE, database_url, run_django  # noqa: F401  (the cluster fixture)
+from tests.postgres.test_postgres import RACE_PREAMBLE, run_django
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +57,7 @@ print("ok")
 """
 
 
-def test_a_launch_and_the_deletion_of_its_project_at_once_end_in_one_refusal(database_url, tmp_path):  # noqa: F811
+def test_a_launch_and_the_deletion_of_its_project_at_once_end_in_one_refusal(database_url, tmp_path):
     assert run_django(LAUNCH_AND_PROJECT_DELETE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
 
 
@@ -105,7 +105,7 @@ print("ok")
 """
 
 
-def test_a_chat_turn_and_the_deletion_of_its_model_at_once_end_in_one_refusal(database_url, tmp_path):  # noqa: F811
+def test_a_chat_turn_and_the_deletion_of_its_model_at_once_end_in_one_refusal(database_url, tmp_path):
     """Without the turn's lock of the model's row, a turn sent as the run was deleted was saved and queued, and the
     serve worker answered it from the weights it still held."""
     assert run_django(CHAT_AND_MODEL_DELETE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
@@ -157,7 +157,7 @@ print("ok")
 """
 
 
-def test_a_campaigns_generation_and_the_deletion_of_its_model_at_once_end_in_one_refusal(database_url, tmp_path):  # noqa: F811
+def test_a_campaigns_generation_and_the_deletion_of_its_model_at_once_end_in_one_refusal(database_url, tmp_path):
     """Without the campaign's lock of its models' rows, a campaign created as one of them was unregistered was saved
     generating and queued: the serve worker then generated from a model no longer in the project."""
     assert run_django(CAMPAIGN_AND_MODEL_DELETE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
@@ -205,7 +205,7 @@ print("ok")
 """
 
 
-def test_an_arena_battle_and_the_deletion_of_its_project_at_once_end_in_one_refusal(database_url, tmp_path):  # noqa: F811
+def test_an_arena_battle_and_the_deletion_of_its_project_at_once_end_in_one_refusal(database_url, tmp_path):
     """The battle locks the project and both models before its first row, and its refusal says so; before, only each
     side's turn locked them, and a battle refused there read "as the message was being sent"."""
     assert run_django(BATTLE_AND_PROJECT_DELETE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
@@ -256,7 +256,7 @@ print("ok")
 """
 
 
-def test_a_completion_and_the_deletion_of_its_model_at_once_end_in_one_refusal(database_url, tmp_path):  # noqa: F811
+def test_a_completion_and_the_deletion_of_its_model_at_once_end_in_one_refusal(database_url, tmp_path):
     """A /v1 completion took no lock and left no record: one asked as its model was deleted was queued all the same,
     and a deletion while one was answered went through, the serve worker dropping the weights under it."""
     assert run_django(COMPLETION_AND_MODEL_DELETE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
@@ -304,7 +304,7 @@ print("ok")
 """
 
 
-def test_a_review_campaign_and_the_deletion_of_its_project_at_once_end_in_one_refusal(database_url, tmp_path):  # noqa: F811
+def test_a_review_campaign_and_the_deletion_of_its_project_at_once_end_in_one_refusal(database_url, tmp_path):
     """QA: ``review.services.campaign_create`` did not lock its project as the other creators do, so a campaign
     created while its project was being deleted waited on the deletion and then failed to save (a server error)."""
     assert run_django(CAMPAIGN_AND_PROJECT_DELETE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"

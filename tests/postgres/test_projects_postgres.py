@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.postgres.test_postgres import database_url, run_django  # noqa: F401  (the cluster fixture)
+from tests.postgres.test_postgres import run_django
 
 pytestmark = pytest.mark.integration
 
@@ -68,5 +68,5 @@ print("ok")
 """
 
 
-def test_two_owners_demoting_each_other_at_once_leave_one_owner_and_no_error(database_url, tmp_path):  # noqa: F811
+def test_two_owners_demoting_each_other_at_once_leave_one_owner_and_no_error(database_url, tmp_path):
     assert run_django(DEMOTE_EACH_OTHER_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"

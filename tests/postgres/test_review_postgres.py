@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.postgres.test_postgres import database_url, run_django  # noqa: F401  (the cluster fixture)
+from tests.postgres.test_postgres import run_django
 
 pytestmark = pytest.mark.integration
 
@@ -66,5 +66,5 @@ print("ok")
 """
 
 
-def test_two_reviewers_asking_at_once_for_the_last_place_get_it_once(database_url, tmp_path):  # noqa: F811
+def test_two_reviewers_asking_at_once_for_the_last_place_get_it_once(database_url, tmp_path):
     assert run_django(CONCURRENT_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.postgres.test_postgres import database_url, run_django  # noqa: F401  (the cluster fixture)
+from tests.postgres.test_postgres import run_django
 
 pytestmark = pytest.mark.integration
 
@@ -104,12 +104,12 @@ print("ok")
 
 
 def test_the_project_and_model_locks_of_work_asking_for_answers_are_no_key_locks_of_their_own_rows(
-        database_url, tmp_path):  # noqa: F811
+        database_url, tmp_path):
     """``select_for_update(no_key=True, of=("self",))`` (``project_lock``, ``model_lock``) as PostgreSQL takes it:
     ``FOR NO KEY UPDATE OF`` the row's own table, or of a query on that table alone."""
     assert run_django(NO_KEY_LOCKS_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
 
 
 def test_unregistering_a_base_model_and_asking_for_a_serving_copy_lock_their_own_rows_only(
-        database_url, tmp_path):  # noqa: F811
+        database_url, tmp_path):
     assert run_django(ROW_LOCKS_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.postgres.test_postgres import database_url, run_django  # noqa: F401  (the cluster fixture)
+from tests.postgres.test_postgres import run_django
 
 pytestmark = pytest.mark.integration
 
@@ -54,5 +54,5 @@ print("ok")
 """
 
 
-def test_two_concurrent_sendings_make_one_thing(database_url, tmp_path):  # noqa: F811
+def test_two_concurrent_sendings_make_one_thing(database_url, tmp_path):
     assert run_django(CONCURRENT_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"

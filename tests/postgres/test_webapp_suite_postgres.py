@@ -11,14 +11,14 @@ import sys
 
 import pytest
 
-from tests.postgres.test_postgres import ROOT, database_url  # noqa: F401  (the cluster fixture)
+from tests.postgres.test_postgres import ROOT
 
 pytestmark = pytest.mark.integration
 
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-p", "tests.postgres.database_tests"]
 
 
-def test_the_web_apps_tests_pass_on_postgres(database_url):  # noqa: F811
+def test_the_web_apps_tests_pass_on_postgres(database_url):
     env = {**os.environ, "DATABASE_URL": database_url}
     result = subprocess.run([*PYTEST, "tests/webapp"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stdout[-20000:] + result.stderr[-5000:]
