@@ -398,8 +398,9 @@ def evaluations_fail_abandoned(*, now: datetime | None = None) -> list[int]:
 
 @transaction.atomic
 def evaluation_cancel(*, evaluation: Evaluation, user: AbstractBaseUser) -> Evaluation:
-    """Stop a queued or running evaluation: cancelled at once; a message still queued then does nothing, and a
-    worker scoring it has its result dropped (``evaluation_finish``). Refused once it has ended."""
+    """Stop a queued or running evaluation: cancelled at once; a message still queued then does nothing, a worker
+    generating its completions stops after the slice of rows under way (``evaluation_progress`` says so), and one
+    scoring a loss has its result dropped (``evaluation_finish``). Refused once it has ended."""
     evaluation = Evaluation.objects.select_for_update(of=("self",)).get(pk=evaluation.pk)
     if evaluation.status not in ACTIVE_EVALUATION_STATUSES:
         raise ValidationError({"status": f"evaluation {evaluation.public_id} is {evaluation.status}: there is "
