@@ -110,7 +110,8 @@ def completions(evaluation: Evaluation, server, tokenizer, rows: list[dict[str, 
     def on_progress(done: int) -> bool:
         return services.evaluation_progress(evaluation_id=evaluation.pk, rows_done=done, rows_total=len(rows))
 
-    on_progress(0)
+    if not on_progress(0):  # cancelled while its rows were read and its model loaded
+        raise GenerationStopped
     return answers_in_slices(server, requests, timeout=timeout, on_progress=on_progress, cut_answer=cut_answer)
 
 
