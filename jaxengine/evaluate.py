@@ -37,18 +37,33 @@ def exact_match(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int =
 
 def greedy_completions(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int, batch_size: int = 64
                        ) -> list[str]:
-    """The greedy completion of each row's ``prompt`` (rendered as SFT rendered it), ``batch_size`` at a time."""
-    from jaxengine.data.pipeline import encode_prompt
+    """The greedy completion of each row's ``prompt`` (``greedy_prompt``), ``batch_size`` at a time."""
     from jaxengine.models.transformer import inference_layout
-    from jaxengine.sampler import Sampler, SamplingParams
+    from jaxengine.sampler import Sampler
 
     sampler = Sampler(inference_layout(model), tokenizer)
-    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, seed=0)
+    params = greedy_params(max_new_tokens)
     texts: list[str] = []
     for start in range(0, len(rows), batch_size):
         chunk = rows[start : start + batch_size]
-        texts += [g.text for g in sampler.generate([encode_prompt(tokenizer, row["prompt"]) for row in chunk], params)]
+        texts += [g.text for g in sampler.generate([greedy_prompt(tokenizer, row) for row in chunk], params)]
     return texts
+
+
+def greedy_prompt(tokenizer, row: Mapping[str, Any]) -> list[int]:
+    """The token ids a row's ``prompt`` is completed from: rendered as SFT rendered it in training. The web app's
+    evaluations, generating through the serve worker's batching server, render theirs by this too, so that their
+    figure is ``jaxengine eval``'s."""
+    from jaxengine.data.pipeline import encode_prompt
+
+    return encode_prompt(tokenizer, row["prompt"])
+
+
+def greedy_params(max_new_tokens: int):
+    """The ``SamplingParams`` of every scored completion: greedy (the seed unread, fixed all the same)."""
+    from jaxengine.sampler import SamplingParams
+
+    return SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, seed=0)
 
 
 def reward_term_problems(items: Any) -> tuple[list[rewards.WeightedReward], dict[str, str]]:

@@ -240,6 +240,10 @@ TEMPER_SERVE_TIMEOUT_SECONDS = env_int("TEMPER_SERVE_TIMEOUT_SECONDS", 30)
 # submission: longer than a chat answer's, as a campaign may ask for up to 4096 new tokens a prompt and nobody
 # reads them as they come, yet bounded, so that one slice cannot hold the serve worker for ever.
 TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS = env_int("TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS", 600)
+# The same bound for an evaluation's greedy completions (worker.tasks.evals), a slice of rows at a time: a setting of
+# its own, so that an operator may give campaigns' long sampled answers more time than up to 1024 tokens of greedy
+# completion without letting evaluations hold the serve worker as long.
+TEMPER_EVAL_ANSWER_TIMEOUT_SECONDS = env_int("TEMPER_EVAL_ANSWER_TIMEOUT_SECONDS", 600)
 # A model the serve worker loads compiles a lone conversation's programs in its idle time
 # (jaxengine.serving.BatchingServer.warm), so a first answer does not stall at each compile.
 TEMPER_SERVE_WARMUP = env_bool("TEMPER_SERVE_WARMUP", True)

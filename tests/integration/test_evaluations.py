@@ -114,10 +114,12 @@ def test_a_model_deleted_from_disk_fails_the_evaluation_in_words(celery_workers,
     model_dir = build_tiny_model_dir(tmp_path / "doomed", seed=1)
     model = make_base_model(team.project, name="doomed", path=str(model_dir))
     chats = make_ready_version(team.project, name="chats", kind="sft", user=team.owner)
-    evaluation = services.evaluation_create(project=team.project, model_ref=model.public_id, version=chats,
-                                            settings=services.EvaluationSettings(row_limit=2), user=team.owner)
+    # Before the evaluation is queued: the serve worker takes it on commit, and could load the model before the
+    # weights went (the serve cache, warm from the test before, loads it within a second).
     for weights in model_dir.glob("*.safetensors"):
         weights.unlink()
+    evaluation = services.evaluation_create(project=team.project, model_ref=model.public_id, version=chats,
+                                            settings=services.EvaluationSettings(row_limit=2), user=team.owner)
     evaluation = finished(evaluation, celery_workers)
     assert evaluation.status == EvaluationStatus.FAILED
     assert evaluation.error.startswith("the evaluation failed: ") and "Traceback" not in evaluation.error

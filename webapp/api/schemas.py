@@ -685,6 +685,10 @@ class EvaluationOut(_Answer):
     reward_terms: list[dict[str, Any]] = Field(description="Metric rewards: the reward functions, {name, weight, "
                                                            "args} each; [] for another metric.")
     status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    rows_done: int = Field(description="Exact match and rewards: the rows whose completions are generated so far, "
+                                       "counted after each slice the serve worker generates; 0 for loss.")
+    rows_total: int = Field(description="The rows being scored, once the serve worker has started generating (0 "
+                                        "before, and for loss).")
     result: dict[str, Any] = Field(description="Once succeeded: jaxengine eval's object (metric, value, count, groups "
                                                "with group_by, the first completions as examples; for rewards, value "
                                                "the mean weighted total and terms each function's mean); {} before.")

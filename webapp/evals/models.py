@@ -62,6 +62,11 @@ class Evaluation(models.Model):
     # A word on a scoring under way that is no failure: its serve worker was lost and it starts over
     # (``services.evaluation_requeued``). Its outcome clears it; ``error`` holds failures.
     notice = models.TextField(blank=True, default="")
+    # Progress while it runs, kept beside ``result`` rather than in it: ``result`` is ``jaxengine.evaluate``'s object
+    # whole or nothing ({} until it succeeds), which the API, comparisons and webhooks read as the figure. The worker
+    # sets both after each slice of rows generated (``services.evaluation_progress``); 0 of 0 before its first.
+    rows_done = models.PositiveIntegerField(default=0)
+    rows_total = models.PositiveIntegerField(default=0)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)

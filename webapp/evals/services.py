@@ -325,9 +325,17 @@ def evaluation_start(*, evaluation_id: int) -> Evaluation | None:
     worker scoring it died (``workers.deliveries.deliveries_restore_orphaned``): running from now. None when it has
     ended (cancelled, or deleted, before its message was taken up)."""
     if not Evaluation.objects.filter(pk=evaluation_id, status__in=ACTIVE_EVALUATION_STATUSES).update(
-            status=EvaluationStatus.RUNNING, started_at=timezone.now()):
-        return None
+            status=EvaluationStatus.RUNNING, started_at=timezone.now(), rows_done=0, rows_total=0):
+        return None  # (a lost worker's evaluation starts over: its rows are counted anew)
     return Evaluation.objects.select_related("project", "dataset_version__dataset").get(pk=evaluation_id)
+
+
+def evaluation_progress(*, evaluation_id: int, rows_done: int, rows_total: int) -> bool:
+    """Record a running evaluation's rows generated so far (its page says "Scoring: 128 of 500 rows"); whether it
+    is still running, which the worker asks after each slice of rows: False once it was cancelled or deleted, and
+    the worker stops generating."""
+    return Evaluation.objects.filter(pk=evaluation_id, status=EvaluationStatus.RUNNING).update(
+        rows_done=rows_done, rows_total=rows_total) > 0
 
 
 @transaction.atomic
@@ -390,8 +398,9 @@ def evaluations_fail_abandoned(*, now: datetime | None = None) -> list[int]:
 
 @transaction.atomic
 def evaluation_cancel(*, evaluation: Evaluation, user: AbstractBaseUser) -> Evaluation:
-    """Stop a queued or running evaluation: cancelled at once; a message still queued then does nothing, and a
-    worker scoring it has its result dropped (``evaluation_finish``). Refused once it has ended."""
+    """Stop a queued or running evaluation: cancelled at once; a message still queued then does nothing, a worker
+    generating its completions stops after the slice of rows under way (``evaluation_progress`` says so), and one
+    scoring a loss has its result dropped (``evaluation_finish``). Refused once it has ended."""
     evaluation = Evaluation.objects.select_for_update(of=("self",)).get(pk=evaluation.pk)
     if evaluation.status not in ACTIVE_EVALUATION_STATUSES:
         raise ValidationError({"status": f"evaluation {evaluation.public_id} is {evaluation.status}: there is "

@@ -2,9 +2,7 @@
 models' answers, generation with the ``serve`` worker's loaded models (``serve`` queue)."""
 from __future__ import annotations
 
-import dataclasses
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +13,7 @@ from webapp.basemodels.inspection import ModelDirError, check_registered_model_d
 from webapp.celery import app
 from webapp.review import services
 from webapp.review.models import Campaign
+from worker.tasks.answers import GenerationError, GenerationStopped, answers_in_slices
 
 logger = logging.getLogger(__name__)
 
@@ -79,10 +78,6 @@ def _generate(campaign: Campaign) -> None:
     services.generation_finish(campaign_id=campaign_id, prompts=prompts, answers_a=answers_a, answers_b=answers_b)
 
 
-class GenerationError(Exception):
-    """A prompt one of the models cannot take; the message names the model and the row."""
-
-
 def _check_model_dir(model: dict[str, Any], *, project_slug: str) -> None:
     """``GenerationError`` naming ``model`` when its directory may not be loaded for the campaign's project
     (``check_registered_model_dir``: it lies now in another project's folder)."""
@@ -92,19 +87,13 @@ def _check_model_dir(model: dict[str, Any], *, project_slug: str) -> None:
         raise GenerationError(f"{model['label']} cannot be loaded: {error}") from None
 
 
-class GenerationStopped(Exception):
-    """The campaign is no longer generating (cancelled or deleted by an owner): the rest is not asked."""
-
-
 def model_answers(model: dict[str, Any], prompts: list[services.GenerationPrompt],
                   settings: services.GenerationSettings, *, on_progress: Callable[[int], bool]) -> list[str]:
     """``model``'s answer to every prompt, generated through the serve worker's cache and batching
-    server for that model, so that a model already loaded for chats is not loaded twice.
-
-    Prompts go in slices of the server's batch size and each slice is awaited before the next is
-    submitted: chats arriving meanwhile join the next batch instead of waiting behind the whole
-    campaign. ``on_progress`` is told the answers so far after each slice and says whether to go on
-    (``GenerationStopped`` when not). Prompt ``i`` uses seed ``settings.seed + i`` (the same for both models), and is
+    server for that model, so that a model already loaded for chats is not loaded twice, a slice of the
+    server's batch size at a time (``answers.answers_in_slices``): ``on_progress`` is told the answers so far
+    after each slice and says whether to go on (``GenerationStopped`` when not). Prompt ``i`` uses seed
+    ``settings.seed + i`` (the same for both models), and is
     rendered with the campaign's template variables ``model["template_variables"]`` (those its template reads) over
     ``settings.chat_template_kwargs`` (the Thinking switch) over a run's model's ``template_kwargs`` (its Run row's,
     ``webapp.chat.selectors.ModelChoice``) over the model's own template variables.
@@ -136,20 +125,9 @@ def model_answers(model: dict[str, Any], prompts: list[services.GenerationPrompt
         except (PromptError, DataError, ChatTemplateError) as error:  # the last names the template's file
             raise GenerationError(f"{model['label']} cannot answer row {prompt.row} of the prompts: {error}") from None
         requests.append(request)
-    answers: list[str] = []
-    for start in range(0, len(requests), server.max_batch):
-        deadline = time.monotonic() + timeout
-        futures = [server.submit(dataclasses.replace(request, deadline=deadline))
-                   for request in requests[start:start + server.max_batch]]
-        results = [future.result() for future in futures]
-        for prompt, result in zip(prompts[start:start + server.max_batch], results):
-            if result.finish_reason == "timeout":  # a cut answer would be reviewed as if it were whole
-                raise GenerationError(
-                    f"{model['label']} took longer than {timeout} s (TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS) to "
-                    f"answer row {prompt.row} of the prompts, and its answer was cut; allow fewer new tokens, choose "
-                    "fewer prompts or a smaller model, or give the serve worker a larger "
-                    "TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS")
-        answers += [result.text for result in results]
-        if not on_progress(len(answers)):
-            raise GenerationStopped
-    return answers
+    def cut_answer(index: int) -> str:  # a cut answer would be reviewed as if it were whole
+        return (f"{model['label']} took longer than {timeout} s (TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS) to answer row "
+                f"{prompts[index].row} of the prompts, and its answer was cut; allow fewer new tokens, choose fewer "
+                "prompts or a smaller model, or give the serve worker a larger TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS")
+
+    return answers_in_slices(server, requests, timeout=timeout, on_progress=on_progress, cut_answer=cut_answer)

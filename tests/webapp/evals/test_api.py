@@ -52,6 +52,20 @@ def test_a_member_queues_reads_cancels_and_deletes_one(team, base_model, prompts
     assert not Evaluation.objects.exists()
 
 
+def test_a_running_evaluation_says_its_rows_scored_so_far(team, base_model, prompts_version, client):
+    evaluation = services.evaluation_create(project=team.project, model_ref=base_model.public_id,
+                                            version=prompts_version, settings=services.EvaluationSettings(),
+                                            user=team.teammate)
+    services.evaluation_start(evaluation_id=evaluation.pk)
+    services.evaluation_progress(evaluation_id=evaluation.pk, rows_done=4, rows_total=6)
+    status, running = api(team.viewer)("GET", f"{BASE}{evaluation.public_id}/")
+    assert status == 200 and (running["status"], running["rows_done"], running["rows_total"]) == ("running", 4, 6)
+    valid("EvaluationOut", running)
+    document = client.get("/api/v1/openapi.json").json()["components"]["schemas"]["EvaluationOut"]
+    assert {"rows_done", "rows_total"} <= set(document["required"])
+    assert "slice" in document["properties"]["rows_done"]["description"]
+
+
 def test_it_rejects_bad_input_naming_the_field(team, base_model, prompts_version, sent_tasks):
     member = api(team.teammate)
     theirs = make_ready_version(team.outsider_project, name="theirs", kind="prompts",

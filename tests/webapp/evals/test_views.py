@@ -310,3 +310,22 @@ def test_the_result_by_reward_functions_shows_each_terms_mean_escaped(team, clie
     assert '<option value="valid_json" selected>' not in outsiders.content.decode()
     listed = client_for(team.viewer).get(reverse("evals:list", args=[team.project.slug])).content.decode()
     assert "reward functions (<span class=\"reward-terms\">contains × 2 {&quot;keywords&quot;: [&quot;&lt;b&gt;&quot;]}; valid_json</span>)" in listed
+
+
+def test_a_running_evaluation_shows_its_rows_scored_so_far(team, client_for, base_model, prompts_version):
+    """QA: the page said only "The serve worker is scoring it" for however long 500 rows took. It says how many rows
+    the worker has generated (counted after each slice) while it refreshes itself."""
+    evaluation = create(team, base_model, prompts_version)
+    detail = reverse("evals:detail", args=[team.project.slug, evaluation.public_id])
+    services.evaluation_start(evaluation_id=evaluation.pk)
+    page = client_for(team.viewer).get(detail).content.decode()
+    assert "The serve worker is scoring it." in page and "Scoring:" not in page
+    assert services.evaluation_progress(evaluation_id=evaluation.pk, rows_done=1280, rows_total=5000)
+    page = client_for(team.viewer).get(detail).content.decode()
+    assert '<span id="evaluation-progress">Scoring: 1,280 of 5,000 rows.</span>' in page
+    assert 'http-equiv="refresh"' in page
+    services.evaluation_cancel(evaluation=evaluation, user=team.teammate)
+    assert not services.evaluation_progress(evaluation_id=evaluation.pk, rows_done=1536, rows_total=5000), (
+        "the worker is not told to stop")
+    page = client_for(team.viewer).get(detail).content.decode()
+    assert "Scoring:" not in page and Evaluation.objects.get().rows_done == 1280
