@@ -101,6 +101,14 @@ def evaluation_get(*, project: Project, public_id: str) -> Evaluation:
     return evaluation
 
 
+def evaluations_by_ids(*, project: Project, public_ids: list[str]) -> list[Evaluation]:
+    """The evaluations ``public_ids`` of ``project`` in that order, those deleted since left out."""
+    found = {evaluation.public_id: evaluation for evaluation in
+             Evaluation.objects.select_related("project", "created_by", "dataset_version__dataset")
+             .filter(project=project, public_id__in=public_ids)}
+    return [found[public_id] for public_id in public_ids if public_id in found]
+
+
 def model_page(*, evaluation: Evaluation) -> str:
     """The page of the evaluation's model (a base model's, or the run's for its model or a checkpoint), "" once the
     model has been deleted (its label is what is left)."""
