@@ -575,7 +575,7 @@ def _evaluations_context(project, run: Run, membership) -> dict[str, Any]:
     """The Evaluations section: the newest, the scores across checkpoints (``evaluation_curves``, drawn by
     static/evaluation_curves.js), for members with exported checkpoints to score *Evaluate every checkpoint…*, and
     the checkpoints left out as not exported."""
-    evaluations = list(evaluation_selectors.evaluation_list(project=project, model_id=run.public_id))
+    evaluations = evaluation_selectors.run_page_evaluations(project=project, run_id=run.public_id)
     return {
         "evaluations": evaluation_selectors.model_evaluations(evaluations=evaluations),
         "evaluation_curves": evaluation_selectors.evaluation_curves(
