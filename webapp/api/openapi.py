@@ -93,6 +93,7 @@ ANSWERS = (schemas.ProjectList, schemas.ProjectOut, schemas.BaseModelList, schem
            schemas.DatasetComparison, schemas.DatasetVersionOut, schemas.UploadOut, schemas.RunPage, schemas.RunDetail, schemas.RunOut,
            schemas.SweepOut, schemas.MetricSeries, schemas.MetricsLogged, schemas.SampleList, schemas.SamplesStored, schemas.RunLog,
            schemas.PipelineList, schemas.PipelineOut, schemas.EvaluationList, schemas.EvaluationOut,
+           schemas.RunEvaluationsOut,
            schemas.ChatTokenList, schemas.ChatTokenCreated,
            schemas.ProjectStorage, schemas.CheckpointsPruned, schemas.CheckpointList, schemas.CheckpointExportQueued,
            schemas.CheckpointServingCopyQueued, schemas.WebhookList, schemas.WebhookOut, schemas.DeliveryList,
@@ -533,12 +534,15 @@ def build_document() -> dict[str, Any]:
                                      *_page_query("evaluations")],
                               response="`{\"evaluations\": [...], \"next\": url}`: follow `next` (null on the "
                                        "last page) for the page after", answer=schemas.EvaluationList),
-            "post": _operation("Evaluate a model on a ready dataset version (members and owners): everything is "
-                               "checked first (400 naming the field: the model, the version's kind and rows, the "
-                               "group-by column's values, a reward term as reward_terms.<n>.<key>), then the serve worker scores "
-                               "it", [SLUG, IDEMPOTENCY_KEY],
-                               body=schemas.EvaluationCreate, status="202", response="the evaluation, queued",
-                               answer=schemas.EvaluationOut),
+            "post": _operation("Evaluate a model on a ready dataset version (members and owners), or with run "
+                               "every exported checkpoint and the final model of a run: everything is "
+                               "checked first (400 naming the field: the model or run, the version's kind and rows, "
+                               "the group-by column's values, a reward term as reward_terms.<n>.<key>), then the "
+                               "serve worker scores it", [SLUG, IDEMPOTENCY_KEY],
+                               body=schemas.EvaluationCreate, status="202",
+                               response="the evaluation, queued; with run `{\"run\", \"evaluations\": [...], "
+                                        "\"skipped\", \"left\", \"not_exported\"}`",
+                               answer=(schemas.EvaluationOut, schemas.RunEvaluationsOut)),
         },
         f"{base}/evaluations/{{evaluation_id}}/": {
             "get": _operation("An evaluation: status, settings, and its result once it has succeeded",

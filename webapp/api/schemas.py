@@ -650,10 +650,18 @@ class PipelineOut(_Answer):
 
 
 class EvaluationCreate(_Body):
-    """Evaluate a model of the project on a ready dataset version, as the New evaluation page does."""
+    """Evaluate a model of the project on a ready dataset version, as the New evaluation page does; or, with run
+    instead of model, every model of a run, as its page's *Evaluate every checkpoint…* does."""
 
-    model: str = Field(description="The model as the chat names it: a base model (bm_…), a succeeded run's model "
-                                   "(run_…) or an exported checkpoint (run_…:step-N or run_…@N).")
+    model: str | None = Field(default=None, description="The model as the chat names it: a base model (bm_…), a "
+                                                        "succeeded run's model (run_…) or an exported checkpoint "
+                                                        "(run_…:step-N or run_…@N). Give model or run, not both.")
+    run: str | None = Field(default=None, description=(
+        "Instead of model, a run (run_…): one evaluation per exported checkpoint and its final model, for the run "
+        "page's curve across steps, checked all or nothing; a model evaluated so already (same version, metric, "
+        "rows, tokens, answer column or reward functions; succeeded, queued or running) is skipped, and at most "
+        "20 are queued a request, spread over the steps: send it again for the rest. The answer is "
+        'RunEvaluationsOut.'))
     dataset_version: str = Field(description="A ready dataset version (dv_…): prompts with reference answers "
                                              "(answer_column; exact match of greedy completions, or reward_terms) "
                                              "or sft (mean completion loss).")
@@ -669,6 +677,12 @@ class EvaluationCreate(_Body):
         "A prompts version scored by reward functions instead of exact match (metric rewards): the list a GRPO "
         "spec gives as grpo.rewards, [{name, weight, args}], checked as it is (a reward_model's model a reward run "
         "of the project, run_…); a refusal names reward_terms.<n>.<key>. Null or left out: exact match."))
+
+    @model_validator(mode="after")
+    def _one_model_or_run(self) -> EvaluationCreate:
+        if (self.model is None) == (self.run is None):
+            raise ValueError("give exactly one of model and run (run_…: every exported checkpoint of the run)")
+        return self
 
 
 class EvaluationOut(_Answer):
@@ -697,6 +711,17 @@ class EvaluationOut(_Answer):
     created_at: str
     started_at: str | None
     finished_at: str | None
+
+
+class RunEvaluationsOut(_Answer):
+    run: str = Field(description="run_…")
+    evaluations: list[EvaluationOut] = Field(description="Those queued, in step order (the final model last); [] "
+                                                         "when every model was evaluated so already.")
+    skipped: int = Field(description="Models skipped: evaluated so already, or being evaluated.")
+    left: int = Field(description="Models past the 20 queued a request: send the request again (with another "
+                                  "Idempotency-Key) to queue them.")
+    not_exported: int = Field(description="Checkpoints saved but not exported, which nothing can score: export them "
+                                          "(POST runs/{run_id}/checkpoints/{step}/export/) first.")
 
 
 class EvaluationList(_Answer):

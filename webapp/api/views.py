@@ -1384,8 +1384,9 @@ def _evaluation_json(evaluation) -> dict[str, Any]:
 def evaluations(request: HttpRequest, slug: str) -> JsonResponse:
     """GET: the project's evaluations, newest first, a page at a time (``limit``, and the ``next`` link); with
     ``model`` (a base model's or a run's id, a run's covering its checkpoints), that model's alone. POST
-    ``{"model", "dataset_version", "row_limit"?, "max_new_tokens"?, "group_by"?, "answer_column"?, "reward_terms"?}``: check everything and queue the
-    evaluation on the serve worker (202), as the New evaluation page does (members and owners)."""
+    ``{"model", "dataset_version", "row_limit"?, "max_new_tokens"?, "group_by"?, "answer_column"?, "reward_terms"?}``:
+    check everything and queue the evaluation on the serve worker (202), as the New evaluation page does (members and
+    owners); with ``"run"`` in place of ``"model"``, every model of that run (``_evaluate_every_checkpoint``)."""
     if request.method == "GET":
         project, _membership = get_project_for_user(request.user, slug)
         asked = paging.page_query(request, sort="evaluations")
@@ -1406,11 +1407,37 @@ def evaluations(request: HttpRequest, slug: str) -> JsonResponse:
                                                            group_by=body.group_by.strip(),
                                                            answer_column=body.answer_column.strip(),
                                                            reward_terms=body.reward_terms)
+    if body.run is not None:
+        return _evaluate_every_checkpoint(request, project=project, run_id=body.run, version=version,
+                                          settings=settings_sent)
     sent = request_send_once(request, create=lambda: evaluation_services.evaluation_create(
         project=project, model_ref=body.model, version=version, settings=settings_sent,
         user=request.user).public_id)
     return _created(_evaluation_json(evaluation_selectors.evaluation_get(project=project, public_id=sent.result)),
                     sent, status=202)
+
+
+def _evaluate_every_checkpoint(request: HttpRequest, *, project: Project, run_id: str, version: DatasetVersion,
+                               settings: evaluation_services.EvaluationSettings) -> JsonResponse:
+    """POST evaluations/ with ``run``: ``services.evaluations_create_for_run``, its refusals keyed ``run``; 202 with
+    the evaluations queued and the models skipped, left and not exported counted."""
+    run = Run.objects.filter(project=project, public_id=run_id).first()
+    if run is None:  # another project's is answered as a missing one, as a version is
+        raise ValidationError({"run": f"{run_id!r} is not a run of {project.slug} (run_…)"})
+
+    def create() -> str:
+        done = evaluation_services.evaluations_create_for_run(project=project, run=run, version=version,
+                                                              settings=settings, user=request.user)
+        # Counts first, then the ids: at most MAX_RUN_EVALUATIONS of them, within a Submission's result.
+        return " ".join(map(str, (len(done.skipped), len(done.left), len(done.not_exported),
+                                  *(evaluation.public_id for evaluation in done.created))))
+
+    with _fields_as_sent({"model": "run"}):
+        sent = request_send_once(request, create=create)
+    skipped, left, not_exported, *created = sent.result.split()
+    queued = evaluation_selectors.evaluations_by_ids(project=project, public_ids=created)
+    return _created({"run": run.public_id, "evaluations": [_evaluation_json(evaluation) for evaluation in queued],
+                     "skipped": int(skipped), "left": int(left), "not_exported": int(not_exported)}, sent, status=202)
 
 
 @api_view(("GET", "DELETE"))

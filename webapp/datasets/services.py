@@ -365,15 +365,8 @@ def _split_problems(source: DatasetVersion, *, held_out: Any, seed: Any, stratif
         problems["held_out"] = str(error)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= splitting.MAX_SEED:
         problems["seed"] = f"the seed is a whole number from 0 to {splitting.MAX_SEED}, e.g. 0"
-    if stratify:
-        try:
-            columns = splitting.first_row_columns(source.absolute_path, fmt=formats.FileFormat(source.format))
-        except (formats.DatasetFormatError, OSError) as error:
-            raise ValidationError({"version": f"{isolated(str(source))} cannot be read ({error}); upload it again"}
-                                  ) from None
-        if stratify not in columns:
-            problems["stratify"] = (f"{isolated(str(source))} has no column {stratify[:100]!r}; its columns are "
-                                    f"{', '.join(map(repr, columns))}, or leave it blank to split at random")
+    if stratify and (refused := _stratify_problem(source, stratify=stratify)):
+        problems["stratify"] = refused
     project = source.dataset.project
     for field, name in names.items():
         try:
@@ -390,6 +383,24 @@ def _split_problems(source: DatasetVersion, *, held_out: Any, seed: Any, stratif
             name_key(names["train_name"]) == name_key(names["held_out_name"]):
         problems["held_out_name"] = "the two sides need different names, e.g. 'qa train' and 'qa held-out'"
     return problems, held_out_rows
+
+
+def _stratify_problem(source: DatasetVersion, *, stratify: str) -> str:
+    """Why ready version ``source`` cannot be split stratified by column ``stratify`` as far as its first rows tell
+    (``splitting.check_strata``); "" where they do not."""
+    path, fmt = source.absolute_path, formats.FileFormat(source.format)
+    try:
+        columns = splitting.first_row_columns(path, fmt=fmt)
+        if stratify not in columns:
+            return (f"{isolated(str(source))} has no column {stratify[:100]!r}; its columns are "
+                    f"{', '.join(map(repr, columns))}, or leave it blank to split at random")
+        splitting.check_strata(path, fmt=fmt, column=stratify)
+    except splitting.SplitError as error:
+        return str(error)
+    except (formats.DatasetFormatError, OSError) as error:
+        raise ValidationError({"version": f"{isolated(str(source))} cannot be read ({error}); upload it again"}
+                              ) from None
+    return ""
 
 
 @transaction.atomic

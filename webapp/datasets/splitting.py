@@ -12,6 +12,7 @@ that the new versions keep its column mapping and read as the same examples.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from array import array
@@ -29,6 +30,10 @@ from webapp.datasets.derivations import DerivationError
 # Stratifying asks for a short label: past this many distinct values a column is no label (a prompt, an id) and
 # each value would hold out a row or none.
 MAX_STRATA = 1000
+# A request checks a stratify column on the first rows alone (``check_strata``): a column of ids or prompts shows
+# itself within its first MAX_STRATA + 1 rows, while a short label's column would be read whole, which is the
+# worker's to do (``column_labels``), not a form's. 10,000 rows of 1 KB are a read of about 10 MB.
+STRATA_CHECKED_ROWS = 10_000
 # Seeds a numpy generator takes whole; a split records its seed, so one typed is one stored.
 MAX_SEED = 2**63 - 1
 
@@ -179,12 +184,14 @@ def column_label(value: Any) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str)
 
 
-def column_labels(path: str | os.PathLike, *, fmt: formats.FileFormat, column: str) -> np.ndarray:
-    """Each row's value of ``column``, coded as a small integer (first seen, first coded), streamed from the file;
-    ``SplitError`` for a column of more than ``MAX_STRATA`` values."""
+def column_labels(path: str | os.PathLike, *, fmt: formats.FileFormat, column: str,
+                  max_rows: int | None = None) -> np.ndarray:
+    """Each row's value of ``column`` (of the first ``max_rows`` alone, where given), coded as a small integer (first
+    seen, first coded), streamed from the file; ``SplitError`` for a column of more than ``MAX_STRATA`` values, as
+    soon as the value past them is read."""
     codes: dict[bytes, int] = {}
     labels = array("q")
-    for item in formats.iter_rows(path, fmt=fmt):
+    for item in itertools.islice(formats.iter_rows(path, fmt=fmt), max_rows):
         if type(item) is formats.Issue:
             raise formats.DatasetFormatError(item)
         value = item.value.get(column) if type(item.value) is dict else None
@@ -194,6 +201,13 @@ def column_labels(path: str | os.PathLike, *, fmt: formats.FileFormat, column: s
                              "stratify by: choose a short label column such as task or source, or none")
         labels.append(label)
     return np.frombuffer(labels, dtype=np.int64) if labels else np.zeros(0, dtype=np.int64)
+
+
+def check_strata(path: str | os.PathLike, *, fmt: formats.FileFormat, column: str) -> None:
+    """``column_labels``' refusal of a column of too many values where the first ``STRATA_CHECKED_ROWS`` rows already
+    show it: a split's request says so on its ``stratify`` field; a column whose values grow past ``MAX_STRATA``
+    only further on is refused by the worker."""
+    column_labels(path, fmt=fmt, column=column, max_rows=STRATA_CHECKED_ROWS)
 
 
 def first_row_columns(path: str | os.PathLike, *, fmt: formats.FileFormat) -> tuple[str, ...]:

@@ -90,4 +90,8 @@ class Evaluation(models.Model):
 
     @property
     def value(self) -> float | None:
-        return self.result.get("value") if self.status == EvaluationStatus.SUCCEEDED else None
+        """The figure of a succeeded evaluation: its result's ``value``, or ``result_value`` where a selector read
+        that alone in place of the whole result (``selectors.run_page_evaluations``)."""
+        if self.status != EvaluationStatus.SUCCEEDED:
+            return None
+        return self.result_value if hasattr(self, "result_value") else self.result.get("value")

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
+from django.db.models.fields.json import KeyTransform
 from django.http import Http404
 from django.urls import reverse
 
@@ -31,6 +32,14 @@ def evaluation_list(*, project: Project, model_id: str = "") -> QuerySet[Evaluat
     if model_id:
         evaluations = evaluations.filter(_of_model(model_id))
     return evaluations.select_related("created_by", "dataset_version__dataset").order_by("-created_at", "-id")
+
+
+def run_page_evaluations(*, project: Project, run_id: str) -> list[Evaluation]:
+    """``evaluation_list`` of the run ``run_id`` (its checkpoints' too) as its page's table and curves read them:
+    without each stored ``result`` (the first completions are kept as examples, kilobytes each, and a run evaluated at
+    every checkpoint has hundreds), its ``value`` read in the database instead (``Evaluation.value`` reads it)."""
+    return list(Evaluation.objects.filter(project=project).filter(_of_model(run_id)).defer("result")
+                .annotate(result_value=KeyTransform("value", "result")).order_by("-created_at", "-id"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +108,14 @@ def evaluation_get(*, project: Project, public_id: str) -> Evaluation:
     if evaluation is None:
         raise Http404("no such evaluation")
     return evaluation
+
+
+def evaluations_by_ids(*, project: Project, public_ids: list[str]) -> list[Evaluation]:
+    """The evaluations ``public_ids`` of ``project`` in that order, those deleted since left out."""
+    found = {evaluation.public_id: evaluation for evaluation in
+             Evaluation.objects.select_related("project", "created_by", "dataset_version__dataset")
+             .filter(project=project, public_id__in=public_ids)}
+    return [found[public_id] for public_id in public_ids if public_id in found]
 
 
 def model_page(*, evaluation: Evaluation) -> str:

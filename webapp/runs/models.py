@@ -369,6 +369,8 @@ class RunLogLine(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     level = models.CharField(max_length=10, choices=LogLevel.choices, default=LogLevel.INFO)
     message = models.TextField()
+    # A launch warning Temper can act on: where (``{"url", "label"}``, ``core.warnings.ActionWarning``); {} for none.
+    action = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["id"]

@@ -39,6 +39,7 @@ from webapp.core.disk_free import free_and_total
 from webapp.core.disk_usage import folder_usage
 from webapp.core.keyset import KeysetPage, keyset_page
 from webapp.core.model_refs import spec_ref
+from webapp.core.warnings import ActionWarning
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.datasets.selectors import dataset_about
 from webapp.projects.models import Membership, Project, Role
@@ -1278,9 +1279,11 @@ def checkpoint_launch_state(*, run: Run, step: int) -> tuple[str, str]:
 
 
 def launch_warnings(*, run: Run) -> list[str]:
-    """What its launch logged as warnings about the run's spec (``services.plan_warnings``): the run
-    started all the same, and the page it opens on says them again."""
-    return list(run.log_lines.filter(level=LogLevel.WARNING).order_by("pk").values_list("message", flat=True))
+    """What its launch logged as warnings about the run's spec (``services.plan_warnings``), an
+    ``ActionWarning`` where one says where to do what it advises: the run started all the same, and the page it
+    opens on says them again."""
+    return [ActionWarning(message, **action) if action else message for message, action in
+            run.log_lines.filter(level=LogLevel.WARNING).order_by("pk").values_list("message", "action")]
 
 
 def unserved_pool_note(*, run: Run) -> str:

@@ -56,6 +56,7 @@ from webapp.core.model_refs import spec_ref
 from webapp.core.numbers import MAX_STORED_INT, whole_number
 from webapp.core.templatetags.temper import when
 from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_json, checked_name, checked_text
+from webapp.core.warnings import warning_action
 from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
@@ -857,7 +858,7 @@ def _enqueue(run: Run) -> None:
 
 
 def log_line(run: Run, message: str, *, level: str = LogLevel.INFO) -> RunLogLine:
-    return RunLogLine.objects.create(run=run, message=message, level=level)
+    return RunLogLine.objects.create(run=run, message=message, level=level, action=warning_action(message) or {})
 
 
 def parse_tags(text: str | list[str]) -> list[str]:

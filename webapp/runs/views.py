@@ -36,7 +36,7 @@ from webapp.core.streaming import download_label
 from webapp.core.submissions import deleted_once_or_refused, form_send_once, sent_once_or_refused
 from webapp.core.text import LONG_TEXT_MAX_CHARS
 from webapp.core.views import post_answered_with_a_page
-from webapp.core.warnings import warning_action
+from webapp.core.warnings import warning_action, warning_html
 from webapp.evals import selectors as evaluation_selectors
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
@@ -290,7 +290,7 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
             run = services.run_create(project=project, spec=spec, user=request.user, name=name, tags=tags)
             messages.success(request, f"Run {isolated(run.name)} queued.")
             for warning in selectors.launch_warnings(run=run):
-                messages.warning(request, warning)
+                messages.warning(request, warning_html(warning))
             return reverse("runs:detail", args=[project.slug, run.public_id])
 
         return redirect(form_send_once(request, create=launch))
@@ -575,7 +575,7 @@ def _evaluations_context(project, run: Run, membership) -> dict[str, Any]:
     """The Evaluations section: the newest, the scores across checkpoints (``evaluation_curves``, drawn by
     static/evaluation_curves.js), for members with exported checkpoints to score *Evaluate every checkpoint…*, and
     the checkpoints left out as not exported."""
-    evaluations = list(evaluation_selectors.evaluation_list(project=project, model_id=run.public_id))
+    evaluations = evaluation_selectors.run_page_evaluations(project=project, run_id=run.public_id)
     return {
         "evaluations": evaluation_selectors.model_evaluations(evaluations=evaluations),
         "evaluation_curves": evaluation_selectors.evaluation_curves(

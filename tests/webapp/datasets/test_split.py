@@ -288,12 +288,45 @@ class TestSplit:
         assert not train.absolute_path.exists() and not held.absolute_path.exists()
 
     def test_a_column_of_too_many_values_to_stratify_by_fails_both_sides(self, team, sent, monkeypatch):
+        """Where its first rows hold few values, the request lets it through: the worker reads every row."""
         monkeypatch.setattr(splitting, "MAX_STRATA", 3)
+        monkeypatch.setattr(splitting, "STRATA_CHECKED_ROWS", 3)
         source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
         services.dataset_version_split(version=source, held_out="0.1", stratify="answer", user=team.teammate)
         train, held = write_split(sent)
         assert train.status == held.status == VersionStatus.FAILED
         assert "column 'answer' holds more than 3 different values" in train.errors[0]["message"]
+
+    def test_a_column_of_too_many_values_in_its_first_rows_is_refused_on_its_field(self, team, sent, monkeypatch):
+        """Its first ``STRATA_CHECKED_ROWS`` rows read in the request: a column of ids is refused before anything is
+        saved or queued, beside the field, and reading stops at the value past ``MAX_STRATA``."""
+        monkeypatch.setattr(splitting, "MAX_STRATA", 3)
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        sent.clear()
+        with pytest.raises(ValidationError) as refused:
+            services.dataset_version_split(version=source, held_out="0.1", stratify="answer", user=team.teammate)
+        assert refused.value.message_dict == {"stratify": [
+            "column 'answer' holds more than 3 different values, too many to stratify by: choose a short label column "
+            "such as task or source, or none"]}
+        assert Dataset.objects.count() == 1 and not sent
+        read = []
+        rows = formats.iter_rows
+
+        def counted_rows(*args, **kwargs):
+            for item in rows(*args, **kwargs):
+                read.append(item)
+                yield item
+        monkeypatch.setattr(formats, "iter_rows", counted_rows)
+        with pytest.raises(splitting.SplitError):
+            splitting.check_strata(source.absolute_path, fmt=formats.FileFormat.JSONL, column="answer")
+        assert len(read) == 4  # the fourth value was one too many
+        read.clear()
+        splitting.check_strata(source.absolute_path, fmt=formats.FileFormat.JSONL, column="task")
+        assert len(read) == 40  # two values: every row of these few read
+        monkeypatch.setattr(splitting, "STRATA_CHECKED_ROWS", 5)
+        read.clear()
+        splitting.check_strata(source.absolute_path, fmt=formats.FileFormat.JSONL, column="task")
+        assert len(read) == 5
 
     def test_the_source_cannot_be_deleted_while_it_is_split_and_can_be_after(self, team, sent):
         source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
@@ -363,6 +396,19 @@ class TestPages:
         shown = response.content.decode()
         assert "already has a dataset named" in shown and "split-version\" open" in shown
         assert "<b>x</b>" not in shown and Dataset.objects.count() == 1
+
+    def test_a_stratify_column_of_ids_is_refused_beside_its_field(self, team, client_for, sent, monkeypatch):
+        monkeypatch.setattr(splitting, "MAX_STRATA", 3)
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        response = client_for(team.teammate).post(
+            reverse("datasets:split", args=[team.project.slug, source.dataset.public_id, 1]),
+            {"held_out": "10%", "seed": "0", "stratify": "answer", "train_name": "qa train",
+             "held_out_name": "qa held-out"})
+        assert response.status_code == 400
+        assert response.context["split_form"].errors["stratify"] == [
+            "column 'answer' holds more than 3 different values, too many to stratify by: choose a short label "
+            "column such as task or source, or none"]
+        assert Dataset.objects.count() == 1
 
     def test_a_viewer_is_offered_no_split(self, team, client_for):
         source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)

@@ -10,6 +10,9 @@ from webapp.api import schemas
 from webapp.api.services import token_create
 from webapp.evals import services
 from webapp.evals.models import Evaluation, EvaluationStatus
+from webapp.runs.models import Run, RunStatus
+
+from .test_run_evaluations import a_run
 
 BASE = "/api/v1/projects/alpha/evaluations/"
 
@@ -151,3 +154,59 @@ def test_the_list_takes_a_model_and_keeps_it_in_its_next_link(team, prompts_vers
     assert [one["id"] for one in first["evaluations"] + second["evaluations"]] == of_run[::-1]
     assert second["next"] is None
     assert [one["id"] for one in viewer("GET", f"{BASE}?model=bm_none")[1]["evaluations"]] == []
+
+
+def test_a_member_evaluates_every_checkpoint_of_a_run(team, prompts_version, tmp_path, sent_tasks, client,
+                                                      django_capture_on_commit_callbacks):
+    """``{"run": …}`` in place of ``model``: what the page's *Evaluate every checkpoint…* does, answered with the
+    evaluations queued and the models skipped, left for another request and not exported, counted; a repeat with the
+    same Idempotency-Key is answered with what the first queued and queues nothing."""
+    run = a_run(team, tmp_path / "run")
+    member = Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=team.teammate, name='test')[1]}")
+    body = json.dumps({"run": run.public_id, "dataset_version": prompts_version.public_id, "row_limit": 6,
+                       "max_new_tokens": 8})
+
+    def send(key: str):
+        with django_capture_on_commit_callbacks(execute=True):
+            response = member.post(BASE, body, content_type="application/json", HTTP_IDEMPOTENCY_KEY=key)
+        assert response.status_code == 202, response.content
+        valid("RunEvaluationsOut", response.json())
+        return response
+
+    first = send("every-1")
+    made = first.json()
+    assert [one["model"] for one in made["evaluations"]] == [f"{run.public_id}:step-10", f"{run.public_id}:step-20",
+                                                             run.public_id]
+    assert (made["run"], made["skipped"], made["left"], made["not_exported"]) == (run.public_id, 0, 0, 1)
+    assert len(sent_tasks) == Evaluation.objects.count() == 3
+    replayed = send("every-1")
+    assert replayed["Idempotent-Replayed"] == "true" and replayed.json() == made
+    assert len(sent_tasks) == Evaluation.objects.count() == 3
+    again = send("every-2").json()  # a new request: every model is evaluated so already
+    assert (again["evaluations"], again["skipped"]) == ([], 3)
+    assert Evaluation.objects.count() == 3
+    document = client.get("/api/v1/openapi.json").json()
+    assert "run" in document["components"]["schemas"]["EvaluationCreate"]["properties"]
+    answers = document["paths"]["/api/v1/projects/{slug}/evaluations/"]["post"]["responses"]["202"]
+    assert {"$ref": "#/components/schemas/RunEvaluationsOut"} in answers["content"]["application/json"]["schema"][
+        "oneOf"]
+
+
+def test_every_checkpoint_refusals_name_the_run_and_save_nothing(team, prompts_version, tmp_path, sent_tasks):
+    member = api(team.teammate)
+    theirs = Run.objects.create(project=team.outsider_project, name="theirs", task="sft", status=RunStatus.SUCCEEDED,
+                                spec={}, resolved_spec={}, created_by=team.outsider)
+    unexported = a_run(team, tmp_path / "unexported", exported=(), status=RunStatus.RUNNING)
+    run = a_run(team, tmp_path / "run")
+    version = prompts_version.public_id
+    for sent, field, words in (({"run": "run_nope"}, "run", "'run_nope' is not a run of alpha"),
+                               ({"run": theirs.public_id}, "run", "is not a run of alpha"),
+                               ({"run": unexported.public_id}, "run", "its checkpoints once they are exported"),
+                               ({"run": run.public_id, "model": run.public_id}, "__all__", "exactly one of model and run"),
+                               ({}, "__all__", "exactly one of model and run"),
+                               ({"run": run.public_id, "row_limit": 0}, "row_limit", "")):
+        status, answer = member("POST", BASE, {"dataset_version": version, **sent})
+        assert status == 400 and words in " ".join(answer["errors"].get(field, [])), (sent, answer)
+        valid("FieldErrors", answer)
+    assert api(team.viewer)("POST", BASE, {"run": run.public_id, "dataset_version": version})[0] == 403
+    assert not Evaluation.objects.exists() and sent_tasks == []

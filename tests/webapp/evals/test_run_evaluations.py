@@ -6,6 +6,8 @@ import json
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from tests.webapp.factories import make_ready_version
@@ -196,6 +198,41 @@ def test_the_run_page_draws_the_curves_from_escaped_json_and_offers_every_checkp
     assert 'id="evaluate-every-checkpoint"' not in page  # a viewer evaluates nothing
     every = f'{reverse("evals:create", args=[team.project.slug])}?run={run.public_id}'
     assert f'href="{every}" id="evaluate-every-checkpoint"' in client_for(team.teammate).get(page_url).content.decode()
+
+
+def test_the_run_page_reads_each_evaluations_value_not_its_result_in_as_many_queries_for_any_number(
+        team, client_for, prompts_version, tmp_path):
+    """A run evaluated at every checkpoint has hundreds of evaluations, each result holding kilobytes of examples:
+    the page draws their values alone (``selectors.run_page_evaluations``, the value read in the database)."""
+    run = a_run(team, tmp_path / "run")
+    page_url = reverse("runs:detail", args=[team.project.slug, run.public_id])
+    examples = [{"prompt": "q" * 2048, "completion": "a", "answer": "1", "correct": False}] * 5
+
+    def evaluated(count: int, *, start: int) -> None:
+        Evaluation.objects.bulk_create([Evaluation(
+            project=team.project, model_ref=f"{run.public_id}:step-{10 * (start + index + 1)}", model_label="m",
+            dataset_version=prompts_version, version_label=str(prompts_version), metric="exact_match", row_limit=6,
+            max_new_tokens=8, status=EvaluationStatus.SUCCEEDED,
+            result={"metric": "exact_match", "value": (start + index) / 4, "count": 6, "examples": examples})
+            for index in range(count)])
+
+    def page_queries() -> tuple[int, str]:
+        with CaptureQueriesContext(connection) as queries:
+            page = client_for(team.viewer).get(page_url).content.decode()
+        return len(queries.captured_queries), page
+
+    evaluated(2, start=0)
+    page_queries()  # its first load stores the run's chart cache
+    few, _page = page_queries()
+    evaluated(10, start=2)
+    many, page = page_queries()
+    assert few == many
+    assert 'data-value="2.75">2.7500</span>' in page  # the newest, in the table
+    loaded = selectors.run_page_evaluations(project=team.project, run_id=run.public_id)
+    assert len(loaded) == 12 and all("result" in evaluation.get_deferred_fields() for evaluation in loaded)
+    assert sorted(evaluation.value for evaluation in loaded) == [index / 4 for index in range(12)]
+    curve, = selectors.evaluation_curves(evaluations=loaded, run_id=run.public_id, final_step=run.current_step)
+    assert [point["value"] for point in curve["points"]][:3] == [0.0, 0.25, 0.5]
 
 
 def test_the_new_evaluation_page_evaluates_every_checkpoint_of_the_run_it_is_linked_from(

@@ -1246,6 +1246,25 @@ def test_a_launch_whose_warmup_outlasts_the_run_says_so_on_the_run_page(team, ca
             "steps (train.max_steps), so the learning rate never reaches optim.learning_rate 0.0001") in page
 
 
+def test_a_launch_warning_temper_can_act_on_links_there_in_its_message_and_the_runs_log(team, catalog, client_for,
+                                                                                       sent_tasks):
+    """As the launch page's live check does (``core.warnings.ActionWarning``): the warning's text and its link both
+    escaped, the link the app's own page that removes the shared rows."""
+    sharing = make_ready_version(team.project, name="<b>held</b>", rows=[{"prompt": "q3", "completion": "answer 3"}])
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", _layout_form(
+        catalog, **{"data.eval": sharing.public_id}), follow=True)
+    assert response.status_code == 200 and Run.objects.get().status == RunStatus.QUEUED
+    page = response.content.decode()
+    action = (f'<a class="warning-action" href="/p/alpha/datasets/{catalog.sft.dataset.public_id}/v/1/?derive='
+              f'decontaminate&amp;against={sharing.public_id}#remove-shared">Remove them from chats v1</a>')
+    said = f"data.eval: {isolated('&lt;b&gt;held&lt;/b&gt; v1')} shares 1 row of its 1 with data.train"
+    message = page[page.index('<li class="message message-warning">'):]
+    assert message.startswith(f'<li class="message message-warning">{said}') and action in message.split("</li>")[0]
+    logged = page[page.index('<ol class="log" id="log">'):].split("</ol>")[0]
+    assert said in logged and action in logged
+    assert "<b>held</b>" not in page
+
+
 def test_the_grpo_form_names_eval_metrics_without_eval_data_at_their_list(team, catalog, client_for, sent_tasks):
     data = _grpo_form(catalog, **{"grpo.rewards.0.name": "exact_match", "grpo.eval_metrics.0.name": "valid_json"})
     response = client_for(team.teammate).post("/p/alpha/runs/new/", data)

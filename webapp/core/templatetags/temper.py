@@ -14,6 +14,7 @@ from django.utils.timesince import timesince
 
 from webapp.core import bidi
 from webapp.core.submissions import TOKEN_FIELD, new_submission_token
+from webapp.core.warnings import warning_html
 
 register = template.Library()
 
@@ -30,6 +31,12 @@ def literals(text: str) -> str:
     """Docstring text as HTML: escaped, its ``literals`` as <code> (the reward functions' summaries
     showed their double backquotes)."""
     return mark_safe(_LITERAL.sub(lambda match: f"<code>{match.group(1)}</code>", conditional_escape(text)))
+
+
+@register.filter
+def with_action(message: str, action: dict | None) -> str:
+    """A log line's text with the link of the action it advises (``core.warnings.warning_html``), both escaped."""
+    return warning_html(message, action)
 
 
 @register.filter
