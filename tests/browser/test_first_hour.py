@@ -203,3 +203,24 @@ def test_the_chat_page_keeps_its_start_button_apart_from_the_tokens(page_at, liv
     log_in(page, live_server.url, team.teammate.username)
     page.goto(f"{live_server.url}/p/alpha/chat/")
     assert vertical_gap(page, "#new-conversation button[type=submit]", "#api-tokens h2") >= 24
+
+
+def test_the_launch_pages_preset_names_keep_whole_on_a_phone(page_at, live_server):
+    """At 390 px the preset buttons shrank beside their descriptions until their names broke inside words
+    ("LoR|A", "LoRA, demo mode|l", "QLo|RA")."""
+    team = make_team()
+    page = page_at(390, 844)
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    # Each word of each name on one line: a range over it has one box.
+    names = page.evaluate("""() => [...document.querySelectorAll('.presets .button')].map(button => {
+        const text = button.firstChild, broken = [];
+        for (const match of text.textContent.matchAll(/\\S+/g)) {
+            const range = document.createRange();
+            range.setStart(text, match.index); range.setEnd(text, match.index + match[0].length);
+            if (range.getClientRects().length > 1) broken.push(match[0]);
+        }
+        return [text.textContent, broken]; })""")
+    assert len(names) >= 3
+    assert all(not broken for _, broken in names), names
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
