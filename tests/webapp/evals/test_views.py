@@ -258,8 +258,19 @@ def test_a_refused_reward_row_is_named_at_its_input_and_nothing_is_saved(team, c
     page = response.content.decode()
     assert response.status_code == 400 and "weight: &#x27;heavy&#x27; is not a number" in page
     assert "The reward functions were refused: see their rows below." in page
-    response = post_form(client, team, base_model, prompts_version, score_by="rewards")
-    assert response.status_code == 400 and "give a list of reward functions" in response.content.decode()
+    assert not Evaluation.objects.exists() and sent_tasks == []
+
+
+def test_scoring_by_reward_functions_without_one_says_how_to_add_one(team, client_for, base_model, prompts_version,
+                                                                     sent_tasks):
+    """The form said "see their rows below" over no rows, and below the YAML of the API: "give a list of reward
+    functions, each {name, weight, args}, e.g. [{name: exact_match}]"."""
+    response = post_form(client_for(team.teammate), team, base_model, prompts_version, score_by="rewards")
+    page = response.content.decode()
+    assert response.status_code == 400
+    assert ("No reward function chosen: press Add a reward function and choose one, or score by exact match."
+            in page)
+    assert "see their rows below" not in page and "{name, weight, args}" not in page
     assert not Evaluation.objects.exists() and sent_tasks == []
 
 
