@@ -224,3 +224,21 @@ def test_the_launch_pages_preset_names_keep_whole_on_a_phone(page_at, live_serve
     assert len(names) >= 3
     assert all(not broken for _, broken in names), names
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_the_evaluation_forms_reward_functions_are_a_card_apart_from_evaluate(page_at, live_server, width):
+    """Scoring by reward functions showed a bare grey browser frame whose bottom touched the Evaluate button (0 px
+    between them), as if the button belonged to the reward rows."""
+    team = make_team()
+    make_base_model(team.project, name="falcon", path="/models/falcon")
+    make_ready_version(team.project, name="held-out", kind="prompts", rows=[{"prompt": "2+2?", "answer": "4"}],
+                       user=team.owner)
+    page = page_at(width, 900)
+    log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/evaluations/new/")
+    page.get_by_label("reward functions", exact=True).check()
+    assert vertical_gap(page, "#reward-functions", "#new-evaluation > button[type=submit]") >= 12
+    border = page.eval_on_selector("#reward-functions", "box => getComputedStyle(box).borderTopStyle")
+    assert border == "solid"
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
