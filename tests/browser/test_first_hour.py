@@ -242,3 +242,26 @@ def test_the_evaluation_forms_reward_functions_are_a_card_apart_from_evaluate(pa
     border = page.eval_on_selector("#reward-functions", "box => getComputedStyle(box).borderTopStyle")
     assert border == "solid"
     assert page.evaluate("document.documentElement.scrollWidth") <= width
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_the_project_pages_dates_keep_whole(page_at, live_server, width):
+    """The project page's Data list broke its dates at their hyphens ("2026-|12-07 17:30 UTC")."""
+    team = make_team()
+    for name in ("held-out-prompts", "preferences-of-the-spring-campaign", "demo-sft-teacher"):
+        make_ready_version(team.project, name=name, kind="prompts", rows=[{"prompt": "q"}] * 10_838, user=team.owner)
+    page = page_at(width, 900)
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/")
+    # The boxes of each date's text, "2026-12-07 17:30 UTC", wherever in the line's elements it is.
+    lines = page.evaluate("""() => [...document.querySelectorAll('.overview-versions li .muted')].map(muted => {
+        const walker = document.createTreeWalker(muted, NodeFilter.SHOW_TEXT);
+        for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+            const at = node.textContent.search(/\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d/);
+            if (at < 0) continue;
+            const range = document.createRange();
+            range.setStart(node, at); range.setEnd(node, at + 16);
+            return range.getClientRects().length;
+        }
+        return 0; })""")
+    assert len(lines) == 3 and lines == [1, 1, 1], lines
