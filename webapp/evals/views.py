@@ -168,6 +168,7 @@ def evaluation_detail(request: HttpRequest, slug: str, public_id: str) -> HttpRe
         "project": project, "membership": membership, "evaluation": evaluation,
         "can_delete": selectors.may_delete_evaluation(membership=membership, evaluation=evaluation),
         "model_page": selectors.model_page(evaluation=evaluation),
+        "rows_label": selectors.evaluation_rows_label(evaluation),
         "groups": selectors.group_rows(evaluation), "examples": selectors.example_rows(evaluation),
         "terms": selectors.term_rows(evaluation)})
 

@@ -82,6 +82,25 @@ def test_the_result_shows_groups_and_escaped_examples(team, client_for, base_mod
     assert "Side by side" in listed and 'data-value="0.5"' in listed
 
 
+def test_a_version_shorter_than_the_row_limit_is_said_to_be_read_whole(team, client_for, base_model,
+                                                                       prompts_version):
+    """A 10-row held-out set scored at the form's default of 200 rows read "on the first 200 rows" over a table of
+    10: a newcomer wondered where the other 190 were."""
+    evaluation = create(team, base_model, prompts_version)  # 6 rows, the default limit of 200
+    services.evaluation_start(evaluation_id=evaluation.pk)
+    services.evaluation_finish(evaluation_id=evaluation.pk, result={"metric": "exact_match", "value": 0.5, "count": 6})
+    client = client_for(team.viewer)
+    for page in (client.get(reverse("evals:detail", args=[team.project.slug, evaluation.public_id])),
+                 client.get(reverse("evals:list", args=[team.project.slug]))):
+        text = page.content.decode()
+        assert "on all 6 rows" in text and "first 200 rows" not in text
+    longer = create(team, base_model, prompts_version, row_limit=4)
+    services.evaluation_start(evaluation_id=longer.pk)
+    services.evaluation_finish(evaluation_id=longer.pk, result={"metric": "exact_match", "value": 0.5, "count": 4})
+    assert "on the first 4 rows" in client.get(reverse("evals:detail", args=[team.project.slug,
+                                                                           longer.public_id])).content.decode()
+
+
 def test_a_member_cancels_then_deletes_one(team, client_for, base_model, prompts_version):
     evaluation = create(team, base_model, prompts_version)
     member = client_for(team.teammate)
