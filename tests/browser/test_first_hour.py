@@ -265,3 +265,28 @@ def test_the_project_pages_dates_keep_whole(page_at, live_server, width):
         }
         return 0; })""")
     assert len(lines) == 3 and lines == [1, 1, 1], lines
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_a_campaigns_export_options_read_box_label_then_help(page_at, live_server, monkeypatch, width):
+    """The export's third option drew its help text first, then its box and label at the card's right edge, where the
+    two above it drew box then label at the left."""
+    monkeypatch.setattr(review_services.celery_app, "send_task", lambda *args, **kwargs: None)
+    team = make_team()
+    version = make_ready_version(team.project, name="prefs", kind="preference",
+                                 rows=[{"prompt": "What is 36 + 41?", "chosen": "77", "rejected": "78"}],
+                                 user=team.owner)
+    campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=1,
+                                               reviewers=[team.owner], source_version=version, user=team.owner)
+    review_services.campaign_load_items(campaign_id=campaign.pk)
+    page = page_at(width, 900)
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/review/{campaign.public_id}/")
+    form = page.locator(".export-form").bounding_box()
+    for name in ("drop_ties", "drop_both_bad", "apply_edits"):
+        box = page.locator(f"#id_{name}").bounding_box()
+        label = page.locator(f"label[for=id_{name}]").bounding_box()
+        assert box["x"] - form["x"] < 8 and label["x"] > box["x"] + box["width"], name  # the box first, at the left
+    box = page.locator("#id_apply_edits").bounding_box()
+    help_text = page.locator("#id_apply_edits_helptext").bounding_box()
+    assert help_text["y"] >= box["y"] + box["height"]  # its help below the option it explains
