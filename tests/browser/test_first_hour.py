@@ -203,3 +203,90 @@ def test_the_chat_page_keeps_its_start_button_apart_from_the_tokens(page_at, liv
     log_in(page, live_server.url, team.teammate.username)
     page.goto(f"{live_server.url}/p/alpha/chat/")
     assert vertical_gap(page, "#new-conversation button[type=submit]", "#api-tokens h2") >= 24
+
+
+def test_the_launch_pages_preset_names_keep_whole_on_a_phone(page_at, live_server):
+    """At 390 px the preset buttons shrank beside their descriptions until their names broke inside words
+    ("LoR|A", "LoRA, demo mode|l", "QLo|RA")."""
+    team = make_team()
+    page = page_at(390, 844)
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    # Each word of each name on one line: a range over it has one box.
+    names = page.evaluate("""() => [...document.querySelectorAll('.presets .button')].map(button => {
+        const text = button.firstChild, broken = [];
+        for (const match of text.textContent.matchAll(/\\S+/g)) {
+            const range = document.createRange();
+            range.setStart(text, match.index); range.setEnd(text, match.index + match[0].length);
+            if (range.getClientRects().length > 1) broken.push(match[0]);
+        }
+        return [text.textContent, broken]; })""")
+    assert len(names) >= 3
+    assert all(not broken for _, broken in names), names
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_the_evaluation_forms_reward_functions_are_a_card_apart_from_evaluate(page_at, live_server, width):
+    """Scoring by reward functions showed a bare grey browser frame whose bottom touched the Evaluate button (0 px
+    between them), as if the button belonged to the reward rows."""
+    team = make_team()
+    make_base_model(team.project, name="falcon", path="/models/falcon")
+    make_ready_version(team.project, name="held-out", kind="prompts", rows=[{"prompt": "2+2?", "answer": "4"}],
+                       user=team.owner)
+    page = page_at(width, 900)
+    log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/evaluations/new/")
+    page.get_by_label("reward functions", exact=True).check()
+    assert vertical_gap(page, "#reward-functions", "#new-evaluation > button[type=submit]") >= 12
+    border = page.eval_on_selector("#reward-functions", "box => getComputedStyle(box).borderTopStyle")
+    assert border == "solid"
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_the_project_pages_dates_keep_whole(page_at, live_server, width):
+    """The project page's Data list broke its dates at their hyphens ("2026-|12-07 17:30 UTC")."""
+    team = make_team()
+    for name in ("held-out-prompts", "preferences-of-the-spring-campaign", "demo-sft-teacher"):
+        make_ready_version(team.project, name=name, kind="prompts", rows=[{"prompt": "q"}] * 10_838, user=team.owner)
+    page = page_at(width, 900)
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/")
+    # The boxes of each date's text, "2026-12-07 17:30 UTC", wherever in the line's elements it is.
+    lines = page.evaluate("""() => [...document.querySelectorAll('.overview-versions li .muted')].map(muted => {
+        const walker = document.createTreeWalker(muted, NodeFilter.SHOW_TEXT);
+        for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+            const at = node.textContent.search(/\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d/);
+            if (at < 0) continue;
+            const range = document.createRange();
+            range.setStart(node, at); range.setEnd(node, at + 16);
+            return range.getClientRects().length;
+        }
+        return 0; })""")
+    assert len(lines) == 3 and lines == [1, 1, 1], lines
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_a_campaigns_export_options_read_box_label_then_help(page_at, live_server, monkeypatch, width):
+    """The export's third option drew its help text first, then its box and label at the card's right edge, where the
+    two above it drew box then label at the left."""
+    monkeypatch.setattr(review_services.celery_app, "send_task", lambda *args, **kwargs: None)
+    team = make_team()
+    version = make_ready_version(team.project, name="prefs", kind="preference",
+                                 rows=[{"prompt": "What is 36 + 41?", "chosen": "77", "rejected": "78"}],
+                                 user=team.owner)
+    campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=1,
+                                               reviewers=[team.owner], source_version=version, user=team.owner)
+    review_services.campaign_load_items(campaign_id=campaign.pk)
+    page = page_at(width, 900)
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/review/{campaign.public_id}/")
+    form = page.locator(".export-form").bounding_box()
+    for name in ("drop_ties", "drop_both_bad", "apply_edits"):
+        box = page.locator(f"#id_{name}").bounding_box()
+        label = page.locator(f"label[for=id_{name}]").bounding_box()
+        assert box["x"] - form["x"] < 8 and label["x"] > box["x"] + box["width"], name  # the box first, at the left
+    box = page.locator("#id_apply_edits").bounding_box()
+    help_text = page.locator("#id_apply_edits_helptext").bounding_box()
+    assert help_text["y"] >= box["y"] + box["height"]  # its help below the option it explains

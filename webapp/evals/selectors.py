@@ -151,6 +151,8 @@ class Comparison:
     version_label: str
     metric: str
     row_limit: int
+    # The version's rows, where it still exists: a limit past them read it whole (``rows_label``).
+    version_rows: int | None = None
     # Per completion, for a generating metric (``generation_settings``); None for loss.
     max_new_tokens: int | None = None
     reward_terms: list[dict[str, Any]] = field(default_factory=list)
@@ -165,8 +167,27 @@ class Comparison:
         return self.metric != Metric.LOSS
 
     @property
+    def rows_label(self) -> str:
+        return rows_label(row_limit=self.row_limit, version_rows=self.version_rows)
+
+    @property
     def terms_label(self) -> str:
         return terms_label(self.reward_terms)
+
+
+def rows_label(*, row_limit: int, version_rows: int | None) -> str:
+    """The rows an evaluation reads, as its pages name them: "the first 200 rows", or "all 10 rows" where the version
+    holds no more than the limit (the form's default of 200 over a 10-row held-out set read as if 190 were missing).
+    ``version_rows`` is None once the version is deleted: the limit is all that is known."""
+    if version_rows is not None and version_rows <= row_limit:
+        return f"all {version_rows:,} row{'s' if version_rows != 1 else ''}"
+    return f"the first {row_limit:,} rows"
+
+
+def evaluation_rows_label(evaluation: Evaluation) -> str:
+    """``rows_label`` of one evaluation."""
+    version = evaluation.dataset_version
+    return rows_label(row_limit=evaluation.row_limit, version_rows=version.row_count if version else None)
 
 
 def terms_label(terms: list[dict[str, Any]]) -> str:
@@ -210,6 +231,8 @@ def comparison_tables(*, evaluations: list[Evaluation]) -> list[Comparison]:
         seen.add((key, evaluation.model_ref))
         table = tables.setdefault(key, Comparison(version_label=evaluation.version_label, metric=evaluation.metric,
                                                   row_limit=evaluation.row_limit,
+                                                  version_rows=(evaluation.dataset_version.row_count
+                                                                if evaluation.dataset_version else None),
                                                   max_new_tokens=(evaluation.max_new_tokens
                                                                   if generation_settings(evaluation) else None),
                                                   reward_terms=evaluation.reward_terms))

@@ -27,6 +27,8 @@ from webapp.runs.selectors import reward_model_choices
 from webapp.runs.specform import reward_rows_from_form
 
 REWARDS_REFUSED = "The reward functions were refused: see their rows below."
+NO_REWARD_FUNCTION = ("No reward function chosen: press Add a reward function and choose one, or score by exact "
+                      "match.")
 
 
 @login_required
@@ -90,7 +92,9 @@ def evaluation_create(request: HttpRequest, slug: str) -> HttpResponse:
 
         if not by_rewards:  # the rows are not read
             reward_errors = {}
-        if reward_errors:  # a row's typing is said at its input first
+        if by_rewards and not reward_terms and not reward_errors:  # the service would answer in the API's terms
+            form.add_error(None, NO_REWARD_FUNCTION)
+        elif reward_errors:  # a row's typing is said at its input first
             form.add_error(None, REWARDS_REFUSED)
         else:
             try:
@@ -164,6 +168,7 @@ def evaluation_detail(request: HttpRequest, slug: str, public_id: str) -> HttpRe
         "project": project, "membership": membership, "evaluation": evaluation,
         "can_delete": selectors.may_delete_evaluation(membership=membership, evaluation=evaluation),
         "model_page": selectors.model_page(evaluation=evaluation),
+        "rows_label": selectors.evaluation_rows_label(evaluation),
         "groups": selectors.group_rows(evaluation), "examples": selectors.example_rows(evaluation),
         "terms": selectors.term_rows(evaluation)})
 

@@ -36,7 +36,7 @@ def membership_list(*, project: Project) -> QuerySet[Membership]:
 
 def project_counts(*, project: Project) -> dict[str, int]:
     """What the project holds, for its overview: datasets, base models, runs (not archived) and how many
-    of them are queued or running, review campaigns."""
+    of them are queued or running, evaluations, review campaigns."""
     from webapp.runs.models import ACTIVE_STATUSES
 
     runs = project.runs.filter(archived=False)
@@ -45,6 +45,7 @@ def project_counts(*, project: Project) -> dict[str, int]:
         "base_models": project.base_models.count(),
         "runs": runs.count(),
         "active_runs": runs.filter(status__in=ACTIVE_STATUSES).count(),
+        "evaluations": project.evaluations.count(),
         "campaigns": project.review_campaigns.count(),
     }
 

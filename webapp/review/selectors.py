@@ -56,6 +56,14 @@ def campaign_list(*, project: Project) -> QuerySet[Campaign]:
     )
 
 
+def preference_versions_being_checked(*, project: Project) -> list[DatasetVersion]:
+    """The project's preference versions uploaded but not yet checked, oldest first: the New review campaign page
+    names them where it has no ready one (a newcomer who had just uploaded pairs was told to upload some)."""
+    return list(DatasetVersion.objects.filter(dataset__project=project, dataset__kind="preference",
+                                              status__in=(VersionStatus.UPLOADED, VersionStatus.VALIDATING))
+                .select_related("dataset").order_by("created_at", "pk"))
+
+
 @dataclass(frozen=True, kw_only=True)
 class CampaignRow:
     campaign: Campaign  # as ``campaign_list`` annotates it

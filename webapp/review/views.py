@@ -67,9 +67,10 @@ def campaign_create(request: HttpRequest, slug: str) -> HttpResponse:
             return redirect(form_send_once(request, create=create))
         except ValidationError as error:
             add_service_errors(form, error)
+    no_sources = not form.fields["source_version"].queryset.exists()
     return render(request, "review/create.html", {
-        "project": project, "membership": membership, "form": form,
-        "no_sources": not form.fields["source_version"].queryset.exists()},
+        "project": project, "membership": membership, "form": form, "no_sources": no_sources,
+        "being_checked": selectors.preference_versions_being_checked(project=project) if no_sources else []},
         status=400 if request.method == "POST" else 200)
 
 

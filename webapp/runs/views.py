@@ -576,10 +576,14 @@ def _evaluations_context(project, run: Run, membership) -> dict[str, Any]:
     static/evaluation_curves.js), for members with exported checkpoints to score *Evaluate every checkpoint…*, and
     the checkpoints left out as not exported."""
     evaluations = evaluation_selectors.run_page_evaluations(project=project, run_id=run.public_id)
+    curves = evaluation_selectors.evaluation_curves(evaluations=evaluations, run_id=run.public_id,
+                                                    final_step=run.current_step)
+    # Points of one step each are no curve (a lone star on an axis of nothing): the table says their figures.
+    across_steps = any(len(curve["points"]) > 1 for curve in curves)
     return {
         "evaluations": evaluation_selectors.model_evaluations(evaluations=evaluations),
-        "evaluation_curves": evaluation_selectors.evaluation_curves(
-            evaluations=evaluations, run_id=run.public_id, final_step=run.current_step),
+        "evaluation_curves": curves if across_steps else [],
+        "one_step_scored": bool(curves) and not across_steps,
         "evaluate_every": (membership.can(Role.MEMBER)
                            and run.artifacts.filter(kind=ArtifactKind.CHECKPOINT).exists()),
         "not_exported": evaluation_selectors.unexported_checkpoints(run=run)}

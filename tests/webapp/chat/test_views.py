@@ -62,6 +62,14 @@ def test_it_works(team, client_for, base_model, sent, django_capture_on_commit_c
     assert [turn["content"] for turn in sent[1][1][0]["messages"]] == ["Be brief.", "What is 2 + 2?", "4", "And 3 + 3?"]
 
 
+def test_a_project_without_models_says_where_they_come_from(team, client_for, sent):
+    """The chat said "register a base model, or finish a run" with nowhere to click: a newcomer's dead end."""
+    page = client_for(team.teammate).get(reverse("chat:list", args=[team.project.slug])).content.decode()
+    assert "No model to chat with yet" in page
+    assert f'href="{reverse("basemodels:register", args=[team.project.slug])}"' in page
+    assert f'href="{reverse("runs:new", args=[team.project.slug])}"' in page
+
+
 def test_the_message_box_has_a_name_and_says_how_to_send(team, client_for, base_model, sent):
     """QA: the box had no label, no accessible name and no placeholder: a screen reader said only "edit
     text", and nothing said that Enter sends."""

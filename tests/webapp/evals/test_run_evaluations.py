@@ -176,6 +176,29 @@ def test_a_reward_curve_is_keyed_on_its_terms_and_the_earliest_of_equal_bests_is
     assert [(point["step"], point["best"]) for point in curves[0]["points"]] == [(2, False), (5, True), (9, False)]
 
 
+def test_the_run_page_draws_no_curve_of_one_step_and_says_how_to_get_one(team, client_for, tmp_path):
+    """A run whose final model alone was scored drew "Across checkpoints" as a lone star on an axis from step 29 to 31
+    and from -1 to 1: a chart of nothing, where the way to a curve (score its checkpoints) went unsaid."""
+    version = make_ready_version(team.project, name="sums", kind="prompts", rows=PROMPT_ROWS, user=team.owner)
+    run = a_run(team, tmp_path / "run")
+    for metric in ("exact_match", "rewards"):
+        Evaluation.objects.create(project=team.project, model_ref=run.public_id, model_label="Run: tuned",
+                                  dataset_version=version, version_label=str(version), metric=metric,
+                                  row_limit=6, max_new_tokens=8, status=EvaluationStatus.SUCCEEDED,
+                                  result={"metric": metric, "value": 0.5, "count": 6})
+    page_url = reverse("runs:detail", args=[team.project.slug, run.public_id])
+    page = client_for(team.teammate).get(page_url).content.decode()
+    assert 'id="evaluation-curves"' not in page and "evaluation-curves-data" not in page
+    assert ("Only one step of this run is scored so far: evaluate its checkpoints (Evaluate every checkpoint…) to "
+            "see the scores against the steps." in page)
+    Evaluation.objects.create(project=team.project, model_ref=f"{run.public_id}:step-10", model_label="Run: tuned",
+                              dataset_version=version, version_label=str(version), metric="exact_match", row_limit=6,
+                              max_new_tokens=8, status=EvaluationStatus.SUCCEEDED,
+                              result={"metric": "exact_match", "value": 0.25, "count": 6})
+    page = client_for(team.teammate).get(page_url).content.decode()
+    assert 'id="evaluation-curves"' in page and "Only one step" not in page
+
+
 def test_the_run_page_draws_the_curves_from_escaped_json_and_offers_every_checkpoint_to_members(
         team, client_for, tmp_path):
     version = make_ready_version(team.project, name="<b>sums</b>", kind="prompts", rows=PROMPT_ROWS, user=team.owner)

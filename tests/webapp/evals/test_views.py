@@ -82,6 +82,25 @@ def test_the_result_shows_groups_and_escaped_examples(team, client_for, base_mod
     assert "Side by side" in listed and 'data-value="0.5"' in listed
 
 
+def test_a_version_shorter_than_the_row_limit_is_said_to_be_read_whole(team, client_for, base_model,
+                                                                       prompts_version):
+    """A 10-row held-out set scored at the form's default of 200 rows read "on the first 200 rows" over a table of
+    10: a newcomer wondered where the other 190 were."""
+    evaluation = create(team, base_model, prompts_version)  # 6 rows, the default limit of 200
+    services.evaluation_start(evaluation_id=evaluation.pk)
+    services.evaluation_finish(evaluation_id=evaluation.pk, result={"metric": "exact_match", "value": 0.5, "count": 6})
+    client = client_for(team.viewer)
+    for page in (client.get(reverse("evals:detail", args=[team.project.slug, evaluation.public_id])),
+                 client.get(reverse("evals:list", args=[team.project.slug]))):
+        text = page.content.decode()
+        assert "on all 6 rows" in text and "first 200 rows" not in text
+    longer = create(team, base_model, prompts_version, row_limit=4)
+    services.evaluation_start(evaluation_id=longer.pk)
+    services.evaluation_finish(evaluation_id=longer.pk, result={"metric": "exact_match", "value": 0.5, "count": 4})
+    assert "on the first 4 rows" in client.get(reverse("evals:detail", args=[team.project.slug,
+                                                                           longer.public_id])).content.decode()
+
+
 def test_a_member_cancels_then_deletes_one(team, client_for, base_model, prompts_version):
     evaluation = create(team, base_model, prompts_version)
     member = client_for(team.teammate)
@@ -258,8 +277,19 @@ def test_a_refused_reward_row_is_named_at_its_input_and_nothing_is_saved(team, c
     page = response.content.decode()
     assert response.status_code == 400 and "weight: &#x27;heavy&#x27; is not a number" in page
     assert "The reward functions were refused: see their rows below." in page
-    response = post_form(client, team, base_model, prompts_version, score_by="rewards")
-    assert response.status_code == 400 and "give a list of reward functions" in response.content.decode()
+    assert not Evaluation.objects.exists() and sent_tasks == []
+
+
+def test_scoring_by_reward_functions_without_one_says_how_to_add_one(team, client_for, base_model, prompts_version,
+                                                                     sent_tasks):
+    """The form said "see their rows below" over no rows, and below the YAML of the API: "give a list of reward
+    functions, each {name, weight, args}, e.g. [{name: exact_match}]"."""
+    response = post_form(client_for(team.teammate), team, base_model, prompts_version, score_by="rewards")
+    page = response.content.decode()
+    assert response.status_code == 400
+    assert ("No reward function chosen: press Add a reward function and choose one, or score by exact match."
+            in page)
+    assert "see their rows below" not in page and "{name, weight, args}" not in page
     assert not Evaluation.objects.exists() and sent_tasks == []
 
 

@@ -127,6 +127,22 @@ class TestProjectDetail:
         assert '<a class="card tile" href="/p/alpha/review/"><h2>Review</h2><p><b>0</b> campaigns.' in tiles
         assert "<b>2</b> datasets." in tiles and "<b>1</b> registered." in tiles and "<b>3</b> members." in tiles
 
+    def test_it_leads_to_the_evaluations_with_their_count(self, team, client_for):
+        """The overview had a tile for every part but the evaluations: a team that scored its run on held-out
+        prompts found no way from the project's page to the scores side by side."""
+        from tests.webapp.factories import make_base_model, make_ready_version
+        from webapp.evals.models import Evaluation
+
+        version = make_ready_version(team.project, name="held-out", kind="prompts", rows=[{"prompt": "q", "answer": "a"}])
+        base_model = make_base_model(team.project)
+        for _ in range(2):
+            Evaluation.objects.create(project=team.project, dataset_version=version, model_ref=base_model.public_id,
+                                      model_label="Base model: tiny", version_label="held-out v1",
+                                      metric="exact_match", row_limit=200, max_new_tokens=32)
+        page = client_for(team.viewer).get(self.url).content.decode()
+        tiles = page.split('<div class="grid tiles">')[1].split("</div>")[0]
+        assert '<a class="card tile" href="/p/alpha/evaluations/"><h2>Evaluations</h2><p><b>2</b> evaluations.' in tiles
+
     def test_a_new_project_says_how_to_start_to_those_who_can(self, team, client_for):
         """The overview of a project with no run was five counters: nothing said what to do first."""
         page = client_for(team.teammate).get(self.url).content.decode()

@@ -147,6 +147,23 @@ def test_the_create_page_says_where_a_preference_dataset_comes_from_when_there_i
     assert f"{isolated('one pair')} v1 (1 row)</option>" in page
 
 
+def test_the_create_page_names_a_preference_version_still_being_checked(team, client_for):
+    """A newcomer who uploaded preference pairs and went straight to New review campaign was told to upload one:
+    the page did not say that the upload was there, still being checked."""
+    from webapp.datasets.models import VersionStatus
+
+    version = make_ready_version(team.project, name="pairs <b>v2</b>", kind="preference",
+                                 rows=[{"prompt": "2+2?", "chosen": "4", "rejected": "5"}])
+    version.status = VersionStatus.VALIDATING
+    version.save(update_fields=["status"])
+    make_ready_version(team.project, name="chats", kind="sft")  # another kind: not named
+    page = client_for(team.owner).get(reverse("review:create", args=[team.project.slug])).content.decode()
+    link = reverse("datasets:version", args=[team.project.slug, version.dataset.public_id, version.number])
+    assert (f'<a href="{link}">{isolated("pairs &lt;b&gt;v2&lt;/b&gt;")} v1</a> is being checked: it is offered here '
+            "once it is ready (reload this page)." in page)
+    assert "chats" not in page.split('id="no-sources"')[1].split("</p>")[0]
+
+
 def test_it_rejects_a_campaign_without_reviewers(team, client_for, preference_version):
     response = client_for(team.owner).post(reverse("review:create", args=[team.project.slug]), {
         "name": "round 2", "source_version": preference_version.pk, "required_reviews": 2})
