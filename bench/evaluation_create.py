@@ -18,22 +18,13 @@ import pstats
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.timing import timed  # noqa: E402
 from bench.pages import bench_project, setup_django  # noqa: E402
-
-
-def timed(function, repeats: int) -> list[float]:
-    seconds = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        function()
-        seconds.append(time.perf_counter() - started)
-    return seconds
 
 
 def main() -> None:

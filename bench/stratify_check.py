@@ -10,7 +10,6 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import orjson
@@ -18,20 +17,9 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.timing import timed  # noqa: E402
 from jaxengine.data import formats  # noqa: E402
 from webapp.datasets import splitting  # noqa: E402
-
-
-def timed(function, repeats: int) -> list[float]:
-    seconds = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        try:
-            function()
-        except splitting.SplitError:
-            pass
-        seconds.append(time.perf_counter() - started)
-    return seconds
 
 
 def main() -> None:
@@ -55,7 +43,7 @@ def main() -> None:
             ("column_labels", lambda column=column: splitting.column_labels(path, fmt=formats.FileFormat.JSONL,
                                                                             column=column)))}
         for name, step in steps.items():
-            seconds = timed(step, args.repeats)
+            seconds = timed(step, args.repeats, expected=splitting.SplitError)
             print(f"{name:<20} median {statistics.median(seconds):.3f} s  best {min(seconds):.3f} s")
 
 
