@@ -17,7 +17,9 @@ from contextlib import contextmanager
 from django.apps.registry import Apps
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.db.migrations.migration import Migration
 from django.db.migrations.recorder import MigrationRecorder
+from django.db.migrations.state import ProjectState
 
 
 @contextmanager
@@ -29,7 +31,7 @@ def migrated_back_to(*targets: tuple[str, str]) -> Iterator[Apps]:
     ``pytest.mark.django_db(transaction=True)``: migrations do not run inside a test's transaction."""
     found = described()
     executor = MigrationExecutor(connection)
-    executor.migrate(list(targets))
+    migrate_back(executor, list(targets))
     try:
         yield executor.loader.project_state(list(targets)).apps
     finally:
@@ -39,6 +41,45 @@ def migrated_back_to(*targets: tuple[str, str]) -> Iterator[Apps]:
                           "after": sorted(set(left[part]) - set(found[part]), key=repr)}
                    for part in found if found[part] != left[part]}
     assert not differences, f"migrated back to {targets} and forward, the database is not as it was: {differences}"
+
+
+def migrate_back(executor: MigrationExecutor, targets: list[tuple[str, str]]) -> None:
+    """Unapply what ``executor.migrate(targets)`` would, each migration from the same state, read from the session's
+    states instead of made again (see ``state_before``). Those are the states before each migration with every
+    migration applied, so from anywhere else (a block that migrated back already) Django's own ``migrate`` runs."""
+    loader = executor.loader
+    plan = executor.migration_plan(targets)
+    if not set(loader.graph.nodes) <= set(loader.applied_migrations) or not all(back for _, back in plan):
+        executor.migrate(targets)
+        return
+    for migration, _ in plan:
+        executor.unapply_migration(state_before(executor, migration).clone(), migration)
+    executor.check_replacements()
+
+
+# The project states before each migration with every migration before it applied, unrendered: cheap to make
+# (models are rendered only once an operation changes a rendered state) and rendered once each, when first unapplied.
+# Django's ``migrate`` back makes them for each call, rendering the state at the first migration it unapplies and
+# then again each model an operation changes in every later migration, applied or not: 8.6 of one test's 22.7 s.
+# Migration files do not change during a session, and a state only changes through ``clone``s (``unapply`` clones it).
+_unrendered: dict[tuple[str, str], ProjectState] = {}
+_rendered: dict[tuple[str, str], ProjectState] = {}
+
+
+def state_before(executor: MigrationExecutor, migration: Migration) -> ProjectState:
+    """The rendered state before ``migration`` as ``MigrationExecutor._migrate_all_backwards`` makes it when every
+    migration is applied: those before it in the plan from an empty database, in that order."""
+    key = (migration.app_label, migration.name)
+    if key not in _rendered:
+        if not _unrendered:
+            state = ProjectState(real_apps=executor.loader.unmigrated_apps)
+            for each, _ in executor.migration_plan(executor.loader.graph.leaf_nodes(), clean_start=True):
+                _unrendered[(each.app_label, each.name)] = state.clone()
+                each.mutate_state(state, preserve=False)
+        state = _unrendered[key].clone()
+        state.apps  # rendered once here, not by each clone unapply makes
+        _rendered[key] = state
+    return _rendered[key]
 
 
 def migrate_to_latest() -> None:
