@@ -52,9 +52,9 @@ def migrated_back_to(*targets: tuple[str, str]) -> Iterator[Apps]:
 
 
 def migrate_back(executor: MigrationExecutor, targets: list[tuple[str, str]]) -> None:
-    """Unapply what ``executor.migrate(targets)`` would, in its order, each migration from the state it would use,
-    read from the session's states instead of made again (``state_before``). Those are the states with every
-    migration applied, so from anywhere else (inside a block that migrated back already) Django's ``migrate`` runs."""
+    """Unapply what ``executor.migrate(targets)`` would, in its order, each from the states it would use, kept for
+    the process instead of made again (``unapplying``). Those are the states with every migration applied, so from
+    anywhere else (inside a block that migrated back already) Django's ``migrate`` runs."""
     loader = executor.loader
     plan = executor.migration_plan(targets)
     if not set(loader.graph.nodes) <= set(loader.applied_migrations) or not all(back for _, back in plan):
@@ -66,9 +66,10 @@ def migrate_back(executor: MigrationExecutor, targets: list[tuple[str, str]]) ->
 
 
 def unapply(executor: MigrationExecutor, migration: Migration) -> None:
-    """``executor.unapply_migration(state_before(migration), migration)``, its operations' states kept (``unapplying``):
-    its phase 2, the operations backwards in one schema editor, each in a transaction of its own where the migration
-    is not atomic and it is, then its record (and those of the migrations it replaces) deleted."""
+    """``executor.unapply_migration(state_before(migration), migration)`` with its operations' states kept
+    (``unapplying``): ``Migration.unapply``'s phase 2, the operations backwards in one schema editor, each in a
+    transaction of its own where it is atomic and the migration is not, then the records of it (and of those it
+    replaces) deleted."""
     with executor.connection.schema_editor(atomic=migration.atomic) as schema_editor:
         for operation, to_state, from_state in unapplying(executor, migration):
             if not schema_editor.atomic_migration and (
@@ -82,40 +83,34 @@ def unapply(executor: MigrationExecutor, migration: Migration) -> None:
     executor.recorder.record_unapplied(migration.app_label, migration.name)
 
 
-# The project state before each migration, every migration before it applied: made once a process, unrendered (cheap:
-# an operation on a state not rendered renders nothing), and each rendered whole the first time it is unapplied from.
-# Django's ``migrate`` back makes them at each call, rendering the state at the first migration it unapplies and then,
-# for each operation of every later migration, unapplied or not, the models it changes and those related to them:
-# 8.6 of one test's 22.7 s under cProfile. Migration files do not change during a session. A state rendered whole is
-# never "delayed" (related models left as they were, which RunPython forward renders again): its models are those
-# of Django's states, rendered from the same model states.
+# What unapplying each migration needs, made once a test process: migration files do not change during a session.
+# Django's ``migrate`` back makes it again at each call: the state before the first migration it unapplies, rendered,
+# then, for each operation of every later migration (unapplied or not), those models again that the operation changes
+# and those related to them; then for each migration unapplied (``Migration.unapply``'s phase 1) each operation's state
+# after, rendering them again. Under cProfile, 8.6 of one test's 22.7 s; 12 of the 14 s that unapplying took in
+# test_name_case_migrations.py.
 _unrendered: dict[tuple[str, str], ProjectState] = {}
-_rendered: dict[tuple[str, str], ProjectState] = {}
-
-
-def state_before(executor: MigrationExecutor, migration: Migration) -> ProjectState:
-    """The rendered state before ``migration`` as ``MigrationExecutor._migrate_all_backwards`` makes it when every
-    migration is applied: those before it in the plan from an empty database, in that order."""
-    key = (migration.app_label, migration.name)
-    if key not in _rendered:
-        if not _unrendered:
-            state = ProjectState(real_apps=executor.loader.unmigrated_apps)
-            for each, _ in executor.migration_plan(executor.loader.graph.leaf_nodes(), clean_start=True):
-                _unrendered[(each.app_label, each.name)] = state.clone()
-                each.mutate_state(state, preserve=False)
-        state = _unrendered[key].clone()
-        state.apps  # rendered once here, not by each clone unapply makes
-        _rendered[key] = state
-    return _rendered[key]
-
-
-# Each migration's operations with the states before and after each, last first, as ``Migration.unapply`` makes them
-# from ``state_before`` (its phase 1) at each call: the state after each operation, from a rendered state, renders
-# its models and those related to them again: 12 of 14 s of unapplying in test_name_case_migrations.py.
 _unapplying: dict[tuple[str, str], list[tuple[Operation, ProjectState, ProjectState]]] = {}
 
 
+def state_before(executor: MigrationExecutor, migration: Migration) -> ProjectState:
+    """The state before ``migration`` as ``MigrationExecutor._migrate_all_backwards`` makes it when every migration
+    is applied (those before it in the plan from an empty database, in that order), rendered. Rendered whole, it is
+    never "delayed" (related models left unrendered, which RunPython forward renders again): its models are those of
+    Django's, rendered from the same model states."""
+    if not _unrendered:  # not rendered, an operation renders nothing: 115 migrations in a fraction of a second
+        state = ProjectState(real_apps=executor.loader.unmigrated_apps)
+        for each, _ in executor.migration_plan(executor.loader.graph.leaf_nodes(), clean_start=True):
+            _unrendered[(each.app_label, each.name)] = state.clone()
+            each.mutate_state(state, preserve=False)
+    state = _unrendered[(migration.app_label, migration.name)].clone()
+    state.apps  # rendered before the operations change it, as Django's is
+    return state
+
+
 def unapplying(executor: MigrationExecutor, migration: Migration) -> list[tuple[Operation, ProjectState, ProjectState]]:
+    """``Migration.unapply``'s phase 1 from ``state_before(migration)``: its operations, last first, each with the
+    states before and after it."""
     key = (migration.app_label, migration.name)
     if key not in _unapplying:
         to_run = []
