@@ -10,10 +10,10 @@ recorded, the content types and the permissions as it found them (``described``,
 ``migrate`` made them at the start of the session. 23 migration tests took 105-107 s instead of 131-133 s on SQLite
 (bench/RESULTS.md, "Test suite time, session 41").
 
-Back is the executor's own plan, each migration unapplied by the executor from the project state Django's ``migrate``
-would unapply it from, kept for the test process (``state_before``) rather than rendered again at each call: the 26
-migration tests took 93-96 s instead of 125-132 s on SQLite, 78 s instead of 165 s on PostgreSQL (bench/RESULTS.md,
-"Test suite time, session 42"). Forward is Django's as it is: each operation's states follow from the one before."""
+Back is the executor's own plan, each migration's operations run backwards from the states Django's ``migrate`` would
+run them from, made once a test process (``state_before``, ``unapplying``) rather than rendered again at each call: on
+PostgreSQL the 26 migration tests' calls took 57-58 s instead of 103-150 s, on SQLite 111-156 s instead of 138-234 s
+on a loaded machine (bench/RESULTS.md, "Test suite time, session 42"). Forward is Django's as it is."""
 from __future__ import annotations
 
 from collections.abc import Iterator
