@@ -8,7 +8,12 @@ make the content types and permissions of models that lack them. After a migrati
 handlers would find nothing to do. Each migration back and forward is checked to leave the schema, the migrations
 recorded, the content types and the permissions as it found them (``described``, a few catalogue queries): as
 ``migrate`` made them at the start of the session. 23 migration tests took 105-107 s instead of 131-133 s on SQLite
-(bench/RESULTS.md, "Test suite time, session 41")."""
+(bench/RESULTS.md, "Test suite time, session 41").
+
+Back is the executor's own plan, each migration's operations run backwards from the states Django's ``migrate`` would
+run them from, made once a test process (``state_before``, ``unapplying``) rather than rendered again at each call: on
+PostgreSQL the 26 migration tests' calls took 57-58 s instead of 103-150 s, on SQLite 111-156 s instead of 138-234 s
+on a loaded machine (bench/RESULTS.md, "Test suite time, session 42"). Forward is Django's as it is."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -16,8 +21,13 @@ from contextlib import contextmanager
 
 from django.apps.registry import Apps
 from django.db import connection
+from django.db.transaction import atomic
+from django.db.migrations.exceptions import IrreversibleError
 from django.db.migrations.executor import MigrationExecutor
+from django.db.migrations.migration import Migration
+from django.db.migrations.operations.base import Operation
 from django.db.migrations.recorder import MigrationRecorder
+from django.db.migrations.state import ProjectState
 
 
 @contextmanager
@@ -29,7 +39,7 @@ def migrated_back_to(*targets: tuple[str, str]) -> Iterator[Apps]:
     ``pytest.mark.django_db(transaction=True)``: migrations do not run inside a test's transaction."""
     found = described()
     executor = MigrationExecutor(connection)
-    executor.migrate(list(targets))
+    migrate_back(executor, list(targets))
     try:
         yield executor.loader.project_state(list(targets)).apps
     finally:
@@ -39,6 +49,81 @@ def migrated_back_to(*targets: tuple[str, str]) -> Iterator[Apps]:
                           "after": sorted(set(left[part]) - set(found[part]), key=repr)}
                    for part in found if found[part] != left[part]}
     assert not differences, f"migrated back to {targets} and forward, the database is not as it was: {differences}"
+
+
+def migrate_back(executor: MigrationExecutor, targets: list[tuple[str, str]]) -> None:
+    """Unapply what ``executor.migrate(targets)`` would, in its order, each from the states it would use, kept for
+    the process instead of made again (``unapplying``). Those are the states with every migration applied, so from
+    anywhere else (inside a block that migrated back already) Django's ``migrate`` runs."""
+    loader = executor.loader
+    plan = executor.migration_plan(targets)
+    if not set(loader.graph.nodes) <= set(loader.applied_migrations) or not all(back for _, back in plan):
+        executor.migrate(targets)
+        return
+    for migration, _ in plan:
+        unapply(executor, migration)
+    executor.check_replacements()
+
+
+def unapply(executor: MigrationExecutor, migration: Migration) -> None:
+    """``executor.unapply_migration(state_before(migration), migration)`` with its operations' states kept
+    (``unapplying``): ``Migration.unapply``'s phase 2, the operations backwards in one schema editor, each in a
+    transaction of its own where it is atomic and the migration is not, then the records of it (and of those it
+    replaces) deleted."""
+    with executor.connection.schema_editor(atomic=migration.atomic) as schema_editor:
+        for operation, to_state, from_state in unapplying(executor, migration):
+            if not schema_editor.atomic_migration and (
+                    operation.atomic or (migration.atomic and operation.atomic is not False)):
+                with atomic(executor.connection.alias):
+                    operation.database_backwards(migration.app_label, schema_editor, from_state, to_state)
+            else:
+                operation.database_backwards(migration.app_label, schema_editor, from_state, to_state)
+    for app_label, name in migration.replaces or ():
+        executor.recorder.record_unapplied(app_label, name)
+    executor.recorder.record_unapplied(migration.app_label, migration.name)
+
+
+# What unapplying each migration needs, made once a test process: migration files do not change during a session.
+# Django's ``migrate`` back makes it again at each call: the state before the first migration it unapplies, rendered,
+# then, for each operation of every later migration (unapplied or not), those models again that the operation changes
+# and those related to them; then for each migration unapplied (``Migration.unapply``'s phase 1) each operation's state
+# after, rendering them again. Under cProfile, 8.6 of one test's 22.7 s; 12 of the 14 s that unapplying took in
+# test_name_case_migrations.py.
+_unrendered: dict[tuple[str, str], ProjectState] = {}
+_unapplying: dict[tuple[str, str], list[tuple[Operation, ProjectState, ProjectState]]] = {}
+
+
+def state_before(executor: MigrationExecutor, migration: Migration) -> ProjectState:
+    """The state before ``migration`` as ``MigrationExecutor._migrate_all_backwards`` makes it when every migration
+    is applied (those before it in the plan from an empty database, in that order), rendered. Rendered whole, it is
+    never "delayed" (related models left unrendered, which RunPython forward renders again): its models are those of
+    Django's, rendered from the same model states."""
+    if not _unrendered:  # not rendered, an operation renders nothing: 115 migrations in a fraction of a second
+        state = ProjectState(real_apps=executor.loader.unmigrated_apps)
+        for each, _ in executor.migration_plan(executor.loader.graph.leaf_nodes(), clean_start=True):
+            _unrendered[(each.app_label, each.name)] = state.clone()
+            each.mutate_state(state, preserve=False)
+    state = _unrendered[(migration.app_label, migration.name)].clone()
+    state.apps  # rendered before the operations change it, as Django's is
+    return state
+
+
+def unapplying(executor: MigrationExecutor, migration: Migration) -> list[tuple[Operation, ProjectState, ProjectState]]:
+    """``Migration.unapply``'s phase 1 from ``state_before(migration)``: its operations, last first, each with the
+    states before and after it."""
+    key = (migration.app_label, migration.name)
+    if key not in _unapplying:
+        to_run = []
+        after = state_before(executor, migration)
+        for operation in migration.operations:
+            if not operation.reversible:
+                raise IrreversibleError(f"Operation {operation} in {migration} is not reversible")
+            after = after.clone()
+            before = after.clone()
+            operation.state_forwards(migration.app_label, after)
+            to_run.insert(0, (operation, before, after))
+        _unapplying[key] = to_run
+    return _unapplying[key]
 
 
 def migrate_to_latest() -> None:

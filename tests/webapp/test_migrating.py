@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 
-from tests.webapp.migrating import described, migrated_back_to
+from tests.webapp.migrating import described, migrate_to_latest, migrated_back_to
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -33,3 +34,22 @@ def test_a_database_left_otherwise_after_the_migration_forward_is_told_apart():
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP TABLE IF EXISTS left_behind_by_the_block")
+
+
+# Unapplies migrations of two apps (datasets' and the evaluations' that depend on them), some remaking tables.
+BEFORE_VISIBLE_FILENAMES = ("datasets", "0008_visible_filenames")
+
+
+def test_migrating_back_from_the_sessions_states_leaves_the_database_as_djangos_migrate_back():
+    """``migrated_back_to`` unapplies each migration from a state the session keeps (``state_before``) rather than
+    one Django's ``migrate`` makes again: the database it leaves is the one Django's leaves (on SQLite the table
+    statements, which a table remade from another state would write otherwise)."""
+    with migrated_back_to(BEFORE_VISIBLE_FILENAMES):
+        from_the_sessions_states = described()
+    try:
+        MigrationExecutor(connection).migrate([BEFORE_VISIBLE_FILENAMES])
+        from_djangos = described()
+    finally:
+        migrate_to_latest()
+    assert ("evals", "0001_initial") not in from_djangos["migrations"]
+    assert from_the_sessions_states == from_djangos
