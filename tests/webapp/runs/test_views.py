@@ -403,7 +403,8 @@ def test_switching_task_from_yaml_keeps_the_values_chosen_in_it(team, catalog, c
     yaml_text = response.context["yaml_text"]
     assert "task: dpo\n" in yaml_text and "learning_rate: 0.003\n" in yaml_text and "beta: 0.1\n" in yaml_text
     assert "max_steps: 200" not in yaml_text  # the SFT preset's, not changed by hand: left behind
-    assert "Kept what you chose: <code>optim.learning_rate</code>." in page
+    # The model too: the form chose the project's only one, and it is carried to the dpo form.
+    assert "Kept what you chose: <code>model</code>, <code>optim.learning_rate</code>." in page
     assert "<code>epochs</code>: the dpo form has no field for it" in page
     # YAML that does not parse stays as typed, with its line.
     response = switched(client, {"mode": "yaml", "task": "sft", "spec_yaml": "optim: [1\n"}, task="dpo")
@@ -428,7 +429,8 @@ def test_a_switch_sent_as_a_form_switches_and_launches_nothing(team, catalog, cl
                                                   "switch_task": "dpo"})
     page = response.content.decode()
     assert response.status_code == 200 and "task: dpo\n" in response.context["yaml_text"]
-    assert "Kept what you chose: <code>optim.learning_rate</code>." in page
+    # The model too: the form chose the project's only one, and it is carried to the dpo form.
+    assert "Kept what you chose: <code>model</code>, <code>optim.learning_rate</code>." in page
     preset = client.post("/p/alpha/runs/new/", {**_layout_form(catalog), "apply_preset": "QLoRA"})
     assert preset.status_code == 200 and 'name="name" value="sharded"' in preset.content.decode()
     assert not Run.objects.exists() and not sent_tasks.calls
