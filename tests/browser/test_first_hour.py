@@ -290,3 +290,23 @@ def test_a_campaigns_export_options_read_box_label_then_help(page_at, live_serve
     box = page.locator("#id_apply_edits").bounding_box()
     help_text = page.locator("#id_apply_edits_helptext").bounding_box()
     assert help_text["y"] >= box["y"] + box["height"]  # its help below the option it explains
+
+
+def test_the_upload_form_starts_on_sft_and_names_the_dataset_after_its_file(page, live_server, tmp_path):
+    """First-hour walk: the upload form's Kind started on text (a post-training team's rarest kind), and the Name
+    stayed blank after a file was chosen. Kind starts on sft; choosing a file fills in a name from it, but never over a
+    name typed."""
+    make_team()
+    log_in(page, live_server.url, "alpha-teammate")
+    page.goto(f"{live_server.url}/p/alpha/datasets/new/")
+    assert page.locator("#id_kind").input_value() == "sft"
+    first, second = tmp_path / "arith_train-v2.jsonl", tmp_path / "other.jsonl"
+    for path in (first, second):
+        path.write_text('{"prompt": "2+2?", "completion": "4"}\n', encoding="utf-8")
+    page.set_input_files("#id_file", str(first))
+    assert page.locator("#id_name").input_value() == "arith train-v2"
+    page.set_input_files("#id_file", str(second))
+    assert page.locator("#id_name").input_value() == "other"  # a name it filled in follows the file
+    page.fill("#id_name", "my chats")
+    page.set_input_files("#id_file", str(first))
+    assert page.locator("#id_name").input_value() == "my chats"
