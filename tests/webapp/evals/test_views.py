@@ -39,6 +39,15 @@ def test_a_member_creates_one_from_the_form(team, client_for, base_model, prompt
     assert "Waiting for a serve worker" in page and 'http-equiv="refresh"' in page
 
 
+def test_the_forms_reward_functions_are_named_once(team, client_for, base_model, prompts_version):
+    """First-hour walk: "Reward functions" stood twice, the box's legend and the rows' label under it. The legend
+    names the rows (a group a screen reader announces); the label, which named a box that takes no input, is gone."""
+    page = client_for(team.teammate).get(reverse("evals:create", args=[team.project.slug])).content.decode()
+    box = page[page.index('<fieldset id="reward-functions"'):page.index("</fieldset>", page.index('id="reward-functions"'))]
+    assert box.count("Reward functions") == 1 and "<legend>Reward functions</legend>" in box
+    assert '<label for="spec-reward_terms">' not in page
+
+
 def test_the_form_names_the_field_the_service_rejects(team, client_for, base_model, prompts_version):
     response = post_form(client_for(team.teammate), team, base_model, prompts_version, group_by="colour")
     assert response.status_code == 400
