@@ -188,6 +188,22 @@ def evaluation_of(team, model_ref, version, *, value=None, minutes_ago=0):
     return evaluation
 
 
+def test_the_page_is_headed_by_the_model_and_the_data(team, client_for, base_model, prompts_version):
+    """First-hour walk: the heading read "Evaluation of Run: arith lora eval". It names the model and the data as a
+    sentence would, the kind of model in a muted line under it (names still isolated, and escaped)."""
+    client = client_for(team.viewer)
+    for model_ref, label, kind in (
+            ("run_a1", "Run: arith <b>lora</b> eval", "The model exported by a run"),
+            ("run_a1:step-40", "Run: arith <b>lora</b> eval, checkpoint 40", "A checkpoint of a run"),
+            (base_model.public_id, "Base model: arith <b>lora</b> eval", "A base model")):
+        evaluation = evaluation_of(team, model_ref, prompts_version, value=0.5)
+        Evaluation.objects.filter(pk=evaluation.pk).update(model_label=label)
+        page = client.get(reverse("evals:detail", args=[team.project.slug, evaluation.public_id])).content.decode()
+        name = label.partition(": ")[2].replace("<", "&lt;").replace(">", "&gt;")
+        assert f"<h1><bdi>{name}</bdi> on <bdi>sums v1</bdi></h1>" in page, label
+        assert f'<p class="muted model-kind">{kind}</p>' in page and "Evaluation of" not in page
+
+
 def a_run(team, base_model, sft_version):
     return run_services.run_create(project=team.project, user=team.owner, name="first", spec={
         "task": "sft", "model": base_model.public_id, "data": {"train": sft_version.public_id},
