@@ -114,8 +114,25 @@
     });
   }
 
+  // A new dataset's name from its file's (arith_train.jsonl: "arith train"), as long as the name is blank or still
+  // the one filled in from an earlier file: a name typed is never replaced.
+  function nameAfterFile(form) {
+    var name = form.querySelector("input[name=name]");
+    var file = form.querySelector("input[type=file]");
+    if (!name || !file) return;
+    var filled = "";
+    file.addEventListener("change", function () {
+      var chosen = file.files && file.files[0];
+      if (!chosen || (name.value !== "" && name.value !== filled)) return;
+      var stem = chosen.name.replace(/(\.(jsonl|json|csv|parquet|gz|zst))+$/i, "").replace(/_+/g, " ").trim();
+      filled = stem.slice(0, Number(name.getAttribute("maxlength")) || stem.length);
+      name.value = filled;
+    });
+  }
+
   document.querySelectorAll("form.upload-form").forEach(function (form) {
     showMappingFor(form);
+    nameAfterFile(form);
     var kindSelect = form.querySelector("select[name=kind]");
     if (kindSelect) kindSelect.addEventListener("change", function () { showMappingFor(form); });
     handleSubmit(form);

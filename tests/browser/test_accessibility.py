@@ -489,6 +489,7 @@ def test_a_refused_launch_ties_each_fields_problem_to_it(page, live_server):
     train.max_steps heard nothing wrong with it."""
     team = make_team()
     make_base_model(team.project, name="tiny")
+    make_base_model(team.project, name="small", path="/models/small")  # two: the form leaves Model to be chosen
     log_in(page, live_server.url, team.teammate.username)
     page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
     page.fill("#spec-train-max_steps", "-5")

@@ -290,3 +290,50 @@ def test_a_campaigns_export_options_read_box_label_then_help(page_at, live_serve
     box = page.locator("#id_apply_edits").bounding_box()
     help_text = page.locator("#id_apply_edits_helptext").bounding_box()
     assert help_text["y"] >= box["y"] + box["height"]  # its help below the option it explains
+
+
+def test_the_upload_form_starts_on_sft_and_names_the_dataset_after_its_file(page, live_server, tmp_path):
+    """First-hour walk: the upload form's Kind started on text (a post-training team's rarest kind), and the Name
+    stayed blank after a file was chosen. Kind starts on sft; choosing a file fills in a name from it, but never over a
+    name typed."""
+    make_team()
+    log_in(page, live_server.url, "alpha-teammate")
+    page.goto(f"{live_server.url}/p/alpha/datasets/new/")
+    assert page.locator("#id_kind").input_value() == "sft"
+    first, second = tmp_path / "arith_train-v2.jsonl", tmp_path / "other.jsonl"
+    for path in (first, second):
+        path.write_text('{"prompt": "2+2?", "completion": "4"}\n', encoding="utf-8")
+    page.set_input_files("#id_file", str(first))
+    assert page.locator("#id_name").input_value() == "arith train-v2"
+    page.set_input_files("#id_file", str(second))
+    assert page.locator("#id_name").input_value() == "other"  # a name it filled in follows the file
+    page.fill("#id_name", "my chats")
+    page.set_input_files("#id_file", str(first))
+    assert page.locator("#id_name").input_value() == "my chats"
+
+
+def test_the_evaluations_side_by_side_reads_whole_on_a_phone(page_at, live_server):
+    """First-hour walk at 390 px: a side-by-side table cut its model's name a word per line ("Run: / arith / lora /
+    eval") and scrolled its When column out of view."""
+    from webapp.evals.models import Evaluation, EvaluationStatus
+
+    team = make_team()
+    version = make_ready_version(team.project, name="arith-prompts held-out", kind="prompts",
+                                 rows=[{"prompt": "2+2?", "answer": "4"}], user=team.owner)
+    for name, value in (("arith lora eval", 0.5), ("arith full eval", 0.25)):
+        Evaluation.objects.create(
+            project=team.project, model_ref=f"run_{name.split()[1]}", model_label=f"Run: {name}",
+            dataset_version=version, version_label=str(version), metric="exact_match", row_limit=200,
+            max_new_tokens=32, status=EvaluationStatus.SUCCEEDED, result={"metric": "exact_match", "value": value,
+                                                                          "count": 1}, created_by=team.teammate)
+    page = page_at(390, 844)
+    log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/evaluations/")
+    table = page.locator("section.comparison")
+    model = table.get_by_role("link", name="Run: arith lora eval")
+    line = float(model.evaluate("link => parseFloat(getComputedStyle(link).lineHeight)"))
+    assert model.bounding_box()["height"] <= 2 * line + 1  # two lines at most, not a word a line
+    when = table.locator("tbody tr").first.locator(".when:visible")
+    box = when.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 390 and box["height"] <= line + 1  # in view, whole
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390

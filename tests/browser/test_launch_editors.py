@@ -54,7 +54,7 @@ def test_switching_editors_keeps_what_was_typed_and_launches_it(page, live_serve
 
 
 def test_a_refused_launch_puts_the_keyboard_on_its_problems(page, live_server):
-    """Launched from the keyboard (Enter in the name field) with no model chosen, the page came back
+    """Launched from the keyboard (Enter in the name field) with no data chosen, the page came back
     with the problems listed above the form, but the focus at the top of the page: some thirty Tabs
     through the navigation, tabs and presets before a field, and nothing read the problems out first."""
     team = make_team()
@@ -67,7 +67,8 @@ def test_a_refused_launch_puts_the_keyboard_on_its_problems(page, live_server):
     page.keyboard.press("Enter")
     page.locator("#launch-errors").wait_for()
     assert page.evaluate("() => document.activeElement.id") == "launch-errors"
-    assert "choose a starting model" in page.locator("#launch-errors").inner_text()
+    # The project's only model is chosen for it (test_views' only_model test): no data is what is refused.
+    assert "data.train: choose a ready dataset version" in page.locator("#launch-errors").inner_text()
     for _ in range(3):  # the editor tabs, then the form's first field
         page.keyboard.press("Tab")
     assert page.evaluate("() => document.activeElement.id") == "id_name"

@@ -50,6 +50,7 @@ class UploadForm(forms.Form):
     name = forms.CharField(max_length=100, help_text="A name for the dataset within this project.")
     kind = forms.ChoiceField(
         choices=KIND_CHOICES,
+        initial=formats.DatasetKind.SFT,  # what a post-training team uploads most; text (pretraining) the least
         help_text="; ".join(f"<b>{kind.value}</b>: {text}" for kind, text in formats.KIND_DESCRIPTIONS.items()),
     )
     file_format = forms.ChoiceField(choices=FORMAT_CHOICES, required=False, label="Format")

@@ -150,6 +150,12 @@ class DatasetVersion(models.Model):
         return self.status in (VersionStatus.READY, VersionStatus.FAILED)
 
     @property
+    def being_written(self) -> bool:
+        """A split's or another derivation's version whose file the worker has not written yet: its size (0) and
+        file name say nothing true until then."""
+        return bool(self.derivation) and self.status == VersionStatus.UPLOADED
+
+    @property
     def status_phrase(self) -> str:
         """The status as a sentence says it after the version: "failed its check", not "is failed"."""
         return STATUS_PHRASES[self.status]

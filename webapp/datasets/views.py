@@ -38,6 +38,7 @@ from webapp.evals.services import METRIC_OF_KIND
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Membership, Project, Role
 from webapp.review.selectors import export_campaigns
+from webapp.workers.selectors import queue_unserved
 
 DATASETS_PER_PAGE = 50
 
@@ -234,6 +235,14 @@ def _decontaminate_form(version, data=None, *, initial=None) -> DecontaminateFor
     return DecontaminateForm(data, choices=choices, initial=initial) if choices else None
 
 
+def _default_worker_alive() -> bool | None:
+    """Whether a worker of the ``default`` queue (checks, splits, token counts) is alive; None where workers send no
+    heartbeats (``TEMPER_HEARTBEAT_SECONDS=0``), which leave nothing to tell it by."""
+    if settings.TEMPER_HEARTBEAT_SECONDS <= 0:
+        return None
+    return not queue_unserved("default")
+
+
 def _render_version(request, project, membership, dataset, version, *, split_form: SplitForm | None = None,
                     decontaminate_form: DecontaminateForm | None = None, status: int = 200) -> HttpResponse:
     context = {
@@ -246,6 +255,8 @@ def _render_version(request, project, membership, dataset, version, *, split_for
         "review_campaign": export_campaigns(project=project, versions=[version]).get(version.pk),
         "origin": selectors.derivation_origin(version=version),
     }
+    if not version.is_settled or version.token_statistics.get("status") == "computing":
+        context["default_worker"] = _default_worker_alive()
     if version.status == VersionStatus.FAILED:
         context["problems"] = selectors.problem_groups(version=version)
     if version.status == VersionStatus.READY:

@@ -37,6 +37,10 @@ class Metric(models.TextChoices):
     REWARDS = "rewards", "reward functions"
 
 
+# The kinds a stored model label starts with (webapp.chat.selectors labels its models so).
+MODEL_LABEL_KINDS = ("Run: ", "Base model: ")
+
+
 class Evaluation(models.Model):
     public_id = models.CharField(max_length=PUBLIC_ID_MAX_LENGTH, unique=True, default=new_evaluation_id)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="evaluations")
@@ -82,6 +86,26 @@ class Evaluation(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status in ACTIVE_EVALUATION_STATUSES
+
+    @property
+    def model_name(self) -> str:
+        """``model_label`` without the kind it starts with ("Run: ", "Base model: ", as the chat's pickers label
+        models), which ``model_kind`` says in words: "Evaluation of Run: arith lora eval" read awkwardly."""
+        for kind in MODEL_LABEL_KINDS:
+            if self.model_label.startswith(kind):
+                return self.model_label[len(kind):]
+        return self.model_label
+
+    @property
+    def model_kind(self) -> str:
+        """What kind of model was scored, from its reference (``chat.selectors``'s: ``bm_…``, ``run_…``,
+        ``run_…:step-N``), which stays as it was when the model is gone."""
+        if self.model_ref.startswith("bm_"):
+            return "A base model"
+        if self.model_ref.startswith("run_"):
+            return "A checkpoint of a run" if ":step-" in self.model_ref else "The model exported by a run"
+        return "A model"
+
 
     @property
     def model_id(self) -> str:

@@ -332,6 +332,13 @@ def model_choices(*, project: Project, current: Any = None) -> list[StartingMode
     return choices
 
 
+def only_starting_model(choices: list[StartingModel]) -> str | None:
+    """The reference of the one model among ``choices`` whose folder is still there, which a launch form can choose
+    for its user; None when there are none or several (the user chooses)."""
+    usable = [choice.ref for choice in choices if not choice.gone]
+    return usable[0] if len(usable) == 1 else None
+
+
 def _starting_model(ref: str, label: str, path: str, *, notes: tuple[str, ...] = ()) -> StartingModel:
     # ``notes`` in brackets after the label (a base model's "base model"), the folder's being gone among them, as the
     # chat's pickers say theirs (chat.selectors._choice).

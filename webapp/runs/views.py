@@ -186,6 +186,17 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
     }
 
 
+def _starting_model_asked(project, asked: str | None) -> str | None:
+    """The model a fresh launch form starts from: ``asked`` (a base model page's "Launch a run from it", a checkpoint
+    named either way) when the project offers it, else the project's only model a run can start from. A dataset
+    version's "Launch … on it" names no model, and the demo project's form opened blank on its one model, which
+    Launch then refused for want of a model."""
+    choices = selectors.model_choices(project=project)
+    if (model := spec_ref(asked)) in {choice.ref for choice in choices}:
+        return model
+    return selectors.only_starting_model(choices)
+
+
 def _model_limits(task: str, initial: dict[str, Any], preset_name: str | None, positions: int | None
                   ) -> dict[str, dict[str, Any]]:
     """The chosen model's ``positions``, which ``CONTEXT_KEY``'s input says, and the value the input holds without
@@ -214,7 +225,8 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
         name, tags, errors, copy_notes = "", "", {}, []
         errors_heading = "Some of what the run used is gone"
         preset_name = request.GET.get("preset")
-        if preset_name is None and selectors.starts_from_the_demo_model(project=project, model=request.GET.get("model")):
+        starting_model = _starting_model_asked(project, request.GET.get("model"))
+        if preset_name is None and selectors.starts_from_the_demo_model(project=project, model=starting_model):
             preset_name = presets.demo_preset_name(task)  # a learning rate the demo model learns at in 200 steps
         # The form holds the task's first preset when none (or one that is gone) is named: that one is marked.
         preset_name = presets.preset_named(task, preset_name)["name"]
@@ -250,8 +262,8 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
                 if not gone:
                     errors_heading = "This run's spec cannot run again as it is"
         else:
-            if (model := spec_ref(request.GET.get("model"))) in {choice.ref for choice in selectors.model_choices(project=project)}:
-                spec = {**spec, "model": model}  # a base model page's "Launch a run from it", a checkpoint named either way
+            if starting_model is not None:
+                spec = {**spec, "model": starting_model}
             # A dataset version page's "Launch a … run on it": taken when the task trains on that version's kind.
             train_choices = selectors.dataset_choices(project=project, kinds=services.train_kinds(task))
             if (data := request.GET.get("data")) in {value for value, _label in train_choices}:

@@ -8,6 +8,7 @@ import collections
 import csv
 import io
 import json
+import re
 
 import numpy as np
 import pytest
@@ -386,6 +387,22 @@ class TestPages:
         shown = client.get(response.url).content.decode()
         assert "Split from qa v1, seed 0, 10% held out, stratified by task: the training side" in shown
         assert "qa held-out v1" in shown
+
+    def test_a_side_not_yet_written_says_so_in_place_of_its_size(self, team, client_for, sent):
+        """First-hour walk: both sides of a split read "qa-train.jsonl (jsonl, 0 bytes)" until the worker wrote them,
+        as if the split had made empty files."""
+        source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)
+        client = client_for(team.teammate)
+        response = client.post(reverse("datasets:split", args=[team.project.slug, source.dataset.public_id, 1]),
+                               {"held_out": "10%", "seed": "0", "train_name": "qa train", "held_out_name": "qa held-out"})
+        train = Dataset.objects.get(name="qa train")
+        dataset_page = reverse("datasets:detail", args=[team.project.slug, train.public_id])
+        for shown in (client.get(response.url).content.decode(), client.get(dataset_page).content.decode()):
+            assert "being written by a worker" in shown and "0\xa0bytes" not in shown and "0 bytes" not in shown
+        write_split(sent)
+        for shown in (client.get(response.url).content.decode(), client.get(dataset_page).content.decode()):
+            assert "being written by a worker" not in shown
+            assert re.search(r"[0-9.]+\xa0(bytes|KB)", shown)  # its size, written
 
     def test_a_refusal_shows_the_form_again_beside_its_field(self, team, client_for, sent):
         source = upload(team, jsonl(labelled_rows()), mapping=MAPPING)

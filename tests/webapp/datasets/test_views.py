@@ -560,7 +560,7 @@ class TestTokenStatistics:
         page = client_for(team.teammate).get(version_url(version)).content.decode()
         assert "Counting tokens with the <bdi>tiny</bdi> tokenizer…" in page
         assert f'action="{version_url(version, "tokens/")}"' in page
-        assert "Nothing happening? Check that the <code>default</code> worker and Redis run, then" in page
+        assert "No <code>default</code> worker is running" in page  # nothing counts them
         with django_capture_on_commit_callbacks(execute=True):
             client_for(team.teammate).post(version_url(version, "tokens/"), {"base_model": base_model.public_id})
         assert no_broker[-1] == ("worker.tasks.datasets.compute_token_statistics", [version.pk, base_model.pk])
@@ -595,6 +595,26 @@ class TestRequeue:
         with django_capture_on_commit_callbacks(execute=True):
             assert client_for(team.teammate).post(version_url(version, "requeue/")).status_code == 302
         assert no_broker == [("worker.tasks.datasets.validate_dataset_version", [version.pk])]
+
+    def test_it_says_whether_a_default_worker_is_alive(self, team, client_for):
+        """First-hour walk: a version waiting for a worker said "Nothing happening? Check that the default worker and
+        Redis run", leaving the newcomer to find out which. The page says whether a default-queue worker is alive
+        (its heartbeat), as the chat says of serve workers, and links the Workers page."""
+        from django.utils import timezone
+
+        from webapp.workers.models import Worker
+
+        version = make_version(team, validate=False)
+        client = client_for(team.teammate)
+        page = client.get(version_url(version)).content.decode()
+        assert "No <code>default</code> worker is running" in page and 'href="/workers/"' in page
+        now = timezone.now()
+        Worker.objects.create(name="serve@h1", host="h1", pid=1, queues=["serve"], started_at=now, last_seen=now)
+        assert "No <code>default</code> worker is running" in client.get(version_url(version)).content.decode()
+        Worker.objects.create(name="default@h0", host="h0", pid=1, queues=["default"], started_at=now, last_seen=now)
+        page = client.get(version_url(version)).content.decode()
+        assert "No <code>default</code> worker" not in page
+        assert "A <code>default</code> worker is running" in page and 'href="/workers/"' in page
 
     def test_it_requires_the_member_role(self, team, client_for):
         version = make_version(team, validate=False)

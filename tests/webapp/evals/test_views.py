@@ -39,6 +39,15 @@ def test_a_member_creates_one_from_the_form(team, client_for, base_model, prompt
     assert "Waiting for a serve worker" in page and 'http-equiv="refresh"' in page
 
 
+def test_the_forms_reward_functions_are_named_once(team, client_for, base_model, prompts_version):
+    """First-hour walk: "Reward functions" stood twice, the box's legend and the rows' label under it. The legend
+    names the rows (a group a screen reader announces); the label, which named a box that takes no input, is gone."""
+    page = client_for(team.teammate).get(reverse("evals:create", args=[team.project.slug])).content.decode()
+    box = page[page.index('<fieldset id="reward-functions"'):page.index("</fieldset>", page.index('id="reward-functions"'))]
+    assert box.count("Reward functions") == 1 and "<legend>Reward functions</legend>" in box
+    assert '<label for="spec-reward_terms">' not in page
+
+
 def test_the_form_names_the_field_the_service_rejects(team, client_for, base_model, prompts_version):
     response = post_form(client_for(team.teammate), team, base_model, prompts_version, group_by="colour")
     assert response.status_code == 400
@@ -177,6 +186,22 @@ def evaluation_of(team, model_ref, version, *, value=None, minutes_ago=0):
         created_by=team.teammate)
     Evaluation.objects.filter(pk=evaluation.pk).update(created_at=timezone.now() - timedelta(minutes=minutes_ago))
     return evaluation
+
+
+def test_the_page_is_headed_by_the_model_and_the_data(team, client_for, base_model, prompts_version):
+    """First-hour walk: the heading read "Evaluation of Run: arith lora eval". It names the model and the data as a
+    sentence would, the kind of model in a muted line under it (names still isolated, and escaped)."""
+    client = client_for(team.viewer)
+    for model_ref, label, kind in (
+            ("run_a1", "Run: arith <b>lora</b> eval", "The model exported by a run"),
+            ("run_a1:step-40", "Run: arith <b>lora</b> eval, checkpoint 40", "A checkpoint of a run"),
+            (base_model.public_id, "Base model: arith <b>lora</b> eval", "A base model")):
+        evaluation = evaluation_of(team, model_ref, prompts_version, value=0.5)
+        Evaluation.objects.filter(pk=evaluation.pk).update(model_label=label)
+        page = client.get(reverse("evals:detail", args=[team.project.slug, evaluation.public_id])).content.decode()
+        name = label.partition(": ")[2].replace("<", "&lt;").replace(">", "&gt;")
+        assert f"<h1><bdi>{name}</bdi> on <bdi>sums v1</bdi></h1>" in page, label
+        assert f'<p class="muted model-kind">{kind}</p>' in page and "Evaluation of" not in page
 
 
 def a_run(team, base_model, sft_version):

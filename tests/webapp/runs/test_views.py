@@ -403,7 +403,8 @@ def test_switching_task_from_yaml_keeps_the_values_chosen_in_it(team, catalog, c
     yaml_text = response.context["yaml_text"]
     assert "task: dpo\n" in yaml_text and "learning_rate: 0.003\n" in yaml_text and "beta: 0.1\n" in yaml_text
     assert "max_steps: 200" not in yaml_text  # the SFT preset's, not changed by hand: left behind
-    assert "Kept what you chose: <code>optim.learning_rate</code>." in page
+    # The model too: the form chose the project's only one, and it is carried to the dpo form.
+    assert "Kept what you chose: <code>model</code>, <code>optim.learning_rate</code>." in page
     assert "<code>epochs</code>: the dpo form has no field for it" in page
     # YAML that does not parse stays as typed, with its line.
     response = switched(client, {"mode": "yaml", "task": "sft", "spec_yaml": "optim: [1\n"}, task="dpo")
@@ -428,7 +429,8 @@ def test_a_switch_sent_as_a_form_switches_and_launches_nothing(team, catalog, cl
                                                   "switch_task": "dpo"})
     page = response.content.decode()
     assert response.status_code == 200 and "task: dpo\n" in response.context["yaml_text"]
-    assert "Kept what you chose: <code>optim.learning_rate</code>." in page
+    # The model too: the form chose the project's only one, and it is carried to the dpo form.
+    assert "Kept what you chose: <code>model</code>, <code>optim.learning_rate</code>." in page
     preset = client.post("/p/alpha/runs/new/", {**_layout_form(catalog), "apply_preset": "QLoRA"})
     assert preset.status_code == 200 and 'name="name" value="sharded"' in preset.content.decode()
     assert not Run.objects.exists() and not sent_tasks.calls
@@ -2966,3 +2968,26 @@ def test_the_404_page_shows_the_views_message_escaped(team, run, client_for, set
             "action=deleted)</p>") in page
     page = client.get("/p/alpha/no-such-page/").content.decode()
     assert "<h1>Not found</h1>" in page and "Resolver404" not in page and "tried" not in page
+
+
+def test_a_dataset_versions_launch_link_starts_from_the_projects_only_model(team, client_for, sent_tasks):
+    """First-hour walk: the demo dataset version's "Launch an sft run on it" opened the form with Model blank, though
+    the demo base model was the only model a run could start from, and Launch refused ("model: choose a starting
+    model"). The only model is chosen (with the demo preset, as its own Launch link gives); with several the field
+    stays blank and says a choice is wanted."""
+    from webapp.basemodels.selectors import demo_model_dir
+
+    demo_model_dir().mkdir(parents=True)  # the folder the demo model was registered from is there, as it is in use
+    demo = make_base_model(team.project, name="demo-base", path=str(demo_model_dir()))
+    chats = make_ready_version(team.project, name="chats", kind="sft")
+    client = client_for(team.teammate)
+    page = client.get(f"/p/alpha/runs/new/?task=sft&data={chats.public_id}").content.decode()
+    assert re.search(rf'<option value="{demo.public_id}"[^>]* selected>', page)
+    assert re.search(r'class="button active" aria-current="true" [^>]*data-preset="LoRA, demo model"', page)
+    assert "choose the one to start from" not in page
+
+    other = make_base_model(team.project, name="other")
+    page = client.get(f"/p/alpha/runs/new/?task=sft&data={chats.public_id}").content.decode()
+    assert not re.search(r'<option value="(bm_[^"]*)"[^>]* selected>', page)
+    assert "2 models: choose the one to start from." in page
+    assert other.public_id in page

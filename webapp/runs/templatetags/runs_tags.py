@@ -102,10 +102,12 @@ def default_text(value: Any) -> str:
 
 @register.inclusion_tag("runs/_spec_field.html")
 def spec_field(field, initial: dict, errors: dict, reference_choices: dict | None = None,
-               model_limits: dict | None = None) -> dict[str, Any]:
+               model_limits: dict | None = None, labelled: bool = True) -> dict[str, Any]:
     """One schema-built input with its value, help text and errors; a key of ``reference_choices``
     (``ppo.reward_model``) is a select of those ``(id, label)`` choices instead. A key of ``model_limits``
-    (``views._model_limits``) says the chosen model's limit in its help, which the page's script keeps up."""
+    (``views._model_limits``) says the chosen model's limit in its help, which the page's script keeps up.
+    ``labelled=False``: no label of its own, where the box around it names it (the evaluation form's reward rows
+    under their fieldset's legend read "Reward functions" twice)."""
     value = initial.get(field.name, field.default)
     if field.widget == "rewards":
         functions = reward_functions()
@@ -116,6 +118,7 @@ def spec_field(field, initial: dict, errors: dict, reference_choices: dict | Non
             "rows": [_reward_row(field, index, term if isinstance(term, dict) else {}, errors, functions,
                                  reference_choices) for index, term in enumerate(terms)],
             "blank_row": _reward_row(field, "__row__", {}, {}, functions, reference_choices),
+            "labelled": labelled,
         }
     field_errors = [*errors.get(field.name, []), *one_of_errors(errors, field.name)]
     # The input is described by its help and its errors (ids as the template numbers them), so that a
@@ -131,6 +134,7 @@ def spec_field(field, initial: dict, errors: dict, reference_choices: dict | Non
         "default": default_text(field.default), "default_is_list": isinstance(field.default, (list, tuple)),
         "reference_choices": _with_current(reference_choices, field.name, value),
         "model_limit": (model_limits or {}).get(field.name),
+        "labelled": labelled,
     }
 
 
