@@ -20,7 +20,7 @@ from webapp.basemodels.selectors import (FOLDER_GONE, REGISTER_AGAIN, gone_model
 from webapp.chat.models import ApiGeneration, Battle, Conversation, Message, MessageStatus
 from webapp.core import file_stamps
 from webapp.core.bidi import isolated
-from webapp.core.model_refs import chat_ref, checkpoint_of
+from webapp.core.model_refs import BASE_MODEL_LABEL, RUN_LABEL, chat_ref, checkpoint_of
 from webapp.projects.models import Membership, Project, Role
 from webapp.runs.models import ACTIVE_STATUSES, REWARD_TASK, Artifact, Run, RunStatus
 from webapp.runs.services import EXTERNAL_TASK
@@ -87,7 +87,7 @@ def _project_models(project: Project) -> list[_Model]:
     checkpoints, latest step first (not a reward run's: its model scores text, it does not write any).
     Only the columns named are read: the chat, ``/v1`` and the review form ask this on every request, and
     a run's JSON columns (spec, summary) cost more to load than everything else together."""
-    models = [_Model(ref=model.public_id, before="Base model: ", name=model.name, source=model.path,
+    models = [_Model(ref=model.public_id, before=BASE_MODEL_LABEL, name=model.name, source=model.path,
                      copy_dir=base_model_copy_dir(model), created=model.created_at, registered=True)
               for model in BaseModel.objects.filter(project=project).order_by("name")
               .only("public_id", "name", "path", "created_at")]
@@ -102,11 +102,11 @@ def _project_models(project: Project) -> list[_Model]:
          written_variables) in artifacts:
         variables = _template_kwargs(resolved_variables if resolved_variables is not None else written_variables)
         if kind == "model" and status == RunStatus.SUCCEEDED:
-            models.append(_Model(ref=run_id, before="Run: ", name=run_name, source=path,
+            models.append(_Model(ref=run_id, before=RUN_LABEL, name=run_name, source=path,
                                  copy_dir=export_copy_dir(path), created=finished or run_created, archived=archived,
                                  template_kwargs=variables))
         elif kind == "checkpoint" and (match := _CHECKPOINT_DIR.search(path)):
-            models.append(_Model(ref=f"{run_id}:step-{match.group(1)}", before="Run: ", name=run_name,
+            models.append(_Model(ref=f"{run_id}:step-{match.group(1)}", before=RUN_LABEL, name=run_name,
                                  after=f", checkpoint {match.group(1)}", source=path, copy_dir=export_copy_dir(path),
                                  created=created, archived=archived, template_kwargs=variables))
     return models

@@ -9,6 +9,11 @@ import re
 
 _CHECKPOINT = re.compile(r"(run_[0-9A-Za-z]+)(?:@|:step-)([0-9]+)")
 
+# What a model's label starts with, by its kind (``webapp.chat.selectors`` labels the models it offers so, and an
+# evaluation keeps the label: ``Evaluation.model_name`` reads the name back from it).
+BASE_MODEL_LABEL = "Base model: "
+RUN_LABEL = "Run: "
+
 
 def checkpoint_of(ref: object) -> tuple[str, str] | None:
     """``(run id, step)`` of a checkpoint named in either spelling, else None (a base model, a run, anything)."""

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import models
 
 from webapp.core.ids import PUBLIC_ID_MAX_LENGTH, new_public_id
+from webapp.core.model_refs import BASE_MODEL_LABEL, RUN_LABEL
 from webapp.datasets.models import DatasetVersion
 from webapp.projects.models import Project
 
@@ -38,7 +39,7 @@ class Metric(models.TextChoices):
 
 
 # The kinds a stored model label starts with (webapp.chat.selectors labels its models so).
-MODEL_LABEL_KINDS = ("Run: ", "Base model: ")
+MODEL_LABEL_KINDS = (RUN_LABEL, BASE_MODEL_LABEL)
 
 
 class Evaluation(models.Model):
