@@ -33,15 +33,18 @@ def forward_logprobs(model, prompt_ids, answer_ids):
 
 
 def assert_matches_references(model, tokenizer, request, result, alternatives):
-    """The chosen tokens' log probabilities within 1e-5 of the ``Sampler``'s (its own program over the same cached
+    """The chosen tokens' log probabilities within 2e-5 of the ``Sampler``'s (its own program over the same cached
     decode, raw logits too), and every value within 1e-4 of a full forward pass's log_softmax (the bound the
     Sampler's log probabilities are held to against transformers): the cached decode and the full pass sum in
     other orders, which under the suite's --xla_backend_optimization_level=0 moves this model's log probabilities
-    (logits up to +-10) by up to 3.5e-5 (3e-6 at XLA's default level)."""
+    (logits up to +-10) by up to 3.5e-5 (3e-6 at XLA's default level). The serving batch and the Sampler are other
+    programs too (a row decoded beside others, or joining a running batch, against one alone: other shapes, other
+    summation orders): 2.0e-6 to 7.6e-6 apart on these tests on an Intel Xeon, 1.06e-5 for a row joining a running
+    batch (the bound was 1e-5, measured on AMD EPYC machines, and that test failed on the Xeon at every commit)."""
     [generation] = Sampler(model, tokenizer).generate([list(request.prompt_ids)], request.params)
     assert result.token_ids == generation.token_ids
     assert [entry.token_id for entry in result.logprobs] == result.token_ids
-    np.testing.assert_allclose([entry.logprob for entry in result.logprobs], generation.logprobs, atol=1e-5, rtol=0)
+    np.testing.assert_allclose([entry.logprob for entry in result.logprobs], generation.logprobs, atol=2e-5, rtol=0)
     reference_tv = forward_logprobs(model, request.prompt_ids, result.token_ids)
     for step, entry in enumerate(result.logprobs):
         assert entry.logprob == pytest.approx(reference_tv[step, entry.token_id], abs=1e-4)

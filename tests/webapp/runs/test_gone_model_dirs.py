@@ -192,8 +192,10 @@ def test_the_launch_forms_model_list_says_which_base_models_folder_is_gone(team,
     shutil.rmtree(mine.path)
     page = client_for(team.teammate).get("/p/alpha/runs/new/?task=sft").content.decode()
     assert f'<option value="{mine.public_id}" >{isolated("mine")} (base model, its folder is gone)</option>' in page
-    assert (f'<option value="{catalog.base_model.public_id}" >{isolated(catalog.base_model.name)} (base model)'
-            "</option>") in page  # a path outside the roots is left to the load that reads it
+    # A path outside the roots is left to the load that reads it; the one model left to start from is chosen (a gone
+    # one never is).
+    assert (f'<option value="{catalog.base_model.public_id}" selected>{isolated(catalog.base_model.name)} (base model)'
+            "</option>") in page
 
 
 def exported_checkpoint(run: Run, mine, step: int):
